@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Brings a fresh Debian 12 machine to a working attnfuzz build. Idempotent:
+# a second run re-checks and does nothing it does not need to.
+#
+#   Debian packages: compilers, CMake, Ninja, RapidCheck, Eigen, CLI11, nlohmann-json, fmt,
+#                    GoogleTest, Google Benchmark, clang with the libFuzzer runtime.
+#   LibTorch:        the C++ part of the PyPI `torch` wheel (pinned to the GPU machine's 2.11.0),
+#                    unpacked into .deps/torch. The wheel's libtorch_cpu.so needs libcudart and
+#                    libcupti at load time even on the CPU: their PyPI wheels go to .deps/nvidia.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+deps="$root/.deps"
+TORCH_VERSION=${ATTNFUZZ_TORCH_VERSION:-2.11.0}
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+
+pkgs=(build-essential cmake ninja-build git unzip python3 python3-pip
+      librapidcheck-dev libeigen3-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+mkdir -p "$deps"
+stamp="$deps/torch/.attnfuzz-torch-$TORCH_VERSION"
+if [ ! -f "$stamp" ]; then
+  echo "setup: fetching LibTorch $TORCH_VERSION from the PyPI torch wheel (about 530 MB)"
+  dl=$(mktemp -d)
+  trap 'rm -rf "$dl"' EXIT
+  pip_cmd=(python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$dl")
+  "${pip_cmd[@]}" "torch==$TORCH_VERSION"
+  "${pip_cmd[@]}" "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cupti==13.0.*"
+  rm -rf "$deps/torch" "$deps/nvidia"
+  mkdir -p "$deps/unpack"
+  unzip -q -o "$dl"/torch-*.whl 'torch/lib/*' 'torch/include/*' 'torch/share/*' -d "$deps/unpack"
+  # The CUDA half of the wheel is not needed for a CPU build; dropping it saves ~500 MB.
+  rm -f "$deps"/unpack/torch/lib/libtorch_cuda*.so "$deps"/unpack/torch/lib/libtorch_python.so
+  mv "$deps/unpack/torch" "$deps/torch"
+  for w in "$dl"/nvidia_*.whl; do unzip -q -o "$w" 'nvidia/*' -d "$deps"; done
+  rm -rf "$deps/unpack"
+  touch "$stamp"
+fi
+echo "setup: ready (LibTorch $TORCH_VERSION in $deps/torch)"

@@ -1,0 +1,143 @@
+#include "generators/random_case.h"
+
+#include "harness/rng.h"
+
+namespace attnfuzz {
+
+uint64_t SplitMix::next() { return splitmix64(s_++); }
+int64_t SplitMix::range(int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
+}
+double SplitMix::unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+
+namespace {
+
+Align random_align(SplitMix& r) { return r.chance(0.5) ? Align::top_left : Align::bottom_right; }
+
+std::vector<int64_t> random_segments(SplitMix& r, int64_t total, int64_t count) {
+  std::vector<int64_t> seg(static_cast<size_t>(count), 0);
+  for (int64_t i = 0; i < total; ++i) ++seg[static_cast<size_t>(r.range(0, count - 1))];
+  return seg;  // zero-length segments (empty sequences) happen naturally
+}
+
+}  // namespace
+
+MaskExpr random_mask(SplitMix& r, int64_t sq, int64_t skv, int depth) {
+  using K = MaskExpr::Kind;
+  const int64_t choice = r.range(0, depth < 2 ? 9 : 6);
+  MaskExpr m;
+  switch (choice) {
+    case 0: return MaskExpr::all_visible();
+    case 1: return MaskExpr::causal_mask(random_align(r));
+    case 2: {
+      const int64_t left = r.chance(0.2) ? -1 : r.range(0, std::max<int64_t>(sq, skv));
+      const int64_t right = r.chance(0.2) ? -1 : r.range(0, 4);
+      return MaskExpr::window(left, right, random_align(r));
+    }
+    case 3: {
+      m.kind = K::document;
+      const int64_t n = r.range(1, 4);
+      m.segments_q = random_segments(r, sq, n);
+      m.segments_kv = random_segments(r, skv, n);
+      return m;
+    }
+    case 4:
+      m.kind = K::prefix_lm;
+      m.align = random_align(r);
+      m.prefix = r.range(0, skv);
+      return m;
+    case 5: {
+      m.kind = K::block_sparse;
+      m.block_q = r.range(1, 8);
+      m.block_kv = r.range(1, 8);
+      const int64_t nq = (sq + m.block_q - 1) / m.block_q, nk = (skv + m.block_kv - 1) / m.block_kv;
+      const double density = r.unit();
+      for (int64_t i = 0; i < nq; ++i) {
+        std::string row;
+        for (int64_t j = 0; j < nk; ++j) row += r.chance(density) ? '1' : '0';
+        m.rows.push_back(row);
+      }
+      return m;
+    }
+    case 6:
+      m.kind = K::random;
+      m.density = r.chance(0.1) ? 0.0 : r.unit();
+      m.seed = r.next();
+      return m;
+    case 7: return MaskExpr::op(K::not_, {random_mask(r, sq, skv, depth + 1)});
+    default: {
+      std::vector<MaskExpr> args;
+      const int64_t n = r.range(2, 3);
+      for (int64_t i = 0; i < n; ++i) args.push_back(random_mask(r, sq, skv, depth + 1));
+      return MaskExpr::op(choice == 8 ? K::and_ : K::or_, std::move(args));
+    }
+  }
+}
+
+Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth) {
+  Composition c;
+  const int64_t choice = r.range(0, depth < 2 ? 3 : 0);
+  auto cuts = [&](int64_t n) {
+    std::vector<int64_t> b;
+    const int64_t parts = r.range(1, 3);
+    int64_t prev = 0;
+    for (int64_t i = 0; i < parts; ++i) {
+      prev = r.range(prev, n);  // equal cuts make empty chunks
+      b.push_back(prev);
+    }
+    return b;
+  };
+  switch (choice) {
+    case 0: return c;
+    case 1: c.kind = Composition::Kind::kv_split; c.bounds = cuts(skv); break;
+    case 2: c.kind = Composition::Kind::q_split; c.bounds = cuts(sq); break;
+    default:
+      c.kind = Composition::Kind::mask_partition;
+      c.window_left = r.range(0, std::max<int64_t>(sq, skv));
+      c.window_right = r.chance(0.7) ? 0 : r.range(-1, 3);
+      c.window_align = random_align(r);
+      break;
+  }
+  if (r.chance(0.3)) c.children.push_back(random_composition(r, sq, skv, depth + 1));
+  return c;
+}
+
+Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
+  SplitMix r(seed);
+  Case c;
+  c.seed = r.next();
+  Shape& s = c.shape;
+  s.batch = r.range(1, opt.max_batch);
+  s.heads_kv = r.range(1, opt.max_heads_kv);
+  s.heads_q = s.heads_kv * r.range(1, opt.max_group);
+  s.seq_q = r.range(1, opt.max_seq);
+  s.seq_kv = r.chance(0.3) ? s.seq_q : r.range(1, opt.max_seq);
+  s.head_dim_qk = r.range(1, opt.max_dim);
+  s.head_dim_v = r.chance(0.5) ? s.head_dim_qk : r.range(1, opt.max_dim);
+  c.dtype = r.pick(opt.dtypes);
+  c.layout.order = r.chance(0.5) ? Layout::Order::bhsd : Layout::Order::bshd;
+  c.layout.row_padding = r.chance(0.2) ? r.range(1, 8) : 0;
+  if (r.chance(0.2)) c.scale = 0.05 + r.unit();
+  if (r.chance(opt.p_softcap)) c.softcap = 1.0 + 30.0 * r.unit();
+  c.mask = random_mask(r, s.seq_q, s.seq_kv);
+  auto dist = [&]() {
+    ValueDist d;
+    switch (r.range(0, 5)) {
+      case 0: d.kind = ValueDist::Kind::uniform; break;
+      case 1: d.kind = ValueDist::Kind::large_logit; d.sigma = 4.0 + 4.0 * r.unit(); break;
+      case 2: d.kind = ValueDist::Kind::near_constant; d.mean = 0.1; d.sigma = r.chance(0.5) ? 0.0 : 1e-3; break;
+      case 3: d.kind = ValueDist::Kind::outliers; d.fraction = 0.05; d.magnitude = 20.0; break;
+      default: d.sigma = 0.5 + r.unit(); d.mean = r.chance(0.2) ? 1.0 : 0.0; break;
+    }
+    return d;
+  };
+  c.q = dist();
+  c.k = dist();
+  c.v = dist();
+  c.d_out = ValueDist{};
+  if (r.chance(opt.p_dlse)) c.d_lse = ValueDist{};
+  if (r.chance(opt.p_composition)) c.composition = random_composition(r, s.seq_q, s.seq_kv);
+  return c;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,166 @@
+#include "harness/case.h"
+
+#include <cmath>
+#include <limits>
+
+#include "harness/errors.h"
+
+namespace attnfuzz {
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 31;
+
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+  return p > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(p);
+}
+uint64_t sat_add(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
+}
+uint64_t prod(std::initializer_list<int64_t> xs) {
+  uint64_t p = 1;
+  for (auto x : xs) p = sat_mul(p, static_cast<uint64_t>(x));
+  return p;
+}
+
+void check_dim(int64_t v, const char* name, int64_t min) {
+  if (v < min || v > kMaxDim)
+    throw CaseError(std::string("shape.") + name, "must be in [" + std::to_string(min) + ", 2^31], got " + std::to_string(v));
+}
+
+void check_dist(const ValueDist& d, const std::string& field) {
+  auto finite = [&](double x, const char* n) {
+    if (!std::isfinite(x)) throw CaseError(field + "." + n, "must be finite");
+  };
+  finite(d.mean, "mean");
+  finite(d.sigma, "sigma");
+  finite(d.fraction, "fraction");
+  finite(d.magnitude, "magnitude");
+  if (d.sigma < 0) throw CaseError(field + ".sigma", "must be >= 0");
+  if (d.fraction < 0 || d.fraction > 1) throw CaseError(field + ".fraction", "must be in [0, 1]");
+  if (std::fabs(d.mean) + 7 * d.sigma + std::fabs(d.magnitude) > 1e30)
+    throw CaseError(field, "values this large overflow every supported dtype");
+}
+
+void check_bounds(const std::vector<int64_t>& b, int64_t n, const std::string& field) {
+  int64_t prev = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (b[i] < prev || b[i] > n)
+      throw CaseError(field + ".bounds", "cut points must be non-decreasing within [0, " + std::to_string(n) + "]");
+    prev = b[i];
+  }
+}
+
+void check_composition(const Composition& c, const Shape& s, const std::string& field, int depth) {
+  if (depth > 8) throw CaseError(field, "compositions nest at most 8 deep");
+  size_t parts = 1;
+  switch (c.kind) {
+    case Composition::Kind::single:
+      if (!c.children.empty()) throw CaseError(field + ".children", "a single call has no children");
+      return;
+    case Composition::Kind::kv_split:
+      check_bounds(c.bounds, s.seq_kv, field);
+      parts = c.bounds.size() + 1;
+      break;
+    case Composition::Kind::q_split:
+      check_bounds(c.bounds, s.seq_q, field);
+      parts = c.bounds.size() + 1;
+      break;
+    case Composition::Kind::mask_partition:
+      if (c.window_left < -1 || c.window_right < -1) throw CaseError(field + ".window", "bounds must be >= 0 or -1 (unbounded)");
+      parts = 2;
+      break;
+  }
+  if (!c.children.empty() && c.children.size() != 1 && c.children.size() != parts)
+    throw CaseError(field + ".children", "expected 0, 1 or " + std::to_string(parts) + " children, got " + std::to_string(c.children.size()));
+  for (size_t i = 0; i < c.children.size(); ++i)
+    check_composition(c.children[i], s, field + ".children[" + std::to_string(i) + "]", depth + 1);
+}
+
+}  // namespace
+
+double Case::effective_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(shape.head_dim_qk)); }
+
+uint64_t estimate_host_bytes(const Case& c) {
+  const Shape& s = c.shape;
+  // float64 tensors: Q, dQ, O, dO (x a few copies across backends), K, V, dK, dV, LSE, dLSE.
+  constexpr uint64_t kCopies = 8;
+  uint64_t elems = 0;
+  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_q, s.seq_q, s.head_dim_qk})));
+  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_q, s.seq_q, s.head_dim_v})));
+  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk})));
+  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})));
+  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_q, s.seq_q})));
+  uint64_t bytes = sat_mul(sat_mul(elems, 8), kCopies);
+  bytes = sat_add(bytes, prod({s.batch, s.heads_q, s.seq_q, s.seq_kv}));        // dense mask, 1 byte each
+  bytes = sat_add(bytes, sat_mul(4 * 8, prod({s.seq_q, s.seq_kv})));          // S, P, dP, dS of one head
+  return bytes;
+}
+
+void validate(const Case& c, const Limits& limits) {
+  const Shape& s = c.shape;
+  check_dim(s.batch, "batch", 1);
+  check_dim(s.heads_q, "heads_q", 1);
+  check_dim(s.heads_kv, "heads_kv", 1);
+  check_dim(s.seq_q, "seq_q", 1);
+  check_dim(s.seq_kv, "seq_kv", 1);
+  check_dim(s.head_dim_qk, "head_dim_qk", 1);
+  check_dim(s.head_dim_v, "head_dim_v", 1);
+  if (s.heads_q % s.heads_kv != 0)
+    throw CaseError("shape.heads_kv", "heads_q (" + std::to_string(s.heads_q) + ") is not a multiple of heads_kv (" +
+                                          std::to_string(s.heads_kv) + ")");
+  const uint64_t need = estimate_host_bytes(c);
+  if (need > limits.memory_budget_bytes)
+    throw CaseError("shape", "needs about " + std::to_string(need >> 20) + " MiB on the host, over the memory budget of " +
+                                 std::to_string(limits.memory_budget_bytes >> 20) + " MiB");
+  if (c.layout.row_padding < 0 || c.layout.row_padding > 4096) throw CaseError("layout.row_padding", "must be in [0, 4096]");
+  if (c.scale && !(std::isfinite(*c.scale) && *c.scale > 0)) throw CaseError("scale", "must be finite and > 0");
+  if (c.softcap && !(std::isfinite(*c.softcap) && *c.softcap > 0)) throw CaseError("softcap", "must be finite and > 0");
+  validate_mask(c.mask, s.seq_q, s.seq_kv, "mask");
+  check_dist(c.q, "values.q");
+  check_dist(c.k, "values.k");
+  check_dist(c.v, "values.v");
+  check_dist(c.d_out, "grads.d_out");
+  check_dist(c.d_lse, "grads.d_lse");
+  check_composition(c.composition, s, "composition", 0);
+}
+
+std::string to_string(Composition::Kind k) {
+  switch (k) {
+    case Composition::Kind::single: return "single";
+    case Composition::Kind::kv_split: return "kv_split";
+    case Composition::Kind::q_split: return "q_split";
+    case Composition::Kind::mask_partition: return "mask_partition";
+  }
+  return "?";
+}
+
+std::string to_string(ValueDist::Kind k) {
+  switch (k) {
+    case ValueDist::Kind::normal: return "normal";
+    case ValueDist::Kind::uniform: return "uniform";
+    case ValueDist::Kind::large_logit: return "large_logit";
+    case ValueDist::Kind::near_constant: return "near_constant";
+    case ValueDist::Kind::outliers: return "outliers";
+    case ValueDist::Kind::zero: return "zero";
+  }
+  return "?";
+}
+
+std::string describe(const Composition& c) {
+  std::string s = to_string(c.kind);
+  if (!c.children.empty()) {
+    s += "[";
+    for (size_t i = 0; i < c.children.size(); ++i) s += (i ? "," : "") + describe(c.children[i]);
+    s += "]";
+  }
+  return s;
+}
+
+std::string describe_shape(const Shape& s) {
+  return "B=" + std::to_string(s.batch) + " Hq=" + std::to_string(s.heads_q) + " Hkv=" + std::to_string(s.heads_kv) +
+         " Sq=" + std::to_string(s.seq_q) + " Skv=" + std::to_string(s.seq_kv) + " Dqk=" + std::to_string(s.head_dim_qk) +
+         " Dv=" + std::to_string(s.head_dim_v);
+}
+
+}  // namespace attnfuzz

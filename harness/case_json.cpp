@@ -1,0 +1,334 @@
+#include "harness/case_json.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "harness/errors.h"
+
+namespace attnfuzz {
+using nlohmann::json;
+
+namespace {
+
+// Walks one JSON object, remembering which keys were read, so unknown keys can be reported.
+class ObjectReader {
+ public:
+  ObjectReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
+    if (!j_.is_object()) throw CaseError(path_.empty() ? "<root>" : path_, "expected a JSON object");
+  }
+  std::string field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  const json& get(const std::string& key) {
+    seen_.insert(key);
+    if (!j_.contains(key)) throw CaseError(field(key), "is required");
+    return j_.at(key);
+  }
+  const json* maybe(const std::string& key) {
+    seen_.insert(key);
+    return has(key) ? &j_.at(key) : nullptr;
+  }
+  int64_t integer(const std::string& key, std::optional<int64_t> def = std::nullopt) {
+    const json* v = def ? maybe(key) : &get(key);
+    if (!v) return *def;
+    if (!v->is_number_integer()) throw CaseError(field(key), "expected an integer");
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) throw CaseError(field(key), "out of range");
+    return v->get<int64_t>();
+  }
+  uint64_t uinteger(const std::string& key, std::optional<uint64_t> def = std::nullopt) {
+    const json* v = def ? maybe(key) : &get(key);
+    if (!v) return *def;
+    if (!v->is_number_integer() || (v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() < 0))
+      throw CaseError(field(key), "expected a non-negative integer");
+    return v->get<uint64_t>();
+  }
+  double number(const std::string& key, std::optional<double> def = std::nullopt) {
+    const json* v = def ? maybe(key) : &get(key);
+    if (!v) return *def;
+    if (!v->is_number()) throw CaseError(field(key), "expected a number");
+    return v->get<double>();
+  }
+  std::optional<double> optional_number(const std::string& key) {
+    const json* v = maybe(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) throw CaseError(field(key), "expected a number or null");
+    return v->get<double>();
+  }
+  std::string string(const std::string& key, std::optional<std::string> def = std::nullopt) {
+    const json* v = def ? maybe(key) : &get(key);
+    if (!v) return *def;
+    if (!v->is_string()) throw CaseError(field(key), "expected a string");
+    return v->get<std::string>();
+  }
+  std::vector<int64_t> int_list(const std::string& key, bool required) {
+    const json* v = required ? &get(key) : maybe(key);
+    std::vector<int64_t> out;
+    if (!v) return out;
+    if (!v->is_array()) throw CaseError(field(key), "expected an array of integers");
+    if (v->size() > (1u << 20)) throw CaseError(field(key), "too many elements");
+    for (const auto& e : *v) {
+      if (!e.is_number_integer()) throw CaseError(field(key), "expected an array of integers");
+      if (e.is_number_unsigned() && e.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) throw CaseError(field(key), "out of range");
+      out.push_back(e.get<int64_t>());
+    }
+    return out;
+  }
+  void finish() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!seen_.count(it.key())) throw CaseError(field(it.key()), "unknown key");
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+Align align_from(const std::string& s, const std::string& field) {
+  if (s == "top_left") return Align::top_left;
+  if (s == "bottom_right") return Align::bottom_right;
+  throw CaseError(field, "expected 'top_left' or 'bottom_right', got '" + s + "'");
+}
+const char* align_name(Align a) { return a == Align::bottom_right ? "bottom_right" : "top_left"; }
+
+MaskExpr::Kind mask_kind_from(const std::string& s, const std::string& field) {
+  using K = MaskExpr::Kind;
+  for (K k : {K::all, K::causal, K::sliding_window, K::document, K::prefix_lm, K::block_sparse, K::random, K::and_, K::or_, K::not_})
+    if (to_string(k) == s) return k;
+  throw CaseError(field, "unknown mask kind '" + s + "'");
+}
+
+MaskExpr mask_from(const json& j, const std::string& path, int depth) {
+  if (depth > 16) throw CaseError(path, "mask expressions nest at most 16 deep");
+  ObjectReader r(j, path);
+  MaskExpr m;
+  m.kind = mask_kind_from(r.string("kind"), r.field("kind"));
+  using K = MaskExpr::Kind;
+  switch (m.kind) {
+    case K::all: break;
+    case K::causal: m.align = align_from(r.string("align", "top_left"), r.field("align")); break;
+    case K::sliding_window:
+      m.align = align_from(r.string("align", "top_left"), r.field("align"));
+      m.left = r.integer("left");
+      m.right = r.integer("right");
+      break;
+    case K::document:
+      m.segments_q = r.int_list("segments_q", true);
+      m.segments_kv = r.int_list("segments_kv", true);
+      break;
+    case K::prefix_lm:
+      m.align = align_from(r.string("align", "top_left"), r.field("align"));
+      m.prefix = r.integer("prefix");
+      break;
+    case K::block_sparse: {
+      m.block_q = r.integer("block_q");
+      m.block_kv = r.integer("block_kv");
+      const json& rows = r.get("rows");
+      if (!rows.is_array()) throw CaseError(r.field("rows"), "expected an array of strings of '0' and '1'");
+      for (const auto& row : rows) {
+        if (!row.is_string()) throw CaseError(r.field("rows"), "expected an array of strings of '0' and '1'");
+        m.rows.push_back(row.get<std::string>());
+      }
+      break;
+    }
+    case K::random:
+      m.density = r.number("density");
+      m.seed = r.uinteger("seed");
+      break;
+    case K::and_:
+    case K::or_:
+    case K::not_: {
+      const json& args = r.get("args");
+      if (!args.is_array()) throw CaseError(r.field("args"), "expected an array of mask expressions");
+      for (size_t i = 0; i < args.size(); ++i) m.args.push_back(mask_from(args[i], r.field("args") + "[" + std::to_string(i) + "]", depth + 1));
+      break;
+    }
+  }
+  r.finish();
+  return m;
+}
+
+ValueDist::Kind dist_kind_from(const std::string& s, const std::string& field) {
+  using K = ValueDist::Kind;
+  for (K k : {K::normal, K::uniform, K::large_logit, K::near_constant, K::outliers, K::zero})
+    if (to_string(k) == s) return k;
+  throw CaseError(field, "unknown distribution '" + s + "'");
+}
+
+ValueDist dist_from(const json& j, const std::string& path, ValueDist def) {
+  ObjectReader r(j, path);
+  ValueDist d;
+  d.kind = dist_kind_from(r.string("dist", to_string(def.kind)), r.field("dist"));
+  const double default_sigma = d.kind == ValueDist::Kind::large_logit ? 8.0 : d.kind == ValueDist::Kind::near_constant ? 0.0 : 1.0;
+  d.mean = r.number("mean", d.kind == ValueDist::Kind::near_constant ? 0.1 : 0.0);
+  d.sigma = r.number("sigma", default_sigma);
+  d.fraction = r.number("fraction", d.kind == ValueDist::Kind::outliers ? 0.01 : 0.0);
+  d.magnitude = r.number("magnitude", d.kind == ValueDist::Kind::outliers ? 30.0 : 0.0);
+  r.finish();
+  return d;
+}
+
+Composition::Kind comp_kind_from(const std::string& s, const std::string& field) {
+  using K = Composition::Kind;
+  for (K k : {K::single, K::kv_split, K::q_split, K::mask_partition})
+    if (to_string(k) == s) return k;
+  throw CaseError(field, "unknown composition kind '" + s + "'");
+}
+
+Composition composition_from(const json& j, const std::string& path, int depth) {
+  if (depth > 8) throw CaseError(path, "compositions nest at most 8 deep");
+  ObjectReader r(j, path);
+  Composition c;
+  c.kind = comp_kind_from(r.string("kind"), r.field("kind"));
+  if (c.kind == Composition::Kind::kv_split || c.kind == Composition::Kind::q_split) c.bounds = r.int_list("bounds", true);
+  if (c.kind == Composition::Kind::mask_partition) {
+    ObjectReader w(r.get("window"), r.field("window"));
+    c.window_left = w.integer("left");
+    c.window_right = w.integer("right");
+    c.window_align = align_from(w.string("align", "top_left"), w.field("align"));
+    w.finish();
+  }
+  if (const json* ch = r.maybe("children")) {
+    if (!ch->is_array()) throw CaseError(r.field("children"), "expected an array of compositions");
+    for (size_t i = 0; i < ch->size(); ++i)
+      c.children.push_back(composition_from((*ch)[i], r.field("children") + "[" + std::to_string(i) + "]", depth + 1));
+  }
+  r.finish();
+  return c;
+}
+
+json dist_to_json(const ValueDist& d) {
+  return json{{"dist", to_string(d.kind)}, {"mean", d.mean}, {"sigma", d.sigma}, {"fraction", d.fraction}, {"magnitude", d.magnitude}};
+}
+
+}  // namespace
+
+json to_json(const MaskExpr& m) {
+  using K = MaskExpr::Kind;
+  json j{{"kind", to_string(m.kind)}};
+  switch (m.kind) {
+    case K::all: break;
+    case K::causal: j["align"] = align_name(m.align); break;
+    case K::sliding_window: j["align"] = align_name(m.align); j["left"] = m.left; j["right"] = m.right; break;
+    case K::document: j["segments_q"] = m.segments_q; j["segments_kv"] = m.segments_kv; break;
+    case K::prefix_lm: j["align"] = align_name(m.align); j["prefix"] = m.prefix; break;
+    case K::block_sparse: j["block_q"] = m.block_q; j["block_kv"] = m.block_kv; j["rows"] = m.rows; break;
+    case K::random: j["density"] = m.density; j["seed"] = m.seed; break;
+    case K::and_:
+    case K::or_:
+    case K::not_: {
+      json args = json::array();
+      for (const auto& a : m.args) args.push_back(to_json(a));
+      j["args"] = args;
+      break;
+    }
+  }
+  return j;
+}
+
+json to_json(const Composition& c) {
+  json j{{"kind", to_string(c.kind)}};
+  if (c.kind == Composition::Kind::kv_split || c.kind == Composition::Kind::q_split) j["bounds"] = c.bounds;
+  if (c.kind == Composition::Kind::mask_partition)
+    j["window"] = json{{"left", c.window_left}, {"right", c.window_right}, {"align", align_name(c.window_align)}};
+  if (!c.children.empty()) {
+    json ch = json::array();
+    for (const auto& x : c.children) ch.push_back(to_json(x));
+    j["children"] = ch;
+  }
+  return j;
+}
+
+json to_json(const Case& c) {
+  const Shape& s = c.shape;
+  json j;
+  j["format"] = kCaseFormat;
+  j["seed"] = c.seed;
+  j["shape"] = json{{"batch", s.batch}, {"heads_q", s.heads_q}, {"heads_kv", s.heads_kv}, {"seq_q", s.seq_q},
+                    {"seq_kv", s.seq_kv}, {"head_dim_qk", s.head_dim_qk}, {"head_dim_v", s.head_dim_v}};
+  j["dtype"] = std::string(to_string(c.dtype));
+  j["layout"] = json{{"order", c.layout.order == Layout::Order::bshd ? "bshd" : "bhsd"}, {"row_padding", c.layout.row_padding}};
+  j["scale"] = c.scale ? json(*c.scale) : json(nullptr);
+  j["softcap"] = c.softcap ? json(*c.softcap) : json(nullptr);
+  j["mask"] = to_json(c.mask);
+  j["values"] = json{{"q", dist_to_json(c.q)}, {"k", dist_to_json(c.k)}, {"v", dist_to_json(c.v)}};
+  j["grads"] = json{{"d_out", dist_to_json(c.d_out)}, {"d_lse", dist_to_json(c.d_lse)}};
+  j["composition"] = to_json(c.composition);
+  return j;
+}
+
+Case case_from_json(const json& j, const Limits& limits) {
+  ObjectReader r(j, "");
+  const std::string format = r.string("format");
+  if (format != kCaseFormat) throw CaseError("format", "expected '" + std::string(kCaseFormat) + "', got '" + format + "'");
+  Case c;
+  c.seed = r.uinteger("seed");
+  {
+    ObjectReader s(r.get("shape"), "shape");
+    c.shape.batch = s.integer("batch", 1);
+    c.shape.heads_q = s.integer("heads_q");
+    c.shape.heads_kv = s.integer("heads_kv", c.shape.heads_q);
+    c.shape.seq_q = s.integer("seq_q");
+    c.shape.seq_kv = s.integer("seq_kv", c.shape.seq_q);
+    c.shape.head_dim_qk = s.integer("head_dim_qk");
+    c.shape.head_dim_v = s.integer("head_dim_v", c.shape.head_dim_qk);
+    s.finish();
+  }
+  try {
+    c.dtype = dtype_from_string(r.string("dtype", "fp32"));
+  } catch (const std::invalid_argument& e) {
+    throw CaseError("dtype", e.what());
+  }
+  if (const json* l = r.maybe("layout")) {
+    ObjectReader lr(*l, "layout");
+    const std::string order = lr.string("order", "bhsd");
+    if (order != "bhsd" && order != "bshd") throw CaseError("layout.order", "expected 'bhsd' or 'bshd'");
+    c.layout.order = order == "bshd" ? Layout::Order::bshd : Layout::Order::bhsd;
+    c.layout.row_padding = lr.integer("row_padding", 0);
+    lr.finish();
+  }
+  c.scale = r.optional_number("scale");
+  c.softcap = r.optional_number("softcap");
+  if (const json* m = r.maybe("mask")) c.mask = mask_from(*m, "mask", 0);
+  if (const json* v = r.maybe("values")) {
+    ObjectReader vr(*v, "values");
+    if (const json* x = vr.maybe("q")) c.q = dist_from(*x, "values.q", c.q);
+    if (const json* x = vr.maybe("k")) c.k = dist_from(*x, "values.k", c.k);
+    if (const json* x = vr.maybe("v")) c.v = dist_from(*x, "values.v", c.v);
+    vr.finish();
+  }
+  if (const json* g = r.maybe("grads")) {
+    ObjectReader gr(*g, "grads");
+    if (const json* x = gr.maybe("d_out")) c.d_out = dist_from(*x, "grads.d_out", c.d_out);
+    if (const json* x = gr.maybe("d_lse")) c.d_lse = dist_from(*x, "grads.d_lse", c.d_lse);
+    gr.finish();
+  }
+  if (const json* comp = r.maybe("composition")) c.composition = composition_from(*comp, "composition", 0);
+  r.finish();
+  validate(c, limits);
+  return c;
+}
+
+Case case_from_string(const std::string& text, const Limits& limits) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw CaseError("<json>", std::string("malformed JSON: ") + e.what());
+  }
+  if (j.is_object() && j.contains("case") && !j.contains("format")) throw CaseError("format", "is required");
+  if (j.is_object() && j.contains("case") && j.value("format", "") != kCaseFormat) return case_from_json(j.at("case"), limits);
+  return case_from_json(j, limits);
+}
+
+Case load_case_file(const std::string& path, const Limits& limits) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CaseError("<file>", "cannot open '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return case_from_string(ss.str(), limits);
+}
+
+std::string write_case(const Case& c) { return to_json(c).dump(2) + "\n"; }
+
+}  // namespace attnfuzz

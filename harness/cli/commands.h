@@ -1,0 +1,17 @@
+#pragma once
+// Subcommands of the attnfuzz CLI. Each registers itself on the app and runs
+// through the callback it installs; the result lands in `exit_code`.
+#include <CLI/CLI.hpp>
+
+namespace attnfuzz::cli {
+
+// Exit codes shared by every subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitDivergence = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitInternal = 3;
+
+void add_run_command(CLI::App& app, int& exit_code);
+void add_list_command(CLI::App& app, int& exit_code);
+
+}  // namespace attnfuzz::cli

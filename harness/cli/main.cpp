@@ -1,0 +1,24 @@
+// attnfuzz: differential testing of fused attention kernels. See README.md.
+#include <fmt/core.h>
+
+#include <exception>
+
+#include "harness/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"attnfuzz: fuzzing and differential testing of fused attention kernels"};
+  app.require_subcommand(1);
+  int exit_code = attnfuzz::cli::kExitOk;
+  attnfuzz::cli::add_run_command(app, exit_code);
+  attnfuzz::cli::add_list_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : attnfuzz::cli::kExitBadInput;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attnfuzz: internal error: {}\n", e.what());
+    return attnfuzz::cli::kExitInternal;
+  }
+  return exit_code;
+}

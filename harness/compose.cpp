@@ -1,0 +1,209 @@
+#include "harness/compose.h"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+
+#include "harness/merge.h"
+
+namespace attnfuzz {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct Region {
+  int64_t q0, q1, k0, k1;
+  std::vector<BandRestriction> restrictions;
+};
+
+struct Node {
+  Region region;
+  std::unique_ptr<Problem> leaf;  // set for a single call over a non-empty region
+  std::vector<Node> parts;
+  Forward fwd;
+};
+
+class Engine {
+ public:
+  Engine(Backend& be, const Case& c, const Inputs& in) : be_(be), c_(c), in_(in) {
+    const Shape& s = c.shape;
+    grads_ = {Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
+              Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
+  }
+
+  Node forward(const Composition& comp, Region r) {
+    Node n;
+    n.region = r;
+    const Shape& s = c_.shape;
+    if (comp.kind == Composition::Kind::single) {
+      if (r.q1 <= r.q0) {
+        n.fwd = empty_forward(0);
+      } else if (r.k1 <= r.k0) {
+        n.fwd = empty_forward(r.q1 - r.q0);
+      } else {
+        n.leaf = std::make_unique<Problem>(make_leaf(r));
+        if (auto why = be_.unsupported_reason(*n.leaf)) throw std::runtime_error(be_.name() + " does not support a part: " + *why);
+        n.fwd = be_.forward(*n.leaf);
+        ++calls_;
+      }
+      return n;
+    }
+    std::vector<Region> regions = split(comp, r);
+    for (size_t i = 0; i < regions.size(); ++i) n.parts.push_back(forward(child(comp, i), regions[i]));
+    if (comp.kind == Composition::Kind::q_split) {
+      n.fwd = empty_forward(r.q1 - r.q0);
+      n.fwd.lse.data.assign(n.fwd.lse.numel(), 0.0);
+      for (const auto& p : n.parts) {
+        place_seq(n.fwd.o, p.fwd.o, p.region.q0 - r.q0, false);
+        place_seq(n.fwd.lse, p.fwd.lse, p.region.q0 - r.q0, false);
+      }
+    } else {
+      std::vector<Forward> fs;
+      for (const auto& p : n.parts) fs.push_back(p.fwd);
+      n.fwd = merge_forward(fs);
+    }
+    (void)s;
+    return n;
+  }
+
+  void backward(const Composition& comp, const Node& n, const Tensor& d_out, const Tensor& d_lse) {
+    const Region& r = n.region;
+    if (comp.kind == Composition::Kind::single) {
+      if (!n.leaf) return;  // empty region: no gradient
+      Gradients g = leaf_backward(*n.leaf, n.fwd, d_out, d_lse);
+      place_seq(grads_.dq, g.dq, r.q0, true);
+      place_seq(grads_.dk, g.dk, r.k0, true);
+      place_seq(grads_.dv, g.dv, r.k0, true);
+      return;
+    }
+    if (comp.kind == Composition::Kind::q_split) {
+      for (size_t i = 0; i < n.parts.size(); ++i) {
+        const Region& pr = n.parts[i].region;
+        backward(child(comp, i), n.parts[i], slice_seq(d_out, pr.q0 - r.q0, pr.q1 - r.q0), slice_seq(d_lse, pr.q0 - r.q0, pr.q1 - r.q0));
+      }
+      return;
+    }
+    std::vector<Forward> fs;
+    for (const auto& p : n.parts) fs.push_back(p.fwd);
+    std::vector<PartGrad> pg = merge_backward(fs, n.fwd, d_out, d_lse);
+    for (size_t i = 0; i < n.parts.size(); ++i) backward(child(comp, i), n.parts[i], pg[i].d_out, pg[i].d_lse);
+  }
+
+  Gradients take_grads() { return std::move(grads_); }
+  int calls() const { return calls_; }
+  bool dlse_added() const { return dlse_added_; }
+
+ private:
+  static const Composition& child(const Composition& comp, size_t i) {
+    static const Composition kSingle{};
+    if (comp.children.empty()) return kSingle;
+    return comp.children.size() == 1 ? comp.children[0] : comp.children[i];
+  }
+
+  Forward empty_forward(int64_t rows) const {
+    const Shape& s = c_.shape;
+    return Forward{Tensor({s.batch, s.heads_q, rows, s.head_dim_v}), Tensor({s.batch, s.heads_q, rows}, kNegInf)};
+  }
+
+  std::vector<Region> split(const Composition& comp, const Region& r) const {
+    std::vector<Region> out;
+    if (comp.kind == Composition::Kind::mask_partition) {
+      BandRestriction band{comp.window_left, comp.window_right, comp.window_align, true};
+      Region local = r, global = r;
+      local.restrictions.push_back(band);
+      band.inside = false;
+      global.restrictions.push_back(band);
+      return {local, global};
+    }
+    const bool on_q = comp.kind == Composition::Kind::q_split;
+    const int64_t lo = on_q ? r.q0 : r.k0, hi = on_q ? r.q1 : r.k1;
+    std::vector<int64_t> cuts{lo};
+    for (int64_t b : comp.bounds) cuts.push_back(std::clamp(b, lo, hi));
+    cuts.push_back(hi);
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      Region p = r;
+      (on_q ? p.q0 : p.k0) = cuts[i];
+      (on_q ? p.q1 : p.k1) = std::max(cuts[i], cuts[i + 1]);
+      out.push_back(p);
+    }
+    return out;
+  }
+
+  Problem make_leaf(const Region& r) const {
+    Problem p;
+    p.shape = c_.shape;
+    p.shape.seq_q = r.q1 - r.q0;
+    p.shape.seq_kv = r.k1 - r.k0;
+    p.dtype = c_.dtype;
+    p.scale = c_.effective_scale();
+    p.softcap = c_.softcap;
+    p.mask_expr = &c_.mask;
+    p.q_offset = r.q0;
+    p.kv_offset = r.k0;
+    p.full_seq_q = c_.shape.seq_q;
+    p.full_seq_kv = c_.shape.seq_kv;
+    p.restrictions = r.restrictions;
+    p.q = slice_seq(in_.q, r.q0, r.q1);
+    p.k = slice_seq(in_.k, r.k0, r.k1);
+    p.v = slice_seq(in_.v, r.k0, r.k1);
+    materialize_mask(p);
+    return p;
+  }
+
+  // A backend that ignores dLSE gets the term added here, through two extra calls
+  // with V := K:  dQ += scale * g . (P K)  and  dK += scale * P^T (g . Q).
+  Gradients leaf_backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
+    Gradients g = be_.backward(p, f, d_out, d_lse);
+    ++calls_;
+    if (be_.backward_takes_dlse()) return g;
+    const bool any = std::any_of(d_lse.data.begin(), d_lse.data.end(), [](double x) { return x != 0.0; });
+    if (!any) return g;
+    if (p.softcap) throw std::runtime_error(be_.name() + " ignores dLSE and the case is softcapped: the dLSE term cannot be added exactly");
+    dlse_added_ = true;
+    Problem pk = p;
+    pk.v = p.k;
+    pk.shape.head_dim_v = p.shape.head_dim_qk;
+    const Forward pk_fwd = be_.forward(pk);  // O' = P K
+    const Shape& s = p.shape;
+    Tensor g_q(p.q.shape);  // g . Q, the upstream gradient whose dV is P^T (g . Q)
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t i = 0; i < s.seq_q; ++i) {
+          const double gi = *d_lse.at(b, h, i);
+          for (int64_t d = 0; d < s.head_dim_qk; ++d) {
+            g.dq.at(b, h, i)[d] += p.scale * gi * pk_fwd.o.at(b, h, i)[d];
+            g_q.at(b, h, i)[d] = gi * p.q.at(b, h, i)[d];
+          }
+        }
+    const Gradients extra = be_.backward(pk, pk_fwd, g_q, Tensor(d_lse.shape));
+    calls_ += 2;
+    for (size_t i = 0; i < g.dk.numel(); ++i) g.dk.data[i] += p.scale * extra.dv.data[i];
+    return g;
+  }
+
+  Backend& be_;
+  const Case& c_;
+  const Inputs& in_;
+  Gradients grads_;
+  int calls_ = 0;
+  bool dlse_added_ = false;
+};
+
+}  // namespace
+
+ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp) {
+  Engine e(backend, c, in);
+  const Region whole{0, c.shape.seq_q, 0, c.shape.seq_kv, {}};
+  Node root = e.forward(comp, whole);
+  e.backward(comp, root, in.d_out, in.d_lse);
+  ComposedResult res;
+  res.fwd = std::move(root.fwd);
+  res.grads = e.take_grads();
+  res.backend_calls = e.calls();
+  res.dlse_added_by_harness = e.dlse_added();
+  if (res.dlse_added_by_harness) res.notes.push_back(backend.name() + " ignores dLSE: the harness added the dLSE term");
+  return res;
+}
+
+}  // namespace attnfuzz

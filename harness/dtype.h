@@ -1,0 +1,31 @@
+#pragma once
+// Element types a Case can ask for, and the exact rounding the harness applies to
+// inputs and uses when it emulates a low-precision backend.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace attnfuzz {
+
+enum class DType { f32, f16, bf16 };
+
+std::string_view to_string(DType d);
+DType dtype_from_string(std::string_view s);  // throws std::invalid_argument
+// Unit roundoff u = 2^-p of the type (half an ulp at 1.0).
+double unit_roundoff(DType d);
+
+// IEEE binary16 and bfloat16 conversions, round to nearest even, with
+// subnormals, overflow to infinity and NaN handled as the CUDA headers do.
+uint16_t float_to_half_bits(float f);
+float half_bits_to_float(uint16_t h);
+uint16_t float_to_bf16_bits(float f);
+float bf16_bits_to_float(uint16_t b);
+
+// Rounds a double to the set of values representable in `d` (through float,
+// which is how every backend receives its inputs).
+double round_to(DType d, double x);
+// Rounds a float's significand to `mantissa_bits` explicit bits, round to nearest
+// even: 10 emulates TF32 operands, 7 bf16, 23 is the identity.
+float round_mantissa(float f, int mantissa_bits);
+
+}  // namespace attnfuzz

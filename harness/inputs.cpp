@@ -1,0 +1,76 @@
+#include "harness/inputs.h"
+
+#include <bit>
+
+#include "harness/rng.h"
+
+namespace attnfuzz {
+
+double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index) {
+  const uint32_t stream = static_cast<uint32_t>(id);
+  switch (d.kind) {
+    case ValueDist::Kind::zero: return 0.0;
+    case ValueDist::Kind::uniform: {
+      const double u = uniform01(random_words(seed, stream, index, 3)[0]);
+      return d.mean + d.sigma * (2.0 * u - 1.0);
+    }
+    case ValueDist::Kind::outliers: {
+      const Philox4 w = random_words(seed, stream, index, 3);
+      if (uniform01(w[0]) < d.fraction) return d.mean + ((w[1] & 1u) ? d.magnitude : -d.magnitude);
+      return d.mean + d.sigma * standard_normal(seed, stream, index);
+    }
+    case ValueDist::Kind::normal:
+    case ValueDist::Kind::large_logit:
+    case ValueDist::Kind::near_constant: return d.mean + d.sigma * standard_normal(seed, stream, index);
+  }
+  return 0.0;
+}
+
+namespace {
+Tensor make(const Case& c, const ValueDist& d, TensorId id, std::vector<int64_t> shape) {
+  Tensor t(std::move(shape));
+  for (size_t i = 0; i < t.numel(); ++i) t.data[i] = round_to(c.dtype, draw_value(d, c.seed, id, i));
+  return t;
+}
+}  // namespace
+
+Inputs generate_inputs(const Case& c) {
+  const Shape& s = c.shape;
+  Inputs in;
+  in.q = make(c, c.q, TensorId::q, {s.batch, s.heads_q, s.seq_q, s.head_dim_qk});
+  in.k = make(c, c.k, TensorId::k, {s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk});
+  in.v = make(c, c.v, TensorId::v, {s.batch, s.heads_kv, s.seq_kv, s.head_dim_v});
+  in.d_out = make(c, c.d_out, TensorId::d_out, {s.batch, s.heads_q, s.seq_q, s.head_dim_v});
+  // dLSE is an upstream gradient in float32 for every dtype (LSE is always fp32).
+  Tensor g({s.batch, s.heads_q, s.seq_q});
+  for (size_t i = 0; i < g.numel(); ++i) g.data[i] = static_cast<float>(draw_value(c.d_lse, c.seed, TensorId::d_lse, i));
+  in.d_lse = std::move(g);
+  return in;
+}
+
+uint64_t checksum(const Inputs& in) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Tensor* t : {&in.q, &in.k, &in.v, &in.d_out, &in.d_lse}) {
+    for (int64_t d : t->shape) h = (h ^ static_cast<uint64_t>(d)) * 1099511628211ull;
+    for (double x : t->data) h = (h ^ std::bit_cast<uint64_t>(x)) * 1099511628211ull;
+  }
+  return h;
+}
+
+Problem full_problem(const Case& c, const Inputs& in) {
+  Problem p;
+  p.shape = c.shape;
+  p.dtype = c.dtype;
+  p.scale = c.effective_scale();
+  p.softcap = c.softcap;
+  p.mask_expr = &c.mask;
+  p.full_seq_q = c.shape.seq_q;
+  p.full_seq_kv = c.shape.seq_kv;
+  p.q = in.q;
+  p.k = in.k;
+  p.v = in.v;
+  materialize_mask(p);
+  return p;
+}
+
+}  // namespace attnfuzz

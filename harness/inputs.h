@@ -1,0 +1,28 @@
+#pragma once
+// Deterministic inputs: element i of tensor t is f(case seed, t, i) through the
+// counter-based RNG, then rounded to the case dtype. Identical on every device
+// and in every replay.
+#include <cstdint>
+
+#include "harness/case.h"
+#include "harness/problem.h"
+#include "harness/tensor.h"
+
+namespace attnfuzz {
+
+enum class TensorId : uint32_t { q = 1, k = 2, v = 3, d_out = 4, d_lse = 5 };
+
+struct Inputs {
+  Tensor q, k, v, d_out, d_lse;
+};
+
+// Value of element `index` of tensor `id` before rounding to the dtype.
+double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index);
+Inputs generate_inputs(const Case& c);
+// FNV-1a over the bit patterns of every input, in a fixed order: a reproducer
+// records it and replay refuses to judge inputs that differ.
+uint64_t checksum(const Inputs& in);
+// The whole case as one call: inputs, scale, softcap and the materialized mask.
+Problem full_problem(const Case& c, const Inputs& in);
+
+}  // namespace attnfuzz

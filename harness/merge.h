@@ -1,0 +1,21 @@
+#pragma once
+// Merging partial attention results over disjoint key sets through their LSEs
+// (DESIGN.md, "Merging"), forward and backward, in float64. These are the
+// reference merge functions; the composition engine uses them between backend calls.
+#include <vector>
+
+#include "harness/problem.h"
+
+namespace attnfuzz {
+
+// L = logsumexp_k L_k; O = sum_k w_k O_k with w_k = exp(L_k - L) (0 when L_k = -inf).
+Forward merge_forward(const std::vector<Forward>& parts);
+
+struct PartGrad {
+  Tensor d_out, d_lse;
+};
+// dO_k = w_k dO;  dL_k = w_k * (rowsum(dO * O_k) - rowsum(dO * O) + dL).
+std::vector<PartGrad> merge_backward(const std::vector<Forward>& parts, const Forward& merged, const Tensor& d_out,
+                                     const Tensor& d_lse);
+
+}  // namespace attnfuzz

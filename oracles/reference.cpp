@@ -1,0 +1,102 @@
+#include "oracles/reference.h"
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <limits>
+
+namespace attnfuzz {
+namespace {
+
+using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using CMap = Eigen::Map<const Mat>;
+using MMap = Eigen::Map<Mat>;
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct HeadScores {
+  Mat p;       // softmax probabilities, 0 where masked and on fully masked rows
+  Mat tanh_t;  // tanh(S_pre / c) when softcapped (for the backward's chain rule)
+  Eigen::VectorXd lse;
+};
+
+// Scores, mask, LSE and P of one (batch, query head).
+HeadScores head_scores(const Problem& p, int64_t b, int64_t h) {
+  const Shape& s = p.shape;
+  const int64_t hk = h / s.group();
+  CMap q(p.q.at(b, h, 0), s.seq_q, s.head_dim_qk);
+  CMap k(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk);
+  HeadScores out;
+  Mat sc = p.scale * (q * k.transpose());
+  if (p.softcap) {
+    const double c = *p.softcap;
+    out.tanh_t = (sc.array() / c).tanh().matrix();
+    sc = c * out.tanh_t;
+  }
+  out.lse.resize(s.seq_q);
+  out.p.resize(s.seq_q, s.seq_kv);
+  for (int64_t i = 0; i < s.seq_q; ++i) {
+    double m = kNegInf;
+    for (int64_t j = 0; j < s.seq_kv; ++j)
+      if (p.visible(b, h, i, j)) m = std::max(m, sc(i, j));
+    if (m == kNegInf) {  // fully masked row: LSE = -inf, P = 0
+      out.lse(i) = kNegInf;
+      out.p.row(i).setZero();
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < s.seq_kv; ++j)
+      if (p.visible(b, h, i, j)) sum += std::exp(sc(i, j) - m);
+    const double lse = m + std::log(sum);
+    out.lse(i) = lse;
+    for (int64_t j = 0; j < s.seq_kv; ++j) out.p(i, j) = p.visible(b, h, i, j) ? std::exp(sc(i, j) - lse) : 0.0;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ReferenceBackend::version() const {
+  return "eigen-" + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+         std::to_string(EIGEN_MINOR_VERSION) + " float64";
+}
+
+Forward reference_forward(const Problem& p) {
+  const Shape& s = p.shape;
+  Forward f{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads_q; ++h) {
+      const HeadScores hs = head_scores(p, b, h);
+      CMap v(p.v.at(b, h / s.group(), 0), s.seq_kv, s.head_dim_v);
+      MMap(f.o.at(b, h, 0), s.seq_q, s.head_dim_v) = hs.p * v;
+      Eigen::Map<Eigen::VectorXd>(f.lse.at(b, h, 0), s.seq_q) = hs.lse;
+    }
+  return f;
+}
+
+Gradients reference_backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
+  const Shape& s = p.shape;
+  Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
+              Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads_q; ++h) {
+      const int64_t hk = h / s.group();
+      const HeadScores hs = head_scores(p, b, h);
+      CMap q(p.q.at(b, h, 0), s.seq_q, s.head_dim_qk);
+      CMap k(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk);
+      CMap v(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v);
+      CMap o(fwd.o.at(b, h, 0), s.seq_q, s.head_dim_v);
+      CMap d_o(d_out.at(b, h, 0), s.seq_q, s.head_dim_v);
+      Eigen::Map<const Eigen::VectorXd> g_lse(d_lse.at(b, h, 0), s.seq_q);
+
+      MMap(g.dv.at(b, hk, 0), s.seq_kv, s.head_dim_v) += hs.p.transpose() * d_o;
+      const Mat dp = d_o * v.transpose();
+      const Eigen::VectorXd delta = d_o.cwiseProduct(o).rowwise().sum();
+      // dS = P * (dP - D + g); P = 0 on masked entries and empty rows, so no NaN can enter.
+      Mat ds = hs.p.cwiseProduct((dp.colwise() - (delta - g_lse)).eval());
+      if (p.softcap) ds = ds.cwiseProduct((1.0 - hs.tanh_t.array().square()).matrix());
+      MMap(g.dq.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (ds * k);
+      MMap(g.dk.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += p.scale * (ds.transpose() * q);
+    }
+  return g;
+}
+
+}  // namespace attnfuzz

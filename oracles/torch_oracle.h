@@ -1,0 +1,24 @@
+#pragma once
+// LibTorch oracles built from composed operations (matmul, masked_fill,
+// logsumexp, exp) and differentiated by autograd. Independent of the Eigen
+// reference: different code, different library, derivative by autograd rather
+// than by the hand-written formulas.
+//   torch.f64   float64 throughout: the second float64 oracle.
+//   torch.math  the same graph in the case dtype: operands in fp16/bf16/fp32,
+//               scores and softmax accumulated in fp32, P rounded to the case
+//               dtype before P V (the contract of a fused FlashAttention kernel).
+#include <memory>
+
+#include "harness/backend.h"
+
+namespace attnfuzz {
+
+enum class TorchPrecision { float64, case_dtype };
+enum class TorchDevice { cpu, cuda };
+
+std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, TorchDevice device = TorchDevice::cpu);
+// Whether LibTorch can run on this device here (CUDA: built with CUDA and a GPU present).
+bool torch_device_available(TorchDevice device, std::string* why = nullptr);
+std::string torch_version();
+
+}  // namespace attnfuzz
