@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# End-to-end checks of the CLI: the bundled cases print the table; bad input exits
+# with 2 and one line naming the problem, without allocating anything large.
+set -u
+bin=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
+
+"$bin" run "$src/corpus/seed-flex-lse-merge.json" >"$tmp/out" 2>"$tmp/err"
+check "seed case exits 0" "[ $? -eq 0 ]"
+for t in O LSE dQ dK dV; do
+  check "seed table has $t rows for the merge" "grep -Eq '^torch.math +q_split.* $t ' $tmp/out"
+done
+
+bad() {  # name, file content, expected text in the message
+  printf '%s' "$2" >"$tmp/case.json"
+  /usr/bin/time -f '%M' -o "$tmp/rss" "$bin" run "$tmp/case.json" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  check "$1: exit code 2 (got $rc)" "[ $rc -eq 2 ]"
+  check "$1: one line on stderr" "[ \$(wc -l <$tmp/err) -eq 1 ]"
+  check "$1: names '$3'" "grep -q -- '$3' $tmp/err"
+  check "$1: peak RSS under 400 MB (got $(cat $tmp/rss) kB)" "[ \$(tail -1 $tmp/rss) -lt 400000 ]"
+  cat "$tmp/err"
+}
+bad "malformed JSON" '{"format": "attnfuzz-case/1", "seed": 1, "shape": {' 'malformed JSON'
+bad "Hq % Hkv != 0" '{"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":4,"heads_kv":3,"seq_q":8,"head_dim_qk":8}}' 'shape.heads_kv'
+bad "10^12 elements" '{"format":"attnfuzz-case/1","seed":1,"shape":{"batch":1000,"heads_q":1000,"seq_q":1000,"head_dim_qk":1000}}' 'memory budget'
+"$bin" run "$tmp/does-not-exist.json" >/dev/null 2>"$tmp/err"
+check "missing file: exit 2" "[ $? -eq 2 ]"
+"$bin" run "$src/corpus/seed-flex-lse-merge.json" --backends reference,nosuch >/dev/null 2>"$tmp/err"
+check "unknown backend: exit 2" "[ $? -eq 2 ] && grep -q nosuch $tmp/err"
+exit $fail
