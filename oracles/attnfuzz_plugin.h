@@ -1,0 +1,94 @@
+/* attnfuzz plugin ABI, version 1.
+ *
+ * A plugin is a shared library that exports two C functions:
+ *
+ *   uint32_t attnfuzz_plugin_abi_version(void);      returns ATTNFUZZ_PLUGIN_ABI_VERSION
+ *   const af_plugin* attnfuzz_plugin_get(void);      the plugin's description and entry points
+ *
+ * The harness loads it with `--backends plugin:/path/libx.so`, refuses any other ABI
+ * version, and calls it like every other backend. Plain C: no C++ types cross the boundary.
+ *
+ * Tensors are described by pointer, dtype, device, shape and strides (in elements), so a
+ * plugin must honour strides: the harness hands over BHSD or BSHD layouts, possibly with
+ * padded rows, as the case asks. Inputs arrive in the case dtype (fp16/bf16 as their
+ * 16-bit patterns). O, dQ, dK, dV are written in the case dtype, LSE in float32 (natural
+ * log, -inf on fully masked rows). The harness fills every output with a poison pattern
+ * before each call; an element left holding it is reported as unwritten.
+ *
+ * Every entry point returns 0 on success, or non-zero with a NUL-terminated message in
+ * `msg` (at most msg_len bytes including the NUL).
+ */
+#ifndef ATTNFUZZ_PLUGIN_H
+#define ATTNFUZZ_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTNFUZZ_PLUGIN_ABI_VERSION 1u
+
+typedef enum af_dtype { AF_F32 = 0, AF_F16 = 1, AF_BF16 = 2, AF_F64 = 3 } af_dtype;
+typedef enum af_device { AF_CPU = 0, AF_CUDA = 1 } af_device;
+
+typedef struct af_tensor {
+  void* data;
+  int32_t dtype;   /* af_dtype */
+  int32_t device;  /* af_device; for AF_CUDA, data is a device pointer on device_index */
+  int32_t device_index;
+  int32_t ndim;    /* 4 for Q, K, V, O and gradients ([B][H][S][D]); 3 for LSE ([B][H][S]) */
+  int64_t shape[4];
+  int64_t strides[4]; /* in elements, for the logical [B][H][S][D] (or [B][H][S]) indices */
+} af_tensor;
+
+/* One attention call. The mask is given twice: as the case's expression (JSON, the
+ * "mask" syntax of attnfuzz-case/1, evaluated at (q + q_offset, kv + kv_offset) in a
+ * full_seq_q x full_seq_kv problem, and-ed with the band restrictions), and materialized. */
+typedef struct af_problem {
+  int64_t batch, heads_q, heads_kv, seq_q, seq_kv, head_dim_qk, head_dim_v;
+  int32_t dtype; /* af_dtype of Q, K, V, dO and of O, dQ, dK, dV */
+  int32_t has_softcap;
+  double scale;
+  double softcap;
+  const char* mask_json;
+  const char* restrictions_json; /* JSON array of {"left","right","align","inside"} */
+  int64_t q_offset, kv_offset, full_seq_q, full_seq_kv;
+  const uint8_t* mask; /* host memory, [B][Hq][Sq][Skv] contiguous, 1 = visible */
+} af_problem;
+
+enum {
+  AF_BACKWARD_TAKES_DLSE = 1u << 0, /* backward() honours d_lse; otherwise the harness adds the term */
+  AF_MASKED_ROWS_ZERO = 1u << 1,    /* fully masked rows give O = 0, LSE = -inf, zero gradients */
+  AF_DEVICE_IS_CUDA = 1u << 2       /* tensors are handed over on the GPU */
+};
+
+typedef struct af_plugin {
+  uint32_t abi_version; /* ATTNFUZZ_PLUGIN_ABI_VERSION */
+  const char* name;
+  const char* version;
+  uint32_t flags;
+  /* Numerics contract per input dtype, as JSON: {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}.
+   * Contracts: "fp64", "fp32" (strict), "tf32" (fp32 inputs, matmul operands rounded to TF32),
+   * "fp16" / "bf16" (operands in that type, fp32 accumulation, P and dS rounded to it).
+   * A dtype left out is not supported. */
+  const char* contract_json;
+  /* 0 when the plugin can run the problem; otherwise the reason in msg. May be NULL (all supported). */
+  int (*supports)(const af_problem* p, char* msg, size_t msg_len);
+  int (*forward)(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o,
+                 af_tensor* lse, char* msg, size_t msg_len);
+  /* d_lse is float32 [B][Hq][Sq]; plugins without AF_BACKWARD_TAKES_DLSE get NULL. */
+  int (*backward)(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, const af_tensor* o,
+                  const af_tensor* lse, const af_tensor* d_o, const af_tensor* d_lse, af_tensor* dq, af_tensor* dk,
+                  af_tensor* dv, char* msg, size_t msg_len);
+} af_plugin;
+
+typedef uint32_t (*af_abi_version_fn)(void);
+typedef const af_plugin* (*af_plugin_get_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNFUZZ_PLUGIN_H */
