@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "harness/contract.h"
 #include "harness/problem.h"
 
 namespace attnfuzz {
@@ -14,6 +15,15 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual std::string version() const { return {}; }
+  virtual std::string device() const { return "cpu"; }
+  // How the backend computes for inputs of this dtype; nothing when the dtype is unsupported.
+  virtual std::optional<Contract> contract(DType d) const { return natural_contract(d); }
+  // Whether fully masked rows follow the convention (O = 0, LSE = -inf, zero gradients).
+  // When not, those rows are left out of the comparison and the report says so.
+  virtual bool masked_rows_zero() const { return true; }
+  // Whether forward() returns the LSE. Without it, LSE is not compared and compositions
+  // that merge through LSEs cannot be built from this backend.
+  virtual bool returns_lse() const { return true; }
   // Why this backend cannot run the problem, or nothing when it can.
   virtual std::optional<std::string> unsupported_reason(const Problem&) const { return std::nullopt; }
   // Whether backward() honours d_lse. When it does not, the composition engine

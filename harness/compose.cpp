@@ -43,8 +43,10 @@ class Engine {
         n.fwd = empty_forward(r.q1 - r.q0);
       } else {
         n.leaf = std::make_unique<Problem>(make_leaf(r));
-        if (auto why = be_.unsupported_reason(*n.leaf)) throw std::runtime_error(be_.name() + " does not support a part: " + *why);
+        if (auto why = be_.unsupported_reason(*n.leaf)) throw UnsupportedError(be_.name() + " does not support a part: " + *why);
         n.fwd = be_.forward(*n.leaf);
+        for (const auto& [t, k] : n.fwd.unwritten) unwritten_fwd_[t] += k;
+        if (!be_.masked_rows_zero()) normalize_masked_rows(*n.leaf, n.fwd);
         ++calls_;
       }
       return n;
@@ -72,6 +74,7 @@ class Engine {
     if (comp.kind == Composition::Kind::single) {
       if (!n.leaf) return;  // empty region: no gradient
       Gradients g = leaf_backward(*n.leaf, n.fwd, d_out, d_lse);
+      for (const auto& [t, k] : g.unwritten) grads_.unwritten[t] += k;
       place_seq(grads_.dq, g.dq, r.q0, true);
       place_seq(grads_.dk, g.dk, r.k0, true);
       place_seq(grads_.dv, g.dv, r.k0, true);
@@ -91,8 +94,10 @@ class Engine {
   }
 
   Gradients take_grads() { return std::move(grads_); }
+  const UnwrittenCounts& unwritten_forward() const { return unwritten_fwd_; }
   int calls() const { return calls_; }
   bool dlse_added() const { return dlse_added_; }
+  bool masked_rows_normalized() const { return masked_rows_normalized_; }
 
  private:
   static const Composition& child(const Composition& comp, size_t i) {
@@ -136,6 +141,7 @@ class Engine {
     p.shape.seq_q = r.q1 - r.q0;
     p.shape.seq_kv = r.k1 - r.k0;
     p.dtype = c_.dtype;
+    p.layout = c_.layout;
     p.scale = c_.effective_scale();
     p.softcap = c_.softcap;
     p.mask_expr = &c_.mask;
@@ -151,6 +157,22 @@ class Engine {
     return p;
   }
 
+  // A backend with another fully-masked-row convention (LSE = 0, say) would corrupt a
+  // merge; its rows with no visible key get O = 0 and LSE = -inf before merging.
+  void normalize_masked_rows(const Problem& p, Forward& f) {
+    const Shape& s = p.shape;
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t i = 0; i < s.seq_q; ++i) {
+          bool any = false;
+          for (int64_t j = 0; j < s.seq_kv && !any; ++j) any = p.visible(b, h, i, j);
+          if (any) continue;
+          masked_rows_normalized_ = true;
+          *f.lse.at(b, h, i) = kNegInf;
+          std::fill(f.o.at(b, h, i), f.o.at(b, h, i) + s.head_dim_v, 0.0);
+        }
+  }
+
   // A backend that ignores dLSE gets the term added here, through two extra calls
   // with V := K:  dQ += scale * g . (P K)  and  dK += scale * P^T (g . Q).
   Gradients leaf_backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
@@ -159,7 +181,7 @@ class Engine {
     if (be_.backward_takes_dlse()) return g;
     const bool any = std::any_of(d_lse.data.begin(), d_lse.data.end(), [](double x) { return x != 0.0; });
     if (!any) return g;
-    if (p.softcap) throw std::runtime_error(be_.name() + " ignores dLSE and the case is softcapped: the dLSE term cannot be added exactly");
+    if (p.softcap) throw UnsupportedError(be_.name() + " ignores dLSE and the case is softcapped: the dLSE term cannot be added exactly");
     dlse_added_ = true;
     Problem pk = p;
     pk.v = p.k;
@@ -186,8 +208,10 @@ class Engine {
   const Case& c_;
   const Inputs& in_;
   Gradients grads_;
+  UnwrittenCounts unwritten_fwd_;
   int calls_ = 0;
   bool dlse_added_ = false;
+  bool masked_rows_normalized_ = false;
 };
 
 }  // namespace
@@ -199,10 +223,13 @@ ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in
   e.backward(comp, root, in.d_out, in.d_lse);
   ComposedResult res;
   res.fwd = std::move(root.fwd);
+  res.fwd.unwritten = e.unwritten_forward();
   res.grads = e.take_grads();
   res.backend_calls = e.calls();
   res.dlse_added_by_harness = e.dlse_added();
   if (res.dlse_added_by_harness) res.notes.push_back(backend.name() + " ignores dLSE: the harness added the dLSE term");
+  if (e.masked_rows_normalized())
+    res.notes.push_back("fully masked rows set to O = 0, LSE = -inf by the harness (the backend's convention differs)");
   return res;
 }
 

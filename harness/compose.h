@@ -4,6 +4,7 @@
 // their LSEs (harness/merge.h); query parts are concatenated. The result is
 // comparable with the single call over the whole problem: equality of the two is
 // the metamorphic relation that exposes LSE-gradient bugs (DESIGN.md).
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,12 @@
 
 namespace attnfuzz {
 
+// A backend said it cannot run a part of the composition (with its reason).
+class UnsupportedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct ComposedResult {
   Forward fwd;
   Gradients grads;
@@ -21,7 +28,8 @@ struct ComposedResult {
   std::vector<std::string> notes;
 };
 
-// Throws std::runtime_error when a leaf is not supported by the backend (with its reason).
+// Throws UnsupportedError when a leaf is not supported by the backend (with its reason);
+// whatever a backend throws otherwise passes through.
 ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp);
 inline ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in) {
   return run_composition(backend, c, in, c.composition);

@@ -3,6 +3,8 @@
 // dtype (held exactly in float64), and the mask both as its expression (in the
 // whole problem's coordinates, with this call's offsets) and materialized.
 #include <cstdint>
+#include <map>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -22,6 +24,7 @@ struct BandRestriction {
 struct Problem {
   Shape shape;         // of this call (seq_q, seq_kv may be a part of the case's)
   DType dtype = DType::f32;
+  Layout layout;  // how backends that take raw memory receive the tensors
   double scale = 1.0;
   std::optional<double> softcap;
   // The expression, evaluated at (q + q_offset, kv + kv_offset) in a full_seq_q x full_seq_kv problem.
@@ -37,13 +40,20 @@ struct Problem {
   }
 };
 
+// Elements a backend left holding the poison the harness wrote before the call,
+// by tensor name ("O", "LSE", "dQ", ...). Only backends that write into harness
+// memory (plugins, the project's kernels) can report them.
+using UnwrittenCounts = std::map<std::string, size_t>;
+
 struct Forward {
   Tensor o;    // [B][Hq][Sq][Dv]
   Tensor lse;  // [B][Hq][Sq], natural log; -inf on fully masked rows
+  UnwrittenCounts unwritten;
 };
 
 struct Gradients {
   Tensor dq, dk, dv;
+  UnwrittenCounts unwritten;
 };
 
 // Fills problem.mask from the expression, offsets and restrictions.

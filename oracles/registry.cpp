@@ -3,9 +3,12 @@
 #include <functional>
 #include <stdexcept>
 
+#include "oracles/emulated.h"
+#include "oracles/plugin.h"
 #include "oracles/reference.h"
 #if ATTNFUZZ_HAVE_TORCH
 #include "oracles/torch_oracle.h"
+#include "oracles/torch_sdpa.h"
 #endif
 
 namespace attnfuzz {
@@ -19,42 +22,70 @@ struct Entry {
 
 std::vector<Entry> entries() {
   std::vector<Entry> e;
-  e.push_back({"reference", "float64 reference (Eigen)", [] { return std::make_unique<ReferenceBackend>(); },
-               [](std::string*) { return true; }});
+  auto always = [](std::string*) { return true; };
+  e.push_back({"reference", "float64 reference (Eigen)", [] { return std::make_unique<ReferenceBackend>(); }, always});
 #if ATTNFUZZ_HAVE_TORCH
+  auto cpu = [](std::string* why) { return torch_device_available(TorchDevice::cpu, why); };
+  auto cuda = [](std::string* why) { return torch_device_available(TorchDevice::cuda, why); };
   e.push_back({"torch.f64", "LibTorch autograd over composed ops, float64, CPU",
-               [] { return make_torch_composed_backend(TorchPrecision::float64); },
-               [](std::string* why) { return torch_device_available(TorchDevice::cpu, why); }});
+               [] { return make_torch_composed_backend(TorchPrecision::float64); }, cpu});
   e.push_back({"torch.math", "LibTorch composed ops in the case dtype (fp32 scores, P rounded), CPU",
-               [] { return make_torch_composed_backend(TorchPrecision::case_dtype); },
-               [](std::string* why) { return torch_device_available(TorchDevice::cpu, why); }});
+               [] { return make_torch_composed_backend(TorchPrecision::case_dtype); }, cpu});
+  e.push_back({"torch.sdpa.math", "at::_scaled_dot_product_attention_math, CPU (no LSE)",
+               [] { return make_torch_sdpa_backend(SdpaKind::math); }, cpu});
+  e.push_back({"torch.sdpa.cpu_flash", "at::_scaled_dot_product_flash_attention_for_cpu and its backward",
+               [] { return make_torch_sdpa_backend(SdpaKind::cpu_flash); }, cpu});
   e.push_back({"torch.f64.cuda", "LibTorch autograd over composed ops, float64, CUDA",
-               [] { return make_torch_composed_backend(TorchPrecision::float64, TorchDevice::cuda); },
-               [](std::string* why) { return torch_device_available(TorchDevice::cuda, why); }});
+               [] { return make_torch_composed_backend(TorchPrecision::float64, TorchDevice::cuda); }, cuda});
   e.push_back({"torch.math.cuda", "LibTorch composed ops in the case dtype, CUDA",
-               [] { return make_torch_composed_backend(TorchPrecision::case_dtype, TorchDevice::cuda); },
-               [](std::string* why) { return torch_device_available(TorchDevice::cuda, why); }});
+               [] { return make_torch_composed_backend(TorchPrecision::case_dtype, TorchDevice::cuda); }, cuda});
+  e.push_back({"torch.sdpa.math.cuda", "at::_scaled_dot_product_attention_math, CUDA (no LSE)",
+               [] { return make_torch_sdpa_backend(SdpaKind::math, TorchDevice::cuda); }, cuda});
 #else
-  const char* no_torch = "this build has no LibTorch (configured with ATTNFUZZ_WITH_TORCH=OFF)";
-  for (const char* n : {"torch.f64", "torch.math", "torch.f64.cuda", "torch.math.cuda"})
-    e.push_back({n, "LibTorch oracle", nullptr, [no_torch](std::string* why) { *why = no_torch; return false; }});
+  const std::string no_torch = "this build has no LibTorch (configured with ATTNFUZZ_WITH_TORCH=OFF)";
+  for (const char* n : {"torch.f64", "torch.math", "torch.sdpa.math", "torch.sdpa.cpu_flash", "torch.f64.cuda", "torch.math.cuda",
+                        "torch.sdpa.math.cuda"})
+    e.push_back({n, "LibTorch backend", nullptr, [no_torch](std::string* why) { *why = no_torch; return false; }});
 #endif
   return e;
 }
 
 }  // namespace
 
+BackendInfo describe_backend(const Backend& b) {
+  BackendInfo i;
+  i.name = b.name();
+  i.version = b.version();
+  i.device = b.device();
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    const auto c = b.contract(d);
+    i.contracts += (i.contracts.empty() ? "" : " ") + std::string(to_string(d)) + ":" + (c ? std::string(to_string(*c)) : "-");
+  }
+  i.conventions = std::string(b.backward_takes_dlse() ? "dLSE" : "no-dLSE") + (b.returns_lse() ? " LSE" : " no-LSE") +
+                  (b.masked_rows_zero() ? " masked-rows-zero" : " masked-rows-other");
+  i.available = true;
+  return i;
+}
+
 std::vector<BackendInfo> list_backends() {
   std::vector<BackendInfo> out;
   for (const auto& e : entries()) {
-    BackendInfo i{e.name, e.description, false, {}};
-    i.available = e.available(&i.unavailable_reason);
+    BackendInfo i;
+    std::string why;
+    if (e.available(&why)) {
+      i = describe_backend(*e.make());
+    } else {
+      i.name = e.name;
+      i.unavailable_reason = why;
+    }
+    i.description = e.description;
     out.push_back(i);
   }
   return out;
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
+  if (name.rfind("plugin:", 0) == 0) return load_plugin(name.substr(7));
   std::string known;
   for (const auto& e : entries()) {
     known += (known.empty() ? "" : ", ") + e.name;
@@ -63,7 +94,24 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
     if (!e.available(&why)) throw std::runtime_error("backend '" + name + "' is not available here: " + why);
     return e.make();
   }
-  throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ")");
+  throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ", or plugin:/path/lib.so)");
+}
+
+OracleSet default_oracles() {
+  static ReferenceBackend reference;
+  OracleSet o;
+  o.reference = &reference;
+  o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<EmulatedBackend>(c, reversed); };
+  return o;
+}
+
+std::vector<std::string> default_backend_names() {
+  std::vector<std::string> names;
+  for (const auto& e : entries()) {
+    std::string why;
+    if (e.name != "reference" && e.available(&why)) names.push_back(e.name);
+  }
+  return names;
 }
 
 }  // namespace attnfuzz

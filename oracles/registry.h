@@ -5,19 +5,26 @@
 #include <vector>
 
 #include "harness/backend.h"
+#include "harness/differential.h"
 
 namespace attnfuzz {
 
 struct BackendInfo {
-  std::string name;
-  std::string description;
+  std::string name, description, version, device;
+  std::string contracts;        // "fp32:fp32 fp16:fp16 bf16:bf16"
+  std::string conventions;      // dLSE in backward, LSE returned, masked-row convention
   bool available = false;
   std::string unavailable_reason;
 };
 
 std::vector<BackendInfo> list_backends();
-// Throws std::invalid_argument for an unknown name, std::runtime_error (with the
-// reason) for a known backend that cannot run here.
+// A name from list_backends(), or "plugin:/path/to/lib.so". Throws std::invalid_argument
+// for an unknown name, std::runtime_error (with the reason) for one that cannot run here.
 std::unique_ptr<Backend> make_backend(const std::string& name);
+BackendInfo describe_backend(const Backend& b);
+// The float64 reference and the emulated baselines the verdicts need.
+OracleSet default_oracles();
+// Backends used when none are named: every built-in CPU backend available here.
+std::vector<std::string> default_backend_names();
 
 }  // namespace attnfuzz

@@ -1,122 +1,16 @@
 #include "oracles/torch_oracle.h"
 
-#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
-#include <c10/core/GradMode.h>
+
+#include "oracles/torch_common.h"
 
 #include <limits>
 
 namespace attnfuzz {
 namespace {
-
-at::ScalarType scalar_type(DType d) {
-  switch (d) {
-    case DType::f32: return at::kFloat;
-    case DType::f16: return at::kHalf;
-    case DType::bf16: return at::kBFloat16;
-  }
-  return at::kFloat;
-}
-
-at::Device device_of(TorchDevice d) { return d == TorchDevice::cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU); }
-
-at::Tensor to_torch(const Tensor& t, at::Device dev) {
-  return at::from_blob(const_cast<double*>(t.ptr()), t.shape, at::TensorOptions().dtype(at::kDouble)).clone().to(dev);
-}
-
-Tensor from_torch(const at::Tensor& t) {
-  at::Tensor c = t.detach().to(at::kCPU, at::kDouble).contiguous();
-  Tensor out(std::vector<int64_t>(c.sizes().begin(), c.sizes().end()));
-  std::copy(c.data_ptr<double>(), c.data_ptr<double>() + c.numel(), out.ptr());
-  return out;
-}
-
-// The mask rebuilt from its expression with tensor operations: an implementation of
-// the mask algebra independent of harness/mask.cpp, so the two oracles also check the
-// masks (alignment, windows, segments, blocks). Random leaves have no closed form and
-// take the harness's materialization of that leaf alone.
-class TorchMaskBuilder {
- public:
-  explicit TorchMaskBuilder(const Problem& p) : p_(p) {
-    const auto opts = at::TensorOptions().dtype(at::kLong);
-    q_ = (at::arange(p.shape.seq_q, opts) + p.q_offset).view({1, 1, -1, 1});
-    kv_ = (at::arange(p.shape.seq_kv, opts) + p.kv_offset).view({1, 1, 1, -1});
-  }
-
-  at::Tensor build() const {
-    const Shape& s = p_.shape;
-    at::Tensor m = p_.mask_expr ? eval(*p_.mask_expr) : at::ones({1, 1, 1, 1}, at::kBool);
-    for (const auto& r : p_.restrictions) {
-      at::Tensor in = band(r.left, r.right, r.align);
-      m = m.logical_and(r.inside ? in : in.logical_not());
-    }
-    return m.expand({s.batch, s.heads_q, s.seq_q, s.seq_kv}).contiguous();
-  }
-
- private:
-  int64_t offset(Align a) const { return a == Align::bottom_right ? p_.full_seq_kv - p_.full_seq_q : 0; }
-
-  at::Tensor band(int64_t left, int64_t right, Align a) const {
-    const at::Tensor qa = q_ + offset(a);
-    at::Tensor m = at::ones({1, 1, 1, 1}, at::kBool);
-    if (left >= 0) m = m.logical_and(kv_.ge(qa - left));
-    if (right >= 0) m = m.logical_and(kv_.le(qa + right));
-    return m;
-  }
-
-  static at::Tensor segment_ids(const std::vector<int64_t>& lengths, const at::Tensor& pos) {
-    // Position p lies in segment i iff cumsum[i-1] <= p < cumsum[i]; past the end: -1.
-    at::Tensor ends = at::tensor(lengths, at::kLong).cumsum(0);
-    at::Tensor id = at::searchsorted(ends, pos.flatten(), /*out_int32=*/false, /*right=*/true);
-    id = at::where(id.ge(static_cast<int64_t>(lengths.size())), at::full_like(id, -1), id);
-    return id.view(pos.sizes());
-  }
-
-  at::Tensor eval(const MaskExpr& m) const {
-    using K = MaskExpr::Kind;
-    switch (m.kind) {
-      case K::all: return at::ones({1, 1, 1, 1}, at::kBool);
-      case K::causal: return kv_.le(q_ + offset(m.align));
-      case K::sliding_window: return band(m.left, m.right, m.align);
-      case K::document: {
-        at::Tensor sq = segment_ids(m.segments_q, q_), sk = segment_ids(m.segments_kv, kv_);
-        return sq.eq(sk).logical_and(sq.ge(0));
-      }
-      case K::prefix_lm: return kv_.lt(m.prefix).logical_or(kv_.le(q_ + offset(m.align)));
-      case K::block_sparse: {
-        std::vector<uint8_t> bits;
-        for (const auto& row : m.rows)
-          for (char ch : row) bits.push_back(ch == '1');
-        at::Tensor grid = at::tensor(at::ArrayRef<uint8_t>(bits), at::kByte).view({static_cast<int64_t>(m.rows.size()), -1}).to(at::kBool);
-        return grid.index({at::floor_divide(q_, m.block_q).view({-1, 1}), at::floor_divide(kv_, m.block_kv).view({1, -1})}).view({1, 1, q_.numel(), kv_.numel()});
-      }
-      case K::random: {
-        Problem leaf;
-        leaf.shape = p_.shape;
-        leaf.mask_expr = &m;
-        leaf.q_offset = p_.q_offset;
-        leaf.kv_offset = p_.kv_offset;
-        leaf.full_seq_q = p_.full_seq_q;
-        leaf.full_seq_kv = p_.full_seq_kv;
-        materialize_mask(leaf);
-        const Shape& s = p_.shape;
-        return at::from_blob(leaf.mask.data(), {s.batch, s.heads_q, s.seq_q, s.seq_kv}, at::kByte).to(at::kBool).clone();
-      }
-      case K::not_: return eval(m.args.at(0)).logical_not();
-      case K::and_:
-      case K::or_: {
-        at::Tensor acc = eval(m.args.at(0));
-        for (size_t i = 1; i < m.args.size(); ++i) acc = m.kind == K::and_ ? acc.logical_and(eval(m.args[i])) : acc.logical_or(eval(m.args[i]));
-        return acc;
-      }
-    }
-    return {};
-  }
-
-  const Problem& p_;
-  at::Tensor q_, kv_;
-};
+using namespace torch_detail;
 
 class TorchComposedBackend final : public Backend {
  public:
@@ -133,12 +27,20 @@ class TorchComposedBackend final : public Backend {
   }
 
   Forward forward(const Problem& p) override {
+    return rethrow_plain([&] { return forward_impl(p); });
+  }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return rethrow_plain([&] { return backward_impl(p, f, d_out, d_lse); });
+  }
+
+ private:
+  Forward forward_impl(const Problem& p) {
     c10::AutoGradMode no_grad(false);
     Graph g = build(p, false);
     return {from_torch(g.o), from_torch(g.lse_out)};
   }
 
-  Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor& d_lse) override {
+  Gradients backward_impl(const Problem& p, const Forward&, const Tensor& d_out, const Tensor& d_lse) {
     // Recomputes the forward with autograd on; the backend's own O enters only through the graph.
     Graph g = build(p, true);
     const at::Device dev = device_of(dev_);
@@ -150,7 +52,6 @@ class TorchComposedBackend final : public Backend {
     return {out(grads[0], g.q), out(grads[1], g.k), out(grads[2], g.v)};
   }
 
- private:
   struct Graph {
     at::Tensor q, k, v, o, lse_raw, lse_out, row_has;
   };

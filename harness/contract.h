@@ -1,0 +1,30 @@
+#pragma once
+// Numerics contracts: how a backend declares it computes, per input dtype
+// (DESIGN.md, "Numerics contracts and precision fingerprints").
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness/dtype.h"
+
+namespace attnfuzz {
+
+enum class Contract {
+  fp64,  // float64 throughout
+  fp32,  // fp32 operands, fp32 accumulation (strict: no TF32)
+  tf32,  // fp32 inputs, every matmul operand rounded to TF32 (10 mantissa bits), fp32 accumulation
+  fp16,  // fp16 operands, fp32 accumulation, P and dS rounded to fp16 before their matmuls
+  bf16,  // bf16 operands, fp32 accumulation, P and dS rounded to bf16 before their matmuls
+};
+
+std::string_view to_string(Contract c);
+std::optional<Contract> contract_from_string(std::string_view s);
+// Explicit mantissa bits of the matmul operands under the contract.
+int operand_mantissa_bits(Contract c);
+// What a well-behaved backend promises for inputs of this dtype.
+Contract natural_contract(DType d);
+// The contracts a fingerprint chooses between for inputs of this dtype, finest first.
+std::vector<Contract> fingerprint_ladder(DType d);
+
+}  // namespace attnfuzz

@@ -1,0 +1,57 @@
+#pragma once
+// The differential check of one case: every backend, through the single call and
+// the case's composition, against the float64 reference, judged by the tolerance
+// rule with baselines under each backend's declared contract; plus the other
+// checks (NaN/Inf, fully masked rows, determinism, unwritten output, contracts,
+// consistency). Produces a table and a list of findings with signatures.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/backend.h"
+#include "harness/case.h"
+#include "harness/compose.h"
+#include "harness/verdict.h"
+
+namespace attnfuzz {
+
+// The oracles the verdicts need, supplied by the caller (the harness depends on interfaces only).
+struct OracleSet {
+  Backend* reference = nullptr;  // float64
+  // The naive same-precision computation under a contract, in forward or reversed order.
+  std::function<std::unique_ptr<Backend>(Contract, bool reversed)> emulate;
+};
+
+struct DiffOptions {
+  bool include_single = true;     // also run the single call when the case has a composition
+  bool check_determinism = true;  // run every backend twice and compare bitwise
+  bool fingerprint_all = true;    // fingerprint every tensor (otherwise only failing ones)
+  ToleranceRule rule;
+};
+
+struct BackendRun {
+  std::string backend, version, composition, composition_class;
+  std::string contract;
+  bool skipped = false;
+  std::string skip_reason;
+  std::vector<std::string> notes;
+  std::vector<TensorVerdict> tensors;
+  int backend_calls = 0;
+};
+
+struct DiffReport {
+  uint64_t input_checksum = 0;
+  ToleranceRule rule;
+  std::vector<BackendRun> runs;
+  std::vector<Finding> findings;
+};
+
+// "single", "q_split" (queries cut, no merge) or "merged" (some LSE merge): the
+// composition part of a divergence signature.
+std::string composition_class(const Composition& c);
+
+DiffReport run_differential(const Case& c, const std::vector<Backend*>& backends, const OracleSet& oracles,
+                            const DiffOptions& opt = {});
+
+}  // namespace attnfuzz

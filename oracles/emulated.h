@@ -1,0 +1,25 @@
+#pragma once
+// The same-precision baseline of the tolerance rule: attention computed naively
+// (no tiling, no online softmax) under a declared numerics contract, with every
+// matmul operand rounded as the contract says, fp32 accumulation, and the outputs
+// rounded to the case dtype. Two accumulation orders (forward and reversed, like
+// FlashAttention's reorder_ops) give two baselines with independent rounding.
+// The same code, run under each contract of a ladder, gives the precision fingerprint.
+#include "harness/backend.h"
+
+namespace attnfuzz {
+
+class EmulatedBackend final : public Backend {
+ public:
+  EmulatedBackend(Contract contract, bool reversed_order) : contract_(contract), reversed_(reversed_order) {}
+  std::string name() const override;
+  std::optional<Contract> contract(DType) const override { return contract_; }
+  Forward forward(const Problem& p) override;
+  Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override;
+
+ private:
+  Contract contract_;
+  bool reversed_;
+};
+
+}  // namespace attnfuzz

@@ -1,0 +1,240 @@
+#include "oracles/plugin.h"
+
+#include <dlfcn.h>
+
+#include <bit>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <vector>
+
+#include "harness/case_json.h"
+#include "oracles/attnfuzz_plugin.h"
+
+namespace attnfuzz {
+namespace {
+
+// Poison written into every output before a call: NaNs with payloads no arithmetic produces.
+constexpr uint32_t kPoisonF32 = 0x7fc0deadu;
+constexpr uint16_t kPoisonF16 = 0x7e5au;
+constexpr uint16_t kPoisonBF16 = 0x7fa5u;
+
+int32_t af_dtype_of(DType d) {
+  switch (d) {
+    case DType::f32: return AF_F32;
+    case DType::f16: return AF_F16;
+    case DType::bf16: return AF_BF16;
+  }
+  return AF_F32;
+}
+
+size_t element_size(int32_t dt) { return dt == AF_F32 ? 4 : dt == AF_F64 ? 8 : 2; }
+
+// A tensor in plugin memory: the case dtype, the case layout, padded rows.
+struct Buffer {
+  std::vector<unsigned char> bytes;
+  af_tensor t{};
+
+  Buffer(const std::vector<int64_t>& shape, int32_t dtype, const Layout& layout) {
+    t.dtype = dtype;
+    t.device = AF_CPU;
+    t.ndim = static_cast<int32_t>(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
+    if (shape.size() == 4) {
+      const int64_t B = shape[0], H = shape[1], S = shape[2], D = shape[3], row = D + layout.row_padding;
+      t.strides[3] = 1;
+      if (layout.order == Layout::Order::bhsd) {
+        t.strides[2] = row, t.strides[1] = S * row, t.strides[0] = H * S * row;
+      } else {
+        t.strides[1] = row, t.strides[2] = H * row, t.strides[0] = S * H * row;
+      }
+      bytes.resize(static_cast<size_t>(B * H * S * row) * element_size(dtype));
+    } else {  // [B][H][S], contiguous
+      t.strides[2] = 1, t.strides[1] = shape[2], t.strides[0] = shape[1] * shape[2];
+      bytes.resize(static_cast<size_t>(shape[0] * shape[1] * shape[2]) * element_size(dtype));
+    }
+    t.data = bytes.data();
+  }
+
+  template <class F>
+  void for_each(F&& f) const {  // f(logical index, offset in elements)
+    const int64_t D = t.ndim == 4 ? t.shape[3] : 1;
+    size_t logical = 0;
+    for (int64_t b = 0; b < t.shape[0]; ++b)
+      for (int64_t h = 0; h < t.shape[1]; ++h)
+        for (int64_t s = 0; s < t.shape[2]; ++s)
+          for (int64_t d = 0; d < D; ++d, ++logical)
+            f(logical, static_cast<size_t>(b * t.strides[0] + h * t.strides[1] + s * t.strides[2] + (t.ndim == 4 ? d * t.strides[3] : 0)));
+  }
+
+  void poison() {
+    if (t.dtype == AF_F32) {
+      auto* p = reinterpret_cast<uint32_t*>(bytes.data());
+      std::fill(p, p + bytes.size() / 4, kPoisonF32);
+    } else {
+      auto* p = reinterpret_cast<uint16_t*>(bytes.data());
+      std::fill(p, p + bytes.size() / 2, t.dtype == AF_F16 ? kPoisonF16 : kPoisonBF16);
+    }
+  }
+
+  void store(const Tensor& src) {
+    for_each([&](size_t i, size_t off) {
+      const float f = static_cast<float>(src.data[i]);
+      if (t.dtype == AF_F32) std::memcpy(bytes.data() + off * 4, &f, 4);
+      else {
+        const uint16_t h = t.dtype == AF_F16 ? float_to_half_bits(f) : float_to_bf16_bits(f);
+        std::memcpy(bytes.data() + off * 2, &h, 2);
+      }
+    });
+  }
+
+  // Back to float64; counts elements still holding the poison.
+  Tensor load(size_t* unwritten) const {
+    Tensor out(std::vector<int64_t>(t.shape, t.shape + t.ndim));
+    size_t bad = 0;
+    for_each([&](size_t i, size_t off) {
+      if (t.dtype == AF_F32) {
+        uint32_t u;
+        std::memcpy(&u, bytes.data() + off * 4, 4);
+        bad += u == kPoisonF32;
+        out.data[i] = std::bit_cast<float>(u);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, bytes.data() + off * 2, 2);
+        bad += h == (t.dtype == AF_F16 ? kPoisonF16 : kPoisonBF16);
+        out.data[i] = t.dtype == AF_F16 ? half_bits_to_float(h) : bf16_bits_to_float(h);
+      }
+    });
+    if (unwritten) *unwritten = bad;
+    return out;
+  }
+};
+
+std::string restrictions_json(const Problem& p) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& r : p.restrictions)
+    a.push_back({{"left", r.left}, {"right", r.right}, {"align", r.align == Align::bottom_right ? "bottom_right" : "top_left"}, {"inside", r.inside}});
+  return a.dump();
+}
+
+class PluginBackend final : public Backend {
+ public:
+  PluginBackend(std::string path, void* handle, const af_plugin* plugin) : path_(std::move(path)), handle_(handle), pl_(plugin) {
+    try {
+      const auto j = nlohmann::json::parse(pl_->contract_json ? pl_->contract_json : "{}");
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        const DType d = dtype_from_string(it.key());
+        const auto c = contract_from_string(it.value().get<std::string>());
+        if (!c) throw std::invalid_argument("unknown contract '" + it.value().get<std::string>() + "'");
+        contracts_[d] = *c;
+      }
+    } catch (const std::exception& e) {
+      throw std::runtime_error("plugin " + path_ + ": malformed contract_json: " + e.what());
+    }
+  }
+  ~PluginBackend() override { dlclose(handle_); }
+
+  std::string name() const override { return std::string("plugin.") + (pl_->name ? pl_->name : "unnamed"); }
+  std::string version() const override { return pl_->version ? pl_->version : ""; }
+  std::string device() const override { return (pl_->flags & AF_DEVICE_IS_CUDA) ? "cuda" : "cpu"; }
+  std::optional<Contract> contract(DType d) const override {
+    auto it = contracts_.find(d);
+    return it == contracts_.end() ? std::nullopt : std::optional<Contract>(it->second);
+  }
+  bool masked_rows_zero() const override { return pl_->flags & AF_MASKED_ROWS_ZERO; }
+  bool backward_takes_dlse() const override { return pl_->flags & AF_BACKWARD_TAKES_DLSE; }
+
+  std::optional<std::string> unsupported_reason(const Problem& p) const override {
+    if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the plugin's contract";
+    if (pl_->flags & AF_DEVICE_IS_CUDA) return "CUDA plugins need the GPU build of the loader";
+    if (!pl_->supports) return std::nullopt;
+    Call call(p);
+    char msg[1024] = {0};
+    if (pl_->supports(&call.problem, msg, sizeof msg) != 0) return std::string(msg[0] ? msg : "unsupported (no reason given)");
+    return std::nullopt;
+  }
+
+  Forward forward(const Problem& p) override {
+    Call call(p);
+    const int32_t dt = af_dtype_of(p.dtype);
+    Buffer q(p.q.shape, dt, p.layout), k(p.k.shape, dt, p.layout), v(p.v.shape, dt, p.layout);
+    q.store(p.q), k.store(p.k), v.store(p.v);
+    const Shape& s = p.shape;
+    Buffer o({s.batch, s.heads_q, s.seq_q, s.head_dim_v}, dt, p.layout), lse({s.batch, s.heads_q, s.seq_q}, AF_F32, p.layout);
+    o.poison(), lse.poison();
+    char msg[1024] = {0};
+    if (pl_->forward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, msg, sizeof msg) != 0)
+      throw std::runtime_error(name() + ": forward failed: " + (msg[0] ? msg : "no message"));
+    Forward f;
+    f.o = o.load(&f.unwritten["O"]);
+    f.lse = lse.load(&f.unwritten["LSE"]);
+    return f;
+  }
+
+  Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override {
+    Call call(p);
+    const int32_t dt = af_dtype_of(p.dtype);
+    Buffer q(p.q.shape, dt, p.layout), k(p.k.shape, dt, p.layout), v(p.v.shape, dt, p.layout);
+    Buffer o(fwd.o.shape, dt, p.layout), lse(fwd.lse.shape, AF_F32, p.layout), d_o(d_out.shape, dt, p.layout);
+    Buffer g(d_lse.shape, AF_F32, p.layout);
+    q.store(p.q), k.store(p.k), v.store(p.v), o.store(fwd.o), lse.store(fwd.lse), d_o.store(d_out), g.store(d_lse);
+    Buffer dq(p.q.shape, dt, p.layout), dk(p.k.shape, dt, p.layout), dv(p.v.shape, dt, p.layout);
+    dq.poison(), dk.poison(), dv.poison();
+    char msg[1024] = {0};
+    if (pl_->backward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, &d_o.t, backward_takes_dlse() ? &g.t : nullptr, &dq.t, &dk.t,
+                      &dv.t, msg, sizeof msg) != 0)
+      throw std::runtime_error(name() + ": backward failed: " + (msg[0] ? msg : "no message"));
+    Gradients out;
+    out.dq = dq.load(&out.unwritten["dQ"]);
+    out.dk = dk.load(&out.unwritten["dK"]);
+    out.dv = dv.load(&out.unwritten["dV"]);
+    return out;
+  }
+
+ private:
+  // The af_problem of one call, with the strings it points to.
+  struct Call {
+    std::string mask_json, restrictions;
+    af_problem problem{};
+    explicit Call(const Problem& p) {
+      mask_json = p.mask_expr ? to_json(*p.mask_expr).dump() : R"({"kind":"none"})";
+      restrictions = restrictions_json(p);
+      const Shape& s = p.shape;
+      problem = {s.batch, s.heads_q, s.heads_kv, s.seq_q, s.seq_kv, s.head_dim_qk, s.head_dim_v, af_dtype_of(p.dtype),
+                 p.softcap ? 1 : 0, p.scale, p.softcap.value_or(0.0), mask_json.c_str(), restrictions.c_str(),
+                 p.q_offset, p.kv_offset, p.full_seq_q, p.full_seq_kv, p.mask.data()};
+    }
+  };
+
+  std::string path_;
+  void* handle_;
+  const af_plugin* pl_;
+  std::map<DType, Contract> contracts_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> load_plugin(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw std::runtime_error("plugin " + path + ": cannot load: " + dlerror());
+  auto fail = [&](const std::string& why) {
+    dlclose(h);
+    throw std::runtime_error("plugin " + path + ": " + why);
+  };
+  auto abi = reinterpret_cast<af_abi_version_fn>(dlsym(h, "attnfuzz_plugin_abi_version"));
+  if (!abi) fail("exports no attnfuzz_plugin_abi_version(): not an attnfuzz plugin");
+  const uint32_t version = abi();
+  if (version != ATTNFUZZ_PLUGIN_ABI_VERSION)
+    fail("ABI version " + std::to_string(version) + ", this attnfuzz speaks " + std::to_string(ATTNFUZZ_PLUGIN_ABI_VERSION));
+  auto get = reinterpret_cast<af_plugin_get_fn>(dlsym(h, "attnfuzz_plugin_get"));
+  if (!get) fail("exports no attnfuzz_plugin_get()");
+  const af_plugin* pl = get();
+  if (!pl) fail("attnfuzz_plugin_get() returned NULL");
+  if (pl->abi_version != ATTNFUZZ_PLUGIN_ABI_VERSION)
+    fail("af_plugin.abi_version is " + std::to_string(pl->abi_version) + ", this attnfuzz speaks " + std::to_string(ATTNFUZZ_PLUGIN_ABI_VERSION));
+  if (!pl->forward || !pl->backward) fail("af_plugin has no forward or backward entry point");
+  return std::make_unique<PluginBackend>(path, h, pl);
+}
+
+}  // namespace attnfuzz

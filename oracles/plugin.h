@@ -1,0 +1,15 @@
+#pragma once
+// Loads a backend from a shared library that exports the plugin C ABI
+// (oracles/attnfuzz_plugin.h). Another ABI version is refused with a clear error.
+#include <memory>
+#include <string>
+
+#include "harness/backend.h"
+
+namespace attnfuzz {
+
+// Throws std::runtime_error naming the path and the problem (cannot load, not a
+// plugin, wrong ABI version, malformed contract).
+std::unique_ptr<Backend> load_plugin(const std::string& path);
+
+}  // namespace attnfuzz
