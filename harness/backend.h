@@ -24,6 +24,9 @@ class Backend {
   // Whether forward() returns the LSE. Without it, LSE is not compared and compositions
   // that merge through LSEs cannot be built from this backend.
   virtual bool returns_lse() const { return true; }
+  // Relative accuracy of the LSE (stored as fp32 by everyone): 2^-24 unless the backend
+  // declares a coarser one (a fast approximate exp, say). Sets the LSE's tolerance floor.
+  virtual double lse_unit_roundoff(DType) const { return unit_roundoff(DType::f32); }
   // Why this backend cannot run the problem, or nothing when it can.
   virtual std::optional<std::string> unsupported_reason(const Problem&) const { return std::nullopt; }
   // Whether backward() honours d_lse. When it does not, the composition engine

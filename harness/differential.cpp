@@ -64,6 +64,10 @@ class Differential {
   Differential(const Case& c, const OracleSet& o, const DiffOptions& opt) : c_(c), oracles_(o), opt_(opt), in_(generate_inputs(c)) {
     ref_ = run_composition(*oracles_.reference, c_, in_, Composition{});
     skip_ = masked_rows(ref_);
+    if (oracles_.magnitudes) {
+      const Problem full = full_problem(c_, in_);
+      mags_ = oracles_.magnitudes(full, ref_.fwd, in_.d_out, in_.d_lse);
+    }
     report_.input_checksum = checksum(in_);
     report_.rule = opt_.rule;
   }
@@ -186,8 +190,26 @@ class Differential {
       }
       const ErrorStats err = error_of(t, i);
       const ErrorStats base = worse(error_of(*tensors_of(base_fwd)[static_cast<size_t>(i)], i), error_of(*tensors_of(base_rev)[static_cast<size_t>(i)], i));
-      const double u = (i == 1 || c_.dtype == DType::f32) ? unit_roundoff(DType::f32) : unit_roundoff(c_.dtype);
-      TensorVerdict v = judge_tensor(name, err, base, u, opt_.rule);
+      // LSE is fp32 for every dtype and lives on an absolute scale (log of a sum): its floor
+      // uses the backend's declared LSE accuracy and magnitudes of at least 1.
+      const bool lse = i == 1;
+      const double u = lse ? be.lse_unit_roundoff(c_.dtype) : unit_roundoff(c_.dtype == DType::f32 ? DType::f32 : c_.dtype);
+      FloorScale scale{err.ref_rms, err.ref_max_abs, 0.0};
+      if (lse) {
+        scale.rms = std::max(1.0, err.ref_rms), scale.max = std::max(1.0, err.ref_max_abs);
+      } else {
+        if (oracles_.magnitudes) {
+          const size_t slot = static_cast<size_t>(i == 0 ? 0 : i - 1);
+          const std::vector<uint8_t>* rows = i == 0 || i == 2 ? &skip_ : nullptr;
+          const ErrorStats ms = compare(mags_[slot], mags_[slot], rows);  // its rms and max
+          const ErrorStats ss = compare(mags_[slot + 4], mags_[slot + 4], rows);
+          scale.rms = std::max(scale.rms, ms.ref_rms), scale.max = std::max(scale.max, ms.ref_max_abs);
+          scale.sens_rms = ss.ref_rms, scale.sens_max = ss.ref_max_abs;
+          scale.sens_u = *contract == Contract::fp64 ? unit_roundoff(DType::f32) * 1e-9 : unit_roundoff(DType::f32);
+        }
+        scale.tiny = smallest_subnormal(c_.dtype);
+      }
+      TensorVerdict v = judge_tensor(name, err, base, u, scale, opt_.rule);
       if (opt_.fingerprint_all || !v.pass) {
         std::vector<std::pair<Contract, double>> rungs;
         for (Contract k : fingerprint_ladder(c_.dtype)) rungs.emplace_back(k, error_of(*tensors_of(emulation(k, false))[static_cast<size_t>(i)], i).rms);
@@ -249,6 +271,7 @@ class Differential {
   ComposedResult ref_;
   std::vector<uint8_t> skip_;
   std::map<std::pair<Contract, bool>, ComposedResult> emul_;
+  std::array<Tensor, 8> mags_;
   DiffReport report_;
 };
 

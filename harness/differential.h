@@ -4,6 +4,7 @@
 // rule with baselines under each backend's declared contract; plus the other
 // checks (NaN/Inf, fully masked rows, determinism, unwritten output, contracts,
 // consistency). Produces a table and a list of findings with signatures.
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,6 +22,11 @@ struct OracleSet {
   Backend* reference = nullptr;  // float64
   // The naive same-precision computation under a contract, in forward or reversed order.
   std::function<std::unique_ptr<Backend>(Contract, bool reversed)> emulate;
+  // Magnitudes of the terms behind O, dQ, dK, dV (absolute values propagated), for the
+  // tolerance floor: rounding error scales with them even where the result cancels.
+  // Two sets of four: the terms themselves, and the terms weighted by score sensitivity
+  // (1 + |S| terms), which rounding at the accumulation precision (fp32) multiplies.
+  std::function<std::array<Tensor, 8>(const Problem&, const Forward&, const Tensor& d_out, const Tensor& d_lse)> magnitudes;
 };
 
 struct DiffOptions {

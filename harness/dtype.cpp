@@ -31,6 +31,15 @@ double unit_roundoff(DType d) {
   return 0;
 }
 
+double smallest_subnormal(DType d) {
+  switch (d) {
+    case DType::f32: return std::ldexp(1.0, -149);
+    case DType::f16: return std::ldexp(1.0, -24);
+    case DType::bf16: return std::ldexp(1.0, -133);
+  }
+  return 0;
+}
+
 uint16_t float_to_half_bits(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (x >> 16) & 0x8000u;

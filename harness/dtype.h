@@ -13,6 +13,8 @@ std::string_view to_string(DType d);
 DType dtype_from_string(std::string_view s);  // throws std::invalid_argument
 // Unit roundoff u = 2^-p of the type (half an ulp at 1.0).
 double unit_roundoff(DType d);
+// The smallest positive subnormal of the type.
+double smallest_subnormal(DType d);
 
 // IEEE binary16 and bfloat16 conversions, round to nearest even, with
 // subnormals, overflow to infinity and NaN handled as the CUDA headers do.

@@ -49,13 +49,13 @@ Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, d
 }
 
 TensorVerdict judge_tensor(const std::string& name, const ErrorStats& impl, const ErrorStats& baseline, double u,
-                           const ToleranceRule& rule) {
+                           const FloorScale& scale, const ToleranceRule& rule) {
   TensorVerdict v;
   v.tensor = name;
   v.err = impl;
   v.baseline = baseline;
-  v.bound_rms = rule.c_rms * baseline.rms + rule.floor_units * u * impl.ref_rms;
-  v.bound_max = rule.c_max * baseline.max_abs + rule.floor_units * u * impl.ref_max_abs;
+  v.bound_rms = rule.c_rms * baseline.rms + rule.floor_units * (u * scale.rms + scale.sens_u * scale.sens_rms + scale.tiny);
+  v.bound_max = rule.c_max * baseline.max_abs + rule.floor_units * (u * scale.max + scale.sens_u * scale.sens_max + scale.tiny);
   v.pass = impl.nonfinite_mismatch == 0 && impl.rms <= v.bound_rms && impl.max_abs <= v.bound_max;
   return v;
 }

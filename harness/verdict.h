@@ -60,8 +60,14 @@ struct TensorVerdict {
   bool pass = true;
 };
 
+// The scale the floor multiplies: the magnitude of the terms behind the tensor
+// (rms and max over elements) and the storage type's smallest subnormal.
+struct FloorScale {
+  double rms = 0, max = 0, tiny = 0;
+  double sens_rms = 0, sens_max = 0, sens_u = 0;  // score-sensitivity terms at the accumulation precision
+};
 // Applies the rule; `u` is the unit roundoff of the tensor's storage type.
 TensorVerdict judge_tensor(const std::string& name, const ErrorStats& impl, const ErrorStats& baseline, double u,
-                           const ToleranceRule& rule);
+                           const FloorScale& scale, const ToleranceRule& rule);
 
 }  // namespace attnfuzz

@@ -1,5 +1,6 @@
 #include "oracles/registry.h"
 
+#include <cmath>
 #include <functional>
 #include <stdexcept>
 
@@ -63,6 +64,9 @@ BackendInfo describe_backend(const Backend& b) {
   }
   i.conventions = std::string(b.backward_takes_dlse() ? "dLSE" : "no-dLSE") + (b.returns_lse() ? " LSE" : " no-LSE") +
                   (b.masked_rows_zero() ? " masked-rows-zero" : " masked-rows-other");
+  for (DType d : {DType::f16, DType::bf16})
+    if (b.lse_unit_roundoff(d) > unit_roundoff(DType::f32))
+      i.conventions += " lse(" + std::string(to_string(d)) + ")~2^" + std::to_string(static_cast<int>(std::log2(b.lse_unit_roundoff(d))));
   i.available = true;
   return i;
 }
@@ -102,6 +106,11 @@ OracleSet default_oracles() {
   OracleSet o;
   o.reference = &reference;
   o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<EmulatedBackend>(c, reversed); };
+  o.magnitudes = [](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
+    Magnitudes m = reference_magnitudes(p, f, d_out, d_lse);
+    return std::array<Tensor, 8>{std::move(m.o),      std::move(m.dq),      std::move(m.dk),      std::move(m.dv),
+                                 std::move(m.sens_o), std::move(m.sens_dq), std::move(m.sens_dk), std::move(m.sens_dv)};
+  };
   return o;
 }
 

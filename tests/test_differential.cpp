@@ -1,0 +1,195 @@
+// The verdicts: each check finds what it is for (with the expected signature class),
+// and correct backends produce no finding over thousands of random cases.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <memory>
+#include <set>
+
+#include "generators/random_case.h"
+#include "harness/case_json.h"
+#include "harness/differential.h"
+#include "oracles/emulated.h"
+#include "oracles/reference.h"
+#include "oracles/registry.h"
+
+namespace attnfuzz {
+namespace {
+
+// A backend that computes under one contract and declares another.
+class Declares final : public Backend {
+ public:
+  Declares(std::string name, Contract computes, Contract declares) : name_(std::move(name)), impl_(computes, false), declared_(declares) {}
+  std::string name() const override { return name_; }
+  std::optional<Contract> contract(DType) const override { return declared_; }
+  Forward forward(const Problem& p) override { return impl_.forward(p); }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return impl_.backward(p, f, d_out, d_lse);
+  }
+
+ private:
+  std::string name_;
+  EmulatedBackend impl_;
+  Contract declared_;
+};
+
+Case small_case(DType d = DType::f32) {
+  Case c;
+  c.seed = 17;
+  c.shape = {1, 2, 1, 24, 40, 16, 16};
+  c.dtype = d;
+  c.mask = MaskExpr::causal_mask(Align::bottom_right);
+  c.d_lse = ValueDist{};
+  return c;
+}
+
+std::vector<FindingClass> classes(const DiffReport& r, const std::string& backend) {
+  std::vector<FindingClass> out;
+  for (const auto& f : r.findings)
+    if (f.signature.backend == backend) out.push_back(f.signature.cls);
+  return out;
+}
+
+TEST(Verdict, Tf32WhereFp32IsPromisedIsAContractViolationFingerprintedTf32) {
+  Declares tf32("tf32-as-fp32", Contract::tf32, Contract::fp32);
+  const DiffReport r = run_differential(small_case(), {&tf32}, default_oracles());
+  ASSERT_FALSE(r.findings.empty());
+  for (const auto& f : r.findings) {
+    EXPECT_EQ(f.signature.cls, FindingClass::contract_violation) << f.signature.to_string() << " " << f.detail;
+    EXPECT_NE(f.detail.find("computes like tf32"), std::string::npos) << f.detail;
+  }
+  for (const auto& t : r.runs[0].tensors)
+    EXPECT_EQ(t.print.label, "tf32") << t.tensor;
+}
+
+TEST(Verdict, HonestContractsPass) {
+  Declares tf32("tf32-honest", Contract::tf32, Contract::tf32);
+  Declares bf16("bf16-honest", Contract::bf16, Contract::bf16);
+  EXPECT_TRUE(run_differential(small_case(), {&tf32}, default_oracles()).findings.empty());
+  const DiffReport r = run_differential(small_case(DType::bf16), {&bf16}, default_oracles());
+  for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
+}
+
+TEST(Verdict, SameContractDifferentPrecisionIsInconsistent) {
+  // Both allow TF32; one computes in strict fp32, the other in TF32 (the JAX seed's situation).
+  Declares strict("computes-fp32", Contract::fp32, Contract::tf32);
+  Declares loose("computes-tf32", Contract::tf32, Contract::tf32);
+  const DiffReport r = run_differential(small_case(), {&strict, &loose}, default_oracles());
+  bool found = false;
+  for (const auto& f : r.findings) {
+    EXPECT_EQ(f.signature.cls, FindingClass::consistency) << f.signature.to_string();
+    found |= f.signature.cls == FindingClass::consistency && f.signature.backend == "computes-fp32~computes-tf32";
+  }
+  EXPECT_TRUE(found);
+}
+
+class Noisy final : public Backend {
+ public:
+  std::string name() const override { return "noisy"; }
+  Forward forward(const Problem& p) override {
+    Forward f = reference_forward(p);
+    f.o.data[0] += 1e-12 * static_cast<double>(++calls_);  // a different last bit each call
+    return f;
+  }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return reference_backward(p, f, d_out, d_lse);
+  }
+  int calls_ = 0;
+};
+
+TEST(Verdict, NondeterminismIsFound) {
+  Noisy noisy;
+  const DiffReport r = run_differential(small_case(), {&noisy}, default_oracles());
+  const auto cls = classes(r, "noisy");
+  EXPECT_NE(std::find(cls.begin(), cls.end(), FindingClass::nondeterministic), cls.end());
+}
+
+class NanMaskedRows final : public Backend {
+ public:
+  std::string name() const override { return "nan-rows"; }
+  Forward forward(const Problem& p) override {
+    Forward f = reference_forward(p);
+    for (size_t r = 0; r < f.lse.numel(); ++r)
+      if (std::isinf(f.lse.data[r])) {
+        f.lse.data[r] = NAN;
+        for (int64_t d = 0; d < p.shape.head_dim_v; ++d) f.o.data[r * static_cast<size_t>(p.shape.head_dim_v) + static_cast<size_t>(d)] = NAN;
+      }
+    return f;
+  }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return reference_backward(p, reference_forward(p), d_out, d_lse);
+  }
+};
+
+TEST(Verdict, FullyMaskedRowsBreakingTheConventionAreSemantic) {
+  Case c = small_case();
+  c.shape.seq_q = 40;
+  c.shape.seq_kv = 24;  // bottom-right causal with Sq > Skv: the first 16 rows see nothing
+  NanMaskedRows bad;
+  const DiffReport r = run_differential(c, {&bad}, default_oracles());
+  const auto cls = classes(r, "nan-rows");
+  ASSERT_FALSE(cls.empty());
+  for (auto k : cls) EXPECT_EQ(k, FindingClass::semantic);
+}
+
+TEST(Verdict, DroppedDlseThroughAMergeIsAMismatchInTheGradients) {
+  class Broken final : public Backend {
+   public:
+    std::string name() const override { return "drops-dlse"; }
+    Forward forward(const Problem& p) override { return reference_forward(p); }
+    Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+      return reference_backward(p, f, d_out, Tensor(d_lse.shape));
+    }
+  } broken;
+  Case c = case_from_string(R"({"format":"attnfuzz-case/1","seed":20240904,
+    "shape":{"heads_q":2,"seq_q":64,"head_dim_qk":32},"mask":{"kind":"causal"},
+    "grads":{"d_out":{"dist":"near_constant","mean":1.0,"sigma":0.0}},
+    "composition":{"kind":"q_split","bounds":[16],"children":[{"kind":"single"},
+      {"kind":"mask_partition","window":{"left":16,"right":0}}]}})");
+  const DiffReport r = run_differential(c, {&broken}, default_oracles());
+  std::set<std::string> hit;
+  for (const auto& f : r.findings) {
+    EXPECT_EQ(f.signature.composition, "merged") << f.signature.to_string();  // the single call (dLSE = 0) hides it
+    EXPECT_EQ(f.signature.cls, FindingClass::mismatch);
+    hit.insert(f.signature.tensor);
+  }
+  EXPECT_TRUE(hit.count("dQ") && hit.count("dK")) << "the seed's symptom: dQ and dK wrong, forward right";
+  EXPECT_FALSE(hit.count("O"));
+}
+
+// No false alarms: correct backends over random cases of every kind. Sharded so ctest
+// runs the shards in parallel; each failure prints the case as JSON.
+class NoFalseAlarms : public ::testing::TestWithParam<int> {};
+
+TEST_P(NoFalseAlarms, LibTorchCpuBackendsAndMutantZero) {
+  std::vector<std::unique_ptr<Backend>> owned;
+  const std::string mutant_ok = std::string("plugin:") + ATTNFUZZ_MUTANT_DIR + "/libattnfuzz_mutant_ok.so";
+  for (const std::string& n : {std::string("torch.math"), std::string("torch.sdpa.math"), std::string("torch.sdpa.cpu_flash"), mutant_ok}) {
+    try {
+      owned.push_back(make_backend(n));
+    } catch (const std::exception& e) {
+      GTEST_SKIP() << e.what();
+    }
+  }
+  std::vector<Backend*> backends;
+  for (auto& b : owned) backends.push_back(b.get());
+  DiffOptions opt;
+  opt.fingerprint_all = false;
+  const int shard = GetParam(), cases = 2000, shards = 8;
+  int reported = 0;
+  for (int i = shard; i < cases; i += shards) {
+    RandomCaseOptions g;
+    g.max_seq = 32;
+    const Case c = random_case(static_cast<uint64_t>(i) + 1'000'000, g);
+    const DiffReport r = run_differential(c, backends, default_oracles(), opt);
+    for (const auto& f : r.findings) {
+      ADD_FAILURE() << "false alarm on random case " << i << ": " << f.signature.to_string() << " " << f.detail;
+      if (++reported <= 3) std::cerr << write_case(c);
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Random, NoFalseAlarms, ::testing::Range(0, 8));
+
+}  // namespace
+}  // namespace attnfuzz

@@ -1,0 +1,104 @@
+// Every mutant of the zoo (tests/mutants/) through the full differential check: found,
+// with the expected signature class, on the seed scenario where the bug can show there
+// and on a random sample of cases; the ABI loader refuses other versions.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "generators/random_case.h"
+#include "harness/case_json.h"
+#include "harness/differential.h"
+#include "oracles/plugin.h"
+#include "oracles/registry.h"
+
+namespace attnfuzz {
+namespace {
+
+std::unique_ptr<Backend> mutant(const std::string& name) {
+  return load_plugin(std::string(ATTNFUZZ_MUTANT_DIR) + "/libattnfuzz_mutant_" + name + ".so");
+}
+
+const char* kSeedCase = R"({"format":"attnfuzz-case/1","seed":20240904,
+  "shape":{"heads_q":2,"seq_q":64,"head_dim_qk":32},"mask":{"kind":"causal"},
+  "grads":{"d_out":{"dist":"near_constant","mean":1.0,"sigma":0.0}},
+  "composition":{"kind":"q_split","bounds":[16],"children":[{"kind":"single"},
+    {"kind":"mask_partition","window":{"left":16,"right":0}}]}})";
+
+std::set<std::string> found_classes(Backend& be, const Case& c) {
+  std::set<std::string> out;
+  for (const auto& f : run_differential(c, {&be}, default_oracles()).findings) out.insert(to_string(f.signature.cls));
+  return out;
+}
+
+TEST(MutantZoo, SeedScenarioExposesTheSeedBugs) {
+  const Case seed = case_from_string(kSeedCase);
+  auto ok = mutant("ok");
+  EXPECT_TRUE(found_classes(*ok, seed).empty());
+  // The FlexAttention seed: forward right, dQ and dK wrong through the merge only.
+  auto dlse = mutant("ignores_dlse");
+  const DiffReport r = run_differential(seed, {dlse.get()}, default_oracles());
+  std::set<std::string> tensors;
+  for (const auto& f : r.findings) {
+    EXPECT_EQ(f.signature.cls, FindingClass::mismatch) << f.signature.to_string();
+    EXPECT_EQ(f.signature.composition, "merged") << f.signature.to_string();
+    tensors.insert(f.signature.tensor);
+  }
+  EXPECT_TRUE(tensors.count("dQ") && tensors.count("dK"));
+  EXPECT_FALSE(tensors.count("O") || tensors.count("LSE"));
+  // The JAX seed: a backward coarser than its contract, reported as such.
+  auto tf32 = mutant("tf32_backward");
+  const DiffReport t = run_differential(seed, {tf32.get()}, default_oracles());
+  ASSERT_FALSE(t.findings.empty());
+  for (const auto& f : t.findings) {
+    EXPECT_EQ(f.signature.cls, FindingClass::contract_violation) << f.signature.to_string();
+    EXPECT_NE(f.detail.find("computes like tf32"), std::string::npos) << f.detail;
+  }
+}
+
+// Each bug found with its class on a random sample (the first cases that trigger it
+// are enough; the sample is fixed, so the result is deterministic).
+TEST(MutantZoo, RandomSampleFindsEveryBugWithItsClass) {
+  const std::map<std::string, std::string> expected{
+      {"ignores_dlse", "mismatch"},     {"tf32_backward", "contract_violation"}, {"causal_align", "mismatch"},
+      {"last_tile_unmasked", "mismatch"}, {"masked_rows_nan", "semantic"},        {"gqa_backward_map", "mismatch"}};
+  for (const auto& [name, cls] : expected) {
+    auto be = mutant(name);
+    int hits = 0, cases = 0;
+    for (uint64_t seed = 0; seed < 400 && hits < 3; ++seed) {
+      RandomCaseOptions opt;
+      if (name == "tf32_backward") opt.dtypes = {DType::f32};
+      const Case c = random_case(seed + 77, opt);
+      ++cases;
+      const auto classes = found_classes(*be, c);
+      hits += classes.count(cls) > 0;
+    }
+    EXPECT_GE(hits, 3) << name << ": expected class " << cls << " found in " << hits << " of " << cases << " random cases";
+  }
+}
+
+TEST(PluginLoader, RefusesAnotherAbiVersionClearly) {
+  try {
+    load_plugin(std::string(ATTNFUZZ_PLUGIN_DIR) + "/libattnfuzz_plugin_wrong_abi.so");
+    FAIL() << "loaded a plugin of ABI version 999";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ABI version 999, this attnfuzz speaks 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_plugin("/nonexistent/lib.so"), std::runtime_error);
+}
+
+TEST(PluginLoader, DocumentedMinimalPluginLoadsAndPasses) {
+  auto be = make_backend(std::string("plugin:") + ATTNFUZZ_PLUGIN_DIR + "/libattnfuzz_plugin_minimal.so");
+  Case c = case_from_string(kSeedCase);
+  c.d_lse = ValueDist{};
+  const DiffReport r = run_differential(c, {be.get()}, default_oracles());
+  for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
+  ASSERT_FALSE(r.runs.empty());
+  EXPECT_FALSE(r.runs[0].skipped) << r.runs[0].skip_reason;
+  c.dtype = DType::bf16;
+  const DiffReport skipped = run_differential(c, {be.get()}, default_oracles());
+  EXPECT_TRUE(skipped.runs[0].skipped);  // the plugin's contract has no bf16
+}
+
+}  // namespace
+}  // namespace attnfuzz
