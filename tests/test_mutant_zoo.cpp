@@ -3,12 +3,16 @@
 // and on a random sample of cases; the ABI loader refuses other versions.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "generators/random_case.h"
 #include "harness/case_json.h"
+#include "generators/shrink.h"
 #include "harness/differential.h"
+#include "harness/minimize.h"
 #include "oracles/plugin.h"
 #include "oracles/registry.h"
 
@@ -98,6 +102,56 @@ TEST(PluginLoader, DocumentedMinimalPluginLoadsAndPasses) {
   c.dtype = DType::bf16;
   const DiffReport skipped = run_differential(c, {be.get()}, default_oracles());
   EXPECT_TRUE(skipped.runs[0].skipped);  // the plugin's contract has no bf16
+}
+
+}  // namespace
+}  // namespace attnfuzz
+
+namespace attnfuzz {
+namespace {
+
+// Every zoo bug minimizes to a tiny reproducer (B = 1, Hq <= 2, Sq, Skv <= 16, D <= 16)
+// that still shows the same signature. The TF32 bug needs enough elements for its
+// fingerprint to separate from fp32 (a few hundred): its bound on sizes is the same.
+TEST(MutantZoo, EveryBugMinimizesToATinyReproducerWithTheSameSignature) {
+  const std::map<std::string, std::string> expected{
+      {"ignores_dlse", "mismatch"},     {"tf32_backward", "contract_violation"}, {"causal_align", "mismatch"},
+      {"last_tile_unmasked", "mismatch"}, {"masked_rows_nan", "semantic"},        {"gqa_backward_map", "mismatch"}};
+  const OracleSet oracles = default_oracles();
+  for (const auto& [name, cls] : expected) {
+    auto be = mutant(name);
+    std::optional<Reproducer> found;
+    for (uint64_t seed = 0; seed < 400 && !found; ++seed) {
+      RandomCaseOptions opt;
+      if (name == "tf32_backward") opt.dtypes = {DType::f32};
+      const Case c = random_case(seed + 77, opt);
+      for (const auto& f : run_differential(c, {be.get()}, oracles).findings)
+        if (to_string(f.signature.cls) == cls) {
+          found = Reproducer{c, {}, f, "", 0, ""};
+          break;
+        }
+    }
+    ASSERT_TRUE(found) << name;
+    ShrinkReport rep;
+    const Reproducer m = minimize(*found, {be.get()}, oracles, shrink_candidates, case_size, &rep);
+    const Shape& s = m.c.shape;
+    SCOPED_TRACE(name + ": " + describe_shape(s) + " mask " + describe(m.c.mask) + " composition " + describe(m.c.composition));
+    std::cout << "minimized " << name << " in " << rep.steps << " steps: " << describe_shape(s) << " " << to_string(m.c.dtype)
+              << " mask " << describe(m.c.mask) << " composition " << describe(m.c.composition) << " dLSE "
+              << to_string(m.c.d_lse.kind) << " -> " << m.finding.signature.to_string() << "\n";
+    EXPECT_EQ(s.batch, 1);
+    // The GQA mapping bug needs Hkv >= 2 and a group >= 2: its floor is Hq = 4, Hkv = 2.
+    EXPECT_LE(s.heads_q, name == "gqa_backward_map" ? 4 : 2);
+    EXPECT_LE(s.seq_q, 16);
+    EXPECT_LE(s.seq_kv, 16);
+    EXPECT_LE(s.head_dim_qk, 16);
+    EXPECT_LE(s.head_dim_v, 16);
+    EXPECT_LT(rep.size_after, rep.size_before);
+    EXPECT_TRUE(signature_holds(m.c, found->finding.signature, {be.get()}, oracles));
+    EXPECT_EQ(m.finding.signature, found->finding.signature);
+    // Deterministic: the same input minimizes to the same case.
+    EXPECT_EQ(minimize(*found, {be.get()}, oracles, shrink_candidates, case_size).c, m.c);
+  }
 }
 
 }  // namespace

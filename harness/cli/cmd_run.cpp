@@ -3,12 +3,15 @@
 // `attnfuzz list`: the backends of this build and whether they can run here.
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <memory>
+#include <set>
 
 #include "harness/case_json.h"
 #include "harness/cli/commands.h"
 #include "harness/differential.h"
 #include "harness/errors.h"
+#include "harness/repro.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {
@@ -19,6 +22,7 @@ struct RunOptions {
   std::vector<std::string> backends;
   uint64_t memory_budget_mib = 8192;
   bool no_determinism = false;
+  std::string record_dir;
 };
 
 void print_report(const Case& c, const DiffReport& r) {
@@ -81,6 +85,17 @@ int run(const RunOptions& opt) {
   fmt::print("case      {}\n", opt.case_path);
   const DiffReport report = run_differential(c, backends, default_oracles(), dopt);
   print_report(c, report);
+  if (!opt.record_dir.empty() && !report.findings.empty()) {
+    std::filesystem::create_directories(opt.record_dir);
+    std::set<std::string> seen;
+    for (const auto& f : report.findings) {
+      if (!seen.insert(f.signature.to_string()).second) continue;
+      Reproducer r{c, opt.backends.empty() ? default_backend_names() : opt.backends, f, report.rule.describe(), report.input_checksum, ""};
+      const std::string path = opt.record_dir + "/" + repro_file_name(f.signature);
+      write_file_atomic(path, write_repro(r));
+      fmt::print("recorded  {}\n", path);
+    }
+  }
   return report.findings.empty() ? kExitOk : kExitDivergence;
 }
 
@@ -94,6 +109,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->delimiter(',');
   cmd->add_option("--memory-budget-mib", opt->memory_budget_mib, "refuse cases that need more host memory than this");
   cmd->add_flag("--no-determinism-check", opt->no_determinism, "run each backend once instead of twice");
+  cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory");
   cmd->callback([opt, &exit_code] { exit_code = run(*opt); });
 }
 

@@ -1,0 +1,90 @@
+// `attnfuzz minimize FINDING.json`: shrinks a reproducer while its divergence signature
+// holds, writes the minimized reproducer, and reports the steps and sizes.
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "generators/shrink.h"
+#include "harness/cli/commands.h"
+#include "harness/errors.h"
+#include "harness/minimize.h"
+#include "oracles/registry.h"
+
+namespace attnfuzz::cli {
+namespace {
+
+struct MinimizeOptions {
+  std::string path, out;
+  std::vector<std::string> backends;
+};
+
+int minimize_command(const MinimizeOptions& opt) {
+  Reproducer r;
+  try {
+    r = load_repro(opt.path);
+  } catch (const CaseError& e) {
+    fmt::print(stderr, "attnfuzz: {}: {}\n", opt.path, e.what());
+    return kExitBadInput;
+  }
+  std::vector<std::string> names = opt.backends.empty() ? r.backends : opt.backends;
+  // Only the backend named in the signature is needed (a consistency finding names two).
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;
+  for (const auto& n : names) {
+    try {
+      auto b = make_backend(n);
+      const std::string& who = r.finding.signature.backend;
+      if (who == b->name() || who.find(b->name() + "~") == 0 || who.find("~" + b->name()) != std::string::npos) {
+        backends.push_back(b.get());
+        owned.push_back(std::move(b));
+      }
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "attnfuzz: backend {}: {}\n", n, e.what());
+      return kExitBadInput;
+    }
+  }
+  if (backends.empty()) {
+    fmt::print(stderr, "attnfuzz: {}: none of the backends {} is '{}' (use --backends)\n", opt.path, fmt::join(names, ","),
+               r.finding.signature.backend);
+    return kExitBadInput;
+  }
+  const OracleSet oracles = default_oracles();
+  const Signature& sig = r.finding.signature;
+  fmt::print("signature {}\n", sig.to_string());
+  if (!signature_holds(r.c, sig, backends, oracles)) {
+    fmt::print("the signature does not reproduce on the original case: nothing to minimize\n");
+    return kExitDivergence;
+  }
+  ShrinkReport rep;
+  const Reproducer m = minimize(r, backends, oracles, shrink_candidates, case_size, &rep);
+  Reproducer out = m;
+  out.minimized_from = opt.path;
+  std::string dest = opt.out;
+  if (dest.empty()) {
+    std::filesystem::path p(opt.path);
+    dest = (p.parent_path() / (p.stem().string() + ".min.json")).string();
+  }
+  write_file_atomic(dest, write_repro(out));
+  fmt::print("shrunk    {} steps ({} candidates tried), size {} -> {}\n", rep.steps, rep.attempts, rep.size_before, rep.size_after);
+  fmt::print("before    {}  {}  mask {}  composition {}\n", describe_shape(r.c.shape), to_string(r.c.dtype), describe(r.c.mask),
+             describe(r.c.composition));
+  fmt::print("after     {}  {}  mask {}  composition {}\n", describe_shape(m.c.shape), to_string(m.c.dtype), describe(m.c.mask),
+             describe(m.c.composition));
+  fmt::print("wrote     {}\n", dest);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_minimize_command(CLI::App& app, int& exit_code) {
+  auto opt = std::make_shared<MinimizeOptions>();
+  CLI::App* cmd = app.add_subcommand("minimize", "Shrink a reproducer while its divergence signature holds");
+  cmd->add_option("finding", opt->path, "reproducer JSON (attnfuzz-repro/1)")->required();
+  cmd->add_option("--out", opt->out, "where to write the minimized reproducer (default: FINDING.min.json)");
+  cmd->add_option("--backends", opt->backends, "backends to load (default: those recorded in the finding)")->delimiter(',');
+  cmd->callback([opt, &exit_code] { exit_code = minimize_command(*opt); });
+}
+
+}  // namespace attnfuzz::cli

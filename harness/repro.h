@@ -1,0 +1,34 @@
+#pragma once
+// Reproducers ("format": "attnfuzz-repro/1"): a Case, the backends it ran through, the
+// finding (signature, detail, metrics, tolerance rule), the inputs' checksum and the
+// environment. Written atomically (temporary file, fsync, rename), so a crash never
+// leaves a torn file. `attnfuzz run`, `minimize` and the fuzz targets read and write them.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/case.h"
+#include "harness/verdict.h"
+
+namespace attnfuzz {
+
+inline constexpr const char* kReproFormat = "attnfuzz-repro/1";
+
+struct Reproducer {
+  Case c;
+  std::vector<std::string> backends;
+  Finding finding;
+  std::string rule;
+  uint64_t input_checksum = 0;
+  std::string minimized_from;  // the file it was shrunk from, if any
+};
+
+std::string write_repro(const Reproducer& r);
+Reproducer parse_repro(const std::string& text);  // throws CaseError
+Reproducer load_repro(const std::string& path);   // throws CaseError
+// Writes `text` to `path` atomically: a reader sees the old file or the whole new one.
+void write_file_atomic(const std::string& path, const std::string& text);
+// A file name from a signature: a short readable stem and a hash, stable across runs.
+std::string repro_file_name(const Signature& s);
+
+}  // namespace attnfuzz
