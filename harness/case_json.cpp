@@ -313,7 +313,7 @@ Case case_from_string(const std::string& text, const Limits& limits) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1E99999
     throw CaseError("<json>", std::string("malformed JSON: ") + e.what());
   }
   if (j.is_object() && j.contains("case") && !j.contains("format")) throw CaseError("format", "is required");

@@ -40,7 +40,7 @@ Reproducer parse_repro(const std::string& text) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1E99999
     throw CaseError("<json>", std::string("malformed JSON: ") + e.what());
   }
   if (!j.is_object() || j.value("format", "") != kReproFormat)

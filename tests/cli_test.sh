@@ -32,4 +32,21 @@ bad "10^12 elements" '{"format":"attnfuzz-case/1","seed":1,"shape":{"batch":1000
 check "missing file: exit 2" "[ $? -eq 2 ]"
 "$bin" run "$src/corpus/seed-flex-lse-merge.json" --backends reference,nosuch >/dev/null 2>"$tmp/err"
 check "unknown backend: exit 2" "[ $? -eq 2 ] && grep -q nosuch $tmp/err"
+# A fuzzer artifact imported, recorded, minimized and re-run: the same signature, smaller.
+mutants=$(dirname "$bin")/mutants
+if [ -f "$mutants/libattnfuzz_mutant_ignores_dlse.so" ]; then
+  plugin="plugin:$mutants/libattnfuzz_mutant_ignores_dlse.so"
+  printf '\x00\x00\x00\x00\xa2\xa2\xa2\xa2\xa2\xa2\xa2\xa2\x0a\x03' >"$tmp/crash-1"
+  "$bin" import "$tmp/crash-1" --backends "$plugin" >"$tmp/out" 2>&1
+  check "import finds the dLSE mutant (exit 1)" "[ $? -eq 1 ] && grep -q 'mismatch' $tmp/out"
+  "$bin" minimize "$tmp/crash-1.json" --out "$tmp/min.json" >"$tmp/out" 2>&1
+  check "minimize exits 0 and reports its steps" "[ $? -eq 0 ] && grep -q 'shrunk' $tmp/out"
+  cat "$tmp/out"
+  "$bin" run "$tmp/min.json" --backends "$plugin" >"$tmp/out" 2>&1
+  check "the minimized reproducer still diverges (exit 1)" "[ $? -eq 1 ]"
+  sig=$(grep -o '"key": "[^"]*"' "$tmp/min.json" | cut -d'"' -f4)
+  check "with the same signature ($sig)" "grep -qF -- '$sig' $tmp/out"
+  "$bin" run "$src/corpus/seed-flex-lse-merge.json" --backends "$plugin" --record "$tmp/rec" >/dev/null 2>&1
+  check "run --record writes one reproducer per signature" "[ \$(ls $tmp/rec | wc -l) -eq 2 ]"
+fi
 exit $fail

@@ -51,6 +51,8 @@ TEST(CaseJson, MinimalCaseTakesDefaults) {
 
 TEST(CaseJson, RejectsBadInputNamingTheField) {
   EXPECT_EQ(rejected_field("{not json"), "<json>");
+  // Found by the parser fuzz target: a number too large for a double threw out_of_range.
+  EXPECT_EQ(rejected_field(with("\"seed\":1", "\"seed\":1,\"scale\":23.060757784E81863")), "<json>");
   EXPECT_EQ(rejected_field("[1,2]"), "<root>");
   EXPECT_EQ(rejected_field(with("attnfuzz-case/1", "attnfuzz-case/9")), "format");
   EXPECT_EQ(rejected_field(with("\"heads_kv\":2", "\"heads_kv\":3")), "shape.heads_kv");

@@ -15,5 +15,6 @@ void add_run_command(CLI::App& app, int& exit_code);
 void add_list_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_minimize_command(CLI::App& app, int& exit_code);
+void add_import_command(CLI::App& app, int& exit_code);
 
 }  // namespace attnfuzz::cli

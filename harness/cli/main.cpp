@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   attnfuzz::cli::add_list_command(app, exit_code);
   attnfuzz::cli::add_generate_command(app, exit_code);
   attnfuzz::cli::add_minimize_command(app, exit_code);
+  attnfuzz::cli::add_import_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,63 @@
+// `attnfuzz import ARTIFACT`: turns a libFuzzer artifact of fuzz_differential (raw bytes)
+// into a normal reproducer, decoding it exactly as the target did and re-running it.
+#include <fmt/core.h>
+
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+#include "generators/fuzz_decode.h"
+#include "harness/case_json.h"
+#include "harness/cli/commands.h"
+#include "harness/differential.h"
+#include "harness/repro.h"
+#include "oracles/registry.h"
+
+namespace attnfuzz::cli {
+
+void add_import_command(CLI::App& app, int& exit_code) {
+  struct Options {
+    std::string artifact, out;
+    std::vector<std::string> backends;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("import", "Turn a fuzz_differential artifact into a reproducer JSON");
+  cmd->add_option("artifact", opt->artifact, "libFuzzer input (crash-*, or any corpus file)")->required();
+  cmd->add_option("--backends", opt->backends, "backends the fuzzer ran (ATTNFUZZ_FUZZ_BACKENDS)")->delimiter(',')->required();
+  cmd->add_option("--out", opt->out, "output file (default: ARTIFACT.json)");
+  cmd->callback([opt, &exit_code] {
+    std::ifstream in(opt->artifact, std::ios::binary);
+    if (!in) {
+      fmt::print(stderr, "attnfuzz: cannot open '{}'\n", opt->artifact);
+      exit_code = kExitBadInput;
+      return;
+    }
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const Case c = decode_case(bytes.data(), bytes.size());
+    std::vector<std::unique_ptr<Backend>> owned;
+    std::vector<Backend*> backends;
+    for (const auto& n : opt->backends) {
+      try {
+        owned.push_back(make_backend(n));
+        backends.push_back(owned.back().get());
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "attnfuzz: backend {}: {}\n", n, e.what());
+        exit_code = kExitBadInput;
+        return;
+      }
+    }
+    const DiffReport r = run_differential(c, backends, default_oracles());
+    const std::string dest = opt->out.empty() ? opt->artifact + ".json" : opt->out;
+    if (r.findings.empty()) {
+      write_file_atomic(dest, write_case(c));
+      fmt::print("no finding on re-run; wrote the case to {}\n", dest);
+      exit_code = kExitOk;
+      return;
+    }
+    write_file_atomic(dest, write_repro(Reproducer{c, opt->backends, r.findings[0], r.rule.describe(), r.input_checksum, opt->artifact}));
+    fmt::print("{} finding(s); wrote a reproducer of {} to {}\n", r.findings.size(), r.findings[0].signature.to_string(), dest);
+    exit_code = kExitDivergence;
+  });
+}
+
+}  // namespace attnfuzz::cli
