@@ -15,7 +15,7 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
 pkgs=(build-essential cmake ninja-build git unzip python3 python3-pip
       librapidcheck-dev libeigen3-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev)
+      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev chromium time python3)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -102,6 +102,19 @@ Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth) 
   return c;
 }
 
+// A size: uniform up to `max`, or (often) one of the corners where tiled kernels break:
+// 1, and just below, at and above multiples of 16, 64 and 128.
+int64_t random_size(SplitMix& r, int64_t max) {
+  static const std::vector<int64_t> corners{1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129};
+  if (r.chance(0.35)) {
+    std::vector<int64_t> fit;
+    for (int64_t c : corners)
+      if (c <= max) fit.push_back(c);
+    return r.pick(fit);
+  }
+  return r.range(1, max);
+}
+
 Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
   SplitMix r(seed);
   Case c;
@@ -110,10 +123,10 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
   s.batch = r.range(1, opt.max_batch);
   s.heads_kv = r.range(1, opt.max_heads_kv);
   s.heads_q = s.heads_kv * r.range(1, opt.max_group);
-  s.seq_q = r.range(1, opt.max_seq);
-  s.seq_kv = r.chance(0.3) ? s.seq_q : r.range(1, opt.max_seq);
-  s.head_dim_qk = r.range(1, opt.max_dim);
-  s.head_dim_v = r.chance(0.5) ? s.head_dim_qk : r.range(1, opt.max_dim);
+  s.seq_q = random_size(r, opt.max_seq);
+  s.seq_kv = r.chance(0.3) ? s.seq_q : random_size(r, opt.max_seq);
+  s.head_dim_qk = random_size(r, opt.max_dim);
+  s.head_dim_v = r.chance(0.5) ? s.head_dim_qk : random_size(r, opt.max_dim);
   c.dtype = r.pick(opt.dtypes);
   c.layout.order = r.chance(0.5) ? Layout::Order::bhsd : Layout::Order::bshd;
   c.layout.row_padding = r.chance(0.2) ? r.range(1, 8) : 0;

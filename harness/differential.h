@@ -34,6 +34,8 @@ struct DiffOptions {
   bool check_determinism = true;  // run every backend twice and compare bitwise
   bool fingerprint_all = true;    // fingerprint every tensor (otherwise only failing ones)
   ToleranceRule rule;
+  // Called before each backend runs (a worker reports it, so a crash names the backend).
+  std::function<void(const std::string&)> on_backend;
 };
 
 struct BackendRun {

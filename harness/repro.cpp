@@ -33,6 +33,7 @@ std::string write_repro(const Reproducer& r) {
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r.input_checksum));
   j["input_checksum"] = hex;
   if (!r.minimized_from.empty()) j["minimized_from"] = r.minimized_from;
+  if (r.case_index >= 0) j["case_index"] = r.case_index;
   return j.dump(2) + "\n";
 }
 
@@ -67,6 +68,7 @@ Reproducer parse_repro(const std::string& text) {
     }
     if (j.contains("input_checksum")) r.input_checksum = std::stoull(j.at("input_checksum").get<std::string>(), nullptr, 16);
     r.minimized_from = j.value("minimized_from", "");
+    r.case_index = j.value("case_index", int64_t{-1});
   } catch (const CaseError&) {
     throw;
   } catch (const std::exception& e) {
@@ -103,6 +105,14 @@ void write_file_atomic(const std::string& path, const std::string& text) {
     ::unlink(tmp.c_str());
     throw std::runtime_error("cannot rename " + tmp + " to " + path);
   }
+}
+
+std::string bucket_of(const Signature& s) { return s.backend + "/" + s.composition + "/" + s.tensor + "/" + to_string(s.cls); }
+
+std::string bucket_file_name(const Signature& s) {
+  Signature b = s;
+  b.dtype = b.mask = "*";
+  return repro_file_name(b);
 }
 
 std::string repro_file_name(const Signature& s) {

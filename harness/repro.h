@@ -21,6 +21,7 @@ struct Reproducer {
   std::string rule;
   uint64_t input_checksum = 0;
   std::string minimized_from;  // the file it was shrunk from, if any
+  int64_t case_index = -1;     // position in a campaign's case stream, if it came from one
 };
 
 std::string write_repro(const Reproducer& r);
@@ -30,5 +31,9 @@ Reproducer load_repro(const std::string& path);   // throws CaseError
 void write_file_atomic(const std::string& path, const std::string& text);
 // A file name from a signature: a short readable stem and a hash, stable across runs.
 std::string repro_file_name(const Signature& s);
+// Campaign deduplication buckets: backend/composition/tensor/class (dtype and mask left out),
+// and the file name of a bucket's representative.
+std::string bucket_of(const Signature& s);
+std::string bucket_file_name(const Signature& s);
 
 }  // namespace attnfuzz

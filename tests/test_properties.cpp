@@ -4,6 +4,8 @@
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 
 #include "generators/rc_case.h"
 #include "harness/case_json.h"
@@ -80,6 +82,74 @@ RC_GTEST_PROP(Properties, ScalingVLeavesPAndScalesOAndDv, ()) {
   const Gradients g2 = reference_backward(p, f2, in.d_out, in.d_lse);
   for (size_t i = 0; i < f.o.numel(); ++i) RC_ASSERT(f2.o.data[i] == 2.0 * f.o.data[i]);
   RC_ASSERT(close(g2.dv, g.dv, 1e-12));
+}
+
+}  // namespace
+}  // namespace attnfuzz
+
+namespace attnfuzz {
+namespace {
+
+void count_masks(const MaskExpr& m, std::set<std::string>& kinds, bool& empty_doc) {
+  kinds.insert(to_string(m.kind));
+  if (m.kind == MaskExpr::Kind::document)
+    for (size_t i = 0; i < m.segments_q.size(); ++i) empty_doc |= m.segments_q[i] == 0 || m.segments_kv[i] == 0;
+  for (const auto& a : m.args) count_masks(a, kinds, empty_doc);
+}
+
+bool has_empty_chunk(const Composition& c) {
+  for (size_t i = 1; i < c.bounds.size(); ++i)
+    if (c.bounds[i] == c.bounds[i - 1]) return true;
+  for (const auto& ch : c.children)
+    if (has_empty_chunk(ch)) return true;
+  return false;
+}
+
+// The generator reaches the corners where attention bugs live (issue: generators).
+TEST(Generator, ReachesTheCorners) {
+  RandomCaseOptions opt;
+  opt.max_seq = 130;
+  opt.max_dim = 130;
+  std::map<std::string, int> seen;
+  std::set<std::string> kinds;
+  for (uint64_t seed = 0; seed < 3000; ++seed) {
+    const Case c = random_case(seed, opt);
+    const Shape& s = c.shape;
+    seen["Sq>Skv"] += s.seq_q > s.seq_kv;
+    seen["Sq<Skv"] += s.seq_q < s.seq_kv;
+    seen["Sq=1"] += s.seq_q == 1;
+    seen["Skv=1"] += s.seq_kv == 1;
+    for (int64_t m : {16, 64, 128})
+      for (int64_t d : {-1, 0, 1}) seen["S=" + std::to_string(m + d)] += s.seq_q == m + d || s.seq_kv == m + d;
+    seen["D not pow2"] += (s.head_dim_qk & (s.head_dim_qk - 1)) != 0;
+    seen["Dqk!=Dv"] += s.head_dim_qk != s.head_dim_v;
+    seen["GQA"] += s.heads_q > s.heads_kv && s.heads_kv > 1;
+    seen["MQA"] += s.heads_kv == 1 && s.heads_q > 1;
+    bool empty_doc = false;
+    count_masks(c.mask, kinds, empty_doc);
+    seen["empty varlen segment"] += empty_doc;
+    seen["large logits"] += c.q.kind == ValueDist::Kind::large_logit || c.k.kind == ValueDist::Kind::large_logit;
+    seen["ties"] += c.q.kind == ValueDist::Kind::near_constant && c.q.sigma == 0.0;
+    seen["outliers"] += c.v.kind == ValueDist::Kind::outliers;
+    seen["padded"] += c.layout.row_padding > 0;
+    seen["bshd"] += c.layout.order == Layout::Order::bshd;
+    seen["dLSE"] += c.d_lse.kind != ValueDist::Kind::zero;
+    seen["empty chunk"] += has_empty_chunk(c.composition);
+    seen["softcap"] += c.softcap.has_value();
+    // Fully masked rows: some query row sees no key.
+    const Problem p = full_problem(c, Inputs{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
+                                             Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}), Tensor(), Tensor()});
+    bool masked_row = false;
+    for (int64_t i = 0; i < s.seq_q && !masked_row; ++i) {
+      bool any = false;
+      for (int64_t j = 0; j < s.seq_kv && !any; ++j) any = p.visible(0, 0, i, j);
+      masked_row = !any;
+    }
+    seen["fully masked row"] += masked_row;
+  }
+  for (const auto& [what, n] : seen) EXPECT_GE(n, 10) << what << " reached only " << n << " times in 3000 cases";
+  for (const char* k : {"none", "causal", "sliding_window", "document", "prefix_lm", "block_sparse", "random", "and", "or", "not"})
+    EXPECT_TRUE(kinds.count(k)) << k;
 }
 
 }  // namespace

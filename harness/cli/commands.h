@@ -2,6 +2,9 @@
 // Subcommands of the attnfuzz CLI. Each registers itself on the app and runs
 // through the callback it installs; the result lands in `exit_code`.
 #include <CLI/CLI.hpp>
+#include <optional>
+
+#include "harness/report.h"
 
 namespace attnfuzz::cli {
 
@@ -12,9 +15,13 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitInternal = 3;
 
 void add_run_command(CLI::App& app, int& exit_code);
+// Re-runs a recorded finding for the report's pictures.
+std::optional<ErrorProfile> finding_profile(const Reproducer& r);
 void add_list_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_minimize_command(CLI::App& app, int& exit_code);
 void add_import_command(CLI::App& app, int& exit_code);
+void add_campaign_commands(CLI::App& app, int& exit_code);
+void add_report_command(CLI::App& app, int& exit_code);
 
 }  // namespace attnfuzz::cli

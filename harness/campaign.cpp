@@ -1,0 +1,314 @@
+#include "harness/campaign.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "harness/case_json.h"
+#include "harness/errors.h"
+#include "harness/minimize.h"
+#include "harness/worker.h"
+
+namespace attnfuzz {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// findings/: one reproducer per bucket (backend, composition, tensor, class): a bug shows
+// under many dtypes and masks, and one minimized representative per bucket is what a
+// person triages (the full signature stays in the record). When two cases fall in the same
+// bucket the one earlier in the case stream is kept, so the store does not depend on
+// worker scheduling.
+class FindingStore {
+ public:
+  explicit FindingStore(std::string dir) : dir_(std::move(dir)) {
+    fs::create_directories(dir_);
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      const std::string name = e.path().filename().string();
+      if (e.path().extension() != ".json" || name.size() < 9 || name.find(".min.json") != std::string::npos) continue;
+      try {
+        const Reproducer r = load_repro(e.path().string());
+        known_[bucket_of(r.finding.signature)] = {r.case_index, r.finding.signature};
+      } catch (const std::exception&) {
+        // Not ours or damaged: left alone (atomic writes mean ours are never torn).
+      }
+    }
+  }
+
+  bool record(const Reproducer& r) {
+    std::lock_guard<std::mutex> lock(m_);
+    const std::string key = bucket_of(r.finding.signature);
+    auto it = known_.find(key);
+    if (it != known_.end() && (it->second.first <= r.case_index || r.case_index < 0)) return false;
+    write_file_atomic(dir_ + "/" + bucket_file_name(r.finding.signature), write_repro(r));
+    known_[key] = {r.case_index, r.finding.signature};
+    return true;
+  }
+
+  std::map<std::string, int> by_class() const {
+    std::lock_guard<std::mutex> lock(m_);
+    std::map<std::string, int> out;
+    for (const auto& [k, v] : known_) ++out[to_string(v.second.cls)];
+    return out;
+  }
+  std::vector<std::string> signatures() const {
+    std::lock_guard<std::mutex> lock(m_);
+    std::vector<std::string> out;
+    for (const auto& [k, v] : known_) out.push_back(v.second.to_string());
+    return out;
+  }
+
+ private:
+  std::string dir_;
+  mutable std::mutex m_;
+  std::map<std::string, std::pair<int64_t, Signature>> known_;  // bucket -> (case index, representative)
+};
+
+struct SavedState {
+  uint64_t next_k = 0;
+};
+
+std::string state_path(const CampaignOptions& o) { return o.out_dir + "/state.json"; }
+
+void save_state(const CampaignOptions& o, uint64_t next_k) {
+  json j{{"format", "attnfuzz-campaign-state/1"}, {"seed", o.seed}, {"shard", o.shard}, {"shards", o.shards}, {"next_k", next_k}};
+  write_file_atomic(state_path(o), j.dump(2) + "\n");
+}
+
+SavedState load_state(const CampaignOptions& o) {
+  SavedState s;
+  if (!fs::exists(state_path(o))) return s;
+  const json j = json::parse(read_file(state_path(o)));
+  if (j.value("seed", uint64_t{0}) != o.seed || j.value("shard", -1) != o.shard || j.value("shards", -1) != o.shards)
+    throw std::runtime_error("--resume: " + state_path(o) + " belongs to another campaign (seed/shard differ)");
+  s.next_k = j.value("next_k", uint64_t{0});
+  return s;
+}
+
+Reproducer death_finding(const Case& c, const WorkerProcess::Reply& reply, int64_t index, const std::vector<std::string>& backends) {
+  Reproducer r;
+  r.c = c;
+  r.backends = backends;
+  r.case_index = index;
+  Signature& s = r.finding.signature;
+  s.backend = reply.last_progress.empty() ? "worker" : reply.last_progress;
+  s.composition = "-";
+  s.tensor = "-";
+  s.cls = reply.status == WorkerProcess::Reply::Status::timed_out ? FindingClass::timeout : FindingClass::crash;
+  // A death has no tensor or composition; the mask is left out too, so one crash site
+  // is one finding per dtype rather than one per mask the stream happens to hit.
+  s.dtype = std::string(to_string(c.dtype));
+  s.mask = "-";
+  r.finding.detail = reply.detail;
+  return r;
+}
+
+std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
+  if (o.devices.empty()) return {};
+  return {"CUDA_VISIBLE_DEVICES=" + o.devices[worker % o.devices.size()]};
+}
+
+// One request to a worker: the findings of a case, or the crash/timeout it caused.
+std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& o) {
+  const json req{{"op", "run"}, {"case", to_json(c)}};
+  const WorkerProcess::Reply reply = w.request(req.dump(), o.timeout_seconds);
+  if (reply.status != WorkerProcess::Reply::Status::ok) return {death_finding(c, reply, index, o.backends)};
+  std::vector<Reproducer> out;
+  const json j = json::parse(reply.body);
+  for (const auto& f : j.at("findings")) {
+    Reproducer r = parse_repro(f.dump());
+    r.case_index = index;
+    r.backends = o.backends;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string rate_line(uint64_t cases, double secs, double budget, const std::map<std::string, int>& by_class) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%llu cases, %.1f cases/s, %.0f s elapsed, %.0f s left, findings:",
+                static_cast<unsigned long long>(cases), secs > 0 ? static_cast<double>(cases) / secs : 0.0, secs,
+                std::max(0.0, budget - secs));
+  std::string s = buf;
+  if (by_class.empty()) s += " none";
+  for (const auto& [k, v] : by_class) s += " " + k + "=" + std::to_string(v);
+  return s;
+}
+
+}  // namespace
+
+CampaignSummary run_campaign(const CampaignOptions& o) {
+  if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards) throw std::invalid_argument("--shard i/N needs 0 <= i < N");
+  fs::create_directories(o.out_dir);
+  const SavedState saved = o.resume ? load_state(o) : SavedState{};
+  if (!o.resume && fs::exists(state_path(o)))
+    throw std::runtime_error(o.out_dir + " holds a campaign already: use --resume, or another --out");
+  FindingStore store(o.out_dir + "/findings");
+
+  std::atomic<uint64_t> next_k{saved.next_k};
+  std::atomic<uint64_t> done{0};
+  std::mutex flight_m;
+  std::set<uint64_t> in_flight;
+  std::atomic<bool> stop{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto completed_prefix = [&] {
+    std::lock_guard<std::mutex> lock(flight_m);
+    return in_flight.empty() ? next_k.load() : *in_flight.begin();
+  };
+  save_state(o, saved.next_k);
+
+  const size_t workers = std::max<size_t>(static_cast<size_t>(std::max(o.jobs, 1)), o.devices.size());
+  std::vector<std::thread> threads;
+  std::mutex error_m;
+  std::string worker_error;
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      try {
+        WorkerProcess proc(o.worker_argv, worker_env(o, w));
+        while (!stop) {
+          if (elapsed() >= o.budget_seconds) break;
+          uint64_t k;
+          {
+            std::lock_guard<std::mutex> lock(flight_m);
+            k = next_k.load();
+            if (o.budget_cases && k >= o.budget_cases) break;
+            next_k = k + 1;
+            in_flight.insert(k);
+          }
+          const uint64_t g = global_case_index(k, o.shard, o.shards);
+          const Case c = o.make_case(g);
+          for (const auto& r : run_case(proc, c, static_cast<int64_t>(g), o)) store.record(r);
+          {
+            std::lock_guard<std::mutex> lock(flight_m);
+            in_flight.erase(k);
+          }
+          ++done;
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(error_m);
+        worker_error = e.what();
+        stop = true;
+      }
+    });
+
+  // Progress: a rewritten line on a terminal, plain lines every 5 s otherwise; the state
+  // file follows the completed prefix of the case stream, once a second.
+  const bool tty = ::isatty(2);
+  double last_line = 0;
+  for (;;) {
+    bool all_done = true;
+    for (auto& t : threads) all_done &= !t.joinable() || false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    save_state(o, completed_prefix());
+    const double secs = elapsed();
+    const bool finished = (o.budget_cases && next_k.load() >= o.budget_cases && completed_prefix() >= o.budget_cases) ||
+                          secs >= o.budget_seconds || stop;
+    if (!o.quiet && (tty || secs - last_line >= 5.0)) {
+      const std::string line = rate_line(done.load(), secs, o.budget_seconds, store.by_class());
+      std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line.c_str());
+      last_line = secs;
+    }
+    (void)all_done;
+    if (finished) break;
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  if (!worker_error.empty()) throw std::runtime_error("worker: " + worker_error);
+  save_state(o, completed_prefix());
+  if (!o.quiet) std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n", rate_line(done.load(), elapsed(), o.budget_seconds, store.by_class()).c_str());
+
+  CampaignSummary s;
+  s.cases = done.load();
+  s.next_index = completed_prefix();
+  s.cases_total = s.next_index;
+  s.seconds = elapsed();
+  if (o.minimize) minimize_findings(o);
+  s.findings_by_class = store.by_class();
+  s.signatures = store.signatures();
+  std::sort(s.signatures.begin(), s.signatures.end());
+  write_file_atomic(o.out_dir + "/summary.json", summary_json(s, o));
+  return s;
+}
+
+void minimize_findings(const CampaignOptions& o) {
+  if (!o.candidates || !o.size) return;
+  const std::string dir = o.out_dir + "/findings";
+  if (!fs::exists(dir)) return;
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string p = e.path().string();
+    if (e.path().extension() == ".json" && p.find(".min.json") == std::string::npos && p.find(".tmp.") == std::string::npos &&
+        !fs::exists(p.substr(0, p.size() - 5) + ".min.json"))
+      files.push_back(p);
+  }
+  std::sort(files.begin(), files.end());
+  // Findings are independent: one worker per job takes the next file.
+  std::atomic<size_t> next{0};
+  auto minimize_one = [&](WorkerProcess& proc, const std::string& path) {
+    Reproducer r;
+    try {
+      r = load_repro(path);
+    } catch (const std::exception&) {
+      return;
+    }
+    const Signature sig = r.finding.signature;
+    const bool death = sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout;
+    // A hang costs the whole watchdog on every candidate that still hangs: a short one,
+    // and fewer attempts, for deaths.
+    CampaignOptions oo = o;
+    if (sig.cls == FindingClass::timeout) oo.timeout_seconds = std::min(o.timeout_seconds, 2.0);
+    auto keeps = [&](const Case& c) {
+      for (const auto& f : run_case(proc, c, r.case_index, oo))
+        if (f.finding.signature == sig) return true;
+      return false;
+    };
+    const ShrinkReport rep = shrink(r.c, keeps, o.candidates, o.size, death ? 30 : 2000);
+    Reproducer m = r;
+    m.c = rep.minimized;
+    m.minimized_from = fs::path(path).filename().string();
+    for (const auto& f : run_case(proc, m.c, r.case_index, oo))
+      if (f.finding.signature == sig) m.finding = f.finding, m.input_checksum = f.input_checksum;
+    write_file_atomic(path.substr(0, path.size() - 5) + ".min.json", write_repro(m));
+  };
+  const size_t workers = std::min(files.size(), std::max<size_t>(static_cast<size_t>(std::max(o.jobs, 1)), o.devices.size()));
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      WorkerProcess proc(o.worker_argv, worker_env(o, w));
+      for (size_t i = next++; i < files.size(); i = next++) minimize_one(proc, files[i]);
+    });
+  for (auto& t : threads) t.join();
+}
+
+std::string summary_json(const CampaignSummary& s, const CampaignOptions& o) {
+  json j;
+  j["format"] = "attnfuzz-summary/1";
+  j["seed"] = o.seed;
+  j["shard"] = std::to_string(o.shard) + "/" + std::to_string(o.shards);
+  j["backends"] = o.backends;
+  j["cases"] = s.cases_total;
+  j["findings_by_class"] = s.findings_by_class;
+  j["signatures"] = s.signatures;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,57 @@
+#pragma once
+// Campaigns: a time- or count-budgeted loop over generated cases, each run in an isolated
+// worker process (harness/worker.h), findings deduplicated by signature and recorded
+// atomically, progress on the terminal, resumable after a kill, sharded deterministically.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/case.h"
+#include "harness/repro.h"
+
+namespace attnfuzz {
+
+struct CampaignOptions {
+  uint64_t seed = 1;
+  double budget_seconds = 60;  // stop claiming new cases after this long
+  uint64_t budget_cases = 0;   // or after this many cases of this shard (0: no count limit)
+  int shard = 0, shards = 1;   // this process runs global case indexes g with g % shards == shard
+  std::vector<std::string> backends;
+  std::string out_dir = "attnfuzz-out";
+  bool resume = false;
+  int jobs = 1;                      // worker processes
+  std::vector<std::string> devices;  // one worker per entry, CUDA_VISIBLE_DEVICES=<entry>
+  double timeout_seconds = 30;       // watchdog per case
+  bool minimize = true;
+  bool quiet = false;
+  // Global case index -> case (deterministic).
+  std::function<Case(uint64_t)> make_case;
+  // Shrinking, for minimize_findings (the generators' shrinkers; harness sees interfaces only).
+  std::function<std::vector<Case>(const Case&)> candidates;
+  std::function<uint64_t(const Case&)> size;
+  // argv of a worker: the attnfuzz executable and its `worker` subcommand with the backends.
+  std::vector<std::string> worker_argv;
+};
+
+struct CampaignSummary {
+  uint64_t cases = 0;  // cases run by this invocation (resumed ones included in cases_total)
+  uint64_t cases_total = 0;
+  double seconds = 0;
+  std::map<std::string, int> findings_by_class;
+  std::vector<std::string> signatures;  // sorted
+  uint64_t next_index = 0;
+};
+
+// Runs the campaign; writes findings/, state.json, summary.json into out_dir.
+CampaignSummary run_campaign(const CampaignOptions& opt);
+// Minimizes every recorded finding without a .min.json yet (through a worker).
+void minimize_findings(const CampaignOptions& opt);
+// The global index of the k-th case of a shard.
+inline uint64_t global_case_index(uint64_t k, int shard, int shards) { return k * static_cast<uint64_t>(shards) + static_cast<uint64_t>(shard); }
+
+// Summary as JSON (sorted, no timestamps: two identical runs give identical bytes).
+std::string summary_json(const CampaignSummary& s, const CampaignOptions& opt);
+
+}  // namespace attnfuzz

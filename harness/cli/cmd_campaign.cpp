@@ -1,0 +1,389 @@
+// `attnfuzz campaign`, `attnfuzz check`, `attnfuzz replay`, `attnfuzz merge`, and the
+// hidden `attnfuzz worker` that runs cases in an isolated process.
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include "harness/report.h"
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "generators/random_case.h"
+#include "generators/shrink.h"
+#include "harness/campaign.h"
+#include "harness/case_json.h"
+#include "harness/cli/commands.h"
+#include "harness/differential.h"
+#include "harness/errors.h"
+#include "harness/inputs.h"
+#include "harness/junit.h"
+#include "harness/minimize.h"
+#include "harness/rng.h"
+#include "harness/worker.h"
+#include "oracles/registry.h"
+
+namespace attnfuzz::cli {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> resolve_backends(const std::vector<std::string>& given) {
+  return given.empty() ? default_backend_names() : given;
+}
+
+std::vector<std::string> worker_argv(const std::vector<std::string>& backends) {
+  return {self_executable(), "worker", "--backends", fmt::format("{}", fmt::join(backends, ","))};
+}
+
+// The default mix: random cases of every kind, sizes up to 64 (the CPU throughput target).
+Case campaign_case(uint64_t seed, uint64_t index, int64_t max_seq) {
+  RandomCaseOptions g;
+  g.max_seq = max_seq;
+  return random_case(splitmix64(seed ^ splitmix64(index)), g);
+}
+
+struct CampaignArgs {
+  uint64_t seed = 1;
+  double seconds = 30;
+  uint64_t cases = 0;
+  std::string shard = "0/1";
+  std::vector<std::string> backends;
+  std::string out;  // default: attnfuzz-runs/<UTC time>
+  bool resume = false, no_minimize = false, quiet = false;
+  int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::string devices;
+  double timeout = 30;
+  int64_t max_seq = 64;
+};
+
+CampaignOptions to_options(const CampaignArgs& a) {
+  CampaignOptions o;
+  o.seed = a.seed;
+  o.budget_seconds = a.seconds;
+  o.budget_cases = a.cases;
+  const auto slash = a.shard.find('/');
+  if (slash == std::string::npos) throw std::invalid_argument("--shard takes i/N");
+  o.shard = std::stoi(a.shard.substr(0, slash));
+  o.shards = std::stoi(a.shard.substr(slash + 1));
+  o.backends = resolve_backends(a.backends);
+  o.out_dir = a.out;
+  if (o.out_dir.empty()) {
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+    o.out_dir = std::string("attnfuzz-runs/") + stamp;
+  }
+  o.resume = a.resume;
+  o.jobs = a.jobs;
+  std::stringstream ss(a.devices);
+  for (std::string d; std::getline(ss, d, ',');)
+    if (!d.empty()) o.devices.push_back(d);
+  o.timeout_seconds = a.timeout;
+  o.minimize = !a.no_minimize;
+  o.quiet = a.quiet;
+  const uint64_t seed = a.seed;
+  const int64_t max_seq = a.max_seq;
+  o.make_case = [seed, max_seq](uint64_t g) { return campaign_case(seed, g, max_seq); };
+  o.candidates = shrink_candidates;
+  o.size = case_size;
+  o.worker_argv = worker_argv(o.backends);
+  return o;
+}
+
+void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
+  cmd->add_option("--seed", a.seed, "campaign seed (the case stream is a function of it)");
+  cmd->add_option("--backends", a.backends, "backends (default: every CPU backend here)")->delimiter(',');
+  cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)");
+  cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams");
+  cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, 256));
+  cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
+  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");
+  cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases")->check(CLI::Range(1, 1 << 16));
+  cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
+  cmd->add_flag("--quiet", a.quiet, "no progress lines");
+}
+
+int campaign_command(const CampaignArgs& a) {
+  CampaignOptions o;
+  try {
+    o = to_options(a);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    return kExitBadInput;
+  }
+  fmt::print("campaign  seed {} shard {} backends {} -> {}\n", o.seed, a.shard, fmt::join(o.backends, ","), o.out_dir);
+  std::fflush(stdout);
+  CampaignSummary s;
+  try {
+    s = run_campaign(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    return kExitBadInput;
+  }
+  fmt::print("done      {} cases in {:.1f} s ({:.1f} cases/s), {} finding(s)\n", s.cases, s.seconds,
+             s.seconds > 0 ? static_cast<double>(s.cases) / s.seconds : 0.0, s.signatures.size());
+  for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
+  fmt::print("report    {}\n", write_report(o.out_dir, finding_profile));
+  return s.signatures.empty() ? kExitOk : kExitDivergence;
+}
+
+// --- replay ---------------------------------------------------------------------------
+
+std::vector<std::string> collect_repros(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  for (const auto& p : paths) {
+    if (fs::is_directory(p)) {
+      for (const auto& e : fs::recursive_directory_iterator(p))
+        if (e.is_regular_file() && e.path().extension() == ".json") out.push_back(e.path().string());
+    } else {
+      out.push_back(p);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int replay_command(const std::vector<std::string>& paths, const std::vector<std::string>& backends_override, const std::string& junit,
+                   double timeout) {
+  std::vector<JUnitCase> cases;
+  int failing = 0, fixed = 0, errors = 0, skipped = 0;
+  for (const auto& path : collect_repros(paths)) {
+    std::string text;
+    {
+      std::ifstream in(path);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+    if (text.find("attnfuzz-repro/1") == std::string::npos) {
+      ++skipped;  // a plain case or another file: not a reproducer
+      continue;
+    }
+    Reproducer r;
+    try {
+      r = parse_repro(text);
+    } catch (const CaseError& e) {
+      fmt::print("ERROR     {}: {}\n", path, e.what());
+      cases.push_back({"replay", path, std::string("unreadable: ") + e.what(), ""});
+      ++errors;
+      continue;
+    }
+    const uint64_t sum = checksum(generate_inputs(r.c));
+    if (r.input_checksum && sum != r.input_checksum) {
+      fmt::print("ERROR     {}: input checksum {:016x} differs from the recorded {:016x}; not judged\n", path, sum, r.input_checksum);
+      cases.push_back({"replay", path, "input checksum differs from the recorded one", ""});
+      ++errors;
+      continue;
+    }
+    const std::vector<std::string> names = backends_override.empty() ? r.backends : backends_override;
+    CampaignOptions o;
+    o.backends = names;
+    o.timeout_seconds = timeout;
+    o.worker_argv = worker_argv(names);
+    WorkerProcess w(o.worker_argv, {});
+    const json req{{"op", "run"}, {"case", to_json(r.c)}};
+    const WorkerProcess::Reply reply = w.request(req.dump(), timeout);
+    bool still = false;
+    const Signature& sig = r.finding.signature;
+    if (reply.status != WorkerProcess::Reply::Status::ok) {
+      const FindingClass died = reply.status == WorkerProcess::Reply::Status::timed_out ? FindingClass::timeout : FindingClass::crash;
+      still = sig.cls == died;
+      if (!still) {
+        fmt::print("ERROR     {}: the worker died ({}) while replaying\n", path, reply.detail);
+        cases.push_back({"replay", path, "worker died: " + reply.detail, ""});
+        ++errors;
+        continue;
+      }
+    } else {
+      const json j = json::parse(reply.body);
+      if (j.contains("error")) {
+        fmt::print("ERROR     {}: {}\n", path, j.at("error").get<std::string>());
+        cases.push_back({"replay", path, j.at("error").get<std::string>(), ""});
+        ++errors;
+        continue;
+      }
+      for (const auto& f : j.at("findings"))
+        if (parse_repro(f.dump()).finding.signature == sig) still = true;
+    }
+    if (still) {
+      ++failing;
+      fmt::print("FAILING   {}  {}\n", path, sig.to_string());
+      cases.push_back({"replay", path, "still failing: " + sig.to_string(), ""});
+    } else {
+      ++fixed;
+      fmt::print("fixed     {}  {}\n", path, sig.to_string());
+      cases.push_back({"replay", path, "", "fixed: " + sig.to_string()});
+    }
+  }
+  fmt::print("{} still failing, {} fixed, {} errors, {} files skipped (not reproducers)\n", failing, fixed, errors, skipped);
+  if (!junit.empty()) write_file_atomic(junit, junit_xml("attnfuzz.replay", cases));
+  return failing || errors ? kExitDivergence : kExitOk;
+}
+
+// --- worker -----------------------------------------------------------------------------
+
+int worker_command(const std::vector<std::string>& names) {
+  // The protocol owns the original stdout; anything a backend prints goes to stderr.
+  const int proto = ::dup(1);
+  ::dup2(2, 1);
+  FILE* out = ::fdopen(proto, "w");
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;
+  std::string load_error;
+  for (const auto& n : names) {
+    try {
+      owned.push_back(make_backend(n));
+      backends.push_back(owned.back().get());
+    } catch (const std::exception& e) {
+      load_error = e.what();
+    }
+  }
+  const OracleSet oracles = default_oracles();
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    json reply;
+    try {
+      if (!load_error.empty()) throw std::runtime_error(load_error);
+      const json req = json::parse(line);
+      const Case c = case_from_json(req.at("case"));
+      DiffOptions opt;
+      opt.fingerprint_all = false;
+      opt.on_backend = [out](const std::string& b) {
+        std::fprintf(out, "P %s\n", b.c_str());
+        std::fflush(out);
+      };
+      const DiffReport r = run_differential(c, backends, oracles, opt);
+      json findings = json::array();
+      for (const auto& f : r.findings)
+        findings.push_back(json::parse(write_repro(Reproducer{c, names, f, r.rule.describe(), r.input_checksum, "", -1})));
+      reply["findings"] = findings;
+    } catch (const std::exception& e) {
+      reply["error"] = e.what();
+      reply["findings"] = json::array();
+    }
+    std::fprintf(out, "R %s\n", reply.dump().c_str());
+    std::fflush(out);
+  }
+  return kExitOk;
+}
+
+// --- merge ------------------------------------------------------------------------------
+
+int merge_command(const std::vector<std::string>& dirs, const std::string& out) {
+  fs::create_directories(out + "/findings");
+  std::map<std::string, std::pair<int64_t, std::string>> best;  // signature -> (case index, file)
+  uint64_t cases = 0;
+  json shards = json::array();
+  for (const auto& d : dirs) {
+    if (fs::exists(d + "/summary.json")) {
+      std::ifstream in(d + "/summary.json");
+      const json s = json::parse(in);
+      cases += s.value("cases", uint64_t{0});
+      shards.push_back(s.value("shard", "?"));
+    }
+    if (!fs::exists(d + "/findings")) continue;
+    for (const auto& e : fs::directory_iterator(d + "/findings")) {
+      const std::string p = e.path().string();
+      if (e.path().extension() != ".json" || p.find(".min.json") != std::string::npos) continue;
+      try {
+        const Reproducer r = load_repro(p);
+        const std::string key = r.finding.signature.to_string();
+        auto it = best.find(key);
+        if (it == best.end() || r.case_index < it->second.first) best[key] = {r.case_index, p};
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  std::map<std::string, int> by_class;
+  std::vector<std::string> sigs;
+  for (const auto& [key, v] : best) {
+    const std::string name = fs::path(v.second).filename().string();
+    fs::copy_file(v.second, out + "/findings/" + name, fs::copy_options::overwrite_existing);
+    const std::string min = v.second.substr(0, v.second.size() - 5) + ".min.json";
+    if (fs::exists(min)) fs::copy_file(min, out + "/findings/" + fs::path(min).filename().string(), fs::copy_options::overwrite_existing);
+    ++by_class[to_string(load_repro(v.second).finding.signature.cls)];
+    sigs.push_back(key);
+  }
+  json s{{"format", "attnfuzz-summary/1"}, {"merged_shards", shards}, {"cases", cases}, {"findings_by_class", by_class}, {"signatures", sigs}};
+  write_file_atomic(out + "/summary.json", s.dump(2) + "\n");
+  fmt::print("merged {} directories: {} cases, {} distinct finding(s) -> {}\n", dirs.size(), cases, sigs.size(), out);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_campaign_commands(CLI::App& app, int& exit_code) {
+  auto ca = std::make_shared<CampaignArgs>();
+  CLI::App* campaign = app.add_subcommand("campaign", "Fuzz campaign: generated cases through every backend, isolated, recorded");
+  add_campaign_flags(campaign, *ca);
+  campaign->add_option("--seconds", ca->seconds, "time budget");
+  campaign->add_option("--cases", ca->cases, "case budget of this shard (0: time only)");
+  campaign->add_flag("--resume", ca->resume, "continue the campaign recorded in --out");
+  campaign->callback([ca, &exit_code] { exit_code = campaign_command(*ca); });
+
+  struct CheckArgs {
+    CampaignArgs c;
+    std::string junit, json_out;
+  };
+  auto ch = std::make_shared<CheckArgs>();
+  ch->c.cases = 200;
+  ch->c.seconds = 1e9;
+  ch->c.jobs = 1;
+  ch->c.out = "attnfuzz-check";
+  CLI::App* check = app.add_subcommand("check", "Pre-merge check: fixed seed and case budget, deterministic, JUnit + JSON, exit code");
+  add_campaign_flags(check, ch->c);
+  check->add_option("--cases", ch->c.cases, "case budget");
+  check->add_option("--junit", ch->junit, "JUnit XML file (default: OUT/junit.xml)");
+  check->add_option("--json", ch->json_out, "JSON summary file (default: OUT/summary.json)");
+  check->callback([ch, &exit_code] {
+    if (fs::exists(ch->c.out)) fs::remove_all(ch->c.out);  // a check always starts from nothing
+    exit_code = campaign_command(ch->c);
+    if (exit_code == kExitBadInput) return;
+    std::vector<JUnitCase> cases;
+    std::ifstream in(ch->c.out + "/summary.json");
+    const json s = json::parse(in);
+    for (const auto& sig : s.at("signatures")) cases.push_back({"attnfuzz.check", sig.get<std::string>(), "divergence: " + sig.get<std::string>(), ""});
+    cases.push_back({"attnfuzz.check", "cases=" + std::to_string(s.value("cases", 0)), "", ""});
+    write_file_atomic(ch->junit.empty() ? ch->c.out + "/junit.xml" : ch->junit, junit_xml("attnfuzz.check", cases));
+    if (!ch->json_out.empty()) fs::copy_file(ch->c.out + "/summary.json", ch->json_out, fs::copy_options::overwrite_existing);
+  });
+
+  struct ReplayArgs {
+    std::vector<std::string> paths, backends;
+    std::string junit;
+    double timeout = 60;
+  };
+  auto ra = std::make_shared<ReplayArgs>();
+  CLI::App* replay = app.add_subcommand("replay", "Re-run reproducers: still failing / fixed; non-zero exit on any divergence");
+  replay->add_option("paths", ra->paths, "reproducer files or directories")->required();
+  replay->add_option("--backends", ra->backends, "override the recorded backends")->delimiter(',');
+  replay->add_option("--junit", ra->junit, "JUnit XML output");
+  replay->add_option("--timeout", ra->timeout, "watchdog per reproducer, seconds");
+  replay->callback([ra, &exit_code] { exit_code = replay_command(ra->paths, ra->backends, ra->junit, ra->timeout); });
+
+  auto wb = std::make_shared<std::vector<std::string>>();
+  CLI::App* worker = app.add_subcommand("worker", "")->group("");  // hidden: spawned by campaign/replay
+  worker->add_option("--backends", *wb)->delimiter(',');
+  worker->callback([wb, &exit_code] { exit_code = worker_command(*wb); });
+
+  struct MergeArgs {
+    std::vector<std::string> dirs;
+    std::string out = "attnfuzz-merged";
+  };
+  auto ma = std::make_shared<MergeArgs>();
+  CLI::App* merge = app.add_subcommand("merge", "Combine shard outputs into one findings store and summary");
+  merge->add_option("dirs", ma->dirs, "campaign output directories")->required();
+  merge->add_option("--out", ma->out, "merged output directory");
+  merge->callback([ma, &exit_code] { exit_code = merge_command(ma->dirs, ma->out); });
+}
+
+}  // namespace attnfuzz::cli

@@ -1,0 +1,159 @@
+#include "harness/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "harness/case_json.h"
+
+namespace attnfuzz {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
+std::string num(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", x);
+  return b;
+}
+
+// Histogram of log10(error) with the tolerance bound as a red line.
+std::string histogram_svg(const ErrorProfile& p) {
+  const int W = 420, H = 160, bins = 40;
+  std::vector<double> logs;
+  for (double e : p.abs_errors) logs.push_back(std::log10(std::max(e, 1e-18)));
+  const double bound = std::log10(std::max(p.bound_max, 1e-18));
+  double lo = bound, hi = bound;
+  for (double l : logs) lo = std::min(lo, l), hi = std::max(hi, l);
+  lo -= 0.5, hi += 0.5;
+  std::vector<int> count(bins, 0);
+  for (double l : logs) ++count[std::min(bins - 1, static_cast<int>((l - lo) / (hi - lo) * bins))];
+  const int peak = std::max(1, *std::max_element(count.begin(), count.end()));
+  std::ostringstream s;
+  s << "<svg width='" << W << "' height='" << H + 30 << "'>";
+  s << "<rect x='0' y='0' width='" << W << "' height='" << H << "' fill='#fafafa' stroke='#ccc'/>";
+  for (int i = 0; i < bins; ++i) {
+    const double h = static_cast<double>(count[i]) / peak * (H - 10);
+    s << "<rect x='" << i * W / bins + 1 << "' y='" << H - h << "' width='" << W / bins - 2 << "' height='" << h << "' fill='#4a7bd0'/>";
+  }
+  const double bx = (bound - lo) / (hi - lo) * W;
+  s << "<line x1='" << bx << "' y1='0' x2='" << bx << "' y2='" << H << "' stroke='#d02020' stroke-width='2'/>";
+  s << "<text x='" << std::min(bx + 4, W - 120.0) << "' y='14' font-size='11' fill='#d02020'>bound " << num(p.bound_max) << "</text>";
+  s << "<text x='0' y='" << H + 14 << "' font-size='11'>1e" << num(lo) << "</text>";
+  s << "<text x='" << W - 60 << "' y='" << H + 14 << "' font-size='11'>1e" << num(hi) << "</text>";
+  s << "<text x='" << W / 2 - 80 << "' y='" << H + 26 << "' font-size='11'>|error| per element (log scale)</text></svg>";
+  return s.str();
+}
+
+// Max error per index, as bars, against the bound.
+std::string profile_svg(const std::vector<double>& v, double bound, const std::string& label) {
+  const int W = 420, H = 120;
+  double peak = bound;
+  for (double x : v) peak = std::max(peak, x);
+  if (peak <= 0) peak = 1;
+  std::ostringstream s;
+  s << "<svg width='" << W << "' height='" << H + 20 << "'>";
+  s << "<rect x='0' y='0' width='" << W << "' height='" << H << "' fill='#fafafa' stroke='#ccc'/>";
+  const double bw = static_cast<double>(W) / std::max<size_t>(1, v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double h = v[i] / peak * (H - 5);
+    s << "<rect x='" << i * bw << "' y='" << H - h << "' width='" << std::max(1.0, bw - 1) << "' height='" << h << "' fill='"
+      << (v[i] > bound ? "#d05030" : "#4a9a50") << "'/>";
+  }
+  const double by = H - bound / peak * (H - 5);
+  s << "<line x1='0' y1='" << by << "' x2='" << W << "' y2='" << by << "' stroke='#d02020' stroke-dasharray='4'/>";
+  s << "<text x='4' y='" << H + 14 << "' font-size='11'>" << esc(label) << " (0.." << v.size() - (v.empty() ? 0 : 1) << "), max "
+    << num(peak) << "</text></svg>";
+  return s.str();
+}
+
+}  // namespace
+
+std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
+  nlohmann::json summary;
+  if (fs::exists(run_dir + "/summary.json")) {
+    std::ifstream in(run_dir + "/summary.json");
+    summary = nlohmann::json::parse(in);
+  }
+  std::vector<std::string> files;
+  if (fs::exists(run_dir + "/findings"))
+    for (const auto& e : fs::directory_iterator(run_dir + "/findings")) {
+      const std::string p = e.path().string();
+      if (e.path().extension() == ".json" && p.find(".min.json") == std::string::npos && p.find(".tmp.") == std::string::npos) files.push_back(p);
+    }
+  std::sort(files.begin(), files.end());
+
+  std::ostringstream h;
+  h << "<!doctype html><html><head><meta charset='utf-8'><title>attnfuzz report: " << esc(run_dir) << "</title><style>"
+    << "body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;"
+    << "font-size:13px;text-align:left}th{background:#eee}.finding{border:1px solid #bbb;border-radius:6px;padding:12px;margin:16px 0}"
+    << "pre{background:#f4f4f4;padding:8px;overflow:auto;max-height:240px;font-size:12px}.cls{font-weight:bold;color:#b02020}"
+    << ".pics{display:flex;gap:16px;flex-wrap:wrap}</style></head><body>";
+  h << "<h1>attnfuzz report</h1><p>Run directory: <code>" << esc(run_dir) << "</code></p>";
+  h << "<h2>Summary</h2><table><tr><th>cases</th><td>" << summary.value("cases", 0) << "</td></tr>";
+  h << "<tr><th>seed / shard</th><td>" << summary.value("seed", uint64_t{0}) << " / " << esc(summary.value("shard", std::string("-"))) << "</td></tr>";
+  h << "<tr><th>backends</th><td>";
+  if (summary.contains("backends"))
+    for (const auto& b : summary["backends"]) h << esc(b.get<std::string>()) << "<br>";
+  h << "</td></tr><tr><th>findings</th><td>" << files.size() << "</td></tr>";
+  if (summary.contains("findings_by_class"))
+    for (auto it = summary["findings_by_class"].begin(); it != summary["findings_by_class"].end(); ++it)
+      h << "<tr><th>&nbsp;&nbsp;" << esc(it.key()) << "</th><td>" << it.value() << "</td></tr>";
+  h << "</table>";
+
+  h << "<h2>Findings</h2><table><tr><th>#</th><th>backend</th><th>composition</th><th>tensor</th><th>class</th><th>dtype</th><th>mask</th><th>minimized shape</th></tr>";
+  std::vector<std::pair<std::string, Reproducer>> shown;
+  for (const auto& f : files) {
+    const std::string min = f.substr(0, f.size() - 5) + ".min.json";
+    try {
+      const Reproducer r = load_repro(fs::exists(min) ? min : f);
+      shown.emplace_back(fs::exists(min) ? min : f, r);
+    } catch (const std::exception&) {
+    }
+  }
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const Signature& s = shown[i].second.finding.signature;
+    h << "<tr><td><a href='#f" << i << "'>" << i + 1 << "</a></td><td>" << esc(s.backend) << "</td><td>" << esc(s.composition) << "</td><td>"
+      << esc(s.tensor) << "</td><td class='cls'>" << esc(to_string(s.cls)) << "</td><td>" << esc(s.dtype) << "</td><td>" << esc(s.mask)
+      << "</td><td>" << esc(describe_shape(shown[i].second.c.shape)) << "</td></tr>";
+  }
+  h << "</table>";
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const auto& [path, r] = shown[i];
+    h << "<div class='finding' id='f" << i << "'><h3>" << i + 1 << ". " << esc(r.finding.signature.to_string()) << "</h3>";
+    h << "<p>" << esc(r.finding.detail) << "</p>";
+    h << "<p>Replay: <code>attnfuzz replay " << esc(path) << "</code> &nbsp; Run: <code>attnfuzz run " << esc(path) << " --backends ";
+    for (size_t b = 0; b < r.backends.size(); ++b) h << (b ? "," : "") << esc(r.backends[b]);
+    h << "</code></p>";
+    if (auto p = profile ? profile(r) : std::nullopt) {
+      h << "<div class='pics'><div><b>error histogram (" << esc(p->tensor) << ")</b><br>" << histogram_svg(*p) << "</div>";
+      h << "<div><b>max error along the sequence</b><br>" << profile_svg(p->by_position, p->bound_max, "position") << "</div>";
+      h << "<div><b>max error along the head dimension</b><br>" << profile_svg(p->by_feature, p->bound_max, "feature") << "</div></div>";
+    } else {
+      h << "<p><i>No pictures: the finding has no error tensor (crash, timeout, or it did not reproduce here).</i></p>";
+    }
+    h << "<details><summary>minimized case</summary><pre>" << esc(write_case(r.c)) << "</pre></details></div>";
+  }
+  h << "</body></html>\n";
+  const std::string out = run_dir + "/report.html";
+  std::ofstream(out) << h.str();
+  return out;
+}
+
+}  // namespace attnfuzz
