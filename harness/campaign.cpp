@@ -128,7 +128,10 @@ std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
 
 // One request to a worker: the findings of a case, or the crash/timeout it caused.
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& o) {
-  const json req{{"op", "run"}, {"case", to_json(c)}};
+  // Determinism (every backend twice) is checked on a sample of the stream: it doubles the
+  // cost of a case, and a nondeterministic backend shows up on any sizable sample.
+  const bool determinism = o.determinism_every <= 1 || index < 0 || index % o.determinism_every == 0;
+  const json req{{"op", "run"}, {"case", to_json(c)}, {"determinism", determinism}};
   const WorkerProcess::Reply reply = w.request(req.dump(), o.timeout_seconds);
   if (reply.status != WorkerProcess::Reply::Status::ok) return {death_finding(c, reply, index, o.backends)};
   std::vector<Reproducer> out;

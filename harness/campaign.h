@@ -24,6 +24,7 @@ struct CampaignOptions {
   int jobs = 1;                      // worker processes
   std::vector<std::string> devices;  // one worker per entry, CUDA_VISIBLE_DEVICES=<entry>
   double timeout_seconds = 30;       // watchdog per case
+  int determinism_every = 4;         // run every backend twice on every n-th case
   bool minimize = true;
   bool quiet = false;
   // Global case index -> case (deterministic).

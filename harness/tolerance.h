@@ -22,7 +22,7 @@ namespace attnfuzz {
 struct ToleranceRule {
   double c_rms = 4.0;
   double c_max = 10.0;
-  double floor_units = 2.0;
+  double floor_units = 4.0;
   // A failing tensor is a contract violation (rather than a plain mismatch) when its
   // error sits within this factor of a coarser contract's emulated error.
   double fingerprint_band = 8.0;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +42,10 @@ void WorkerProcess::start() {
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    // A worker must not outlive its campaign (a hung one would spin forever): the kernel
+    // kills it when the parent dies, even by SIGKILL.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) ::_exit(1);  // the parent died before prctl took effect
     ::dup2(in[0], 0);
     ::dup2(out[1], 1);
     ::execve(cargv[0], cargv.data(), cenv.data());

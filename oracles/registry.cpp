@@ -101,6 +101,14 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
   throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ", or plugin:/path/lib.so)");
 }
 
+void set_backend_threads(int n) {
+#if ATTNFUZZ_HAVE_TORCH
+  torch_set_threads(n);
+#else
+  (void)n;
+#endif
+}
+
 OracleSet default_oracles() {
   static ReferenceBackend reference;
   OracleSet o;

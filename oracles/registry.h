@@ -24,6 +24,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name);
 BackendInfo describe_backend(const Backend& b);
 // The float64 reference and the emulated baselines the verdicts need.
 OracleSet default_oracles();
+// Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
+// use 1: the parallelism is one worker process per core.
+void set_backend_threads(int n);
 // Backends used when none are named: every built-in CPU backend available here.
 std::vector<std::string> default_backend_names();
 

@@ -1,5 +1,6 @@
 #include "oracles/torch_oracle.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
@@ -100,6 +101,8 @@ bool torch_device_available(TorchDevice device, std::string* why) {
 }
 
 std::string torch_version() { return TORCH_VERSION; }
+
+void torch_set_threads(int n) { at::set_num_threads(n); }
 
 std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, TorchDevice device) {
   return std::make_unique<TorchComposedBackend>(precision, device);

@@ -20,5 +20,6 @@ std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, T
 // Whether LibTorch can run on this device here (CUDA: built with CUDA and a GPU present).
 bool torch_device_available(TorchDevice device, std::string* why = nullptr);
 std::string torch_version();
+void torch_set_threads(int n);
 
 }  // namespace attnfuzz

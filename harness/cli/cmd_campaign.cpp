@@ -233,6 +233,7 @@ int replay_command(const std::vector<std::string>& paths, const std::vector<std:
 
 int worker_command(const std::vector<std::string>& names) {
   // The protocol owns the original stdout; anything a backend prints goes to stderr.
+  set_backend_threads(1);
   const int proto = ::dup(1);
   ::dup2(2, 1);
   FILE* out = ::fdopen(proto, "w");
@@ -257,6 +258,7 @@ int worker_command(const std::vector<std::string>& names) {
       const Case c = case_from_json(req.at("case"));
       DiffOptions opt;
       opt.fingerprint_all = false;
+      opt.check_determinism = req.value("determinism", true);
       opt.on_backend = [out](const std::string& b) {
         std::fprintf(out, "P %s\n", b.c_str());
         std::fflush(out);
