@@ -194,7 +194,14 @@ class Differential {
       // LSE is fp32 for every dtype and lives on an absolute scale (log of a sum): its floor
       // uses the backend's declared LSE accuracy and magnitudes of at least 1.
       const bool lse = i == 1;
-      const double u = lse ? be.lse_unit_roundoff(c_.dtype) : unit_roundoff(c_.dtype == DType::f32 ? DType::f32 : c_.dtype);
+      double u = lse ? be.lse_unit_roundoff(c_.dtype) : unit_roundoff(c_.dtype == DType::f32 ? DType::f32 : c_.dtype);
+      // Rounding errors of a sum of n terms grow like sqrt(n) u (statistically; n u at worst):
+      // O and dQ reduce over the keys, dK and dV over the queries of a group.
+      if (!lse) {
+        const Shape& sh = c_.shape;
+        const double n = (i == 0 || i == 2) ? static_cast<double>(sh.seq_kv) : static_cast<double>(sh.seq_q * sh.group());
+        u *= std::sqrt(std::max(1.0, n));
+      }
       FloorScale scale{err.ref_rms, err.ref_max_abs, 0.0};
       if (lse) {
         scale.rms = std::max(1.0, err.ref_rms), scale.max = std::max(1.0, err.ref_max_abs);

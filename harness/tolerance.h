@@ -12,7 +12,9 @@
 // through the formulas: where a gradient cancels to ~0 its rounding error does not),
 // Ms the same with each probability weighted by 1 + |S| (an error of u32 |S| in a score
 // moves P by that much: large logits), u32 = 2^-24 the accumulation precision,
-// tiny the storage type's smallest subnormal. For LSE, M = max(1, |LSE|) and u is the
+// tiny the storage type's smallest subnormal. For O, dQ, dK, dV, u is multiplied by
+// sqrt(n), n the length of the reduction behind the element (Skv for O and dQ, Sq times
+// the group for dK and dV): rounding errors of a sum grow like sqrt(n) u. For LSE, M = max(1, |LSE|) and u is the
 // backend's declared LSE accuracy. The RMS test is the statistical one; the max test, looser, catches
 // localized errors (one row, one tile) that barely move the RMS.
 #include <string>
