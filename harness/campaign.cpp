@@ -145,11 +145,15 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
   return out;
 }
 
-std::string rate_line(uint64_t cases, double secs, double budget, const std::map<std::string, int>& by_class) {
+std::string rate_line(uint64_t cases, double secs, const CampaignOptions& o, uint64_t next_k, const std::map<std::string, int>& by_class) {
+  char left[64];
+  if (o.budget_cases)  // a count budget (check): what is left is cases
+    std::snprintf(left, sizeof left, "%llu cases left", static_cast<unsigned long long>(o.budget_cases > next_k ? o.budget_cases - next_k : 0));
+  else
+    std::snprintf(left, sizeof left, "%.0f s left", std::max(0.0, o.budget_seconds - secs));
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%llu cases, %.1f cases/s, %.0f s elapsed, %.0f s left, findings:",
-                static_cast<unsigned long long>(cases), secs > 0 ? static_cast<double>(cases) / secs : 0.0, secs,
-                std::max(0.0, budget - secs));
+  std::snprintf(buf, sizeof buf, "%llu cases, %.1f cases/s, %.0f s elapsed, %s, findings:", static_cast<unsigned long long>(cases),
+                secs > 0 ? static_cast<double>(cases) / secs : 0.0, secs, left);
   std::string s = buf;
   if (by_class.empty()) s += " none";
   for (const auto& [k, v] : by_class) s += " " + k + "=" + std::to_string(v);
@@ -226,7 +230,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
     const bool finished = (o.budget_cases && next_k.load() >= o.budget_cases && completed_prefix() >= o.budget_cases) ||
                           secs >= o.budget_seconds || stop;
     if (!o.quiet && (tty || secs - last_line >= 5.0)) {
-      const std::string line = rate_line(done.load(), secs, o.budget_seconds, store.by_class());
+      const std::string line = rate_line(done.load(), secs, o, next_k.load(), store.by_class());
       std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line.c_str());
       last_line = secs;
     }
@@ -237,7 +241,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   for (auto& t : threads) t.join();
   if (!worker_error.empty()) throw std::runtime_error("worker: " + worker_error);
   save_state(o, completed_prefix());
-  if (!o.quiet) std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n", rate_line(done.load(), elapsed(), o.budget_seconds, store.by_class()).c_str());
+  if (!o.quiet) std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n", rate_line(done.load(), elapsed(), o, next_k.load(), store.by_class()).c_str());
 
   CampaignSummary s;
   s.cases = done.load();
