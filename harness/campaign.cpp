@@ -103,7 +103,16 @@ SavedState load_state(const CampaignOptions& o) {
   return s;
 }
 
+// The environment of the last worker reply (a dead worker cannot report its own).
+std::map<std::string, std::string> last_environment;
+std::mutex last_environment_m;
+
 Reproducer death_finding(const Case& c, const WorkerProcess::Reply& reply, int64_t index, const std::vector<std::string>& backends) {
+  std::map<std::string, std::string> environment;
+  {
+    std::lock_guard<std::mutex> lock(last_environment_m);
+    environment = last_environment;
+  }
   Reproducer r;
   r.c = c;
   r.backends = backends;
@@ -118,6 +127,7 @@ Reproducer death_finding(const Case& c, const WorkerProcess::Reply& reply, int64
   s.dtype = std::string(to_string(c.dtype));
   s.mask = "-";
   r.finding.detail = reply.detail;
+  r.environment = environment;
   return r;
 }
 
@@ -136,9 +146,17 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
   if (reply.status != WorkerProcess::Reply::Status::ok) return {death_finding(c, reply, index, o.backends)};
   std::vector<Reproducer> out;
   const json j = json::parse(reply.body);
+  if (j.contains("environment")) {
+    std::lock_guard<std::mutex> lock(last_environment_m);
+    last_environment = j.at("environment").get<std::map<std::string, std::string>>();
+  }
   for (const auto& f : j.at("findings")) {
     Reproducer r = parse_repro(f.dump());
     r.case_index = index;
+    if (!r.environment.empty()) {
+      std::lock_guard<std::mutex> lock(last_environment_m);
+      last_environment = r.environment;
+    }
     r.backends = o.backends;
     out.push_back(std::move(r));
   }

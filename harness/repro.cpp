@@ -34,6 +34,7 @@ std::string write_repro(const Reproducer& r) {
   j["input_checksum"] = hex;
   if (!r.minimized_from.empty()) j["minimized_from"] = r.minimized_from;
   if (r.case_index >= 0) j["case_index"] = r.case_index;
+  if (!r.environment.empty()) j["environment"] = r.environment;
   return j.dump(2) + "\n";
 }
 
@@ -69,6 +70,7 @@ Reproducer parse_repro(const std::string& text) {
     if (j.contains("input_checksum")) r.input_checksum = std::stoull(j.at("input_checksum").get<std::string>(), nullptr, 16);
     r.minimized_from = j.value("minimized_from", "");
     r.case_index = j.value("case_index", int64_t{-1});
+    if (j.contains("environment")) r.environment = j.at("environment").get<std::map<std::string, std::string>>();
   } catch (const CaseError&) {
     throw;
   } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 // environment. Written atomically (temporary file, fsync, rename), so a crash never
 // leaves a torn file. `attnfuzz run`, `minimize` and the fuzz targets read and write them.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ struct Reproducer {
   uint64_t input_checksum = 0;
   std::string minimized_from;  // the file it was shrunk from, if any
   int64_t case_index = -1;     // position in a campaign's case stream, if it came from one
+  // Where it was found: GPU, driver, CUDA, cuDNN, LibTorch, harness commit (oracles/registry.h).
+  std::map<std::string, std::string> environment;
 };
 
 std::string write_repro(const Reproducer& r);

@@ -1,5 +1,6 @@
 #pragma once
 // Every backend this build knows, by name, and why one is not available here.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ OracleSet default_oracles();
 // Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
 // use 1: the parallelism is one worker process per core.
 void set_backend_threads(int n);
+// The environment recorded with every finding: harness commit, LibTorch and its CUDA/cuDNN
+// (or why none), the GPU and driver (nvidia-smi) or "none".
+std::map<std::string, std::string> environment();
 // Backends used when none are named: every built-in CPU backend available here.
 std::vector<std::string> default_backend_names();
 

@@ -1,6 +1,7 @@
 #include "oracles/torch_oracle.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
@@ -103,6 +104,19 @@ bool torch_device_available(TorchDevice device, std::string* why) {
 std::string torch_version() { return TORCH_VERSION; }
 
 void torch_set_threads(int n) { at::set_num_threads(n); }
+
+std::map<std::string, std::string> torch_cuda_environment() {
+  std::map<std::string, std::string> e;
+  if (!at::hasCUDA()) {
+    e["cuda"] = "none (no GPU, or a CPU-only LibTorch)";
+    e["cudnn"] = "none";
+    return e;
+  }
+  const long cuda = at::detail::getCUDAHooks().versionCUDART();
+  e["cuda"] = std::to_string(cuda / 1000) + "." + std::to_string(cuda % 1000 / 10);
+  e["cudnn"] = at::detail::getCUDAHooks().hasCuDNN() ? std::to_string(at::detail::getCUDAHooks().versionCuDNN()) : "none";
+  return e;
+}
 
 std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, TorchDevice device) {
   return std::make_unique<TorchComposedBackend>(precision, device);

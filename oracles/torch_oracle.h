@@ -7,7 +7,9 @@
 //   torch.math  the same graph in the case dtype: operands in fp16/bf16/fp32,
 //               scores and softmax accumulated in fp32, P rounded to the case
 //               dtype before P V (the contract of a fused FlashAttention kernel).
+#include <map>
 #include <memory>
+#include <string>
 
 #include "harness/backend.h"
 
@@ -21,5 +23,7 @@ std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, T
 bool torch_device_available(TorchDevice device, std::string* why = nullptr);
 std::string torch_version();
 void torch_set_threads(int n);
+// "cuda" and "cudnn" versions LibTorch was built with and can use here, or why not.
+std::map<std::string, std::string> torch_cuda_environment();
 
 }  // namespace attnfuzz

@@ -266,12 +266,13 @@ int worker_command(const std::vector<std::string>& names) {
       const DiffReport r = run_differential(c, backends, oracles, opt);
       json findings = json::array();
       for (const auto& f : r.findings)
-        findings.push_back(json::parse(write_repro(Reproducer{c, names, f, r.rule.describe(), r.input_checksum, "", -1})));
+        findings.push_back(json::parse(write_repro(Reproducer{c, names, f, r.rule.describe(), r.input_checksum, "", -1, environment()})));
       reply["findings"] = findings;
     } catch (const std::exception& e) {
       reply["error"] = e.what();
       reply["findings"] = json::array();
     }
+    reply["environment"] = environment();
     std::fprintf(out, "R %s\n", reply.dump().c_str());
     std::fflush(out);
   }

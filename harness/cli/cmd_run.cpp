@@ -90,7 +90,8 @@ int run(const RunOptions& opt) {
     std::set<std::string> seen;
     for (const auto& f : report.findings) {
       if (!seen.insert(f.signature.to_string()).second) continue;
-      Reproducer r{c, opt.backends.empty() ? default_backend_names() : opt.backends, f, report.rule.describe(), report.input_checksum, ""};
+      Reproducer r{c, opt.backends.empty() ? default_backend_names() : opt.backends, f, report.rule.describe(), report.input_checksum, "", -1,
+                   environment()};
       const std::string path = opt.record_dir + "/" + repro_file_name(f.signature);
       write_file_atomic(path, write_repro(r));
       fmt::print("recorded  {}\n", path);
