@@ -240,8 +240,6 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   const bool tty = ::isatty(2);
   double last_line = 0;
   for (;;) {
-    bool all_done = true;
-    for (auto& t : threads) all_done &= !t.joinable() || false;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     save_state(o, completed_prefix());
     const double secs = elapsed();
@@ -252,7 +250,6 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
       std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line.c_str());
       last_line = secs;
     }
-    (void)all_done;
     if (finished) break;
   }
   stop = true;

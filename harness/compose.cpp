@@ -35,7 +35,6 @@ class Engine {
   Node forward(const Composition& comp, Region r) {
     Node n;
     n.region = r;
-    const Shape& s = c_.shape;
     if (comp.kind == Composition::Kind::single) {
       if (r.q1 <= r.q0) {
         n.fwd = empty_forward(0);
@@ -65,7 +64,6 @@ class Engine {
       for (const auto& p : n.parts) fs.push_back(p.fwd);
       n.fwd = merge_forward(fs);
     }
-    (void)s;
     return n;
   }
 

@@ -101,11 +101,9 @@ Gradients reference_backward(const Problem& p, const Forward& fwd, const Tensor&
 
 Magnitudes reference_magnitudes(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
   const Shape& s = p.shape;
-  auto like = [](const Tensor& t) { return Tensor(t.shape); };
   const std::vector<int64_t> oq{s.batch, s.heads_q, s.seq_q, s.head_dim_v}, qq{s.batch, s.heads_q, s.seq_q, s.head_dim_qk},
       kk{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}, vv{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
   Magnitudes m{Tensor(oq), Tensor(qq), Tensor(kk), Tensor(vv), Tensor(oq), Tensor(qq), Tensor(kk), Tensor(vv)};
-  (void)like;
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const int64_t hk = h / s.group();
