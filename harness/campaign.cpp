@@ -146,6 +146,7 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
   if (reply.status != WorkerProcess::Reply::Status::ok) return {death_finding(c, reply, index, o.backends)};
   std::vector<Reproducer> out;
   const json j = json::parse(reply.body);
+  if (j.value("restart", false)) w.restart();
   if (j.contains("environment")) {
     std::lock_guard<std::mutex> lock(last_environment_m);
     last_environment = j.at("environment").get<std::map<std::string, std::string>>();

@@ -171,9 +171,27 @@ class Engine {
         }
   }
 
+  static void zero_masked_rows(const Problem& p, Tensor& d_out, Tensor& d_lse) {
+    const Shape& s = p.shape;
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t i = 0; i < s.seq_q; ++i) {
+          bool any = false;
+          for (int64_t j = 0; j < s.seq_kv && !any; ++j) any = p.visible(b, h, i, j);
+          if (any) continue;
+          *d_lse.at(b, h, i) = 0.0;
+          std::fill(d_out.at(b, h, i), d_out.at(b, h, i) + s.head_dim_v, 0.0);
+        }
+  }
+
   // A backend that ignores dLSE gets the term added here, through two extra calls
   // with V := K:  dQ += scale * g . (P K)  and  dK += scale * P^T (g . Q).
-  Gradients leaf_backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
+  Gradients leaf_backward(const Problem& p, const Forward& f, const Tensor& d_out_in, const Tensor& d_lse_in) {
+    // Under the convention no gradient flows through a row with no visible key. A backend
+    // with another convention (a uniform softmax over a finite mask bias, say) would let
+    // such a row's dO reach dK and dV, so it gets those rows' upstream gradients as zeros.
+    Tensor d_out = d_out_in, d_lse = d_lse_in;
+    if (!be_.masked_rows_zero()) zero_masked_rows(p, d_out, d_lse);
     Gradients g = be_.backward(p, f, d_out, d_lse);
     ++calls_;
     if (be_.backward_takes_dlse()) return g;

@@ -117,6 +117,15 @@ class Differential {
     run.composition = describe(comp);
     run.composition_class = composition_class(comp);
     const std::string comp_class = run.composition_class;
+    const bool on_gpu = be.device() != "cpu";
+    if (on_gpu && report_.gpu_error) {
+      // A CUDA error is sticky: whatever runs on the device after it fails too, and would be
+      // blamed for the first one's fault.
+      run.skipped = true;
+      run.skip_reason = "not run: an earlier GPU error in this process may have left the device unusable";
+      report_.runs.push_back(std::move(run));
+      return;
+    }
     const auto contract = be.contract(c_.dtype);
     if (!contract) {
       run.skipped = true;
@@ -141,6 +150,7 @@ class Differential {
       return;
     } catch (const std::exception& e) {
       add(run.backend, comp_class, "-", FindingClass::backend_error, e.what());
+      report_.gpu_error = report_.gpu_error || on_gpu;
       run.skipped = true;
       run.skip_reason = std::string("error: ") + e.what();
       report_.runs.push_back(std::move(run));
@@ -158,6 +168,7 @@ class Differential {
         }
       } catch (const std::exception& e) {
         add(run.backend, comp_class, "-", FindingClass::backend_error, std::string("second run: ") + e.what());
+        report_.gpu_error = report_.gpu_error || on_gpu;
       }
     }
     for (const auto* counts : {&r.fwd.unwritten, &r.grads.unwritten})

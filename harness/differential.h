@@ -53,6 +53,9 @@ struct DiffReport {
   ToleranceRule rule;
   std::vector<BackendRun> runs;
   std::vector<Finding> findings;
+  // A backend on a GPU raised an error: the process's CUDA context may be unusable, so later
+  // GPU backends of this case were not run and the process should not run another case.
+  bool gpu_error = false;
 };
 
 // "single", "q_split" (queries cut, no merge) or "merged" (some LSE merge): the

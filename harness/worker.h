@@ -24,6 +24,11 @@ class WorkerProcess {
   };
   // Sends one request line and waits for the reply, at most timeout_s seconds.
   Reply request(const std::string& line, double timeout_s);
+  // Replaces the worker with a fresh process (after a GPU error left its CUDA context unusable).
+  void restart() {
+    stop();
+    start();
+  }
   pid_t pid() const { return pid_; }
 
  private:

@@ -10,7 +10,12 @@
 #include "oracles/reference.h"
 #if ATTNFUZZ_HAVE_TORCH
 #include "oracles/torch_oracle.h"
+#include "oracles/torch_cuda_loader.h"
 #include "oracles/torch_sdpa.h"
+#include "oracles/torch_sdpa_cuda.h"
+#endif
+#if ATTNFUZZ_HAVE_CUDNN
+#include "oracles/cudnn_sdpa.h"
 #endif
 
 namespace attnfuzz {
@@ -23,6 +28,9 @@ struct Entry {
 };
 
 std::vector<Entry> entries() {
+#if ATTNFUZZ_HAVE_TORCH
+  load_torch_cuda();  // before anything asks LibTorch about CUDA (see torch_cuda_loader.h)
+#endif
   std::vector<Entry> e;
   auto always = [](std::string*) { return true; };
   e.push_back({"reference", "float64 reference (Eigen)", [] { return std::make_unique<ReferenceBackend>(); }, always});
@@ -43,11 +51,29 @@ std::vector<Entry> entries() {
                [] { return make_torch_composed_backend(TorchPrecision::case_dtype, TorchDevice::cuda); }, cuda});
   e.push_back({"torch.sdpa.math.cuda", "at::_scaled_dot_product_attention_math, CUDA (no LSE)",
                [] { return make_torch_sdpa_backend(SdpaKind::math, TorchDevice::cuda); }, cuda});
+  for (auto [kernel, kname] : {std::pair{CudaSdpaKernel::flash, "flash"}, std::pair{CudaSdpaKernel::efficient, "efficient"},
+                               std::pair{CudaSdpaKernel::cudnn, "cudnn"}}) {
+    const std::string k = kname;
+    e.push_back({"torch." + k, "at::_scaled_dot_product_" + k + "_attention (the op under SDPA, with LSE), CUDA",
+                 [kernel] { return make_torch_cuda_sdpa_backend(kernel, CudaSdpaEntry::op); }, cuda});
+    e.push_back({"torch.sdpa." + k, "at::scaled_dot_product_attention with only the " + k + " kernel enabled, CUDA (no LSE)",
+                 [kernel] { return make_torch_cuda_sdpa_backend(kernel, CudaSdpaEntry::public_api); }, cuda});
+  }
 #else
   const std::string no_torch = "this build has no LibTorch (configured with ATTNFUZZ_WITH_TORCH=OFF)";
   for (const char* n : {"torch.f64", "torch.math", "torch.sdpa.math", "torch.sdpa.cpu_flash", "torch.f64.cuda", "torch.math.cuda",
-                        "torch.sdpa.math.cuda"})
+                        "torch.sdpa.math.cuda", "torch.flash", "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient",
+                        "torch.cudnn", "torch.sdpa.cudnn"})
     e.push_back({n, "LibTorch backend", nullptr, [no_torch](std::string* why) { *why = no_torch; return false; }});
+#endif
+#if ATTNFUZZ_HAVE_CUDNN
+  e.push_back({"cudnn", "cuDNN SDPA forward/backward graphs through the cuDNN frontend, CUDA",
+               [] { return make_cudnn_sdpa_backend(); }, [](std::string* why) { return cudnn_sdpa_available(why); }});
+#else
+  e.push_back({"cudnn", "cuDNN SDPA through the cuDNN frontend", nullptr, [](std::string* why) {
+                 *why = "this build has no cuDNN backend (configure the gpu preset: ATTNFUZZ_WITH_CUDA=ON)";
+                 return false;
+               }});
 #endif
   return e;
 }
@@ -111,6 +137,9 @@ std::map<std::string, std::string> environment() {
     for (const auto& [k, v] : torch_cuda_environment()) e[k] = v;
 #else
     e["libtorch"] = "not built";
+#endif
+#if ATTNFUZZ_HAVE_CUDNN
+    for (const auto& [k, v] : cudnn_sdpa_environment()) e[k] = v;
 #endif
     // GPU and driver from nvidia-smi where there is one.
     std::string gpu;

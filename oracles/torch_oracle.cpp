@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include "oracles/torch_common.h"
+#include "oracles/torch_cuda_loader.h"
 
 #include <limits>
 
@@ -94,8 +95,13 @@ class TorchComposedBackend final : public Backend {
 
 bool torch_device_available(TorchDevice device, std::string* why) {
   if (device == TorchDevice::cpu) return true;
+  std::string load_error;
+  if (!load_torch_cuda(&load_error)) {
+    if (why) *why = "LibTorch's CUDA half is not here: " + load_error;
+    return false;
+  }
   if (!at::hasCUDA()) {
-    if (why) *why = "LibTorch has no usable CUDA here (no GPU, or a CPU-only build)";
+    if (why) *why = "LibTorch's CUDA half loaded but sees no GPU";
     return false;
   }
   return true;
@@ -107,7 +113,7 @@ void torch_set_threads(int n) { at::set_num_threads(n); }
 
 std::map<std::string, std::string> torch_cuda_environment() {
   std::map<std::string, std::string> e;
-  if (!at::hasCUDA()) {
+  if (!load_torch_cuda() || !at::hasCUDA()) {
     e["cuda"] = "none (no GPU, or a CPU-only LibTorch)";
     e["cudnn"] = "none";
     return e;

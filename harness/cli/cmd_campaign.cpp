@@ -268,6 +268,7 @@ int worker_command(const std::vector<std::string>& names) {
       for (const auto& f : r.findings)
         findings.push_back(json::parse(write_repro(Reproducer{c, names, f, r.rule.describe(), r.input_checksum, "", -1, environment()})));
       reply["findings"] = findings;
+      if (r.gpu_error) reply["restart"] = true;  // the parent starts a fresh worker (see DiffReport)
     } catch (const std::exception& e) {
       reply["error"] = e.what();
       reply["findings"] = json::array();

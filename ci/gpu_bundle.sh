@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Stages what the GPU machine needs to run this build into .carry/ (git-ignored), for the
+# device tool's `carry`: stripped binaries and the one shared library it lacks (libfmt).
+# LibTorch, cuDNN and CUDA come from the machine's own torch package (ci/gpu_run.sh).
+#   ci/gpu_bundle.sh [build-dir]      (default build/gpu)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build/gpu}
+out=$root/.carry
+rm -rf "$out" && mkdir -p "$out/bin" "$out/lib" "$out/mutants"
+for b in attnfuzz tests/test_gpu_backends tests/test_cudnn_backend; do
+  [ -f "$build/$b" ] && strip -o "$out/bin/$(basename "$b")" "$build/$b"
+done
+# The mutant zoo, so the GPU machine can show the harness finding planted bugs there too.
+for m in "$build"/mutants/*.so; do [ -f "$m" ] && strip -o "$out/mutants/$(basename "$m")" "$m"; done
+cp -L "$(ldd "$out/bin/attnfuzz" | awk '/libfmt/ {print $3}')" "$out/lib/"
+git -C "$root" rev-parse --short=12 HEAD > "$out/commit"
+du -sh "$out"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool), from the repository root, with .carry/ from
+# ci/gpu_bundle.sh. Uses the machine's own torch package for LibTorch (libtorch_cuda.so is
+# loaded at run time), cuDNN and the CUDA runtime. Logs go to $OUT.
+#   ci/gpu_run.sh env                        versions, GPU, `attnfuzz list`
+#   ci/gpu_run.sh tests                      the gpu-labelled gtest binaries
+#   ci/gpu_run.sh campaign SECONDS SEED BACKENDS [extra campaign args]
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$root/gpu-out}
+mkdir -p "$OUT"
+torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
+site=$(dirname "$torch_dir")
+export LD_LIBRARY_PATH="$torch_dir/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:$root/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin=$root/.carry/bin
+mode=${1:-env}; shift || true
+case "$mode" in
+  env)
+    { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+      python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+      echo "harness $(cat "$root/.carry/commit")"
+      "$bin/attnfuzz" list; } 2>&1 | tee "$OUT/env.log" ;;
+  tests)
+    for t in test_gpu_backends test_cudnn_backend; do
+      [ -x "$bin/$t" ] || continue
+      "$bin/$t" --gtest_output="xml:$OUT/$t.xml" 2>&1 | tee "$OUT/$t.log" | grep -E "^\[ *(RUN|OK|FAILED|SKIPPED|PASSED) |ran |skipped " ; done ;;
+  campaign)
+    secs=$1 seed=$2 backends=$3; shift 3
+    "$bin/attnfuzz" campaign --seconds "$secs" --seed "$seed" --backends ${backends//,/ } --out "$OUT/campaign-$seed" "$@" 2>&1 \
+      | tee "$OUT/campaign-$seed.log" | grep -v " elapsed, " | tail -40
+    (cd "$OUT" && tar czf "campaign-$seed.tgz" "campaign-$seed" && rm -rf "campaign-$seed") ;;
+  *) echo "usage: $0 env|tests|campaign SECONDS SEED BACKENDS" >&2; exit 2 ;;
+esac

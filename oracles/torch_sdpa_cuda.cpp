@@ -1,0 +1,297 @@
+// LibTorch's fused CUDA attention kernels, one forced at a time (see torch_sdpa_cuda.h).
+// The op-level backends call the underlying op exactly as at::scaled_dot_product_attention
+// would after choosing that kernel (head dim padded to 8 for flash, boolean mask turned into
+// an additive bias with an aligned stride for efficient), so the two differ only in the LSE
+// they return. Backward is LibTorch's autograd through the same call: the LSE output is not
+// differentiable, so no backend here takes dLSE and the composition engine adds that term.
+#include "oracles/torch_sdpa_cuda.h"
+
+#include <ATen/Context.h>
+#include <ATen/SDPBackend.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+
+#include "oracles/torch_common.h"
+
+namespace attnfuzz {
+namespace {
+using namespace torch_detail;
+
+// Enables exactly one of LibTorch's SDPA kernels for the lifetime of the guard. The flags
+// are process-wide; campaign workers are single-threaded processes.
+class ForceKernel {
+ public:
+  explicit ForceKernel(CudaSdpaKernel k) {
+    auto& c = at::globalContext();
+    saved_ = {c.userEnabledFlashSDP(), c.userEnabledMemEfficientSDP(), c.userEnabledCuDNNSDP(), c.userEnabledMathSDP(),
+              c.userEnabledOverrideableSDP()};
+    c.setSDPUseFlash(k == CudaSdpaKernel::flash);
+    c.setSDPUseMemEfficient(k == CudaSdpaKernel::efficient);
+    c.setSDPUseCuDNN(k == CudaSdpaKernel::cudnn);
+    c.setSDPUseMath(false);
+    c.setSDPUseOverrideable(false);
+  }
+  ~ForceKernel() {
+    auto& c = at::globalContext();
+    c.setSDPUseFlash(saved_[0]);
+    c.setSDPUseMemEfficient(saved_[1]);
+    c.setSDPUseCuDNN(saved_[2]);
+    c.setSDPUseMath(saved_[3]);
+    c.setSDPUseOverrideable(saved_[4]);
+  }
+  ForceKernel(const ForceKernel&) = delete;
+  ForceKernel& operator=(const ForceKernel&) = delete;
+
+ private:
+  std::array<bool, 5> saved_{};
+};
+
+// LibTorch explains why a kernel cannot run through warnings; this keeps them.
+class WarningCollector final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& w) override {
+    std::string m = w.msg();
+    if (!m.empty() && text_.find(m) == std::string::npos) text_ += (text_.empty() ? "" : " | ") + m;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
+at::SDPBackend sdp_backend_of(CudaSdpaKernel k) {
+  switch (k) {
+    case CudaSdpaKernel::flash: return at::SDPBackend::flash_attention;
+    case CudaSdpaKernel::efficient: return at::SDPBackend::efficient_attention;
+    case CudaSdpaKernel::cudnn: return at::SDPBackend::cudnn_attention;
+  }
+  return at::SDPBackend::error;
+}
+
+const char* kernel_name(CudaSdpaKernel k) {
+  switch (k) {
+    case CudaSdpaKernel::flash: return "flash";
+    case CudaSdpaKernel::efficient: return "efficient";
+    case CudaSdpaKernel::cudnn: return "cudnn";
+  }
+  return "?";
+}
+
+// The mask as LibTorch takes it: nothing, is_causal (top-left, LibTorch's meaning), or a
+// boolean [B][Hq][Sq][Skv] tensor. is_causal is used whenever it is exact, so the kernels'
+// causal paths (block skipping) are exercised, not only their masked ones.
+struct MaskArg {
+  bool is_causal = false;
+  std::optional<at::Tensor> mask;
+};
+
+MaskArg mask_arg(const Problem& p, at::Device dev) {
+  const Shape& s = p.shape;
+  bool all = true, causal = true;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads_q; ++h)
+      for (int64_t i = 0; i < s.seq_q; ++i)
+        for (int64_t j = 0; j < s.seq_kv; ++j) {
+          const bool v = p.visible(b, h, i, j);
+          all = all && v;
+          causal = causal && v == (j <= i);
+        }
+  MaskArg m;
+  if (all) return m;
+  if (causal) {
+    m.is_causal = true;
+    return m;
+  }
+  m.mask = at::from_blob(const_cast<uint8_t*>(p.mask.data()), {s.batch, s.heads_q, s.seq_q, s.seq_kv}, at::kByte).to(at::kBool).to(dev);
+  return m;
+}
+
+// [B][H][S][D] values in the problem's memory layout (BSHD and padded rows give the kernels
+// non-contiguous strides, as real callers do).
+at::Tensor laid_out(const Tensor& t, const Layout& l, at::ScalarType st, at::Device dev) {
+  const int64_t B = t.shape[0], H = t.shape[1], S = t.shape[2], D = t.shape[3];
+  const auto opts = at::TensorOptions().dtype(st).device(dev);
+  at::Tensor storage = l.order == Layout::Order::bshd ? at::empty({B, S, H, D + l.row_padding}, opts)
+                                                      : at::empty({B, H, S, D + l.row_padding}, opts);
+  at::Tensor view = storage.narrow(3, 0, D);
+  if (l.order == Layout::Order::bshd) view = view.transpose(1, 2);
+  view.copy_(to_torch(t, dev).to(st));
+  return view;
+}
+
+// What the public entry point does to a boolean mask before the efficient/cuDNN ops:
+// an additive bias in the query dtype whose rows start 16-element aligned.
+at::Tensor additive_bias(const at::Tensor& mask, at::ScalarType st) {
+  at::Tensor bias = at::zeros(mask.sizes(), mask.options().dtype(st)).masked_fill(mask.logical_not(), -INFINITY);
+  const int64_t skv = bias.size(-1), rem = skv % 16;
+  if (rem == 0) return bias;
+  return at::constant_pad_nd(bias, {0, 16 - rem}).narrow(-1, 0, skv);
+}
+
+at::Tensor pad_last_dim_to_8(const at::Tensor& t) {
+  const int64_t rem = t.size(-1) % 8;
+  return rem ? at::constant_pad_nd(t, {0, 8 - rem}) : t;
+}
+
+class TorchCudaSdpaBackend final : public Backend {
+ public:
+  TorchCudaSdpaBackend(CudaSdpaKernel kernel, CudaSdpaEntry entry) : kernel_(kernel), entry_(entry) {}
+
+  std::string name() const override {
+    return std::string(entry_ == CudaSdpaEntry::op ? "torch." : "torch.sdpa.") + kernel_name(kernel_);
+  }
+  std::string version() const override { return "libtorch-" + torch_version(); }
+  std::string device() const override { return "cuda"; }
+  std::optional<Contract> contract(DType d) const override {
+    // Flash and cuDNN take fp16/bf16 only. The efficient kernel also takes fp32 and is held to
+    // fp32 accuracy: a kernel that quietly used TF32 would show as a contract violation.
+    if (d == DType::f32 && kernel_ != CudaSdpaKernel::efficient) return std::nullopt;
+    return natural_contract(d);
+  }
+  bool backward_takes_dlse() const override { return false; }
+  bool returns_lse() const override { return entry_ == CudaSdpaEntry::op; }
+  // Rows with no visible key get an all -inf bias row: what the kernels make of it is not
+  // documented, so those rows are left out of the comparison.
+  bool masked_rows_zero() const override { return false; }
+  // The kernels fold scale * log2(e) into the scores and use the hardware's approximate
+  // exp2 (a few ulp), so their LSE is a few fp32 ulp off, never 2^-24.
+  double lse_unit_roundoff(DType) const override { return std::ldexp(1.0, -21); }
+
+  std::optional<std::string> unsupported_reason(const Problem& p) const override {
+    std::string why;
+    if (!torch_device_available(TorchDevice::cuda, &why)) return why;
+    if (p.softcap) return "SDPA has no softcap";
+    if (!contract(p.dtype)) return std::string("the ") + kernel_name(kernel_) + " kernel takes no " + std::string(to_string(p.dtype));
+    try {
+      return choice_refusal(p);
+    } catch (const std::exception& e) {
+      return std::string("LibTorch refused the inputs: ") + e.what();
+    }
+  }
+
+  Forward forward(const Problem& p) override {
+    return rethrow_plain([&] {
+      c10::AutoGradMode no_grad(false);
+      Call c = run(p, false);
+      Forward f{from_torch(c.out), Tensor({p.shape.batch, p.shape.heads_q, p.shape.seq_q})};
+      if (c.lse.defined()) f.lse = from_torch(c.lse);
+      return f;
+    });
+  }
+
+  Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor&) override {
+    return rethrow_plain([&] {
+      Call c = run(p, true);
+      at::Tensor d_o = to_torch(d_out, c.out.device()).to(c.out.scalar_type());
+      auto g = torch::autograd::grad({c.out}, {c.q, c.k, c.v}, {d_o}, false, false, true);
+      auto out = [](const at::Tensor& t, const at::Tensor& like) { return from_torch(t.defined() ? t : at::zeros_like(like)); };
+      return Gradients{out(g[0], c.q), out(g[1], c.k), out(g[2], c.v)};
+    });
+  }
+
+ private:
+  struct Call {
+    at::Tensor q, k, v, out, lse;
+  };
+
+  // LibTorch's own verdict: at::_fused_sdp_choice with only this kernel enabled chooses it,
+  // or says (in warnings and its error) why not.
+  std::optional<std::string> choice_refusal(const Problem& p) const {
+    const at::Device dev = device_of(TorchDevice::cuda);
+    const at::ScalarType st = scalar_type(p.dtype);
+    const auto opts = at::TensorOptions().dtype(st).device(dev);
+    const Shape& s = p.shape;
+    at::Tensor q = at::empty({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, opts);
+    at::Tensor k = at::empty({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}, opts);
+    at::Tensor v = at::empty({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}, opts);
+    q.set_requires_grad(true);  // the choice differs for training: backward must be supported
+    const MaskArg m = mask_arg(p, dev);
+    WarningCollector warnings;
+    c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+    c10::WarningUtils::WarnAlways warn_always(true);
+    ForceKernel force(kernel_);
+    int64_t chosen = -1;
+    std::string error;
+    try {
+      chosen = at::_fused_sdp_choice(q, k, v, m.mask, 0.0, m.is_causal, p.scale, s.group() > 1);
+    } catch (const c10::Error& e) {
+      error = e.what_without_backtrace();
+    }
+    if (chosen == static_cast<int64_t>(sdp_backend_of(kernel_))) return std::nullopt;
+    std::string why = std::string("LibTorch does not choose its ") + kernel_name(kernel_) + " kernel";
+    if (!warnings.text().empty()) why += ": " + warnings.text();
+    else if (!error.empty()) why += ": " + error;
+    return why;
+  }
+
+  Call run(const Problem& p, bool requires_grad) const {
+    const at::Device dev = device_of(TorchDevice::cuda);
+    const at::ScalarType st = scalar_type(p.dtype);
+    const Shape& s = p.shape;
+    Call c;
+    {
+      c10::AutoGradMode no_grad(false);
+      c.q = laid_out(p.q, p.layout, st, dev);
+      c.k = laid_out(p.k, p.layout, st, dev);
+      c.v = laid_out(p.v, p.layout, st, dev);
+    }
+    c.q = c.q.detach().set_requires_grad(requires_grad);
+    c.k = c.k.detach().set_requires_grad(requires_grad);
+    c.v = c.v.detach().set_requires_grad(requires_grad);
+    const MaskArg m = mask_arg(p, dev);
+    const bool gqa = s.group() > 1;
+    ForceKernel force(kernel_);
+    if (entry_ == CudaSdpaEntry::public_api) {
+      c.out = at::scaled_dot_product_attention(c.q, c.k, c.v, m.mask, 0.0, m.is_causal, p.scale, gqa);
+      return c;
+    }
+    at::Tensor lse;
+    switch (kernel_) {
+      case CudaSdpaKernel::flash: {
+        // Flash takes grouped K/V as they are; the public entry point pads D to a multiple of 8.
+        auto r = at::_scaled_dot_product_flash_attention(pad_last_dim_to_8(c.q), pad_last_dim_to_8(c.k), pad_last_dim_to_8(c.v), 0.0,
+                                                         m.is_causal, false, p.scale);
+        c.out = std::get<0>(r).narrow(-1, 0, s.head_dim_v);
+        lse = std::get<1>(r);
+        break;
+      }
+      case CudaSdpaKernel::efficient: {
+        // The efficient kernel has no grouped heads: K/V repeated per group (autograd sums
+        // their gradients back), as the public entry point does for it.
+        at::Tensor k = gqa ? c.k.repeat_interleave(s.group(), 1) : c.k;
+        at::Tensor v = gqa ? c.v.repeat_interleave(s.group(), 1) : c.v;
+        std::optional<at::Tensor> bias;
+        if (m.mask) bias = additive_bias(*m.mask, st);
+        auto r = at::_scaled_dot_product_efficient_attention(c.q, k, v, bias, true, 0.0, m.is_causal, p.scale);
+        c.out = std::get<0>(r);
+        lse = std::get<1>(r);
+        break;
+      }
+      case CudaSdpaKernel::cudnn: {
+        std::optional<at::Tensor> bias;
+        if (m.mask) bias = additive_bias(*m.mask, st);
+        auto r = at::_scaled_dot_product_cudnn_attention(c.q, c.k, c.v, bias, true, 0.0, m.is_causal, false, p.scale);
+        c.out = std::get<0>(r);
+        lse = std::get<1>(r);
+        break;
+      }
+    }
+    // Kernels pad the LSE's row count (efficient: to a multiple of 32) or add a unit dim.
+    c.lse = lse.detach().narrow(2, 0, s.seq_q).reshape({s.batch, s.heads_q, s.seq_q});
+    return c;
+  }
+
+  CudaSdpaKernel kernel_;
+  CudaSdpaEntry entry_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_torch_cuda_sdpa_backend(CudaSdpaKernel kernel, CudaSdpaEntry entry) {
+  return std::make_unique<TorchCudaSdpaBackend>(kernel, entry);
+}
+
+}  // namespace attnfuzz
