@@ -29,5 +29,13 @@ case "$mode" in
     "$bin/attnfuzz" campaign --seconds "$secs" --seed "$seed" --backends ${backends//,/ } --out "$OUT/campaign-$seed" "$@" 2>&1 \
       | tee "$OUT/campaign-$seed.log" | grep -v " elapsed, " | tail -40
     (cd "$OUT" && tar czf "campaign-$seed.tgz" "campaign-$seed" && rm -rf "campaign-$seed") ;;
-  *) echo "usage: $0 env|tests|campaign SECONDS SEED BACKENDS" >&2; exit 2 ;;
+  replay)
+    # Each reproducer alone, with only the backend it blames, in its own process: a judgement
+    # no other backend's CUDA error can touch.
+    for f in "$@"; do
+      b=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["finding"]["signature"]["backend"])' "$f" 2>/dev/null) || continue
+      echo "$b $f"
+    done | xargs -P 8 -L 1 sh -c '"$0" replay --timeout 120 --backends "$1" "$2" 2>&1 | grep -E "^(FAILING|fixed|ERROR)"' "$bin/attnfuzz" \
+      | sort | tee "$OUT/replay.log" ;;
+  *) echo "usage: $0 env|tests|campaign SECONDS SEED BACKENDS|replay FILES..." >&2; exit 2 ;;
 esac

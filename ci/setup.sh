@@ -7,10 +7,14 @@
 #   LibTorch:        the C++ part of the PyPI `torch` wheel (pinned to the GPU machine's 2.11.0),
 #                    unpacked into .deps/torch. The wheel's libtorch_cpu.so needs libcudart and
 #                    libcupti at load time even on the CPU: their PyPI wheels go to .deps/nvidia.
+#   cuDNN frontend:  the header-only C++ graph API from the PyPI `nvidia-cudnn-frontend` wheel
+#                    (the `cudnn` backend, ATTNFUZZ_WITH_CUDA builds), its include/ unpacked into
+#                    .deps/cudnn_frontend/include. cuDNN itself comes with the CUDA install.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/.deps"
 TORCH_VERSION=${ATTNFUZZ_TORCH_VERSION:-2.11.0}
+CUDNN_FRONTEND_VERSION=${ATTNFUZZ_CUDNN_FRONTEND_VERSION:-1.32.0}
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
 pkgs=(build-essential cmake ninja-build git unzip python3 python3-pip
@@ -43,4 +47,18 @@ if [ ! -f "$stamp" ]; then
   rm -rf "$deps/unpack"
   touch "$stamp"
 fi
-echo "setup: ready (LibTorch $TORCH_VERSION in $deps/torch)"
+
+# The wheel is a Python extension, but its include/ holds the whole header-only C++ API;
+# the headers do not depend on the Python version the wheel was built for.
+stamp="$deps/cudnn_frontend/.attnfuzz-cudnn-frontend-$CUDNN_FRONTEND_VERSION"
+if [ ! -f "$stamp" ]; then
+  echo "setup: fetching the cuDNN frontend $CUDNN_FRONTEND_VERSION headers from the PyPI nvidia-cudnn-frontend wheel"
+  fe_dl=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$fe_dl" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION"
+  rm -rf "$deps/cudnn_frontend"
+  mkdir -p "$deps/cudnn_frontend"
+  unzip -q -o "$fe_dl"/nvidia_cudnn_frontend-*.whl 'include/*' -d "$deps/cudnn_frontend"
+  rm -rf "$fe_dl"
+  touch "$stamp"
+fi
+echo "setup: ready (LibTorch $TORCH_VERSION in $deps/torch, cuDNN frontend $CUDNN_FRONTEND_VERSION in $deps/cudnn_frontend)"

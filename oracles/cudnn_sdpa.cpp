@@ -1,0 +1,493 @@
+// The `cudnn` backend: cuDNN SDPA forward and backward through the cuDNN frontend.
+//
+//  - the mask: the dense mask is matched against cuDNN's native masking (no mask, causal,
+//    diagonal band, each with or without padding to per-batch lengths); the first native
+//    plan that reproduces it exactly and that cuDNN accepts runs, else an additive bias;
+//  - the layout: Q, K, V, O and the gradients live on the device in the Problem's layout
+//    (BHSD or BSHD, padded rows) and cuDNN gets the matching strides;
+//  - conventions: fp32 Stats are the natural-log LSE; cuDNN's backward takes no dLSE, and
+//    fully masked rows follow cuDNN's own convention, both of which the harness handles.
+#include "oracles/cudnn_sdpa.h"
+
+#include <algorithm>
+#include <bit>
+#include <stdexcept>
+
+#include "harness/dtype.h"
+#include "oracles/cudnn_graph.h"
+
+namespace attnfuzz {
+
+// ---- The mask plan (pure) ----
+
+std::string CudnnMaskPlan::describe() const {
+  if (bias) return std::string("bias[") + (bias_per_batch ? "B" : "1") + "," + (bias_per_head ? "H" : "1") + "]";
+  std::string s;
+  const char* align = alignment == Align::top_left ? "tl" : "br";
+  if (!left_bound && !right_bound)
+    s = "none";
+  else if (!left_bound && *right_bound == 0)
+    s = std::string("causal_") + align;
+  else {
+    s = std::string("band_") + align + "(";
+    if (left_bound) s += "left=" + std::to_string(*left_bound);
+    if (left_bound && right_bound) s += ",";
+    if (right_bound) s += "right=" + std::to_string(*right_bound);
+    s += ")";
+  }
+  return padding() ? s + "+padding" : s;
+}
+
+namespace {
+
+// The diagonal's offset for batch b: cuDNN's bottom-right alignment puts the last query
+// row on the last key column, of the whole tensors or, with padding, of each sequence.
+int64_t diagonal_shift(const CudnnMaskPlan& plan, const Shape& s, int64_t b) {
+  if (plan.alignment == Align::top_left) return 0;
+  if (plan.padding()) return int64_t{plan.seq_len_kv[static_cast<size_t>(b)]} - plan.seq_len_q[static_cast<size_t>(b)];
+  return s.seq_kv - s.seq_q;
+}
+
+size_t plane_size(const Shape& s) { return static_cast<size_t>(s.seq_q * s.seq_kv); }
+
+// Whether every head of each batch has head 0's mask: a native plan knows no heads.
+bool heads_agree(const Problem& p) {
+  const Shape& s = p.shape;
+  const size_t plane = plane_size(s);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const auto first = p.mask.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(b * s.heads_q) * plane);
+    for (int64_t h = 1; h < s.heads_q; ++h)
+      if (!std::equal(first, first + static_cast<std::ptrdiff_t>(plane), first + static_cast<std::ptrdiff_t>(static_cast<size_t>(h) * plane)))
+        return false;
+  }
+  return true;
+}
+
+// Whether every batch has batch 0's mask (all heads).
+bool batches_agree(const Problem& p) {
+  const size_t per_batch = static_cast<size_t>(p.shape.heads_q) * plane_size(p.shape);
+  for (int64_t b = 1; b < p.shape.batch; ++b)
+    if (!std::equal(p.mask.begin(), p.mask.begin() + static_cast<std::ptrdiff_t>(per_batch),
+                    p.mask.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(b) * per_batch)))
+      return false;
+  return true;
+}
+
+// Whether the plan reproduces head 0 of every batch (all of p.mask once the heads agree).
+bool reproduces(const CudnnMaskPlan& plan, const Problem& p) {
+  const Shape& s = p.shape;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t i = 0; i < s.seq_q; ++i)
+      for (int64_t j = 0; j < s.seq_kv; ++j)
+        if (cudnn_mask_plan_visible(plan, p, b, 0, i, j) != p.visible(b, 0, i, j)) return false;
+  return true;
+}
+
+// The shortest per-batch lengths that keep every visible element of head 0: one past the
+// last row (column) holding one; 0 for a batch that sees nothing. A bottom-right band
+// always sees the corner (seq_len_q - 1, seq_len_kv - 1), so these are the only lengths
+// under which it can match; for the other plans longer lengths only add masked rows.
+void shortest_lengths(const Problem& p, std::vector<int32_t>& len_q, std::vector<int32_t>& len_kv) {
+  const Shape& s = p.shape;
+  len_q.assign(static_cast<size_t>(s.batch), 0);
+  len_kv.assign(static_cast<size_t>(s.batch), 0);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t i = 0; i < s.seq_q; ++i)
+      for (int64_t j = 0; j < s.seq_kv; ++j)
+        if (p.visible(b, 0, i, j)) {
+          len_q[static_cast<size_t>(b)] = static_cast<int32_t>(i + 1);
+          len_kv[static_cast<size_t>(b)] = std::max(len_kv[static_cast<size_t>(b)], static_cast<int32_t>(j + 1));
+        }
+}
+
+// The tightest bounds of j - i - shift over head 0's visible elements, or nothing when
+// none is visible. Any band that reproduces the mask contains this one and they agree on
+// every element of the grid, so trying the tightest bounds finds a band when one exists.
+std::optional<std::pair<int64_t, int64_t>> diagonal_range(const CudnnMaskPlan& plan, const Problem& p) {
+  const Shape& s = p.shape;
+  std::optional<std::pair<int64_t, int64_t>> r;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t shift = diagonal_shift(plan, s, b);
+    for (int64_t i = 0; i < s.seq_q; ++i)
+      for (int64_t j = 0; j < s.seq_kv; ++j)
+        if (p.visible(b, 0, i, j)) {
+          const int64_t d = j - i - shift;
+          r = r ? std::pair{std::min(r->first, d), std::max(r->second, d)} : std::pair{d, d};
+        }
+  }
+  return r;
+}
+
+// The native candidates over one padding choice, in order of preference.
+std::vector<CudnnMaskPlan> native_candidates(const Problem& p, const CudnnMaskPlan& base) {
+  std::vector<CudnnMaskPlan> out{base};
+  for (Align a : {Align::top_left, Align::bottom_right}) {
+    CudnnMaskPlan causal = base;
+    causal.alignment = a;
+    causal.right_bound = 0;
+    out.push_back(causal);
+  }
+  for (Align a : {Align::top_left, Align::bottom_right}) {
+    CudnnMaskPlan band = base;
+    band.alignment = a;
+    const auto range = diagonal_range(band, p);
+    if (!range) continue;
+    // visible iff j - i - shift <= right and > -left: right = max, left = 1 - min.
+    const int64_t right = range->second, left = 1 - range->first;
+    if (right >= 0) {
+      band.right_bound = right;
+      out.push_back(band);
+    }
+    if (left >= 1) {
+      band.right_bound.reset();
+      band.left_bound = left;
+      out.push_back(band);
+      if (right >= 0) {
+        band.right_bound = right;
+        out.push_back(band);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool cudnn_mask_plan_visible(const CudnnMaskPlan& plan, const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (plan.bias) return p.visible(b, h, i, j);
+  if (plan.padding() && (i >= plan.seq_len_q[static_cast<size_t>(b)] || j >= plan.seq_len_kv[static_cast<size_t>(b)])) return false;
+  const int64_t d = j - i - diagonal_shift(plan, p.shape, b);
+  if (plan.right_bound && d > *plan.right_bound) return false;  // masked beyond column i' + right_bound
+  if (plan.left_bound && d <= -*plan.left_bound) return false;  // masked at or before column i' - left_bound
+  return true;
+}
+
+std::vector<CudnnMaskPlan> cudnn_mask_plans(const Problem& p) {
+  std::vector<CudnnMaskPlan> plans;
+  const bool same_heads = heads_agree(p);
+  if (same_heads) {
+    CudnnMaskPlan padded;
+    shortest_lengths(p, padded.seq_len_q, padded.seq_len_kv);
+    for (const CudnnMaskPlan& base : {CudnnMaskPlan{}, padded})
+      for (const CudnnMaskPlan& c : native_candidates(p, base))
+        if (std::find(plans.begin(), plans.end(), c) == plans.end() && reproduces(c, p)) plans.push_back(c);
+  }
+  CudnnMaskPlan bias;
+  bias.bias = true;
+  bias.bias_per_head = !same_heads;
+  bias.bias_per_batch = !batches_agree(p);
+  plans.push_back(bias);
+  return plans;
+}
+
+CudnnMaskPlan plan_cudnn_mask(const Problem& p) { return cudnn_mask_plans(p).front(); }
+
+// ---- The backend ----
+
+namespace {
+using namespace cudnn_detail;
+
+// What the bias adds where the mask hides a key: finite, so a row with no visible key
+// stays a finite softmax (the harness leaves such rows out), yet far enough below any
+// score that exp() of a masked score is exactly 0 next to a visible one. With headroom
+// below the type's limit in case a kernel pre-multiplies by log2(e).
+double masked_bias(DType d) { return d == DType::f16 ? -30000.0 : -1e30; }
+
+uint16_t to_bits(DType d, double x) {
+  const float f = static_cast<float>(x);  // exact: inputs are already rounded to d
+  return d == DType::f16 ? float_to_half_bits(f) : float_to_bf16_bits(f);
+}
+
+double from_bits(DType d, uint16_t bits) { return d == DType::f16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits); }
+
+// A [B][H][S][D] tensor in the Problem's layout: where element (b, h, s, d) lives, and
+// how many elements the allocation spans (padded rows included).
+struct LayoutOf {
+  Strides strides{};
+  size_t elements = 0;
+
+  LayoutOf(const Layout& l, int64_t batch, int64_t heads, int64_t seq, int64_t dim) {
+    const int64_t row = dim + l.row_padding;
+    if (l.order == Layout::Order::bhsd)
+      strides = {heads * seq * row, seq * row, row, 1};
+    else
+      strides = {seq * heads * row, row, heads * row, 1};
+    elements = static_cast<size_t>(batch * heads * seq * row);
+  }
+  size_t at(int64_t b, int64_t h, int64_t s, int64_t d) const {
+    return static_cast<size_t>(b * strides[0] + h * strides[1] + s * strides[2] + d);
+  }
+};
+
+LayoutOf layout_of(const Problem& p, const Tensor& t) { return LayoutOf(p.layout, t.dim(0), t.dim(1), t.dim(2), t.dim(3)); }
+
+DeviceBuffer to_device(const Tensor& t, DType dtype, const LayoutOf& l) {
+  std::vector<uint16_t> host(l.elements, 0);  // the row padding holds zeros
+  for (int64_t b = 0; b < t.dim(0); ++b)
+    for (int64_t h = 0; h < t.dim(1); ++h)
+      for (int64_t s = 0; s < t.dim(2); ++s)
+        for (int64_t d = 0; d < t.dim(3); ++d) host[l.at(b, h, s, d)] = to_bits(dtype, t.at(b, h, s)[d]);
+  DeviceBuffer buf(host.size() * sizeof(uint16_t));
+  buf.upload(host.data(), host.size() * sizeof(uint16_t));
+  return buf;
+}
+
+Tensor from_device(const DeviceBuffer& buf, DType dtype, const LayoutOf& l, std::vector<int64_t> shape) {
+  std::vector<uint16_t> host(l.elements);
+  buf.download(host.data(), host.size() * sizeof(uint16_t));
+  Tensor t(std::move(shape));
+  for (int64_t b = 0; b < t.dim(0); ++b)
+    for (int64_t h = 0; h < t.dim(1); ++h)
+      for (int64_t s = 0; s < t.dim(2); ++s)
+        for (int64_t d = 0; d < t.dim(3); ++d) t.at(b, h, s)[d] = from_bits(dtype, host[l.at(b, h, s, d)]);
+  return t;
+}
+
+GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan) {
+  const Shape& s = p.shape;
+  GraphSpec g;
+  g.dtype = p.dtype;
+  g.batch = s.batch, g.heads_q = s.heads_q, g.heads_kv = s.heads_kv, g.seq_q = s.seq_q, g.seq_kv = s.seq_kv;
+  g.dim_qk = s.head_dim_qk, g.dim_v = s.head_dim_v;
+  g.q_stride = LayoutOf(p.layout, s.batch, s.heads_q, s.seq_q, s.head_dim_qk).strides;
+  g.k_stride = LayoutOf(p.layout, s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk).strides;
+  g.v_stride = LayoutOf(p.layout, s.batch, s.heads_kv, s.seq_kv, s.head_dim_v).strides;
+  g.o_stride = LayoutOf(p.layout, s.batch, s.heads_q, s.seq_q, s.head_dim_v).strides;
+  g.scale_bits = std::bit_cast<uint32_t>(static_cast<float>(p.scale));  // cuDNN takes an fp32 scale
+  g.padding = plan.padding();
+  g.left_bound = plan.left_bound, g.right_bound = plan.right_bound;
+  g.bottom_right = (plan.left_bound || plan.right_bound) && plan.alignment == Align::bottom_right;
+  g.bias = plan.bias;
+  g.bias_batch = plan.bias_per_batch ? s.batch : 1;
+  g.bias_heads = plan.bias_per_head ? s.heads_q : 1;
+  return g;
+}
+
+struct Selection {
+  CudnnMaskPlan plan;
+  GraphSpec spec;
+};
+
+// One call's device memory: inputs in the Problem's layout, the mask's inputs, and
+// cuDNN's own forward results (O, Stats), which the backward consumes.
+class DeviceCall {
+ public:
+  DeviceCall(const Problem& p, const Selection& sel)
+      : p_(p),
+        sel_(sel),
+        q_layout_(layout_of(p, p.q)),
+        k_layout_(layout_of(p, p.k)),
+        v_layout_(layout_of(p, p.v)),
+        o_layout_(p.layout, p.shape.batch, p.shape.heads_q, p.shape.seq_q, p.shape.head_dim_v),
+        q_(to_device(p.q, p.dtype, q_layout_)),
+        k_(to_device(p.k, p.dtype, k_layout_)),
+        v_(to_device(p.v, p.dtype, v_layout_)),
+        o_(o_layout_.elements * sizeof(uint16_t)),
+        stats_(static_cast<size_t>(p.shape.batch * p.shape.heads_q * p.shape.seq_q) * sizeof(float)) {
+    const CudnnMaskPlan& plan = sel.plan;
+    if (plan.padding()) {
+      const size_t bytes = plan.seq_len_q.size() * sizeof(int32_t);
+      seq_len_q_ = DeviceBuffer(bytes), seq_len_kv_ = DeviceBuffer(bytes);
+      seq_len_q_.upload(plan.seq_len_q.data(), bytes);
+      seq_len_kv_.upload(plan.seq_len_kv.data(), bytes);
+    }
+    if (plan.bias) upload_bias();
+  }
+
+  // cuDNN's forward into O and Stats.
+  void forward(GraphCache& graphs) {
+    // With padding cuDNN writes no padded row: zeros there, not a previous call's values.
+    o_.zero();
+    stats_.zero();
+    DevicePointers ptrs = inputs();
+    ptrs.o = o_.get();
+    ptrs.stats = stats_.get();
+    graphs.execute(sel_.spec, Pass::forward, ptrs);
+  }
+
+  Forward forward_result() const {
+    const Shape& s = p_.shape;
+    Forward f;
+    f.o = from_device(o_, p_.dtype, o_layout_, {s.batch, s.heads_q, s.seq_q, s.head_dim_v});
+    f.lse = Tensor({s.batch, s.heads_q, s.seq_q});
+    std::vector<float> stats(f.lse.numel());
+    stats_.download(stats.data(), stats.size() * sizeof(float));
+    std::copy(stats.begin(), stats.end(), f.lse.data.begin());
+    return f;
+  }
+
+  // cuDNN's backward from the O and Stats of forward().
+  Gradients backward(GraphCache& graphs, const Tensor& d_out) {
+    const DeviceBuffer d_o = to_device(d_out, p_.dtype, o_layout_);
+    DeviceBuffer d_q(q_layout_.elements * sizeof(uint16_t)), d_k(k_layout_.elements * sizeof(uint16_t)),
+        d_v(v_layout_.elements * sizeof(uint16_t));  // zero-filled: padded rows and keys are not written
+    DevicePointers ptrs = inputs();
+    ptrs.o = o_.get();
+    ptrs.stats = stats_.get();
+    ptrs.d_o = d_o.get();
+    ptrs.d_q = d_q.get(), ptrs.d_k = d_k.get(), ptrs.d_v = d_v.get();
+    graphs.execute(sel_.spec, Pass::backward, ptrs);
+    Gradients g;
+    g.dq = from_device(d_q, p_.dtype, q_layout_, p_.q.shape);
+    g.dk = from_device(d_k, p_.dtype, k_layout_, p_.k.shape);
+    g.dv = from_device(d_v, p_.dtype, v_layout_, p_.v.shape);
+    return g;
+  }
+
+ private:
+  DevicePointers inputs() const {
+    DevicePointers ptrs;
+    ptrs.q = q_.get(), ptrs.k = k_.get(), ptrs.v = v_.get();
+    ptrs.bias = bias_.get();
+    ptrs.seq_len_q = seq_len_q_.get(), ptrs.seq_len_kv = seq_len_kv_.get();
+    return ptrs;
+  }
+
+  // The dense mask as an additive [bias_batch][bias_heads][Sq][Skv] tensor in the io type.
+  void upload_bias() {
+    const GraphSpec& g = sel_.spec;
+    const uint16_t visible = to_bits(p_.dtype, 0.0), masked = to_bits(p_.dtype, masked_bias(p_.dtype));
+    std::vector<uint16_t> host(static_cast<size_t>(g.bias_batch * g.bias_heads * g.seq_q * g.seq_kv));
+    size_t idx = 0;
+    for (int64_t b = 0; b < g.bias_batch; ++b)
+      for (int64_t h = 0; h < g.bias_heads; ++h)
+        for (int64_t i = 0; i < g.seq_q; ++i)
+          for (int64_t j = 0; j < g.seq_kv; ++j) host[idx++] = p_.visible(b, h, i, j) ? visible : masked;
+    bias_ = DeviceBuffer(host.size() * sizeof(uint16_t));
+    bias_.upload(host.data(), host.size() * sizeof(uint16_t));
+  }
+
+  const Problem& p_;
+  const Selection& sel_;
+  LayoutOf q_layout_, k_layout_, v_layout_, o_layout_;
+  DeviceBuffer q_, k_, v_, o_, stats_, bias_, seq_len_q_, seq_len_kv_;
+};
+
+class CudnnSdpaBackend final : public Backend {
+ public:
+  std::string name() const override { return "cudnn"; }
+  std::string version() const override {
+    return "cudnn-" + std::to_string(cudnn_runtime_version()) + " frontend-" + cudnn_frontend_version();
+  }
+  std::string device() const override { return "cuda"; }
+  // cuDNN SDPA takes fp16/bf16 only (fp32 operands would be rounded, not computed in fp32).
+  std::optional<Contract> contract(DType d) const override {
+    if (d == DType::f32) return std::nullopt;
+    return natural_contract(d);
+  }
+  // cuDNN gives a row with no visible key its own values (or a uniform softmax under the
+  // bias), not O = 0 / LSE = -inf: the harness leaves those rows out.
+  bool masked_rows_zero() const override { return false; }
+  bool backward_takes_dlse() const override { return false; }
+
+  std::optional<std::string> unsupported_reason(const Problem& p) const override {
+    std::string why;
+    if (!cudnn_sdpa_available(&why)) return why;
+    if (p.softcap) return std::string("cuDNN SDPA has no softcap");
+    if (p.dtype == DType::f32) return std::string("cuDNN SDPA takes fp16 or bf16 inputs only");
+    try {
+      const Choice c = choose(p);
+      if (!c.selection) return c.reason;
+    } catch (const std::exception& e) {
+      return "cuDNN: " + std::string(e.what());
+    }
+    return std::nullopt;
+  }
+
+  Forward forward(const Problem& p) override {
+    const Selection sel = select_or_throw(p);
+    DeviceCall call(p, sel);
+    call.forward(graphs_);
+    return call.forward_result();
+  }
+
+  // The Forward handed in may have been normalized by the harness (fully masked rows), so
+  // the backward runs on cuDNN's own O and Stats, recomputed here.
+  Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor&) override {
+    const Selection sel = select_or_throw(p);
+    DeviceCall call(p, sel);
+    call.forward(graphs_);
+    return call.backward(graphs_, d_out);
+  }
+
+  std::optional<CudnnMaskPlan> selected_plan(const Problem& p) const {
+    if (!cudnn_sdpa_available(nullptr) || p.softcap || p.dtype == DType::f32) return std::nullopt;
+    const Choice c = choose(p);
+    if (!c.selection) return std::nullopt;
+    return c.selection->plan;
+  }
+
+ private:
+  struct Choice {
+    std::optional<Selection> selection;
+    std::string reason;  // why none, when none
+  };
+
+  // The first plan (in cudnn_mask_plans' order) whose forward and backward graphs cuDNN
+  // builds and supports.
+  Choice choose(const Problem& p) const {
+    std::string first_native, bias;  // the first native plan's refusal, the bias fallback's (always last)
+    for (const CudnnMaskPlan& plan : cudnn_mask_plans(p)) {
+      const GraphSpec spec = graph_spec(p, plan);
+      std::optional<std::string> err = graphs_.prepare(spec, Pass::forward);
+      if (!err) {
+        err = graphs_.prepare(spec, Pass::backward);
+        if (err) *err = "backward: " + *err;
+      }
+      if (!err) return {Selection{plan, spec}, {}};
+      if (!plan.native())
+        bias = *err;
+      else if (first_native.empty())
+        first_native = *err;
+    }
+    // The bias plan takes any mask, so its refusal names what blocks the problem itself (a
+    // head dim, a stride); a native plan's refusal is often only about the mask.
+    const bool both = !first_native.empty() && first_native != bias;
+    return {std::nullopt, "cuDNN: " + bias + (both ? "; with a native mask: " + first_native : "")};
+  }
+
+  Selection select_or_throw(const Problem& p) const {
+    std::string why;
+    if (!cudnn_sdpa_available(&why)) throw std::runtime_error("cuDNN: " + why);
+    Choice c = choose(p);
+    if (!c.selection) throw std::runtime_error(c.reason);
+    return *c.selection;
+  }
+
+  // Built graphs and the cuDNN handle; mutable because unsupported_reason() builds and
+  // caches graphs too (the frontend's support check is the build itself).
+  mutable GraphCache graphs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cudnn_sdpa_backend() { return std::make_unique<CudnnSdpaBackend>(); }
+
+bool cudnn_sdpa_available(std::string* why) {
+  static const std::optional<std::string> reason = [] {
+    try {
+      return probe_cudnn();
+    } catch (const std::exception& e) {
+      return std::optional<std::string>(e.what());
+    }
+  }();
+  if (reason && why) *why = *reason;
+  return !reason;
+}
+
+std::map<std::string, std::string> cudnn_sdpa_environment() {
+  std::map<std::string, std::string> env{{"cudnn_runtime", std::to_string(cudnn_runtime_version())},
+                                         {"cudnn_compiled", std::to_string(cudnn_compiled_version())},
+                                         {"cudnn_frontend", cudnn_frontend_version()}};
+  std::string why;
+  if (!cudnn_sdpa_available(&why)) env["cudnn_device"] = "unavailable: " + why;
+  return env;
+}
+
+std::optional<CudnnMaskPlan> cudnn_sdpa_selected_plan(const Backend& backend, const Problem& p) {
+  const auto* be = dynamic_cast<const CudnnSdpaBackend*>(&backend);
+  if (!be) return std::nullopt;
+  return be->selected_plan(p);
+}
+
+}  // namespace attnfuzz
