@@ -37,5 +37,16 @@ case "$mode" in
       echo "$b $f"
     done | xargs -P 8 -L 1 sh -c '"$0" replay --timeout 120 --backends "$1" "$2" 2>&1 | grep -E "^(FAILING|fixed|ERROR)"' "$bin/attnfuzz" \
       | sort | tee "$OUT/replay.log" ;;
-  *) echo "usage: $0 env|tests|campaign SECONDS SEED BACKENDS|replay FILES..." >&2; exit 2 ;;
+  minimize)
+    # Reproducers shrunk side by side (each in its own isolated workers), at most SECONDS each.
+    secs=$1; shift
+    mkdir -p "$OUT/min"
+    for f in "$@"; do
+      b=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["finding"]["signature"]["backend"])' "$f") || continue
+      n=$(basename "$f" .json)
+      (timeout "$secs" "$bin/attnfuzz" minimize --backends "$b" --out "$OUT/min/$n.min.json" "$f" > "$OUT/min/$n.log" 2>&1) &
+    done
+    wait
+    tail -n 4 "$OUT"/min/*.log ;;
+  *) echo "usage: $0 env|tests|campaign SECONDS SEED BACKENDS|replay FILES...|minimize SECONDS FILES..." >&2; exit 2 ;;
 esac

@@ -133,8 +133,12 @@ Reproducer death_finding(const Case& c, const WorkerProcess::Reply& reply, int64
 
 std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
   if (o.devices.empty()) return {};
-  return {"CUDA_VISIBLE_DEVICES=" + o.devices[worker % o.devices.size()]};
+  // Synchronous launches: a kernel fault is raised by the call that launched it, so the
+  // finding names the right backend (the cases are small; the cost is small too).
+  return {"CUDA_VISIBLE_DEVICES=" + o.devices[worker % o.devices.size()], "CUDA_LAUNCH_BLOCKING=1"};
 }
+
+}  // namespace
 
 // One request to a worker: the findings of a case, or the crash/timeout it caused.
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& o) {
@@ -163,6 +167,8 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
   }
   return out;
 }
+
+namespace {
 
 std::string rate_line(uint64_t cases, double secs, const CampaignOptions& o, uint64_t next_k, const std::map<std::string, int>& by_class) {
   char left[64];
@@ -272,6 +278,27 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   return s;
 }
 
+Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& o, ShrinkReport* report) {
+  const Signature sig = r.finding.signature;
+  const bool death = sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout;
+  // A hang costs the whole watchdog on every candidate that still hangs: a short one,
+  // and fewer attempts, for deaths.
+  CampaignOptions oo = o;
+  if (sig.cls == FindingClass::timeout) oo.timeout_seconds = std::min(o.timeout_seconds, 2.0);
+  auto keeps = [&](const Case& c) {
+    for (const auto& f : run_case(proc, c, r.case_index, oo))
+      if (f.finding.signature == sig) return true;
+    return false;
+  };
+  const ShrinkReport rep = shrink(r.c, keeps, o.candidates, o.size, death ? 30 : 2000);
+  Reproducer m = r;
+  m.c = rep.minimized;
+  for (const auto& f : run_case(proc, m.c, r.case_index, oo))
+    if (f.finding.signature == sig) m.finding = f.finding, m.input_checksum = f.input_checksum;
+  if (report) *report = rep;
+  return m;
+}
+
 void minimize_findings(const CampaignOptions& o) {
   if (!o.candidates || !o.size) return;
   const std::string dir = o.out_dir + "/findings";
@@ -293,23 +320,8 @@ void minimize_findings(const CampaignOptions& o) {
     } catch (const std::exception&) {
       return;
     }
-    const Signature sig = r.finding.signature;
-    const bool death = sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout;
-    // A hang costs the whole watchdog on every candidate that still hangs: a short one,
-    // and fewer attempts, for deaths.
-    CampaignOptions oo = o;
-    if (sig.cls == FindingClass::timeout) oo.timeout_seconds = std::min(o.timeout_seconds, 2.0);
-    auto keeps = [&](const Case& c) {
-      for (const auto& f : run_case(proc, c, r.case_index, oo))
-        if (f.finding.signature == sig) return true;
-      return false;
-    };
-    const ShrinkReport rep = shrink(r.c, keeps, o.candidates, o.size, death ? 30 : 2000);
-    Reproducer m = r;
-    m.c = rep.minimized;
+    Reproducer m = minimize_isolated(proc, r, o);
     m.minimized_from = fs::path(path).filename().string();
-    for (const auto& f : run_case(proc, m.c, r.case_index, oo))
-      if (f.finding.signature == sig) m.finding = f.finding, m.input_checksum = f.input_checksum;
     write_file_atomic(path.substr(0, path.size() - 5) + ".min.json", write_repro(m));
   };
   const size_t workers = std::min(files.size(), std::max<size_t>(static_cast<size_t>(std::max(o.jobs, 1)), o.devices.size()));

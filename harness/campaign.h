@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "harness/case.h"
+#include "harness/minimize.h"
+#include "harness/worker.h"
 #include "harness/repro.h"
 
 namespace attnfuzz {
@@ -49,6 +51,10 @@ struct CampaignSummary {
 CampaignSummary run_campaign(const CampaignOptions& opt);
 // Minimizes every recorded finding without a .min.json yet (through a worker).
 void minimize_findings(const CampaignOptions& opt);
+// Shrinks one reproducer, judging every candidate in the isolated worker `proc` (restarted
+// after a crash, a hang or a GPU error), so a fault cannot leak into the next candidate's verdict.
+std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& opt);
+Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& opt, ShrinkReport* report = nullptr);
 // The global index of the k-th case of a shard.
 inline uint64_t global_case_index(uint64_t k, int shard, int shards) { return k * static_cast<uint64_t>(shards) + static_cast<uint64_t>(shard); }
 

@@ -77,7 +77,14 @@ class Differential {
     std::vector<Composition> comps;
     if (opt_.include_single || c_.composition == Composition{}) comps.push_back(Composition{});
     if (!(c_.composition == Composition{})) comps.push_back(c_.composition);
-    for (const auto& comp : comps) run_one(be, comp);
+    for (const auto& comp : comps) {
+      run_one(be, comp);
+      if (be.device() == "cpu" || report_.gpu_error || !opt_.gpu_health) continue;
+      if (auto err = opt_.gpu_health()) {
+        add(be.name(), composition_class(comp), "-", FindingClass::backend_error, "the GPU is unusable after this backend ran: " + *err);
+        report_.gpu_error = true;
+      }
+    }
   }
 
   DiffReport finish() {

@@ -6,6 +6,7 @@
 // consistency). Produces a table and a list of findings with signatures.
 #include <array>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ struct DiffOptions {
   ToleranceRule rule;
   // Called before each backend runs (a worker reports it, so a crash names the backend).
   std::function<void(const std::string&)> on_backend;
+  // Called after each GPU backend: the error a now unusable device gives, or nothing. A
+  // kernel fault can surface after the call that caused it returned (or inside a check
+  // that only asked whether a problem is supported); this pins it on the backend that ran.
+  std::function<std::optional<std::string>()> gpu_health;
 };
 
 struct BackendRun {

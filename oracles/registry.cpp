@@ -155,6 +155,14 @@ std::map<std::string, std::string> environment() {
   return env;
 }
 
+std::optional<std::string> gpu_health() {
+#if ATTNFUZZ_HAVE_TORCH
+  return torch_cuda_health();
+#else
+  return std::nullopt;
+#endif
+}
+
 void set_backend_threads(int n) {
 #if ATTNFUZZ_HAVE_TORCH
   torch_set_threads(n);

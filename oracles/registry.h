@@ -2,6 +2,7 @@
 // Every backend this build knows, by name, and why one is not available here.
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ OracleSet default_oracles();
 // Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
 // use 1: the parallelism is one worker process per core.
 void set_backend_threads(int n);
+// Whether the GPU this process uses still works, or the error it gives (DiffOptions::gpu_health).
+std::optional<std::string> gpu_health();
 // The environment recorded with every finding: harness commit, LibTorch and its CUDA/cuDNN
 // (or why none), the GPU and driver (nvidia-smi) or "none".
 std::map<std::string, std::string> environment();

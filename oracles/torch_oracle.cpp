@@ -124,6 +124,17 @@ std::map<std::string, std::string> torch_cuda_environment() {
   return e;
 }
 
+std::optional<std::string> torch_cuda_health() {
+  if (!load_torch_cuda() || !at::hasCUDA()) return std::nullopt;
+  try {
+    // A copy back to the host synchronizes: an error left by any earlier kernel surfaces here.
+    (void)at::ones({1}, at::TensorOptions().device(at::kCUDA)).sum().item<float>();
+  } catch (const c10::Error& e) {
+    return std::string(e.what_without_backtrace());
+  }
+  return std::nullopt;
+}
+
 std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, TorchDevice device) {
   return std::make_unique<TorchComposedBackend>(precision, device);
 }

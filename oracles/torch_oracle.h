@@ -8,6 +8,7 @@
 //               scores and softmax accumulated in fp32, P rounded to the case
 //               dtype before P V (the contract of a fused FlashAttention kernel).
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -25,5 +26,8 @@ std::string torch_version();
 void torch_set_threads(int n);
 // "cuda" and "cudnn" versions LibTorch was built with and can use here, or why not.
 std::map<std::string, std::string> torch_cuda_environment();
+// Whether the CUDA context still works (a sticky error, a kernel fault, makes every later
+// call fail), or the error it gives. Nothing to say where LibTorch has no CUDA.
+std::optional<std::string> torch_cuda_health();
 
 }  // namespace attnfuzz

@@ -31,7 +31,9 @@ TEST_P(GpuBackend, NoFindingOnRandomCases) {
     RandomCaseOptions opt;
     opt.max_seq = 64;
     const Case c = random_case(seed + 5'000'000, opt);
-    const DiffReport r = run_differential(c, {be.get()}, default_oracles());
+    DiffOptions dopt;
+    dopt.gpu_health = gpu_health;
+    const DiffReport r = run_differential(c, {be.get()}, default_oracles(), dopt);
     for (const auto& run : r.runs) {
       if (run.skipped) ++skip_reasons[run.skip_reason.substr(0, 160)];
       else ++ran;
@@ -50,6 +52,7 @@ TEST_P(GpuBackend, NoFindingOnRandomCases) {
 
 INSTANTIATE_TEST_SUITE_P(Torch, GpuBackend, ::testing::Values("torch.f64.cuda", "torch.math.cuda", "torch.sdpa.math.cuda", "torch.flash",
                                                           "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient",
+                                                          // Fails on LibTorch 2.11: docs/findings/ (cuDNN, unaligned rows).
                                                           "torch.cudnn", "torch.sdpa.cudnn"),
                          [](const auto& info) {
                            std::string n = info.param;

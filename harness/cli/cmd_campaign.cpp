@@ -259,6 +259,7 @@ int worker_command(const std::vector<std::string>& names) {
       DiffOptions opt;
       opt.fingerprint_all = false;
       opt.check_determinism = req.value("determinism", true);
+      opt.gpu_health = gpu_health;
       opt.on_backend = [out](const std::string& b) {
         std::fprintf(out, "P %s\n", b.c_str());
         std::fflush(out);

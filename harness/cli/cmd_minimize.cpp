@@ -3,13 +3,16 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
 #include "generators/shrink.h"
 #include "harness/cli/commands.h"
 #include "harness/errors.h"
+#include "harness/campaign.h"
 #include "harness/minimize.h"
+#include "harness/worker.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {
@@ -53,12 +56,36 @@ int minimize_command(const MinimizeOptions& opt) {
   const OracleSet oracles = default_oracles();
   const Signature& sig = r.finding.signature;
   fmt::print("signature {}\n", sig.to_string());
-  if (!signature_holds(r.c, sig, backends, oracles)) {
-    fmt::print("the signature does not reproduce on the original case: nothing to minimize\n");
-    return kExitDivergence;
-  }
   ShrinkReport rep;
-  const Reproducer m = minimize(r, backends, oracles, shrink_candidates, case_size, &rep);
+  Reproducer m;
+  const bool on_gpu = std::any_of(backends.begin(), backends.end(), [](const Backend* b) { return b->device() != "cpu"; });
+  if (on_gpu) {
+    // A GPU fault can leave this process's CUDA context unusable, and every later candidate
+    // would then "reproduce" it: each candidate is judged in an isolated worker instead.
+    std::vector<std::string> used;
+    for (const Backend* b : backends) used.push_back(b->name());
+    CampaignOptions o;
+    o.backends = used;
+    o.worker_argv = {self_executable(), "worker", "--backends", fmt::format("{}", fmt::join(used, ","))};
+    o.candidates = shrink_candidates;
+    o.size = case_size;
+    o.timeout_seconds = 120;
+    o.determinism_every = sig.cls == FindingClass::nondeterministic ? 1 : 1000000;
+    WorkerProcess proc(o.worker_argv, {"CUDA_LAUNCH_BLOCKING=1"});
+    bool holds = false;
+    for (const auto& f : run_case(proc, r.c, -1, o)) holds = holds || f.finding.signature == sig;
+    if (!holds) {
+      fmt::print("the signature does not reproduce on the original case: nothing to minimize\n");
+      return kExitDivergence;
+    }
+    m = minimize_isolated(proc, r, o, &rep);
+  } else {
+    if (!signature_holds(r.c, sig, backends, oracles)) {
+      fmt::print("the signature does not reproduce on the original case: nothing to minimize\n");
+      return kExitDivergence;
+    }
+    m = minimize(r, backends, oracles, shrink_candidates, case_size, &rep);
+  }
   Reproducer out = m;
   out.minimized_from = opt.path;
   std::string dest = opt.out;

@@ -82,6 +82,7 @@ int run(const RunOptions& opt) {
   for (auto& b : owned) backends.push_back(b.get());
   DiffOptions dopt;
   dopt.check_determinism = !opt.no_determinism;
+  dopt.gpu_health = gpu_health;
   fmt::print("case      {}\n", opt.case_path);
   const DiffReport report = run_differential(c, backends, default_oracles(), dopt);
   print_report(c, report);
