@@ -23,6 +23,7 @@ class TorchComposedBackend final : public Backend {
     return std::string(prec_ == TorchPrecision::float64 ? "torch.f64" : "torch.math") + (dev_ == TorchDevice::cuda ? ".cuda" : "");
   }
   std::string version() const override { return "libtorch-" + torch_version(); }
+  std::string device() const override { return dev_ == TorchDevice::cuda ? "cuda" : "cpu"; }
   std::optional<std::string> unsupported_reason(const Problem&) const override {
     std::string why;
     if (!torch_device_available(dev_, &why)) return why;

@@ -109,15 +109,17 @@ MaskArg mask_arg(const Problem& p, at::Device dev) {
   return m;
 }
 
-// [B][H][S][D] values in the problem's memory layout (BSHD and padded rows give the kernels
-// non-contiguous strides, as real callers do).
-at::Tensor laid_out(const Tensor& t, const Layout& l, at::ScalarType st, at::Device dev) {
-  const int64_t B = t.shape[0], H = t.shape[1], S = t.shape[2], D = t.shape[3];
-  const auto opts = at::TensorOptions().dtype(st).device(dev);
+// An uninitialized [B][H][S][D] tensor in the problem's memory layout (BSHD and padded rows
+// give the kernels non-contiguous strides, as real callers do).
+at::Tensor empty_laid_out(int64_t B, int64_t H, int64_t S, int64_t D, const Layout& l, const at::TensorOptions& opts) {
   at::Tensor storage = l.order == Layout::Order::bshd ? at::empty({B, S, H, D + l.row_padding}, opts)
                                                       : at::empty({B, H, S, D + l.row_padding}, opts);
   at::Tensor view = storage.narrow(3, 0, D);
-  if (l.order == Layout::Order::bshd) view = view.transpose(1, 2);
+  return l.order == Layout::Order::bshd ? view.transpose(1, 2) : view;
+}
+
+at::Tensor laid_out(const Tensor& t, const Layout& l, at::ScalarType st, at::Device dev) {
+  at::Tensor view = empty_laid_out(t.shape[0], t.shape[1], t.shape[2], t.shape[3], l, at::TensorOptions().dtype(st).device(dev));
   view.copy_(to_torch(t, dev).to(st));
   return view;
 }
@@ -204,9 +206,10 @@ class TorchCudaSdpaBackend final : public Backend {
     const at::ScalarType st = scalar_type(p.dtype);
     const auto opts = at::TensorOptions().dtype(st).device(dev);
     const Shape& s = p.shape;
-    at::Tensor q = at::empty({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, opts);
-    at::Tensor k = at::empty({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}, opts);
-    at::Tensor v = at::empty({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}, opts);
+    // The real strides: LibTorch's checks look at them (alignment), as they do for a caller.
+    at::Tensor q = empty_laid_out(s.batch, s.heads_q, s.seq_q, s.head_dim_qk, p.layout, opts);
+    at::Tensor k = empty_laid_out(s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk, p.layout, opts);
+    at::Tensor v = empty_laid_out(s.batch, s.heads_kv, s.seq_kv, s.head_dim_v, p.layout, opts);
     q.set_requires_grad(true);  // the choice differs for training: backward must be supported
     const MaskArg m = mask_arg(p, dev);
     WarningCollector warnings;
