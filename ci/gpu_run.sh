@@ -37,6 +37,8 @@ case "$mode" in
       echo "$b $f"
     done | xargs -P 8 -L 1 sh -c '"$0" replay --timeout 120 --backends "$1" "$2" 2>&1 | grep -E "^(FAILING|fixed|ERROR)"' "$bin/attnfuzz" \
       | sort | tee "$OUT/replay.log" ;;
+  run)  # one case (or reproducer) through the given backends, in this process
+    "$bin/attnfuzz" run --backends "$2" "$1" 2>&1 | tee -a "$OUT/run.log" ;;
   minimize)
     # Reproducers shrunk side by side (each in its own isolated workers), at most SECONDS each.
     secs=$1; shift
