@@ -1,8 +1,8 @@
 // LibTorch's fused CUDA attention kernels, one forced at a time (see torch_sdpa_cuda.h).
 // The op-level backends call the underlying op exactly as at::scaled_dot_product_attention
-// would after choosing that kernel (head dim padded to 8 for flash, boolean mask turned into
-// an additive bias with an aligned stride for efficient), so the two differ only in the LSE
-// they return. Backward is LibTorch's autograd through the same call: the LSE output is not
+// would after choosing that kernel (head dim padded to 8 for flash; the boolean mask turned
+// into an additive bias: -inf with an aligned stride for efficient, -65504 for cuDNN), so the
+// two differ only in the LSE they return. Backward is LibTorch's autograd through the same call: the LSE output is not
 // differentiable, so no backend here takes dLSE and the composition engine adds that term.
 #include "oracles/torch_sdpa_cuda.h"
 
@@ -131,6 +131,13 @@ at::Tensor additive_bias(const at::Tensor& mask, at::ScalarType st) {
   const int64_t skv = bias.size(-1), rem = skv % 16;
   if (rem == 0) return bias;
   return at::constant_pad_nd(bias, {0, 16 - rem}).narrow(-1, 0, skv);
+}
+
+// What the public entry point hands the cuDNN op instead (convert_boolean_attn_mask_cudnn in
+// LibTorch 2.11, a workaround for cuDNN and -inf): masked scores get -65504, a finite value, and
+// the bias is not padded. A row with no visible key then attends uniformly, not to nothing.
+at::Tensor cudnn_bias(const at::Tensor& mask, at::ScalarType st) {
+  return at::zeros(mask.sizes(), mask.options().dtype(st)).masked_fill(mask.logical_not(), -65504.0);
 }
 
 at::Tensor pad_last_dim_to_8(const at::Tensor& t) {
@@ -275,7 +282,7 @@ class TorchCudaSdpaBackend final : public Backend {
       }
       case CudaSdpaKernel::cudnn: {
         std::optional<at::Tensor> bias;
-        if (m.mask) bias = additive_bias(*m.mask, st);
+        if (m.mask) bias = cudnn_bias(*m.mask, st);
         auto r = at::_scaled_dot_product_cudnn_attention(c.q, c.k, c.v, bias, true, 0.0, m.is_causal, false, p.scale);
         c.out = std::get<0>(r);
         lse = std::get<1>(r);
