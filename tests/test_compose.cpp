@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "generators/random_case.h"
@@ -125,6 +126,54 @@ TEST(Compose, DroppingDlseInsideAMergeIsVisible) {
   EXPECT_TRUE(all_close(single.grads.dq, want.grads.dq, 1e-12));  // dLSE = 0: the single call hides the bug
   EXPECT_TRUE(all_close(merged.fwd.o, want.fwd.o, 1e-12));          // the forward matches
   EXPECT_FALSE(all_close(merged.grads.dq, want.grads.dq, 1e-3));    // the gradients do not
+}
+
+// A backend with another convention for rows with no visible key (LibTorch's cuDNN path
+// attends uniformly there): the engine hands it zero upstream gradients on those rows, so
+// their dO cannot reach dK and dV. It records the largest |dO| and |dLSE| it got on them.
+class OtherConvention final : public Backend {
+ public:
+  std::string name() const override { return "other-convention"; }
+  bool masked_rows_zero() const override { return false; }
+  Forward forward(const Problem& p) override { return ref_.forward(p); }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    const Shape& s = p.shape;
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t i = 0; i < s.seq_q; ++i) {
+          bool any = false;
+          for (int64_t j = 0; j < s.seq_kv; ++j) any = any || p.visible(b, h, i, j);
+          if (any) continue;
+          ++masked_rows_seen;
+          max_dlse = std::max(max_dlse, std::fabs(*d_lse.at(b, h, i)));
+          for (int64_t d = 0; d < s.head_dim_v; ++d) max_dout = std::max(max_dout, std::fabs(d_out.at(b, h, i)[d]));
+        }
+    return ref_.backward(p, f, d_out, d_lse);
+  }
+  int masked_rows_seen = 0;
+  double max_dout = 0, max_dlse = 0;
+
+ private:
+  ReferenceBackend ref_;
+};
+
+TEST(Compose, RowsWithNoVisibleKeyGetNoUpstreamGradientUnderAnotherConvention) {
+  Case c;
+  c.seed = 5;
+  c.shape = {1, 2, 1, 24, 16, 8, 8};
+  c.dtype = DType::f32;
+  c.mask = MaskExpr::causal_mask(Align::bottom_right);  // Sq > Skv: the first 8 rows see nothing
+  c.d_lse = ValueDist{};                                 // non-zero dLSE too
+  const Inputs in = generate_inputs(c);
+  OtherConvention be;
+  ReferenceBackend ref;
+  const ComposedResult got = run_composition(be, c, in, Composition{});
+  const ComposedResult want = run_composition(ref, c, in, Composition{});
+  EXPECT_GT(be.masked_rows_seen, 0);
+  EXPECT_EQ(be.max_dout, 0.0);
+  EXPECT_EQ(be.max_dlse, 0.0);
+  EXPECT_TRUE(all_close(got.grads.dk, want.grads.dk, 1e-12));
+  EXPECT_TRUE(all_close(got.grads.dv, want.grads.dv, 1e-12));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <set>
+#include <stdexcept>
 
 #include "generators/random_case.h"
 #include "harness/case_json.h"
@@ -131,6 +132,75 @@ TEST(Verdict, FullyMaskedRowsBreakingTheConventionAreSemantic) {
   const auto cls = classes(r, "nan-rows");
   ASSERT_FALSE(cls.empty());
   for (auto k : cls) EXPECT_EQ(k, FindingClass::semantic);
+}
+
+// A backend that says it runs on a GPU: correct (the reference), or failing like a kernel
+// fault does, or counting its calls.
+class FakeGpu final : public Backend {
+ public:
+  FakeGpu(std::string name, bool faults) : name_(std::move(name)), faults_(faults) {}
+  std::string name() const override { return name_; }
+  std::string device() const override { return "cuda"; }
+  Forward forward(const Problem& p) override {
+    ++calls;
+    if (faults_) throw std::runtime_error("CUDA error: misaligned address");
+    return ref_.forward(p);
+  }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return ref_.backward(p, f, d_out, d_lse);
+  }
+  int calls = 0;
+
+ private:
+  std::string name_;
+  bool faults_;
+  ReferenceBackend ref_;
+};
+
+TEST(GpuFaults, NoGpuBackendRunsAfterAGpuErrorInTheSameProcess) {
+  FakeGpu faulty("faulty", true), innocent("innocent", false);
+  ReferenceBackend cpu;
+  const DiffReport r = run_differential(small_case(), {&faulty, &innocent, &cpu}, default_oracles());
+  EXPECT_TRUE(r.gpu_error);
+  EXPECT_EQ(innocent.calls, 0) << "a GPU backend ran in a context another one may have broken";
+  EXPECT_EQ(classes(r, "faulty"), std::vector<FindingClass>{FindingClass::backend_error});
+  EXPECT_TRUE(classes(r, "innocent").empty());
+  bool skipped_with_reason = false;
+  for (const auto& run : r.runs)
+    if (run.backend == "innocent") skipped_with_reason = run.skipped && run.skip_reason.find("earlier GPU error") != std::string::npos;
+  EXPECT_TRUE(skipped_with_reason);
+  EXPECT_TRUE(classes(r, "reference").empty());  // CPU backends are not affected
+}
+
+TEST(GpuFaults, ALateFaultIsPinnedOnTheBackendThatRanBeforeTheCheckFailed) {
+  FakeGpu first("first", false), second("second", false), third("third", false);
+  DiffOptions opt;
+  int checks = 0;
+  // The device breaks while `second` runs, without `second` raising anything.
+  opt.gpu_health = [&]() -> std::optional<std::string> {
+    ++checks;
+    if (second.calls > 0) return std::string("CUDA error: an illegal memory access was encountered");
+    return std::nullopt;
+  };
+  const DiffReport r = run_differential(small_case(), {&first, &second, &third}, default_oracles(), opt);
+  EXPECT_TRUE(r.gpu_error);
+  EXPECT_TRUE(classes(r, "first").empty());
+  ASSERT_EQ(classes(r, "second"), std::vector<FindingClass>{FindingClass::backend_error});
+  EXPECT_EQ(third.calls, 0);
+  EXPECT_GE(checks, 2);
+  for (const auto& f : r.findings)
+    if (f.signature.backend == "second") {
+      EXPECT_NE(f.detail.find("unusable after this backend ran"), std::string::npos) << f.detail;
+    }
+}
+
+TEST(GpuFaults, CpuBackendsAreNotChecked) {
+  ReferenceBackend cpu;
+  DiffOptions opt;
+  opt.gpu_health = []() -> std::optional<std::string> { return std::string("should not be asked"); };
+  const DiffReport r = run_differential(small_case(), {&cpu}, default_oracles(), opt);
+  EXPECT_FALSE(r.gpu_error);
+  EXPECT_TRUE(r.findings.empty());
 }
 
 TEST(Verdict, DroppedDlseThroughAMergeIsAMismatchInTheGradients) {
