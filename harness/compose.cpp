@@ -155,33 +155,34 @@ class Engine {
     return p;
   }
 
-  // A backend with another fully-masked-row convention (LSE = 0, say) would corrupt a
-  // merge; its rows with no visible key get O = 0 and LSE = -inf before merging.
-  void normalize_masked_rows(const Problem& p, Forward& f) {
+  // Calls f(b, h, i) for every row of the call with no visible key.
+  template <class F>
+  static void for_each_masked_row(const Problem& p, F&& f) {
     const Shape& s = p.shape;
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t h = 0; h < s.heads_q; ++h)
         for (int64_t i = 0; i < s.seq_q; ++i) {
           bool any = false;
           for (int64_t j = 0; j < s.seq_kv && !any; ++j) any = p.visible(b, h, i, j);
-          if (any) continue;
-          masked_rows_normalized_ = true;
-          *f.lse.at(b, h, i) = kNegInf;
-          std::fill(f.o.at(b, h, i), f.o.at(b, h, i) + s.head_dim_v, 0.0);
+          if (!any) f(b, h, i);
         }
   }
 
+  // A backend with another fully-masked-row convention (LSE = 0, say) would corrupt a
+  // merge; its rows with no visible key get O = 0 and LSE = -inf before merging.
+  void normalize_masked_rows(const Problem& p, Forward& f) {
+    for_each_masked_row(p, [&](int64_t b, int64_t h, int64_t i) {
+      masked_rows_normalized_ = true;
+      *f.lse.at(b, h, i) = kNegInf;
+      std::fill(f.o.at(b, h, i), f.o.at(b, h, i) + p.shape.head_dim_v, 0.0);
+    });
+  }
+
   static void zero_masked_rows(const Problem& p, Tensor& d_out, Tensor& d_lse) {
-    const Shape& s = p.shape;
-    for (int64_t b = 0; b < s.batch; ++b)
-      for (int64_t h = 0; h < s.heads_q; ++h)
-        for (int64_t i = 0; i < s.seq_q; ++i) {
-          bool any = false;
-          for (int64_t j = 0; j < s.seq_kv && !any; ++j) any = p.visible(b, h, i, j);
-          if (any) continue;
-          *d_lse.at(b, h, i) = 0.0;
-          std::fill(d_out.at(b, h, i), d_out.at(b, h, i) + s.head_dim_v, 0.0);
-        }
+    for_each_masked_row(p, [&](int64_t b, int64_t h, int64_t i) {
+      *d_lse.at(b, h, i) = 0.0;
+      std::fill(d_out.at(b, h, i), d_out.at(b, h, i) + p.shape.head_dim_v, 0.0);
+    });
   }
 
   // A backend that ignores dLSE gets the term added here, through two extra calls
