@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <filesystem>
+
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/errors.h"
+#include "harness/inputs.h"
+#include "harness/repro.h"
 
 namespace attnfuzz {
 namespace {
@@ -93,6 +97,28 @@ TEST(CaseJson, RejectsHugeCasesBeforeAllocating) {
 TEST(CaseJson, ReadsTheCaseInsideAReproducer) {
   const std::string repro = std::string(R"({"format":"attnfuzz-repro/1","case":)") + kMinimal + "}";
   EXPECT_EQ(case_from_string(repro), case_from_string(kMinimal));
+}
+
+// The reproducers of real findings kept in docs/findings/ (recorded on a GPU machine) still
+// load with this harness, and the inputs regenerated here are bit-identical to the ones the
+// GPU machine checksummed: a reproducer replays the same numbers anywhere.
+TEST(Reproducers, RecordedFindingsLoadAndRegenerateTheirInputsBitForBit) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(ATTNFUZZ_SOURCE_DIR) / "docs" / "findings" / "repro";
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    ++files;
+    SCOPED_TRACE(e.path().filename().string());
+    const Reproducer r = load_repro(e.path().string());
+    EXPECT_FALSE(r.finding.signature.backend.empty());
+    ASSERT_EQ(r.environment.count("libtorch"), 1u);
+    ASSERT_EQ(r.environment.count("gpu"), 1u);
+    EXPECT_NE(r.environment.at("gpu"), "none");
+    ASSERT_NE(r.input_checksum, 0u);
+    EXPECT_EQ(checksum(generate_inputs(r.c)), r.input_checksum);
+  }
+  EXPECT_GE(files, 6);
 }
 
 }  // namespace
