@@ -32,16 +32,17 @@
 
 namespace attnfuzz::cli {
 namespace fs = std::filesystem;
+
+std::vector<std::string> worker_argv(const std::vector<std::string>& backends) {
+  return {self_executable(), "worker", "--backends", fmt::format("{}", fmt::join(backends, ","))};
+}
+
 using nlohmann::json;
 
 namespace {
 
 std::vector<std::string> resolve_backends(const std::vector<std::string>& given) {
   return given.empty() ? default_backend_names() : given;
-}
-
-std::vector<std::string> worker_argv(const std::vector<std::string>& backends) {
-  return {self_executable(), "worker", "--backends", fmt::format("{}", fmt::join(backends, ","))};
 }
 
 // The default mix: random cases of every kind, sizes up to 64 (the CPU throughput target).

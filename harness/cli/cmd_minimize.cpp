@@ -66,7 +66,7 @@ int minimize_command(const MinimizeOptions& opt) {
     for (const Backend* b : backends) used.push_back(b->name());
     CampaignOptions o;
     o.backends = used;
-    o.worker_argv = {self_executable(), "worker", "--backends", fmt::format("{}", fmt::join(used, ","))};
+    o.worker_argv = worker_argv(used);
     o.candidates = shrink_candidates;
     o.size = case_size;
     o.timeout_seconds = 120;

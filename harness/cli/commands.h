@@ -3,6 +3,8 @@
 // through the callback it installs; the result lands in `exit_code`.
 #include <CLI/CLI.hpp>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "harness/report.h"
 
@@ -15,6 +17,8 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitInternal = 3;
 
 void add_run_command(CLI::App& app, int& exit_code);
+// How to start this binary as an isolated worker running these backends (harness/worker.h).
+std::vector<std::string> worker_argv(const std::vector<std::string>& backends);
 // Re-runs a recorded finding for the report's pictures.
 std::optional<ErrorProfile> finding_profile(const Reproducer& r);
 void add_list_command(CLI::App& app, int& exit_code);
