@@ -4,15 +4,16 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
+#include <stdexcept>
+#include <tuple>
 
 #include "harness/inputs.h"
 
 namespace attnfuzz {
 namespace {
-
-constexpr const char* kTensorNames[5] = {"O", "LSE", "dQ", "dK", "dV"};
 
 bool needs_lse(const Composition& c) {
   if (c.kind == Composition::Kind::kv_split || c.kind == Composition::Kind::mask_partition) return true;
@@ -50,27 +51,45 @@ size_t convention_breaks(const Tensor& t, const std::vector<uint8_t>& rows, bool
   return bad;
 }
 
-ErrorStats worse(const ErrorStats& a, const ErrorStats& b) {
-  ErrorStats w = a;
-  w.rms = std::max(a.rms, b.rms);
-  w.max_abs = std::max(a.max_abs, b.max_abs);
-  w.rel_fro = std::max(a.rel_fro, b.rel_fro);
-  w.mean_abs = std::max(a.mean_abs, b.mean_abs);
-  return w;
-}
-
-class Differential {
+// A naive baseline as the backend under test runs it: without dLSE in the backward, the
+// composition engine adds that term with extra calls, and their rounding belongs to the
+// baseline too.
+class BaselineAs final : public Backend {
  public:
-  Differential(const Case& c, const OracleSet& o, const DiffOptions& opt) : c_(c), oracles_(o), opt_(opt), in_(generate_inputs(c)) {
+  BaselineAs(std::unique_ptr<Backend> inner, bool takes_dlse) : inner_(std::move(inner)), takes_dlse_(takes_dlse) {}
+  std::string name() const override { return inner_->name(); }
+  std::optional<Contract> contract(DType d) const override { return inner_->contract(d); }
+  bool backward_takes_dlse() const override { return takes_dlse_; }
+  Forward forward(const Problem& p) override { return inner_->forward(p); }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return inner_->backward(p, f, d_out, d_lse);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  bool takes_dlse_;
+};
+
+}  // namespace
+
+class DifferentialSession::Impl {
+ public:
+  Impl(const Case& c, const OracleSet& o, const DiffOptions& opt) : c_(c), oracles_(o), opt_(opt), in_(generate_inputs(c)) {
+    if (const char* e = std::getenv("ATTNFUZZ_RULE_EXPERIMENT")) {  // TEMPORARY calibration hook
+      std::sscanf(e, "%lf,%lf,%lf", &opt_.rule.c, &opt_.rule.k, &opt_.rule.kappa_min);
+    }
     ref_ = run_composition(*oracles_.reference, c_, in_, Composition{});
     skip_ = masked_rows(ref_);
-    if (oracles_.magnitudes) {
+    if (oracles_.error_terms) {
       const Problem full = full_problem(c_, in_);
-      mags_ = oracles_.magnitudes(full, ref_.fwd, in_.d_out, in_.d_lse);
+      terms_ = oracles_.error_terms(full, ref_.fwd, in_.d_out, in_.d_lse);
     }
     report_.input_checksum = checksum(in_);
     report_.rule = opt_.rule;
   }
+
+  const Inputs& inputs() const { return in_; }
+  const ComposedResult& reference() const { return ref_; }
 
   void run_backend(Backend& be) {
     if (opt_.on_backend) opt_.on_backend(be.name());
@@ -87,25 +106,54 @@ class Differential {
     }
   }
 
+  BackendRun judge(const Backend& be, const Composition& comp, const ComposedResult& r, std::vector<Finding>* findings) {
+    BackendRun run = describe_run(be, comp);
+    const auto contract = be.contract(c_.dtype);
+    if (!contract) throw std::invalid_argument("judge: the backend has no contract for this dtype");
+    run.contract = std::string(to_string(*contract));
+    const size_t before = report_.findings.size();
+    judge_numbers(be, *contract, comp, r, run);
+    if (findings) findings->assign(report_.findings.begin() + static_cast<std::ptrdiff_t>(before), report_.findings.end());
+    report_.findings.resize(before);
+    return run;
+  }
+
   DiffReport finish() {
     check_consistency();
     return std::move(report_);
   }
 
  private:
-  const ComposedResult& emulation(Contract k, bool reversed) {
-    auto key = std::make_pair(k, reversed);
+  // The naive computation under a contract through a composition, as `be` would run it.
+  const ComposedResult& emulation(Contract k, bool reversed, const Composition& comp, bool takes_dlse) {
+    auto key = std::make_tuple(k, reversed, describe(comp), takes_dlse);
     auto it = emul_.find(key);
     if (it == emul_.end()) {
-      auto be = oracles_.emulate(k, reversed);
-      it = emul_.emplace(key, run_composition(*be, c_, in_, Composition{})).first;
+      BaselineAs be(oracles_.emulate(k, reversed), takes_dlse);
+      it = emul_.emplace(key, run_composition(be, c_, in_, comp)).first;
     }
     return it->second;
   }
 
-  ErrorStats error_of(const Tensor& t, int idx) const {
-    const bool q_indexed = idx == 0 || idx == 1 || idx == 2;
-    return compare(t, *tensors_of(ref_)[static_cast<size_t>(idx)], q_indexed ? &skip_ : nullptr);
+  // The error model's sigma for each output under a contract (and LSE accuracy).
+  const std::array<Tensor, 5>* model(Contract k, double lse_unit) {
+    if (!terms_) return nullptr;
+    auto key = std::make_pair(k, lse_unit);
+    auto it = sigmas_.find(key);
+    if (it == sigmas_.end()) {
+      const RoundingUnits u = rounding_units(k, c_.dtype, lse_unit);
+      std::array<Tensor, 5> sig;
+      for (Output t : kOutputs)
+        sig[static_cast<size_t>(t)] = model_sigma(t, (*terms_)[t], *tensors_of(ref_)[static_cast<size_t>(t)], u);
+      it = sigmas_.emplace(key, std::move(sig)).first;
+    }
+    return &it->second;
+  }
+
+  static bool q_indexed(Output t) { return t == Output::O || t == Output::LSE || t == Output::dQ; }
+
+  ErrorStats error_of(const Tensor& t, Output o) const {
+    return compare(t, *tensors_of(ref_)[static_cast<size_t>(o)], q_indexed(o) ? &skip_ : nullptr);
   }
 
   void add(const std::string& backend, const std::string& comp, const std::string& tensor, FindingClass cls, std::string detail,
@@ -117,12 +165,17 @@ class Differential {
     report_.findings.push_back(std::move(f));
   }
 
-  void run_one(Backend& be, const Composition& comp) {
+  BackendRun describe_run(const Backend& be, const Composition& comp) const {
     BackendRun run;
     run.backend = be.name();
     run.version = be.version();
     run.composition = describe(comp);
     run.composition_class = composition_class(comp);
+    return run;
+  }
+
+  void run_one(Backend& be, const Composition& comp) {
+    BackendRun run = describe_run(be, comp);
     const std::string comp_class = run.composition_class;
     const bool on_gpu = be.device() != "cpu";
     if (on_gpu && report_.gpu_error) {
@@ -168,10 +221,11 @@ class Differential {
     if (opt_.check_determinism) {
       try {
         const ComposedResult again = run_composition(be, c_, in_, comp);
-        for (int i = 0; i < 5; ++i) {
-          if (i == 1 && !be.returns_lse()) continue;
-          if (!bitwise_equal(*tensors_of(r)[static_cast<size_t>(i)], *tensors_of(again)[static_cast<size_t>(i)]))
-            add(run.backend, comp_class, kTensorNames[i], FindingClass::nondeterministic, "two runs on identical inputs differ bitwise");
+        for (Output t : kOutputs) {
+          const size_t i = static_cast<size_t>(t);
+          if (t == Output::LSE && !be.returns_lse()) continue;
+          if (!bitwise_equal(*tensors_of(r)[i], *tensors_of(again)[i]))
+            add(run.backend, comp_class, to_string(t), FindingClass::nondeterministic, "two runs on identical inputs differ bitwise");
         }
       } catch (const std::exception& e) {
         add(run.backend, comp_class, "-", FindingClass::backend_error, std::string("second run: ") + e.what());
@@ -183,95 +237,86 @@ class Differential {
         if (n) add(run.backend, comp_class, tensor, FindingClass::unwritten, std::to_string(n) + " elements never written", {{"count", double(n)}});
 
     if (be.masked_rows_zero()) {
-      const std::array<std::pair<int, bool>, 3> q_tensors{{{0, false}, {1, true}, {2, false}}};
-      for (const auto& [idx, is_lse] : q_tensors) {
-        if (idx == 1 && !be.returns_lse()) continue;
-        const size_t bad = convention_breaks(*tensors_of(r)[static_cast<size_t>(idx)], skip_, is_lse);
+      for (Output t : {Output::O, Output::LSE, Output::dQ}) {
+        if (t == Output::LSE && !be.returns_lse()) continue;
+        const size_t bad = convention_breaks(*tensors_of(r)[static_cast<size_t>(t)], skip_, t == Output::LSE);
         if (bad)
-          add(run.backend, comp_class, kTensorNames[idx], FindingClass::semantic,
+          add(run.backend, comp_class, to_string(t), FindingClass::semantic,
               std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{"rows", double(bad)}});
       }
     } else if (std::any_of(skip_.begin(), skip_.end(), [](uint8_t x) { return x != 0; })) {
       run.notes.push_back("fully masked rows not compared: the backend does not follow the O = 0 / LSE = -inf convention");
     }
+    judge_numbers(be, *contract, comp, r, run);
+    report_.runs.push_back(std::move(run));
+  }
 
-    const ComposedResult& base_fwd = emulation(*contract, false);
-    const ComposedResult& base_rev = emulation(*contract, true);
-    for (int i = 0; i < 5; ++i) {
-      const std::string name = kTensorNames[i];
-      const Tensor& t = *tensors_of(r)[static_cast<size_t>(i)];
-      if (i == 1 && !be.returns_lse()) {
+  // Every output against the float64 reference under the rule (harness/tolerance.h).
+  void judge_numbers(const Backend& be, Contract contract, const Composition& comp, const ComposedResult& r, BackendRun& run) {
+    const std::string comp_class = composition_class(comp);
+    const bool takes_dlse = be.backward_takes_dlse();
+    const ComposedResult& base_fwd = emulation(contract, false, comp, takes_dlse);
+    const ComposedResult& base_rev = emulation(contract, true, comp, takes_dlse);
+    const std::array<Tensor, 5>* sigmas = model(contract, be.lse_unit_roundoff(c_.dtype));
+    for (Output t : kOutputs) {
+      const size_t i = static_cast<size_t>(t);
+      const std::string name = to_string(t);
+      if (t == Output::LSE && !be.returns_lse()) {
         TensorVerdict v;
         v.tensor = name;
         v.compared = false;
         run.tensors.push_back(v);
         continue;
       }
-      const ErrorStats err = error_of(t, i);
-      const ErrorStats base = worse(error_of(*tensors_of(base_fwd)[static_cast<size_t>(i)], i), error_of(*tensors_of(base_rev)[static_cast<size_t>(i)], i));
-      // LSE is fp32 for every dtype and lives on an absolute scale (log of a sum): its floor
-      // uses the backend's declared LSE accuracy and magnitudes of at least 1.
-      const bool lse = i == 1;
-      double u = lse ? be.lse_unit_roundoff(c_.dtype) : unit_roundoff(c_.dtype == DType::f32 ? DType::f32 : c_.dtype);
-      // Rounding errors of a sum of n terms grow like sqrt(n) u (statistically; n u at worst):
-      // O and dQ reduce over the keys, dK and dV over the queries of a group.
-      if (!lse) {
-        const Shape& sh = c_.shape;
-        const double n = (i == 0 || i == 2) ? static_cast<double>(sh.seq_kv) : static_cast<double>(sh.seq_q * sh.group());
-        u *= std::sqrt(std::max(1.0, n));
-      }
-      FloorScale scale{err.ref_rms, err.ref_max_abs, 0.0};
-      if (lse) {
-        scale.rms = std::max(1.0, err.ref_rms), scale.max = std::max(1.0, err.ref_max_abs);
-      } else {
-        if (oracles_.magnitudes) {
-          const size_t slot = static_cast<size_t>(i == 0 ? 0 : i - 1);
-          const std::vector<uint8_t>* rows = i == 0 || i == 2 ? &skip_ : nullptr;
-          const ErrorStats ms = compare(mags_[slot], mags_[slot], rows);  // its rms and max
-          const ErrorStats ss = compare(mags_[slot + 4], mags_[slot + 4], rows);
-          scale.rms = std::max(scale.rms, ms.ref_rms), scale.max = std::max(scale.max, ms.ref_max_abs);
-          scale.sens_rms = ss.ref_rms, scale.sens_max = ss.ref_max_abs;
-          scale.sens_u = *contract == Contract::fp64 ? unit_roundoff(DType::f32) * 1e-9 : unit_roundoff(DType::f32);
-        }
-        scale.tiny = smallest_subnormal(c_.dtype);
-      }
-      TensorVerdict v = judge_tensor(name, err, base, u, scale, opt_.rule);
+      JudgeInput in;
+      in.impl = tensors_of(r)[i];
+      in.ref = tensors_of(ref_)[i];
+      in.baseline_fwd = tensors_of(base_fwd)[i];
+      in.baseline_rev = tensors_of(base_rev)[i];
+      in.sigma = sigmas ? &(*sigmas)[i] : nullptr;
+      in.skip_rows = q_indexed(t) ? &skip_ : nullptr;
+      in.tiny = t == Output::LSE ? 0.0 : smallest_subnormal(c_.dtype);
+      TensorVerdict v = judge_tensor(name, in, opt_.rule);
       double rung_max = 0;  // the max error of the fingerprinted rung's emulation
       if (opt_.fingerprint_all || !v.pass) {
         std::vector<std::pair<Contract, double>> rungs;
         std::map<Contract, double> maxes;
         for (Contract k : fingerprint_ladder(c_.dtype)) {
-          const ErrorStats e = error_of(*tensors_of(emulation(k, false))[static_cast<size_t>(i)], i);
+          const ErrorStats e = error_of(*tensors_of(emulation(k, false, comp, takes_dlse))[i], t);
           rungs.emplace_back(k, e.rms);
           maxes[k] = e.max_abs;
         }
-        v.print = fingerprint(err.rms, rungs, opt_.rule.fingerprint_band);
+        v.print = fingerprint(v.err.rms, rungs, opt_.rule.fingerprint_band);
         if (v.print.rung) rung_max = maxes[*v.print.rung];
+        // Far beyond the coarsest contract is a wrong result, whatever the rule's blocks say.
+        if (v.print.label == "coarser") v.pass = false;
       }
       if (!v.pass) {
-        std::map<std::string, double> m{{"rms", err.rms}, {"max_abs", err.max_abs}, {"bound_rms", v.bound_rms},
-                                        {"bound_max", v.bound_max}, {"baseline_rms", base.rms}, {"baseline_max", base.max_abs}};
-        if (err.nonfinite_mismatch) {
+        std::map<std::string, double> m{{"rms", v.err.rms},           {"max_abs", v.err.max_abs},     {"bound_rms", v.bound_rms},
+                                        {"bound_max", v.bound_max},   {"baseline_rms", v.baseline.rms}, {"baseline_max", v.baseline.max_abs},
+                                        {"worst_ratio", v.worst.ratio}, {"worst_limit", v.worst.limit}, {"kappa", v.kappa}};
+        const std::string where = v.worst.granularity + " " + v.worst.where + ": " + fmt_double(v.worst.ratio) + " sigma' (limit " +
+                                  fmt_double(v.worst.limit) + ")";
+        if (v.err.nonfinite_mismatch) {
           add(run.backend, comp_class, name, FindingClass::nan_inf,
-              std::to_string(err.nonfinite_mismatch) + " NaN/Inf elements where the reference is finite", m);
-        } else if (v.print.rung && operand_mantissa_bits(*v.print.rung) < operand_mantissa_bits(*contract) &&
-                   err.max_abs <= opt_.rule.fingerprint_band * rung_max) {
+              std::to_string(v.err.nonfinite_mismatch) + " NaN/Inf elements where the reference is finite", m);
+        } else if (v.print.rung && operand_mantissa_bits(*v.print.rung) < operand_mantissa_bits(contract) &&
+                   v.err.max_abs <= opt_.rule.fingerprint_band * rung_max) {
           // Coarser rounding spreads its error like the coarser rung does, in RMS and in max;
           // a localized bug (one row, one tile) with a similar RMS has a far larger max.
           add(run.backend, comp_class, name, FindingClass::contract_violation,
-              "declares " + run.contract + ", computes like " + v.print.label + " (rms " + fmt_double(err.rms) + " > bound " +
-                  fmt_double(v.bound_rms) + ")",
+              "declares " + run.contract + ", computes like " + v.print.label + " (rms " + fmt_double(v.err.rms) + ", bound " +
+                  fmt_double(v.bound_rms) + "; " + where + ")",
               m);
         } else {
           add(run.backend, comp_class, name, FindingClass::mismatch,
-              "rms " + fmt_double(err.rms) + " (bound " + fmt_double(v.bound_rms) + "), max " + fmt_double(err.max_abs) + " (bound " +
-                  fmt_double(v.bound_max) + "), fingerprint " + v.print.label,
+              "rms " + fmt_double(v.err.rms) + " (bound " + fmt_double(v.bound_rms) + "), max " + fmt_double(v.err.max_abs) + "; worst " +
+                  where + "; fingerprint " + v.print.label,
               m);
         }
       }
       run.tensors.push_back(v);
     }
-    report_.runs.push_back(std::move(run));
   }
 
   // Backends that declare the same contract should compute at the same precision:
@@ -302,16 +347,27 @@ class Differential {
 
   const Case& c_;
   const OracleSet& oracles_;
-  const DiffOptions& opt_;
+  DiffOptions opt_;
   Inputs in_;
   ComposedResult ref_;
   std::vector<uint8_t> skip_;
-  std::map<std::pair<Contract, bool>, ComposedResult> emul_;
-  std::array<Tensor, 8> mags_;
+  std::optional<ErrorTerms> terms_;
+  std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
+  std::map<std::pair<Contract, double>, std::array<Tensor, 5>> sigmas_;
   DiffReport report_;
 };
 
-}  // namespace
+DifferentialSession::DifferentialSession(const Case& c, const OracleSet& oracles, const DiffOptions& opt)
+    : impl_(std::make_unique<Impl>(c, oracles, opt)) {}
+DifferentialSession::~DifferentialSession() = default;
+const Inputs& DifferentialSession::inputs() const { return impl_->inputs(); }
+const ComposedResult& DifferentialSession::reference() const { return impl_->reference(); }
+void DifferentialSession::run_backend(Backend& be) { impl_->run_backend(be); }
+BackendRun DifferentialSession::judge(const Backend& be, const Composition& comp, const ComposedResult& outputs,
+                                      std::vector<Finding>* findings) {
+  return impl_->judge(be, comp, outputs, findings);
+}
+DiffReport DifferentialSession::finish() { return impl_->finish(); }
 
 std::string composition_class(const Composition& c) {
   if (c.kind == Composition::Kind::single) return "single";
@@ -319,7 +375,7 @@ std::string composition_class(const Composition& c) {
 }
 
 DiffReport run_differential(const Case& c, const std::vector<Backend*>& backends, const OracleSet& oracles, const DiffOptions& opt) {
-  Differential d(c, oracles, opt);
+  DifferentialSession d(c, oracles, opt);
   for (Backend* be : backends) d.run_backend(*be);
   return d.finish();
 }

@@ -14,6 +14,8 @@
 #include "harness/backend.h"
 #include "harness/case.h"
 #include "harness/compose.h"
+#include "harness/error_model.h"
+#include "harness/inputs.h"
 #include "harness/verdict.h"
 
 namespace attnfuzz {
@@ -23,11 +25,9 @@ struct OracleSet {
   Backend* reference = nullptr;  // float64
   // The naive same-precision computation under a contract, in forward or reversed order.
   std::function<std::unique_ptr<Backend>(Contract, bool reversed)> emulate;
-  // Magnitudes of the terms behind O, dQ, dK, dV (absolute values propagated), for the
-  // tolerance floor: rounding error scales with them even where the result cancels.
-  // Two sets of four: the terms themselves, and the terms weighted by score sensitivity
-  // (1 + |S| terms), which rounding at the accumulation precision (fp32) multiplies.
-  std::function<std::array<Tensor, 8>(const Problem&, const Forward&, const Tensor& d_out, const Tensor& d_lse)> magnitudes;
+  // The error model's magnitudes (harness/error_model.h) from the float64 problem, its
+  // reference forward and the upstream gradients. Without it the rule uses the baselines alone.
+  std::function<ErrorTerms(const Problem&, const Forward&, const Tensor& d_out, const Tensor& d_lse)> error_terms;
 };
 
 struct DiffOptions {
@@ -69,5 +69,32 @@ std::string composition_class(const Composition& c);
 
 DiffReport run_differential(const Case& c, const std::vector<Backend*>& backends, const OracleSet& oracles,
                             const DiffOptions& opt = {});
+
+// One case's judging machinery, computed once: inputs, the float64 reference, its error
+// model and the baselines (cached per contract and composition). run_differential is one
+// session; the sensitivity measurement (bench/sensitivity) judges many perturbed outputs
+// against one session.
+class DifferentialSession {
+ public:
+  DifferentialSession(const Case& c, const OracleSet& oracles, const DiffOptions& opt = {});
+  ~DifferentialSession();
+  DifferentialSession(const DifferentialSession&) = delete;
+  DifferentialSession& operator=(const DifferentialSession&) = delete;
+
+  const Inputs& inputs() const;
+  // The float64 reference through the single call.
+  const ComposedResult& reference() const;
+  // Runs `be` through the single call and the case's composition, with every check.
+  void run_backend(Backend& be);
+  // Judges outputs computed elsewhere as if `be` had returned them through `comp`: the
+  // numeric verdicts and their findings only (no determinism, poison or convention checks).
+  BackendRun judge(const Backend& be, const Composition& comp, const ComposedResult& outputs, std::vector<Finding>* findings);
+  // The report so far, with the cross-backend consistency check; ends the session.
+  DiffReport finish();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace attnfuzz

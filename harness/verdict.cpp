@@ -1,6 +1,8 @@
 #include "harness/verdict.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace attnfuzz {
@@ -48,15 +50,133 @@ Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, d
   return {std::string(to_string(*rung)), rung};
 }
 
-TensorVerdict judge_tensor(const std::string& name, const ErrorStats& impl, const ErrorStats& baseline, double u,
-                           const FloorScale& scale, const ToleranceRule& rule) {
+namespace {
+
+// Per-element squared error and squared allowance (sigma'^2), with the rows and
+// non-finite elements that are judged elsewhere left out.
+struct Elementwise {
+  std::vector<double> err2, allow2;
+  std::vector<uint8_t> used;
+  int64_t rows = 1, heads = 1, seq = 1, width = 1;  // [heads = B*H][seq][width]
+};
+
+Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double* kappa_out) {
+  const Tensor& ref = *in.ref;
+  Elementwise w;
+  const size_t n = ref.numel();
+  w.err2.assign(n, 0.0);
+  w.allow2.assign(n, 0.0);
+  w.used.assign(n, 0);
+  w.heads = ref.shape[0] * ref.shape[1];
+  w.seq = ref.shape[2];
+  w.width = ref.shape.size() > 3 ? ref.shape[3] : 1;
+  std::vector<double> base2(n, 0.0);
+  double sum_base2 = 0, sum_model2 = 0;
+  for (size_t e = 0; e < n; ++e) {
+    if (in.skip_rows && (*in.skip_rows)[e / static_cast<size_t>(w.width)]) continue;
+    const double r = ref.data[e], a = in.impl->data[e];
+    if (!std::isfinite(r) || !std::isfinite(a)) continue;
+    w.used[e] = 1;
+    w.err2[e] = (a - r) * (a - r);
+    auto sq_err = [&](const Tensor* t) {
+      if (!t) return 0.0;
+      const double x = t->data[e];
+      return std::isfinite(x) ? (x - r) * (x - r) : 0.0;
+    };
+    base2[e] = (sq_err(in.baseline_fwd) + sq_err(in.baseline_rev)) / 2.0;
+    sum_base2 += base2[e];
+    if (in.sigma) sum_model2 += in.sigma->data[e] * in.sigma->data[e];
+  }
+  const double kappa = sum_model2 > 0 ? std::sqrt(sum_base2 / sum_model2) : 0.0;
+  const double k = std::max(kappa, rule.kappa_min);
+  for (size_t e = 0; e < n; ++e) {
+    if (!w.used[e]) continue;
+    const double m = in.sigma ? in.sigma->data[e] : 0.0;
+    const double allow = std::sqrt(std::max(k * k * m * m, base2[e])) + in.tiny;
+    w.allow2[e] = allow * allow;
+  }
+  *kappa_out = kappa;
+  return w;
+}
+
+// Sums over a box [h][s0, s1)[d0, d1) of the flattened tensor.
+struct BlockSum {
+  double err2 = 0, allow2 = 0, n = 0;
+};
+BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_t d0, int64_t d1) {
+  BlockSum b;
+  for (int64_t s = s0; s < s1; ++s)
+    for (int64_t d = d0; d < d1; ++d) {
+      const size_t e = static_cast<size_t>((h * w.seq + s) * w.width + d);
+      if (!w.used[e]) continue;
+      b.err2 += w.err2[e], b.allow2 += w.allow2[e], b.n += 1;
+    }
+  return b;
+}
+
+double ratio_of(const BlockSum& b) {
+  if (b.err2 == 0) return 0.0;
+  return b.allow2 > 0 ? std::sqrt(b.err2 / b.allow2) : std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
+TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const ToleranceRule& rule) {
   TensorVerdict v;
   v.tensor = name;
-  v.err = impl;
-  v.baseline = baseline;
-  v.bound_rms = rule.c_rms * baseline.rms + rule.floor_units * (u * scale.rms + scale.sens_u * scale.sens_rms + scale.tiny);
-  v.bound_max = rule.c_max * baseline.max_abs + rule.floor_units * (u * scale.max + scale.sens_u * scale.sens_max + scale.tiny);
-  v.pass = impl.nonfinite_mismatch == 0 && impl.rms <= v.bound_rms && impl.max_abs <= v.bound_max;
+  v.err = compare(*in.impl, *in.ref, in.skip_rows);
+  if (in.baseline_fwd) v.baseline = compare(*in.baseline_fwd, *in.ref, in.skip_rows);
+  if (in.baseline_rev) {
+    const ErrorStats rev = compare(*in.baseline_rev, *in.ref, in.skip_rows);
+    v.baseline.rms = std::max(v.baseline.rms, rev.rms);
+    v.baseline.max_abs = std::max(v.baseline.max_abs, rev.max_abs);
+    v.baseline.rel_fro = std::max(v.baseline.rel_fro, rev.rel_fro);
+  }
+  const Elementwise w = elementwise(in, rule, &v.kappa);
+  const int64_t b_heads = in.ref->shape[1];
+  auto head_name = [&](int64_t h) { return "b" + std::to_string(h / b_heads) + " h" + std::to_string(h % b_heads); };
+
+  double worst_score = -1;
+  auto consider = [&](const char* granularity, const BlockSum& b, const std::function<std::string()>& where) {
+    if (b.n == 0) return;
+    const double ratio = ratio_of(b), limit = rule.limit(b.n);
+    if (ratio > limit) v.pass = false;
+    double& m = v.margin[granularity];
+    m = std::max(m, ratio / limit);
+    if (ratio / limit > worst_score) {
+      worst_score = ratio / limit;
+      v.worst = {granularity, where(), ratio, limit, b.n};
+    }
+  };
+  const int64_t tile = std::max<int64_t>(1, rule.tile);
+  double max_err2 = -1;
+  for (int64_t h = 0; h < w.heads; ++h) {
+    for (int64_t s = 0; s < w.seq; ++s)
+      for (int64_t d = 0; d < w.width; ++d) {
+        const size_t e = static_cast<size_t>((h * w.seq + s) * w.width + d);
+        if (!w.used[e]) continue;
+        if (w.err2[e] > max_err2) max_err2 = w.err2[e], v.bound_max = rule.limit(1) * std::sqrt(w.allow2[e]);
+        consider("element", {w.err2[e], w.allow2[e], 1}, [&] { return head_name(h) + " s" + std::to_string(s) + (w.width > 1 ? " d" + std::to_string(d) : ""); });
+      }
+    if (w.width > 1)
+      for (int64_t s = 0; s < w.seq; ++s)
+        consider("row", sum_box(w, h, s, s + 1, 0, w.width), [&] { return head_name(h) + " s" + std::to_string(s); });
+    for (int64_t s0 = 0; s0 < w.seq; s0 += tile)
+      for (int64_t d0 = 0; d0 < w.width; d0 += tile) {
+        const int64_t s1 = std::min(w.seq, s0 + tile), d1 = std::min(w.width, d0 + tile);
+        consider("tile", sum_box(w, h, s0, s1, d0, d1), [&] {
+          return head_name(h) + " s" + std::to_string(s0) + "-" + std::to_string(s1 - 1) +
+                 (w.width > 1 ? " d" + std::to_string(d0) + "-" + std::to_string(d1 - 1) : "");
+        });
+      }
+    consider("head", sum_box(w, h, 0, w.seq, 0, w.width), [&] { return head_name(h); });
+  }
+  BlockSum all;
+  for (size_t e = 0; e < w.used.size(); ++e)
+    if (w.used[e]) all.err2 += w.err2[e], all.allow2 += w.allow2[e], all.n += 1;
+  consider("tensor", all, [] { return std::string("all"); });
+  v.bound_rms = all.n > 0 ? rule.limit(all.n) * std::sqrt(all.allow2 / all.n) : 0.0;
+  if (v.err.nonfinite_mismatch) v.pass = false;
   return v;
 }
 

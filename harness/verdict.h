@@ -51,23 +51,42 @@ struct Fingerprint {
 // `rung_errors`: RMS error of the emulation under each ladder contract, finest first.
 Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band);
 
+// The block of a tensor whose error statistic came closest to (or went furthest past)
+// its limit (harness/tolerance.h).
+struct WorstBlock {
+  std::string granularity;  // "element", "row", "tile", "head" or "tensor"
+  std::string where;        // e.g. "b0 h1 s37" or "b0 h1 s16-31 d0-15"
+  double ratio = 0;         // sqrt(sum err^2 / sum sigma'^2) over the block
+  double limit = 0;         // c * (1 + k / sqrt(n))
+  double n = 0;             // elements in the block
+};
+
 struct TensorVerdict {
   std::string tensor;
   ErrorStats err, baseline;
-  double bound_rms = 0, bound_max = 0;
+  double bound_rms = 0;  // the whole-tensor test in error units: limit(N) * rms(sigma')
+  double bound_max = 0;  // the per-element bound at the element with the largest error
+  double kappa = 0;      // the error model's scale fitted on the baselines
+  WorstBlock worst;
+  // The largest ratio / limit per granularity (element, row, tile, head, tensor): the
+  // margin a correct backend leaves, for calibration (bench/calibrate_rule).
+  std::map<std::string, double> margin;
   Fingerprint print;
   bool compared = true;  // false: not produced by this backend (LSE without one)
   bool pass = true;
 };
 
-// The scale the floor multiplies: the magnitude of the terms behind the tensor
-// (rms and max over elements) and the storage type's smallest subnormal.
-struct FloorScale {
-  double rms = 0, max = 0, tiny = 0;
-  double sens_rms = 0, sens_max = 0, sens_u = 0;  // score-sensitivity terms at the accumulation precision
+// What judging one tensor needs, all shaped alike ([B][H][S][D] or [B][H][S]).
+struct JudgeInput {
+  const Tensor* impl = nullptr;
+  const Tensor* ref = nullptr;                             // float64
+  const Tensor* baseline_fwd = nullptr;                    // the two naive computations
+  const Tensor* baseline_rev = nullptr;                    // under the declared contract
+  const Tensor* sigma = nullptr;                           // the error model (may be null: baselines only)
+  const std::vector<uint8_t>* skip_rows = nullptr;        // rows left out (fully masked)
+  double tiny = 0;                                         // the storage type's smallest subnormal
 };
-// Applies the rule; `u` is the unit roundoff of the tensor's storage type.
-TensorVerdict judge_tensor(const std::string& name, const ErrorStats& impl, const ErrorStats& baseline, double u,
-                           const FloorScale& scale, const ToleranceRule& rule);
+// Applies the rule of harness/tolerance.h.
+TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const ToleranceRule& rule);
 
 }  // namespace attnfuzz

@@ -7,18 +7,10 @@
 namespace attnfuzz {
 namespace {
 
-using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using CMap = Eigen::Map<const Mat>;
-using MMap = Eigen::Map<Mat>;
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-struct HeadScores {
-  Mat p;       // softmax probabilities, 0 where masked and on fully masked rows
-  Mat tanh_t;  // tanh(S_pre / c) when softcapped (for the backward's chain rule)
-  Eigen::VectorXd lse;
-};
+}  // namespace
 
-// Scores, mask, LSE and P of one (batch, query head).
 HeadScores head_scores(const Problem& p, int64_t b, int64_t h) {
   const Shape& s = p.shape;
   const int64_t hk = h / s.group();
@@ -49,10 +41,9 @@ HeadScores head_scores(const Problem& p, int64_t b, int64_t h) {
     out.lse(i) = lse;
     for (int64_t j = 0; j < s.seq_kv; ++j) out.p(i, j) = p.visible(b, h, i, j) ? std::exp(sc(i, j) - lse) : 0.0;
   }
+  out.s = std::move(sc);
   return out;
 }
-
-}  // namespace
 
 std::string ReferenceBackend::version() const {
   return "eigen-" + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
@@ -97,40 +88,6 @@ Gradients reference_backward(const Problem& p, const Forward& fwd, const Tensor&
       MMap(g.dk.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += p.scale * (ds.transpose() * q);
     }
   return g;
-}
-
-Magnitudes reference_magnitudes(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
-  const Shape& s = p.shape;
-  const std::vector<int64_t> oq{s.batch, s.heads_q, s.seq_q, s.head_dim_v}, qq{s.batch, s.heads_q, s.seq_q, s.head_dim_qk},
-      kk{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}, vv{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
-  Magnitudes m{Tensor(oq), Tensor(qq), Tensor(kk), Tensor(vv), Tensor(oq), Tensor(qq), Tensor(kk), Tensor(vv)};
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.heads_q; ++h) {
-      const int64_t hk = h / s.group();
-      const HeadScores hs = head_scores(p, b, h);
-      const Mat q = CMap(p.q.at(b, h, 0), s.seq_q, s.head_dim_qk).cwiseAbs();
-      const Mat k = CMap(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk).cwiseAbs();
-      const Mat v = CMap(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v).cwiseAbs();
-      const Mat o = CMap(fwd.o.at(b, h, 0), s.seq_q, s.head_dim_v).cwiseAbs();
-      const Mat d_o = CMap(d_out.at(b, h, 0), s.seq_q, s.head_dim_v).cwiseAbs();
-      const Eigen::VectorXd g = Eigen::Map<const Eigen::VectorXd>(d_lse.at(b, h, 0), s.seq_q).cwiseAbs();
-      const Eigen::VectorXd delta = d_o.cwiseProduct(o).rowwise().sum();
-      const Mat upstream = ((d_o * v.transpose()).colwise() + (delta + g)).eval();
-      const Mat s_terms = p.scale * (q * k.transpose());
-      for (int pass = 0; pass < 2; ++pass) {
-        const Mat pw = pass == 0 ? hs.p : hs.p.cwiseProduct((s_terms.array() + 1.0).matrix());
-        Tensor& mo = pass == 0 ? m.o : m.sens_o;
-        Tensor& mdq = pass == 0 ? m.dq : m.sens_dq;
-        Tensor& mdk = pass == 0 ? m.dk : m.sens_dk;
-        Tensor& mdv = pass == 0 ? m.dv : m.sens_dv;
-        MMap(mo.at(b, h, 0), s.seq_q, s.head_dim_v) = pw * v;
-        MMap(mdv.at(b, hk, 0), s.seq_kv, s.head_dim_v) += pw.transpose() * d_o;
-        const Mat ds = pw.cwiseProduct(upstream);
-        MMap(mdq.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (ds * k);
-        MMap(mdk.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += p.scale * (ds.transpose() * q);
-      }
-    }
-  return m;
 }
 
 }  // namespace attnfuzz

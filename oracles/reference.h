@@ -1,6 +1,8 @@
 #pragma once
 // The float64 reference (Eigen): DESIGN.md's formulas, matrix products per
 // (batch, head). It is the yardstick every other backend is measured against.
+#include <Eigen/Dense>
+
 #include "harness/backend.h"
 
 namespace attnfuzz {
@@ -8,17 +10,17 @@ namespace attnfuzz {
 Forward reference_forward(const Problem& p);
 Gradients reference_backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse);
 
-// First-order magnitudes of the terms behind each output element, propagated with
-// absolute values (|P V|, P^T |dO|, s P.(|dO||V|^T + |D| + |g|) |K|, ...). Rounding error
-// is proportional to these, not to the result, which can cancel to ~0; the tolerance
-// floor uses them. `sens_*` weigh each probability by 1 + |S|_terms (scale |Q||K|^T): an
-// error of u |S| in a score moves P by that relative amount (large logits), at the
-// accumulation precision (fp32) rather than the storage type's. Order: O, dQ, dK, dV.
-struct Magnitudes {
-  Tensor o, dq, dk, dv;
-  Tensor sens_o, sens_dq, sens_dk, sens_dv;
+// Scores, mask, LSE and P of one (batch, query head), in float64.
+using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using CMap = Eigen::Map<const Mat>;
+using MMap = Eigen::Map<Mat>;
+struct HeadScores {
+  Mat s;       // scores after the softcap (masked entries included)
+  Mat p;       // softmax probabilities, 0 where masked and on fully masked rows
+  Mat tanh_t;  // tanh(S_pre / c) when softcapped (for the backward's chain rule)
+  Eigen::VectorXd lse;
 };
-Magnitudes reference_magnitudes(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse);
+HeadScores head_scores(const Problem& p, int64_t b, int64_t h);
 
 class ReferenceBackend final : public Backend {
  public:

@@ -7,6 +7,7 @@
 
 #include "oracles/emulated.h"
 #include "oracles/plugin.h"
+#include "oracles/error_terms.h"
 #include "oracles/reference.h"
 #if ATTNFUZZ_HAVE_TORCH
 #include "oracles/torch_oracle.h"
@@ -176,11 +177,7 @@ OracleSet default_oracles() {
   OracleSet o;
   o.reference = &reference;
   o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<EmulatedBackend>(c, reversed); };
-  o.magnitudes = [](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
-    Magnitudes m = reference_magnitudes(p, f, d_out, d_lse);
-    return std::array<Tensor, 8>{std::move(m.o),      std::move(m.dq),      std::move(m.dk),      std::move(m.dv),
-                                 std::move(m.sens_o), std::move(m.sens_dq), std::move(m.sens_dk), std::move(m.sens_dv)};
-  };
+  o.error_terms = reference_error_terms;
   return o;
 }
 

@@ -33,8 +33,8 @@ void print_report(const Case& c, const DiffReport& r) {
   fmt::print("inputs    checksum {:016x}\n", r.input_checksum);
   fmt::print("rule      {}\n", r.rule.describe());
   fmt::print("errors against the float64 reference (Eigen, single call); baseline: naive computation under the backend's contract\n\n");
-  fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<8} {}\n", "backend", "composition", "contract",
-             "out", "rms", "bound", "max_abs", "bound", "rel_fro", "looks", "verdict");
+  fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<8} {:<7} {}\n", "backend", "composition", "contract",
+             "out", "rms", "bound", "max_abs", "bound", "rel_fro", "looks", "verdict", "worst block: error/sigma' (limit)");
   for (const auto& run : r.runs) {
     if (run.skipped) {
       fmt::print("{:<22} {:<32} skipped: {}\n", run.backend, run.composition, run.skip_reason);
@@ -45,9 +45,9 @@ void print_report(const Case& c, const DiffReport& r) {
         fmt::print("{:<22} {:<32} {:<8} {:<4} (not returned)\n", run.backend, run.composition, run.contract, t.tensor);
         continue;
       }
-      fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e}  {:<8} {}\n", run.backend,
-                 run.composition, run.contract, t.tensor, t.err.rms, t.bound_rms, t.err.max_abs, t.bound_max, t.err.rel_fro,
-                 t.print.label, t.pass ? "ok" : "FAIL");
+      fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e}  {:<8} {:<7} {} {}: {:.2f} ({:.2f})\n",
+                 run.backend, run.composition, run.contract, t.tensor, t.err.rms, t.bound_rms, t.err.max_abs, t.bound_max, t.err.rel_fro,
+                 t.print.label, t.pass ? "ok" : "FAIL", t.worst.granularity, t.worst.where, t.worst.ratio, t.worst.limit);
     }
     for (const auto& n : run.notes) fmt::print("  note ({}): {}\n", run.backend, n);
   }

@@ -1,0 +1,95 @@
+// bench_sensitivity: the verdict's detection thresholds against the natural error of a
+// correct kernel (the mutant zoo's mutant_ok), per dtype, size, output and planted error.
+//
+//   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
+//
+// Prints one markdown table per configuration; the ratio column is threshold / natural
+// (goal: <= 8). docs/verdicts.md holds the measured tables.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/sensitivity/sensitivity.h"
+#include "oracles/registry.h"
+
+namespace {
+
+std::vector<long> parse_list(const char* s) {
+  std::vector<long> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stol(item));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace attnfuzz;
+  std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
+  std::vector<long> seqs{16, 64, 256}, dims{16, 64, 128};
+  std::string csv_path, plugin = ATTNFUZZ_CORRECT_PLUGIN;
+  bool causal = true;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--dtype")) {
+      dtypes.clear();
+      for (const auto& name : {std::string(next())}) {
+        std::stringstream ss(name);
+        std::string item;
+        while (std::getline(ss, item, ',')) dtypes.push_back(dtype_from_string(item));
+      }
+    } else if (!std::strcmp(argv[i], "--seq")) {
+      seqs = parse_list(next());
+    } else if (!std::strcmp(argv[i], "--dim")) {
+      dims = parse_list(next());
+    } else if (!std::strcmp(argv[i], "--csv")) {
+      csv_path = next();
+    } else if (!std::strcmp(argv[i], "--plugin")) {
+      plugin = next();
+    } else if (!std::strcmp(argv[i], "--no-mask")) {
+      causal = false;
+    } else {
+      std::fprintf(stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO] [--no-mask]\n");
+      return 2;
+    }
+  }
+  auto correct = make_backend("plugin:" + plugin);
+  const OracleSet oracles = default_oracles();
+  std::ofstream csv;
+  if (!csv_path.empty()) {
+    csv.open(csv_path);
+    csv << "dtype,seq,dim,tensor,plant,natural,threshold,ratio,correct_passes\n";
+  }
+  double worst = 0;
+  for (DType d : dtypes)
+    for (long s : seqs)
+      for (long dim : dims) {
+        SensitivityConfig cfg;
+        cfg.dtype = d, cfg.seq = s, cfg.dim = dim, cfg.causal = causal;
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto points = measure_sensitivity(cfg, *correct, oracles);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("\n### %s, S=%ld, D=%ld, H=2, %s (%.1f s)\n\n| tensor | plant | natural | threshold | ratio |\n|---|---|---|---|---|\n",
+                    std::string(to_string(d)).c_str(), s, dim, causal ? "causal" : "no mask", secs);
+        for (const auto& p : points) {
+          std::printf("| %s | %s | %.2e | %s | %s |\n", p.tensor.c_str(), to_string(p.plant), p.natural,
+                      p.threshold > 0 ? (std::to_string(p.threshold).substr(0, 8)).c_str() : "not found",
+                      !p.correct_passes ? "FALSE ALARM at delta=0" : p.ratio() > 0 ? std::to_string(p.ratio()).substr(0, 5).c_str() : "-");
+          if (p.ratio() > worst) worst = p.ratio();
+          if (csv.is_open())
+            csv << to_string(d) << ',' << s << ',' << dim << ',' << p.tensor << ',' << to_string(p.plant) << ',' << p.natural << ','
+                << p.threshold << ',' << p.ratio() << ',' << p.correct_passes << '\n';
+        }
+        std::fflush(stdout);
+      }
+  std::printf("\nworst ratio: %.2f (goal <= 8)\n", worst);
+  return 0;
+}

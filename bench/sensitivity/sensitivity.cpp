@@ -1,0 +1,190 @@
+#include "bench/sensitivity/sensitivity.h"
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+#include "harness/compose.h"
+#include "harness/dtype.h"
+
+namespace attnfuzz {
+
+const char* to_string(Plant p) {
+  switch (p) {
+    case Plant::scale: return "scale";
+    case Plant::noise: return "noise";
+    case Plant::row: return "row";
+    case Plant::tile: return "tile";
+    case Plant::head: return "head";
+    case Plant::lse_shift: return "lse_shift";
+    case Plant::dlse: return "dlse";
+    case Plant::softmax_scale: return "softmax_scale";
+  }
+  return "?";
+}
+
+std::vector<Plant> plants_for(Output t) {
+  std::vector<Plant> p{Plant::scale, Plant::noise, Plant::row, Plant::tile, Plant::head};
+  if (t == Output::LSE) p.push_back(Plant::lse_shift);
+  return p;
+}
+
+Case sensitivity_case(const SensitivityConfig& cfg) {
+  Case c;
+  c.seed = cfg.seed;
+  c.shape = {1, cfg.heads, cfg.heads, cfg.seq, cfg.seq, cfg.dim, cfg.dim};
+  c.dtype = cfg.dtype;
+  c.mask = cfg.causal ? MaskExpr::causal_mask(Align::bottom_right) : MaskExpr{};
+  c.d_lse = ValueDist{};  // normal: the dLSE plant needs a dLSE term
+  return c;
+}
+
+namespace {
+
+Tensor& output_of(ComposedResult& r, Output t) {
+  switch (t) {
+    case Output::O: return r.fwd.o;
+    case Output::LSE: return r.fwd.lse;
+    case Output::dQ: return r.grads.dq;
+    case Output::dK: return r.grads.dk;
+    case Output::dV: return r.grads.dv;
+  }
+  throw std::logic_error("output_of");
+}
+const Tensor& output_of(const ComposedResult& r, Output t) { return output_of(const_cast<ComposedResult&>(r), t); }
+
+// What a kernel would store: the output's storage type.
+double stored(Output t, DType d, double x) { return t == Output::LSE ? static_cast<double>(static_cast<float>(x)) : round_to(d, x); }
+
+// Applies an output-confined plant of size delta to tensor t (a copy of r).
+ComposedResult planted(const ComposedResult& r, Output t, Plant plant, double delta, DType dtype, int64_t tile) {
+  ComposedResult out = r;
+  Tensor& x = output_of(out, t);
+  const int64_t heads = x.shape[1], seq = x.shape[2], width = x.shape.size() > 3 ? x.shape[3] : 1;
+  const int64_t last_head = heads - 1, mid = seq / 2, tile_start = (mid / tile) * tile;
+  std::mt19937_64 rng(12345);
+  std::normal_distribution<double> normal;
+  for (int64_t b = 0; b < x.shape[0]; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t d = 0; d < width; ++d) {
+          double& v = x.at(b, h, s)[d];
+          if (!std::isfinite(v)) continue;
+          bool inside = false;
+          switch (plant) {
+            case Plant::scale: inside = true; break;
+            case Plant::noise: v = stored(t, dtype, v * (1.0 + delta * normal(rng))); continue;
+            case Plant::row: inside = b == 0 && h == last_head && s == mid; break;
+            case Plant::tile: inside = b == 0 && h == last_head && s >= tile_start && s < tile_start + tile && d < tile; break;
+            case Plant::head: inside = b == 0 && h == last_head; break;
+            case Plant::lse_shift: v = stored(t, dtype, v + delta); continue;
+            default: throw std::invalid_argument("planted: not an output plant");
+          }
+          if (inside) v = stored(t, dtype, v * (1.0 + delta));
+        }
+  return out;
+}
+
+// grads(delta) = grads - delta * (grads - grads without dLSE): the dLSE term scaled by 1 - delta.
+ComposedResult dlse_scaled(const ComposedResult& full, const ComposedResult& no_dlse, double delta, DType dtype) {
+  ComposedResult out = full;
+  for (Output t : {Output::dQ, Output::dK, Output::dV}) {
+    Tensor& x = output_of(out, t);
+    const Tensor& z = output_of(no_dlse, t);
+    for (size_t e = 0; e < x.numel(); ++e) x.data[e] = stored(t, dtype, x.data[e] - delta * (x.data[e] - z.data[e]));
+  }
+  return out;
+}
+
+bool flagged(const BackendRun& run, const std::vector<Finding>& findings, const std::string& tensor) {
+  if (tensor == "any") return !findings.empty();
+  for (const auto& t : run.tensors)
+    if (t.tensor == tensor && t.compared && !t.pass) return true;
+  return false;
+}
+
+// The smallest delta in [lo, cap] that `is_flagged` accepts, by doubling then bisecting in
+// log space to a resolution of 2^(1/16); 0 when even `cap` is not flagged.
+template <class F>
+double smallest_flagged(double lo, double cap, F&& is_flagged) {
+  if (is_flagged(lo)) return lo;
+  double hi = lo * 2;
+  while (!is_flagged(hi)) {
+    lo = hi;
+    hi *= 2;
+    if (hi > cap) return 0;
+  }
+  for (int i = 0; i < 4; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    (is_flagged(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+}  // namespace
+
+std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, Backend& correct, const OracleSet& oracles,
+                                                  const ToleranceRule& rule) {
+  const Case c = sensitivity_case(cfg);
+  DiffOptions opt;
+  opt.include_single = true;
+  opt.check_determinism = false;
+  opt.fingerprint_all = true;
+  opt.rule = rule;
+  DifferentialSession session(c, oracles, opt);
+  const Composition single{};
+  const ComposedResult r0 = run_composition(correct, c, session.inputs(), single);
+  std::vector<Finding> findings;
+  const BackendRun base = session.judge(correct, single, r0, &findings);
+  const bool passes = findings.empty();
+
+  std::vector<SensitivityPoint> points;
+  for (Output t : kOutputs) {
+    const TensorVerdict* v0 = nullptr;
+    for (const auto& tv : base.tensors)
+      if (tv.tensor == to_string(t)) v0 = &tv;
+    for (Plant plant : plants_for(t)) {
+      SensitivityPoint pt;
+      pt.tensor = to_string(t);
+      pt.plant = plant;
+      pt.correct_passes = v0 && v0->pass;
+      pt.natural = plant == Plant::lse_shift ? v0->err.rms : v0->err.rel_fro;
+      const double lo = std::max(pt.natural / 8, 1e-9);
+      pt.threshold = smallest_flagged(lo, 64.0, [&](double delta) {
+        const ComposedResult r = planted(r0, t, plant, delta, cfg.dtype, rule.tile);
+        const BackendRun run = session.judge(correct, single, r, &findings);
+        return flagged(run, findings, pt.tensor);
+      });
+      points.push_back(pt);
+    }
+  }
+
+  // Plants in the computation, flagged through any output; natural error: the worst relative one.
+  double natural = 0;
+  for (const auto& tv : base.tensors)
+    if (tv.compared && tv.tensor != "LSE") natural = std::max(natural, tv.err.rel_fro);
+  {
+    Inputs no_dlse = session.inputs();
+    for (double& x : no_dlse.d_lse.data) x = 0;
+    const ComposedResult r_g0 = run_composition(correct, c, no_dlse, single);
+    SensitivityPoint pt{"any", Plant::dlse, natural, 0, passes};
+    pt.threshold = smallest_flagged(std::max(natural / 8, 1e-9), 1.0, [&](double delta) {
+      const BackendRun run = session.judge(correct, single, dlse_scaled(r0, r_g0, delta, cfg.dtype), &findings);
+      return flagged(run, findings, "any");
+    });
+    points.push_back(pt);
+  }
+  {
+    SensitivityPoint pt{"any", Plant::softmax_scale, natural, 0, passes};
+    pt.threshold = smallest_flagged(std::max(natural / 8, 1e-9), 4.0, [&](double delta) {
+      Case off = c;
+      off.scale = c.effective_scale() * (1.0 + delta);
+      const BackendRun run = session.judge(correct, single, run_composition(correct, off, session.inputs(), single), &findings);
+      return flagged(run, findings, "any");
+    });
+    points.push_back(pt);
+  }
+  return points;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,56 @@
+#pragma once
+// Measured sensitivity of the verdict (issue: "a rule is only as good as its measured
+// sensitivity"): plant a controlled error of relative size delta into a correct kernel's
+// outputs and find the smallest delta the harness flags, next to the kernel's natural
+// error. docs/verdicts.md holds the table; tests/test_sensitivity.cpp keeps a small grid
+// under the goal (threshold <= 8x the natural error).
+#include <string>
+#include <vector>
+
+#include "harness/backend.h"
+#include "harness/differential.h"
+#include "harness/error_model.h"
+
+namespace attnfuzz {
+
+// The planted errors. Output-confined ones act on one output tensor; `dlse` and
+// `softmax_scale` change the computation (every output they reach).
+enum class Plant {
+  scale,          // x *= 1 + delta everywhere
+  noise,          // x *= 1 + delta * N(0, 1), independent per element
+  row,            // x *= 1 + delta on one row (b0, last head, middle query/key)
+  tile,           // x *= 1 + delta on one 16 x 16 tile (last head, middle rows, first 16 columns)
+  head,           // x *= 1 + delta on one head (the last)
+  lse_shift,      // LSE += delta (absolute)
+  dlse,           // the backward's dLSE term scaled by 1 - delta
+  softmax_scale,  // the softmax scale off by a relative delta
+};
+const char* to_string(Plant p);
+// The plants that apply to output t (dlse and softmax_scale are reported under "any").
+std::vector<Plant> plants_for(Output t);
+
+struct SensitivityConfig {
+  DType dtype = DType::bf16;
+  int64_t seq = 64, dim = 64, heads = 2;
+  bool causal = true;
+  uint64_t seed = 1;
+};
+
+struct SensitivityPoint {
+  std::string tensor;  // O, LSE, dQ, dK, dV, or "any" for dlse / softmax_scale
+  Plant plant = Plant::scale;
+  double natural = 0;    // the correct kernel's relative error (LSE shift: its RMS error)
+  double threshold = 0;  // the smallest delta flagged (within the search's resolution), or 0 if none up to the cap
+  bool correct_passes = true;  // the unperturbed kernel passes this tensor
+  double ratio() const { return natural > 0 && threshold > 0 ? threshold / natural : 0; }
+};
+
+// Measures every plant on every output for one configuration. `correct` must be a correct
+// backend that takes dLSE (the mutant zoo's mutant_ok).
+std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, Backend& correct, const OracleSet& oracles,
+                                                  const ToleranceRule& rule = {});
+
+// The case the configuration describes: B=1, causal (bottom-right) or not, normal values, dLSE normal.
+Case sensitivity_case(const SensitivityConfig& cfg);
+
+}  // namespace attnfuzz

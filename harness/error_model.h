@@ -1,0 +1,74 @@
+#pragma once
+// The error model: per output element, the rounding error a correct implementation
+// under a numerics contract is expected to make (DESIGN.md, "Tolerance": the floor must
+// model where rounding really happens). The tolerance rule (harness/tolerance.h) uses it
+// to distribute the baselines' measured error over elements, rows, tiles and heads.
+//
+// An oracle supplies, per output, three magnitudes per element (unit-free, from the
+// float64 problem), and the harness multiplies them by the contract's rounding units:
+//
+//   sigma^2 = (u_op^2 * operand^2 + u_st^2 * (ref^2 + stored^2)) / 3
+//           + u_acc^2 * (L / 3) * (ref^2 / 3 + operand^2 / 2)
+//           + u_sc^2 * score^2                                 (u_sc^2 = u_acc^2 + u_in^2)
+//
+//   operand  root-sum-square of the products of the output's last reduction (P*V for O,
+//            P^T*dO for dV, dS*K for dQ, dS^T*Q for dK): rounding P or dS (and the operands)
+//            to the contract's type gives each product a relative error of u_op, and
+//            independent errors add as a root-sum-square;
+//   ref      the output itself: its own storage rounding;
+//   stored   a GQA group's per-head partials of dK and dV (kernels that store each head's
+//            part before summing);
+//   L        the reduction length: a sum of L terms accumulated at u_acc has an error of
+//            u_acc * sqrt(sum of squared partial sums), about sqrt(L/3) * sqrt(ref^2/3 +
+//            operand^2/2) (a drift for same-signed terms, a random walk otherwise);
+//   score    the terms weighted by each score's sensitivity: S is accumulated at u_acc
+//            over Dqk products and exp(S - LSE) loses u_acc * (|S| + |LSE|), which moves
+//            P by that relative amount (large logits); tf32 also rounds Q and K (u_in).
+//           + (u_op^2 * via_op^2 + u_st^2 * via_st^2) / 3 + u_acc^2 * via_acc^2 + u_sc^2 * via_sc^2
+//
+//   via_*    dQ and dK only: D = rowsum(dO*O) is computed from the computed O, so O's error
+//            (each of its parts above, with O's own L folded into via_acc) moves every dS of
+//            the row: dQ_id by scale * (P K)_id * dD_i, dK_jd by scale * sum_i P_ij Q_id dD_i.
+//
+// LSE (fp32 for every dtype, on an absolute scale) has its own form:
+//   sigma^2 = u_lse^2 * (1 + LSE^2) / 3 + u_acc^2 * L / 6 + (u_acc^2 + u_in^2) * score^2
+// with score = sqrt(sum_j P_ij^2 s_ij^2) and u_lse the backend's declared LSE accuracy.
+#include <array>
+
+#include "harness/contract.h"
+#include "harness/dtype.h"
+#include "harness/tensor.h"
+
+namespace attnfuzz {
+
+// The outputs every backend is judged on, in report order.
+enum class Output { O, LSE, dQ, dK, dV };
+inline constexpr std::array<Output, 5> kOutputs{Output::O, Output::LSE, Output::dQ, Output::dK, Output::dV};
+const char* to_string(Output t);
+
+struct TermTensors {
+  Tensor operand, stored, score;  // shaped like the output
+  double length = 1;              // L
+  // D's error reaching dQ and dK, one part per rounding unit (empty for O, LSE, dV).
+  Tensor via_op, via_st, via_acc, via_sc;
+};
+struct ErrorTerms {
+  std::array<TermTensors, 5> by_output;  // indexed by Output
+  const TermTensors& operator[](Output t) const { return by_output[static_cast<size_t>(t)]; }
+  TermTensors& operator[](Output t) { return by_output[static_cast<size_t>(t)]; }
+};
+
+// The contract's rounding units for inputs of dtype `d`.
+struct RoundingUnits {
+  double operand = 0;     // u_op: P, dS and the matmul operands
+  double store = 0;       // u_st: the stored outputs (the case dtype)
+  double accumulate = 0;  // u_acc: accumulation (fp32 below fp64)
+  double input = 0;       // u_in: extra rounding of Q, K, V, dO (tf32)
+  double lse = 0;         // u_lse: the LSE's declared accuracy
+};
+RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff);
+
+// sigma per element of output `t` (the formulas above); `ref` is the float64 output.
+Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+
+}  // namespace attnfuzz

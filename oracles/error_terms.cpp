@@ -1,0 +1,130 @@
+#include "oracles/error_terms.h"
+
+#include <array>
+#include <cmath>
+
+#include "oracles/reference.h"
+
+namespace attnfuzz {
+namespace {
+
+// Root of a matrix of sums of squares (rounding can leave tiny negatives from expansions).
+Mat root(const Mat& sq) { return sq.cwiseMax(0.0).cwiseSqrt(); }
+Mat squared(const Mat& m) { return m.cwiseProduct(m); }
+
+// Accumulation error scale of a dot product of n terms with result x and terms' RSS r:
+// sqrt(n/3 * (x^2/3 + r^2/2)) (harness/error_model.h, "L").
+Mat dot_error(const Mat& x, const Mat& rss, double n) {
+  return ((squared(x) / 3.0 + squared(rss) / 2.0) * (n / 3.0)).cwiseSqrt();
+}
+
+}  // namespace
+
+ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
+  const Shape& s = p.shape;
+  const std::vector<int64_t> oq{s.batch, s.heads_q, s.seq_q, s.head_dim_v}, lq{s.batch, s.heads_q, s.seq_q},
+      qq{s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, kk{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk},
+      vv{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
+  ErrorTerms t;
+  auto init = [&](Output o, const std::vector<int64_t>& shape, double length) {
+    t[o] = TermTensors{Tensor(shape), Tensor(shape), Tensor(shape), length};
+  };
+  init(Output::O, oq, static_cast<double>(s.seq_kv));
+  init(Output::LSE, lq, static_cast<double>(s.seq_kv));
+  init(Output::dQ, qq, static_cast<double>(s.seq_kv));
+  init(Output::dK, kk, static_cast<double>(s.seq_q * s.group()));
+  for (Output o : {Output::dQ, Output::dK}) {
+    const auto& shape = o == Output::dQ ? qq : kk;
+    t[o].via_op = Tensor(shape), t[o].via_st = Tensor(shape), t[o].via_acc = Tensor(shape), t[o].via_sc = Tensor(shape);
+  }
+  init(Output::dV, vv, static_cast<double>(s.seq_q * s.group()));
+  // dK and dV sum over a GQA group: squares accumulate here, roots are taken at the end.
+  Tensor dk_partials(kk), dv_partials(vv);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads_q; ++h) {
+      const int64_t hk = h / s.group();
+      const HeadScores hs = head_scores(p, b, h);
+      const CMap q(p.q.at(b, h, 0), s.seq_q, s.head_dim_qk), k(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk),
+          v(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v), o(fwd.o.at(b, h, 0), s.seq_q, s.head_dim_v),
+          d_o(d_out.at(b, h, 0), s.seq_q, s.head_dim_v);
+      const Eigen::Map<const Eigen::VectorXd> g(d_lse.at(b, h, 0), s.seq_q);
+      const Mat q2 = squared(q), k2 = squared(k), v2 = squared(v), do2 = squared(d_o);
+      const Mat p2 = squared(hs.p);
+
+      // Score sensitivity s_ij: the fp32 dot product's error, and exp(S - LSE)'s argument.
+      const Mat raw = q * k.transpose();
+      const Mat score_err = p.scale * dot_error(raw, root(q2 * k2.transpose()), static_cast<double>(s.head_dim_qk));
+      Mat sens = score_err + hs.s.cwiseAbs();
+      for (int64_t i = 0; i < s.seq_q; ++i)
+        if (std::isfinite(hs.lse(i))) sens.row(i).array() += std::fabs(hs.lse(i));
+      const Mat w = hs.p.cwiseProduct(sens), w2 = squared(w);
+
+      // O = P V.
+      const Mat o_operand = root(p2 * v2);
+      MMap(t[Output::O].operand.at(b, h, 0), s.seq_q, s.head_dim_v) = o_operand;
+      // dO_id from score errors: sum_j dP_ij (V_jd - O_id) with dP_ij = P_ij e_ij.
+      const Mat o_score_sq = root(w2 * v2 - 2.0 * o.cwiseProduct(w2 * v) + Mat(w2.rowwise().sum().asDiagonal() * squared(o)));
+      const Mat& o_score = o_score_sq;
+      MMap(t[Output::O].score.at(b, h, 0), s.seq_q, s.head_dim_v) = o_score;
+      // LSE = log sum exp S.
+      Eigen::Map<Eigen::VectorXd>(t[Output::LSE].score.at(b, h, 0), s.seq_q) = w2.rowwise().sum().cwiseSqrt();
+
+      // Backward: dS = P (dP - D + g), the softcap's chain rule on top.
+      const Mat dp = d_o * v.transpose();
+      const Eigen::VectorXd delta = d_o.cwiseProduct(o).rowwise().sum();
+      Mat chain = Mat::Ones(s.seq_q, s.seq_kv);
+      if (p.softcap) chain = (1.0 - hs.tanh_t.array().square()).matrix();
+      const Mat pc = hs.p.cwiseProduct(chain);
+      const Mat ds = pc.cwiseProduct((dp.colwise() - (delta - g)).eval());
+      // What the operand rounding of dS acts on: dS itself for a fused kernel (rounded after
+      // the subtraction dP - D), and P dP, P D for an unfused graph that stores dP and D in
+      // the case dtype first (LibTorch's math path, XLA): both are correct implementations.
+      const Mat ds2 = squared(ds) + squared(pc.cwiseProduct(dp)) + squared(Mat(pc.array().colwise() * (delta - g).array()));
+      // D is computed from the computed O: each part of O's error (per rounding unit) moves every dS of the row.
+      const double o_len = static_cast<double>(s.seq_kv);
+      const std::array<Eigen::VectorXd, 4> d_err{
+          do2.cwiseProduct(squared(o_operand)).rowwise().sum().cwiseSqrt(),
+          do2.cwiseProduct(squared(o)).rowwise().sum().cwiseSqrt(),
+          (do2.cwiseProduct(squared(o) / 3.0 + squared(o_operand) / 2.0) * (o_len / 3.0)).rowwise().sum().cwiseSqrt(),
+          do2.cwiseProduct(squared(o_score)).rowwise().sum().cwiseSqrt()};
+      // dS's error from P's (score) error and from dP's fp32 accumulation over Dv.
+      const Mat dp_err = dot_error(dp, root(do2 * v2.transpose()), static_cast<double>(s.head_dim_v));
+      const Mat wd = ds.cwiseAbs().cwiseProduct(sens) + pc.cwiseProduct(dp_err);
+      const Mat wd2 = squared(wd);
+
+      const double sc2 = p.scale * p.scale;
+      MMap(t[Output::dQ].operand.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(ds2 * k2);
+      MMap(t[Output::dQ].score.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(wd2 * k2);
+      const Mat pk = (pc * k).cwiseAbs();
+      Tensor* dq_via[4] = {&t[Output::dQ].via_op, &t[Output::dQ].via_st, &t[Output::dQ].via_acc, &t[Output::dQ].via_sc};
+      Tensor* dk_via[4] = {&t[Output::dK].via_op, &t[Output::dK].via_st, &t[Output::dK].via_acc, &t[Output::dK].via_sc};
+      for (size_t part = 0; part < 4; ++part) {
+        MMap(dq_via[part]->at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (d_err[part].asDiagonal() * pk);
+        MMap(dk_via[part]->at(b, hk, 0), s.seq_kv, s.head_dim_qk) +=
+            sc2 * (squared(pc).transpose() * (d_err[part].cwiseProduct(d_err[part]).asDiagonal() * q2));
+      }
+
+      MMap(t[Output::dK].operand.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (ds2.transpose() * q2);
+      MMap(t[Output::dK].score.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (wd2.transpose() * q2);
+      MMap(t[Output::dV].operand.at(b, hk, 0), s.seq_kv, s.head_dim_v) += p2.transpose() * do2;
+      MMap(t[Output::dV].score.at(b, hk, 0), s.seq_kv, s.head_dim_v) += w2.transpose() * do2;
+      if (s.group() > 1) {
+        MMap(dk_partials.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * squared(ds.transpose() * q);
+        MMap(dv_partials.at(b, hk, 0), s.seq_kv, s.head_dim_v) += squared(hs.p.transpose() * d_o);
+      }
+    }
+  for (Output out : {Output::dK, Output::dV}) {
+    TermTensors& tt = t[out];
+    const Tensor& partials = out == Output::dK ? dk_partials : dv_partials;
+    for (size_t e = 0; e < tt.operand.numel(); ++e) {
+      tt.operand.data[e] = std::sqrt(tt.operand.data[e]);
+      tt.score.data[e] = std::sqrt(tt.score.data[e]);
+      tt.stored.data[e] = std::sqrt(partials.data[e]);
+      if (out == Output::dK)
+        for (Tensor* via : {&tt.via_op, &tt.via_st, &tt.via_acc, &tt.via_sc}) via->data[e] = std::sqrt(via->data[e]);
+    }
+  }
+  return t;
+}
+
+}  // namespace attnfuzz
