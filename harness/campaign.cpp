@@ -26,7 +26,6 @@ using nlohmann::json;
 
 namespace {
 
-
 // findings/: one reproducer per bucket (backend, composition, tensor, class): a bug shows
 // under many dtypes and masks, and one minimized representative per bucket is what a
 // person triages (the full signature stays in the record). When two cases fall in the same
