@@ -16,5 +16,5 @@ args=(campaign --seed "${SEED:-$stamp}" --seconds "${SECONDS_BUDGET:-3600}" --sh
 set +e
 "$root/attnfuzz" "${args[@]}" "$@"
 rc=$?
-"$root/attnfuzz" replay "$root/corpus" --junit "$out/replay.xml"
+"$root/attnfuzz" replay "$root/corpus/repro" --junit "$out/replay.xml"
 exit $(( rc > 1 ? rc : 0 ))  # findings are the product, not a failure of the job

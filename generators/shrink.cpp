@@ -153,7 +153,8 @@ uint64_t case_size(const Case& c) {
   auto comp_nodes = [](const Composition& x, auto&& self) -> uint64_t {
     uint64_t n = x.kind == Composition::Kind::single ? 0 : 1 + x.bounds.size();
     for (int64_t b : x.bounds) n += static_cast<uint64_t>(b);
-    n += static_cast<uint64_t>(std::max<int64_t>(x.window_left, 0) + std::max<int64_t>(x.window_right, 0));
+    // Unsigned: a window of 2^63 - 1 on both sides must not overflow.
+    n += static_cast<uint64_t>(std::max<int64_t>(x.window_left, 0)) + static_cast<uint64_t>(std::max<int64_t>(x.window_right, 0));
     for (const auto& ch : x.children) n += self(ch, self);
     return n;
   };

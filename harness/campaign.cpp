@@ -7,15 +7,16 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "harness/case_json.h"
+#include "harness/dir_lock.h"
 #include "harness/errors.h"
+#include "harness/inputs.h"
+#include "harness/json_input.h"
 #include "harness/minimize.h"
 #include "harness/worker.h"
 
@@ -24,13 +25,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // findings/: one reproducer per bucket (backend, composition, tensor, class): a bug shows
 // under many dtypes and masks, and one minimized representative per bucket is what a
@@ -89,17 +83,38 @@ struct SavedState {
 std::string state_path(const CampaignOptions& o) { return o.out_dir + "/state.json"; }
 
 void save_state(const CampaignOptions& o, uint64_t next_k) {
-  json j{{"format", "attnfuzz-campaign-state/1"}, {"seed", o.seed}, {"shard", o.shard}, {"shards", o.shards}, {"next_k", next_k}};
+  json j{{"format", "attnfuzz-campaign-state/1"}, {"seed", o.seed},         {"shard", o.shard},
+         {"shards", o.shards},                    {"backends", o.backends}, {"next_k", next_k}};
   write_file_atomic(state_path(o), j.dump(2) + "\n");
+}
+
+json read_state(const std::string& path) {
+  try {
+    const json j = parse_strict_json(read_input_file(path));
+    const auto f = j.is_object() ? j.find("format") : j.end();
+    if (f == j.end() || !f->is_string() || f->get<std::string>() != "attnfuzz-campaign-state/1")
+      throw std::runtime_error("not an attnfuzz-campaign-state/1 file");
+    return j;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--resume: " + path + ": " + e.what());
+  }
 }
 
 SavedState load_state(const CampaignOptions& o) {
   SavedState s;
   if (!fs::exists(state_path(o))) return s;
-  const json j = json::parse(read_file(state_path(o)));
-  if (j.value("seed", uint64_t{0}) != o.seed || j.value("shard", -1) != o.shard || j.value("shards", -1) != o.shards)
-    throw std::runtime_error("--resume: " + state_path(o) + " belongs to another campaign (seed/shard differ)");
-  s.next_k = j.value("next_k", uint64_t{0});
+  const json j = read_state(state_path(o));
+  try {
+    if (j.value("seed", uint64_t{0}) != o.seed || j.value("shard", -1) != o.shard || j.value("shards", -1) != o.shards)
+      throw std::runtime_error("--resume: " + state_path(o) + " belongs to another campaign (seed/shard differ)");
+    // The findings store deduplicates per backend: another set of backends is another campaign.
+    if (j.contains("backends") && j.at("backends").get<std::vector<std::string>>() != o.backends)
+      throw std::runtime_error("--resume: " + state_path(o) + " was run with --backends " + j.at("backends").dump() +
+                               ": resume without --backends, or use another --out");
+    s.next_k = j.value("next_k", uint64_t{0});
+  } catch (const json::exception& e) {
+    throw std::runtime_error("--resume: " + state_path(o) + ": " + e.what());
+  }
   return s;
 }
 
@@ -128,6 +143,8 @@ Reproducer death_finding(const Case& c, const WorkerProcess::Reply& reply, int64
   s.mask = "-";
   r.finding.detail = reply.detail;
   r.environment = environment;
+  // The worker died before it could report the inputs' checksum: the same regeneration here.
+  r.input_checksum = checksum(generate_inputs(c));
   return r;
 }
 
@@ -149,7 +166,17 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
   const WorkerProcess::Reply reply = w.request(req.dump(), o.timeout_seconds);
   if (reply.status != WorkerProcess::Reply::Status::ok) return {death_finding(c, reply, index, o.backends)};
   std::vector<Reproducer> out;
-  const json j = json::parse(reply.body);
+  json j;
+  try {
+    j = json::parse(reply.body);
+    if (!j.is_object() || !j.contains("findings") || !j.at("findings").is_array()) throw std::runtime_error("no findings array");
+  } catch (const std::exception& e) {  // an intact frame with a broken body: count it as the worker's failure
+    WorkerProcess::Reply bad = reply;
+    bad.status = WorkerProcess::Reply::Status::crashed;
+    bad.detail = std::string("malformed reply: ") + e.what();
+    w.restart();
+    return {death_finding(c, bad, index, o.backends)};
+  }
   if (j.value("restart", false)) w.restart();
   if (j.contains("environment")) {
     std::lock_guard<std::mutex> lock(last_environment_m);
@@ -187,9 +214,21 @@ std::string rate_line(uint64_t cases, double secs, const CampaignOptions& o, uin
 
 }  // namespace
 
+std::vector<std::string> recorded_backends(const std::string& out_dir) {
+  const std::string path = out_dir + "/state.json";
+  if (!fs::exists(path)) return {};
+  const json j = read_state(path);
+  try {
+    return j.contains("backends") ? j.at("backends").get<std::vector<std::string>>() : std::vector<std::string>{};
+  } catch (const json::exception& e) {
+    throw std::runtime_error("--resume: " + path + ": backends: " + e.what());
+  }
+}
+
 CampaignSummary run_campaign(const CampaignOptions& o) {
   if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards) throw std::invalid_argument("--shard i/N needs 0 <= i < N");
   fs::create_directories(o.out_dir);
+  const DirLock lock(o.out_dir);  // held until the summary is written: one campaign per directory
   const SavedState saved = o.resume ? load_state(o) : SavedState{};
   if (!o.resume && fs::exists(state_path(o)))
     throw std::runtime_error(o.out_dir + " holds a campaign already: use --resume, or another --out");
@@ -237,7 +276,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
         }
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(error_m);
-        worker_error = e.what();
+        if (worker_error.empty()) worker_error = e.what();
         stop = true;
       }
     });
@@ -248,7 +287,13 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   double last_line = 0;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    save_state(o, completed_prefix());
+    try {
+      save_state(o, completed_prefix());
+    } catch (const std::exception& e) {  // disk full, say: stop the workers before reporting it
+      std::lock_guard<std::mutex> lock(error_m);
+      if (worker_error.empty()) worker_error = e.what();
+      stop = true;
+    }
     const double secs = elapsed();
     const bool finished = (o.budget_cases && next_k.load() >= o.budget_cases && completed_prefix() >= o.budget_cases) ||
                           secs >= o.budget_seconds || stop;
@@ -261,7 +306,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   }
   stop = true;
   for (auto& t : threads) t.join();
-  if (!worker_error.empty()) throw std::runtime_error("worker: " + worker_error);
+  if (!worker_error.empty()) throw std::runtime_error(worker_error);
   save_state(o, completed_prefix());
   if (!o.quiet) std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n", rate_line(done.load(), elapsed(), o, next_k.load(), store.by_class()).c_str());
 
@@ -294,7 +339,8 @@ Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const Cam
   Reproducer m = r;
   m.c = rep.minimized;
   for (const auto& f : run_case(proc, m.c, r.case_index, oo))
-    if (f.finding.signature == sig) m.finding = f.finding, m.input_checksum = f.input_checksum;
+    if (f.finding.signature == sig) m.finding = f.finding;
+  m.input_checksum = checksum(generate_inputs(m.c));  // of the case recorded, whatever the last run said
   if (report) *report = rep;
   return m;
 }
@@ -326,12 +372,23 @@ void minimize_findings(const CampaignOptions& o) {
   };
   const size_t workers = std::min(files.size(), std::max<size_t>(static_cast<size_t>(std::max(o.jobs, 1)), o.devices.size()));
   std::vector<std::thread> threads;
+  std::mutex error_m;
+  std::string error;
   for (size_t w = 0; w < workers; ++w)
     threads.emplace_back([&, w] {
-      WorkerProcess proc(o.worker_argv, worker_env(o, w));
-      for (size_t i = next++; i < files.size(); i = next++) minimize_one(proc, files[i]);
+      // An exception must not leave a thread (std::terminate): the first one stops the others
+      // and is rethrown after the join (a full disk, say).
+      try {
+        WorkerProcess proc(o.worker_argv, worker_env(o, w));
+        for (size_t i = next++; i < files.size(); i = next++) minimize_one(proc, files[i]);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(error_m);
+        if (error.empty()) error = std::string("minimizing findings: ") + e.what();
+        next = files.size();
+      }
     });
   for (auto& t : threads) t.join();
+  if (!error.empty()) throw std::runtime_error(error);
 }
 
 std::string summary_json(const CampaignSummary& s, const CampaignOptions& o) {

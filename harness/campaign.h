@@ -47,8 +47,12 @@ struct CampaignSummary {
   uint64_t next_index = 0;
 };
 
-// Runs the campaign; writes findings/, state.json, summary.json into out_dir.
+// Runs the campaign; writes findings/, state.json, summary.json into out_dir, holding
+// out_dir/lock (harness/dir_lock.h) throughout. Throws std::runtime_error with one line when
+// the directory is in use, belongs to another campaign, or cannot be written (a full disk).
 CampaignSummary run_campaign(const CampaignOptions& opt);
+// The backends recorded in out_dir/state.json (empty when there is none), for --resume.
+std::vector<std::string> recorded_backends(const std::string& out_dir);
 // Minimizes every recorded finding without a .min.json yet (through a worker).
 void minimize_findings(const CampaignOptions& opt);
 // Shrinks one reproducer, judging every candidate in the isolated worker `proc` (restarted

@@ -1,5 +1,6 @@
 #include "harness/case.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -77,7 +78,70 @@ void check_composition(const Composition& c, const Shape& s, const std::string& 
     check_composition(c.children[i], s, field + ".children[" + std::to_string(i) + "]", depth + 1);
 }
 
+uint64_t leaf_calls(const Composition& c) {
+  if (c.kind == Composition::Kind::single) return 1;
+  const uint64_t parts = c.kind == Composition::Kind::mask_partition ? 2 : c.bounds.size() + 1;
+  if (c.children.empty()) return parts;
+  if (c.children.size() == 1) return sat_mul(parts, leaf_calls(c.children[0]));
+  uint64_t n = 0;
+  for (const auto& ch : c.children) n = sat_add(n, leaf_calls(ch));
+  return n;
+}
+
+// Walks the evaluated tree the way the composition engine cuts it (harness/compose.cpp:
+// bounds clamped to the region, mask partitions over the whole region twice).
+void walk_cost(const Case& cs, const Composition& c, int64_t q0, int64_t q1, int64_t k0, int64_t k1, CompositionCost& cost) {
+  const Shape& s = cs.shape;
+  const uint64_t rows = static_cast<uint64_t>(q1 - q0), cols = static_cast<uint64_t>(k1 - k0);
+  const uint64_t heads = sat_mul(static_cast<uint64_t>(s.batch), static_cast<uint64_t>(s.heads_q));
+  const uint64_t out_elems = sat_mul(heads, sat_mul(rows, static_cast<uint64_t>(s.head_dim_v) + 1));
+  cost.work = sat_add(cost.work, out_elems);
+  cost.bytes = sat_add(cost.bytes, sat_mul(out_elems, 8));
+  if (c.kind == Composition::Kind::single) {
+    if (rows == 0 || cols == 0) return;
+    const uint64_t scores = sat_mul(heads, sat_mul(rows, cols));
+    cost.work = sat_add(cost.work, sat_mul(scores, static_cast<uint64_t>(s.head_dim_qk + s.head_dim_v)));
+    const uint64_t in_elems = sat_add(sat_mul(heads, sat_mul(rows, static_cast<uint64_t>(s.head_dim_qk))),
+                                      prod({s.batch, s.heads_kv, static_cast<int64_t>(cols), s.head_dim_qk + s.head_dim_v}));
+    cost.bytes = sat_add(cost.bytes, sat_add(sat_mul(in_elems, 8), scores));  // inputs (float64) and the dense mask
+    return;
+  }
+  auto child = [&](size_t i) -> const Composition& {
+    static const Composition kSingle{};
+    if (c.children.empty()) return kSingle;
+    return c.children.size() == 1 ? c.children[0] : c.children[i];
+  };
+  if (c.kind == Composition::Kind::mask_partition) {
+    walk_cost(cs, child(0), q0, q1, k0, k1, cost);
+    walk_cost(cs, child(1), q0, q1, k0, k1, cost);
+    return;
+  }
+  const bool on_q = c.kind == Composition::Kind::q_split;
+  const int64_t lo = on_q ? q0 : k0, hi = on_q ? q1 : k1;
+  std::vector<int64_t> cuts{lo};
+  for (int64_t b : c.bounds) cuts.push_back(std::clamp(b, lo, hi));
+  cuts.push_back(hi);
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const int64_t a = cuts[i], b = std::max(cuts[i], cuts[i + 1]);
+    if (on_q)
+      walk_cost(cs, child(i), a, b, k0, k1, cost);
+    else
+      walk_cost(cs, child(i), q0, q1, a, b, cost);
+  }
+}
+
 }  // namespace
+
+CompositionCost composition_cost(const Case& c, const Composition& comp) {
+  CompositionCost cost;
+  cost.leaf_calls = leaf_calls(comp);
+  if (cost.leaf_calls > kMaxLeafCalls) {
+    cost.work = cost.bytes = std::numeric_limits<uint64_t>::max();
+    return cost;
+  }
+  walk_cost(c, comp, 0, c.shape.seq_q, 0, c.shape.seq_kv, cost);
+  return cost;
+}
 
 double Case::effective_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(shape.head_dim_qk)); }
 
@@ -94,6 +158,7 @@ uint64_t estimate_host_bytes(const Case& c) {
   uint64_t bytes = sat_mul(sat_mul(elems, 8), kCopies);
   bytes = sat_add(bytes, prod({s.batch, s.heads_q, s.seq_q, s.seq_kv}));        // dense mask, 1 byte each
   bytes = sat_add(bytes, sat_mul(4 * 8, prod({s.seq_q, s.seq_kv})));          // S, P, dP, dS of one head
+  bytes = sat_add(bytes, composition_cost(c, c.composition).bytes);            // the composition's parts
   return bytes;
 }
 
@@ -109,6 +174,22 @@ void validate(const Case& c, const Limits& limits) {
   if (s.heads_q % s.heads_kv != 0)
     throw CaseError("shape.heads_kv", "heads_q (" + std::to_string(s.heads_q) + ") is not a multiple of heads_kv (" +
                                           std::to_string(s.heads_kv) + ")");
+  // Expression size and composition work first: both are cheap to count, and the memory
+  // estimate walks the composition.
+  if (mask_depth(c.mask) > kMaxMaskDepth) throw CaseError("mask", "mask expressions nest at most 16 deep");
+  if (const uint64_t n = mask_size(c.mask); n > kMaxMaskSize)
+    throw CaseError("mask", "expression of " + std::to_string(n) + " nodes and segments, over the limit of " + std::to_string(kMaxMaskSize));
+  check_composition(c.composition, s, "composition", 0);
+  const CompositionCost cost = composition_cost(c, c.composition);
+  if (cost.leaf_calls > kMaxLeafCalls)
+    throw CaseError("composition", (cost.leaf_calls == std::numeric_limits<uint64_t>::max() ? std::string("more than 2^64")
+                                                                                               : std::to_string(cost.leaf_calls)) +
+                                       " backend calls, over the limit of " + std::to_string(kMaxLeafCalls));
+  const uint64_t single_work = composition_cost(c, Composition{}).work;
+  const uint64_t work_limit = std::max(sat_mul(single_work, kCompositionWorkFactor), kCompositionWorkFloor);
+  if (cost.work > work_limit)
+    throw CaseError("composition", "needs about " + std::to_string(cost.work / std::max<uint64_t>(single_work, 1)) +
+                                       " times the work of the single call, over the limit of " + std::to_string(kCompositionWorkFactor));
   const uint64_t need = estimate_host_bytes(c);
   if (need > limits.memory_budget_bytes)
     throw CaseError("shape", "needs about " + std::to_string(need >> 20) + " MiB on the host, over the memory budget of " +
@@ -122,7 +203,6 @@ void validate(const Case& c, const Limits& limits) {
   check_dist(c.v, "values.v");
   check_dist(c.d_out, "grads.d_out");
   check_dist(c.d_lse, "grads.d_lse");
-  check_composition(c.composition, s, "composition", 0);
 }
 
 std::string to_string(Composition::Kind k) {

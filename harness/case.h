@@ -84,10 +84,30 @@ struct Limits {
   uint64_t memory_budget_bytes = uint64_t{8} << 30;
 };
 
-// Throws CaseError (one line: field and reason) when the case cannot run. Checks
-// the memory estimate before anything is allocated.
+// Fixed limits on what one case may ask for (docs/case-format.md, "Limits"), so that a small
+// file cannot demand unbounded time: the mask is evaluated at every (q, kv) of every call, and
+// a nested composition multiplies its calls.
+inline constexpr uint64_t kMaxMaskSize = 4096;    // mask nodes plus document segments
+inline constexpr int kMaxMaskDepth = 17;          // a leaf is 1: 16 levels of nesting below the root
+inline constexpr uint64_t kMaxLeafCalls = 4096;   // backend calls of one pass over the composition
+inline constexpr uint64_t kCompositionWorkFactor = 64;         // its work, relative to the single call's,
+inline constexpr uint64_t kCompositionWorkFloor = uint64_t{1} << 26;  // or this much, whichever is larger
+
+// What evaluating a composition costs, computed without running it. Work is counted in
+// multiply-adds: sum over calls of B Hq rows cols (Dqk + Dv), plus B Hq rows (Dv + 1) for every
+// node (each part's O and LSE are allocated, merged or placed, even for an empty part). Bytes
+// are what the evaluation keeps alive at once: every node's O and LSE, every call's inputs and
+// dense mask. leaf_calls saturates at UINT64_MAX; work and bytes are only walked when
+// leaf_calls <= kMaxLeafCalls (UINT64_MAX otherwise).
+struct CompositionCost {
+  uint64_t leaf_calls = 0, work = 0, bytes = 0;
+};
+CompositionCost composition_cost(const Case& c, const Composition& comp);
+
+// Throws CaseError (one line: field and reason) when the case cannot run. Checks the limits
+// above and the memory estimate before anything is allocated.
 void validate(const Case& c, const Limits& limits = {});
-// Bytes a run needs on the host, saturating at UINT64_MAX instead of overflowing.
+// Bytes a run needs on the host (the composition's included), saturating at UINT64_MAX.
 uint64_t estimate_host_bytes(const Case& c);
 
 std::string to_string(Composition::Kind k);

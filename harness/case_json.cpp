@@ -1,10 +1,9 @@
 #include "harness/case_json.h"
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "harness/errors.h"
+#include "harness/json_input.h"
 
 namespace attnfuzz {
 using nlohmann::json;
@@ -140,6 +139,8 @@ MaskExpr mask_from(const json& j, const std::string& path, int depth) {
     case K::not_: {
       const json& args = r.get("args");
       if (!args.is_array()) throw CaseError(r.field("args"), "expected an array of mask expressions");
+      // Refused before building anything; validate() bounds the whole expression (case.h).
+      if (args.size() > kMaxMaskSize) throw CaseError(r.field("args"), "more than " + std::to_string(kMaxMaskSize) + " arguments");
       for (size_t i = 0; i < args.size(); ++i) m.args.push_back(mask_from(args[i], r.field("args") + "[" + std::to_string(i) + "]", depth + 1));
       break;
     }
@@ -310,24 +311,16 @@ Case case_from_json(const json& j, const Limits& limits) {
 }
 
 Case case_from_string(const std::string& text, const Limits& limits) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1E99999
-    throw CaseError("<json>", std::string("malformed JSON: ") + e.what());
+  const json j = parse_strict_json(text);
+  if (j.is_object() && j.contains("case")) {  // a reproducer: its case
+    const auto f = j.find("format");
+    if (f == j.end()) throw CaseError("format", "is required");
+    if (!(f->is_string() && f->get<std::string>() == kCaseFormat)) return case_from_json(j.at("case"), limits);
   }
-  if (j.is_object() && j.contains("case") && !j.contains("format")) throw CaseError("format", "is required");
-  if (j.is_object() && j.contains("case") && j.value("format", "") != kCaseFormat) return case_from_json(j.at("case"), limits);
   return case_from_json(j, limits);
 }
 
-Case load_case_file(const std::string& path, const Limits& limits) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CaseError("<file>", "cannot open '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return case_from_string(ss.str(), limits);
-}
+Case load_case_file(const std::string& path, const Limits& limits) { return case_from_string(read_input_file(path), limits); }
 
 std::string write_case(const Case& c) { return to_json(c).dump(2) + "\n"; }
 

@@ -1,7 +1,6 @@
 #include "harness/mask.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "harness/errors.h"
 #include "harness/rng.h"
@@ -20,6 +19,13 @@ int64_t segment_of(const std::vector<int64_t>& lengths, int64_t p) {
     if (p < end) return static_cast<int64_t>(i);
   }
   return -1;
+}
+
+// Sums segment lengths, saturating at INT64_MAX (lengths come from the case file).
+int64_t saturating_sum(const std::vector<int64_t>& xs) {
+  int64_t total = 0;
+  for (auto x : xs) total = x > INT64_MAX - total ? INT64_MAX : total + x;
+  return total;
 }
 
 constexpr uint32_t kRandomMaskStream = 0x6d61736bu;  // "mask"
@@ -80,6 +86,18 @@ std::string signature_kind(const MaskExpr& m) {
   return to_string(m.kind);
 }
 
+uint64_t mask_size(const MaskExpr& m) {
+  uint64_t n = 1 + m.segments_q.size();
+  for (const auto& a : m.args) n += mask_size(a);
+  return n;
+}
+
+int mask_depth(const MaskExpr& m) {
+  int d = 0;
+  for (const auto& a : m.args) d = std::max(d, mask_depth(a));
+  return d + 1;
+}
+
 void validate_mask(const MaskExpr& m, int64_t sq, int64_t skv, const std::string& field) {
   using K = MaskExpr::Kind;
   switch (m.kind) {
@@ -95,8 +113,7 @@ void validate_mask(const MaskExpr& m, int64_t sq, int64_t skv, const std::string
         if (v < 0) throw CaseError(field + ".segments_q", "segment lengths must be >= 0");
       for (auto v : m.segments_kv)
         if (v < 0) throw CaseError(field + ".segments_kv", "segment lengths must be >= 0");
-      const int64_t tq = std::accumulate(m.segments_q.begin(), m.segments_q.end(), int64_t{0});
-      const int64_t tk = std::accumulate(m.segments_kv.begin(), m.segments_kv.end(), int64_t{0});
+      const int64_t tq = saturating_sum(m.segments_q), tk = saturating_sum(m.segments_kv);
       if (tq != sq) throw CaseError(field + ".segments_q", "lengths sum to " + std::to_string(tq) + ", seq_q is " + std::to_string(sq));
       if (tk != skv)
         throw CaseError(field + ".segments_kv", "lengths sum to " + std::to_string(tk) + ", seq_kv is " + std::to_string(skv));
@@ -107,7 +124,7 @@ void validate_mask(const MaskExpr& m, int64_t sq, int64_t skv, const std::string
       return;
     case K::block_sparse: {
       if (m.block_q <= 0 || m.block_kv <= 0) throw CaseError(field, "block_q and block_kv must be > 0");
-      const int64_t nq = (sq + m.block_q - 1) / m.block_q, nk = (skv + m.block_kv - 1) / m.block_kv;
+      const int64_t nq = (sq - 1) / m.block_q + 1, nk = (skv - 1) / m.block_kv + 1;  // ceil, without overflow
       if (static_cast<int64_t>(m.rows.size()) != nq)
         throw CaseError(field + ".rows", "expected " + std::to_string(nq) + " rows of tiles, got " + std::to_string(m.rows.size()));
       for (const auto& r : m.rows) {
@@ -137,10 +154,7 @@ bool visible(const MaskExpr& m, int64_t b, int64_t h, int64_t q, int64_t kv, int
   switch (m.kind) {
     case K::all: return true;
     case K::causal: return kv <= q + diagonal_offset(m.align, sq, skv);
-    case K::sliding_window: {
-      const int64_t qa = q + diagonal_offset(m.align, sq, skv);
-      return (m.left < 0 || kv >= qa - m.left) && (m.right < 0 || kv <= qa + m.right);
-    }
+    case K::sliding_window: return in_window(kv - (q + diagonal_offset(m.align, sq, skv)), m.left, m.right);
     case K::document: {
       const int64_t sq_id = segment_of(m.segments_q, q);
       return sq_id >= 0 && sq_id == segment_of(m.segments_kv, kv);

@@ -49,6 +49,16 @@ std::string describe(const MaskExpr& m);
 // outermost combinator.
 std::string signature_kind(const MaskExpr& m);
 
+// Whether kv is inside the band q' - left <= kv <= q' + right, given d = kv - q' (-1 = unbounded
+// side). Written on the difference so that no window, however large, overflows: a window of
+// 2^63 - 1 keys sees every key.
+inline bool in_window(int64_t d, int64_t left, int64_t right) { return (left < 0 || d >= -left) && (right < 0 || d <= right); }
+
+// The size of an expression: its nodes plus its document segments (each segment costs a
+// step of every evaluation), and its depth (a leaf is 1). Bounded by validate (case.h).
+uint64_t mask_size(const MaskExpr& m);
+int mask_depth(const MaskExpr& m);
+
 // Throws CaseError naming `field` when the expression cannot apply to a problem of Sq x Skv.
 void validate_mask(const MaskExpr& m, int64_t sq, int64_t skv, const std::string& field);
 

@@ -4,8 +4,7 @@ namespace attnfuzz {
 
 namespace {
 bool in_band(const BandRestriction& r, int64_t q, int64_t kv, int64_t sq, int64_t skv) {
-  const int64_t qa = q + (r.align == Align::bottom_right ? skv - sq : 0);
-  return (r.left < 0 || kv >= qa - r.left) && (r.right < 0 || kv <= qa + r.right);
+  return in_window(kv - (q + (r.align == Align::bottom_right ? skv - sq : 0)), r.left, r.right);
 }
 }  // namespace
 

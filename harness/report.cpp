@@ -152,7 +152,7 @@ std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
   }
   h << "</body></html>\n";
   const std::string out = run_dir + "/report.html";
-  std::ofstream(out) << h.str();
+  write_file_atomic(out, h.str());  // whole or not at all, even on a full disk
   return out;
 }
 

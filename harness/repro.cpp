@@ -3,14 +3,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 
 #include "harness/case_json.h"
 #include "harness/errors.h"
+#include "harness/json_input.h"
 
 namespace attnfuzz {
 using nlohmann::json;
@@ -19,6 +20,26 @@ namespace {
 json signature_json(const Signature& s) {
   return {{"backend", s.backend}, {"composition", s.composition}, {"tensor", s.tensor},
           {"class", to_string(s.cls)}, {"dtype", s.dtype},           {"mask", s.mask}};
+}
+
+std::string hex16(uint64_t v) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(v));
+  return hex;
+}
+
+// FNV-1a 64 over the canonical dump (sorted keys, shortest round-trip numbers) of the parts
+// that decide a replay. `case_json` is the case as written in the file, so the checksum does
+// not depend on how this build would serialize the case.
+uint64_t record_checksum(const json& case_json, const json& backends, const Signature& sig, const std::string& input_checksum_hex) {
+  const json covered{{"format", kReproFormat},
+                     {"case", case_json},
+                     {"backends", backends},
+                     {"signature", sig.to_string()},
+                     {"input_checksum", input_checksum_hex}};
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : covered.dump()) h = (h ^ ch) * 1099511628211ull;
+  return h;
 }
 }  // namespace
 
@@ -29,9 +50,8 @@ std::string write_repro(const Reproducer& r) {
   j["backends"] = r.backends;
   j["finding"] = {{"signature", signature_json(r.finding.signature)}, {"key", r.finding.signature.to_string()},
                   {"detail", r.finding.detail}, {"metrics", r.finding.metrics}, {"rule", r.rule}};
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r.input_checksum));
-  j["input_checksum"] = hex;
+  j["input_checksum"] = hex16(r.input_checksum);
+  j["record_checksum"] = hex16(record_checksum(j["case"], j["backends"], r.finding.signature, hex16(r.input_checksum)));
   if (!r.minimized_from.empty()) j["minimized_from"] = r.minimized_from;
   if (r.case_index >= 0) j["case_index"] = r.case_index;
   if (!r.environment.empty()) j["environment"] = r.environment;
@@ -39,35 +59,36 @@ std::string write_repro(const Reproducer& r) {
 }
 
 Reproducer parse_repro(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1E99999
-    throw CaseError("<json>", std::string("malformed JSON: ") + e.what());
-  }
-  if (!j.is_object() || j.value("format", "") != kReproFormat)
-    throw CaseError("format", std::string("expected '") + kReproFormat + "'");
+  const json j = parse_strict_json(text);
+  if (!j.is_object()) throw CaseError("<root>", "expected a JSON object");
+  const auto fmt = j.find("format");
+  if (fmt == j.end()) throw CaseError("format", std::string("is required ('") + kReproFormat + "')");
+  if (!fmt->is_string() || fmt->get<std::string>() != kReproFormat)
+    throw CaseError("format", std::string("expected '") + kReproFormat + "', got " + fmt->dump());
+  for (const char* key : {"case", "finding", "input_checksum"})
+    if (!j.contains(key)) throw CaseError(key, "is required");
   Reproducer r;
-  if (!j.contains("case")) throw CaseError("case", "is required");
   r.c = case_from_json(j.at("case"));
+  std::string input_hex;
   try {
     if (j.contains("backends")) r.backends = j.at("backends").get<std::vector<std::string>>();
-    if (j.contains("finding")) {
-      const json& f = j.at("finding");
-      const json& s = f.at("signature");
-      r.finding.signature.backend = s.at("backend").get<std::string>();
-      r.finding.signature.composition = s.at("composition").get<std::string>();
-      r.finding.signature.tensor = s.at("tensor").get<std::string>();
-      const auto cls = finding_class_from_string(s.at("class").get<std::string>());
-      if (!cls) throw CaseError("finding.signature.class", "unknown class '" + s.at("class").get<std::string>() + "'");
-      r.finding.signature.cls = *cls;
-      r.finding.signature.dtype = s.at("dtype").get<std::string>();
-      r.finding.signature.mask = s.at("mask").get<std::string>();
-      r.finding.detail = f.value("detail", "");
-      r.rule = f.value("rule", "");
-      if (f.contains("metrics")) r.finding.metrics = f.at("metrics").get<std::map<std::string, double>>();
-    }
-    if (j.contains("input_checksum")) r.input_checksum = std::stoull(j.at("input_checksum").get<std::string>(), nullptr, 16);
+    const json& f = j.at("finding");
+    const json& s = f.at("signature");
+    r.finding.signature.backend = s.at("backend").get<std::string>();
+    r.finding.signature.composition = s.at("composition").get<std::string>();
+    r.finding.signature.tensor = s.at("tensor").get<std::string>();
+    const auto cls = finding_class_from_string(s.at("class").get<std::string>());
+    if (!cls) throw CaseError("finding.signature.class", "unknown class '" + s.at("class").get<std::string>() + "'");
+    r.finding.signature.cls = *cls;
+    r.finding.signature.dtype = s.at("dtype").get<std::string>();
+    r.finding.signature.mask = s.at("mask").get<std::string>();
+    r.finding.detail = f.value("detail", "");
+    r.rule = f.value("rule", "");
+    if (f.contains("metrics")) r.finding.metrics = f.at("metrics").get<std::map<std::string, double>>();
+    input_hex = j.at("input_checksum").get<std::string>();
+    if (input_hex.size() != 16 || input_hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw CaseError("input_checksum", "expected 16 lowercase hex digits");
+    r.input_checksum = std::stoull(input_hex, nullptr, 16);
     r.minimized_from = j.value("minimized_from", "");
     r.case_index = j.value("case_index", int64_t{-1});
     if (j.contains("environment")) r.environment = j.at("environment").get<std::map<std::string, std::string>>();
@@ -76,37 +97,41 @@ Reproducer parse_repro(const std::string& text) {
   } catch (const std::exception& e) {
     throw CaseError("finding", std::string("malformed: ") + e.what());
   }
+  const auto rec = j.find("record_checksum");
+  if (rec == j.end()) {
+    r.legacy_checksum = true;
+  } else {
+    const json backends = j.contains("backends") ? j.at("backends") : json(nullptr);
+    const std::string want = hex16(record_checksum(j.at("case"), backends, r.finding.signature, input_hex));
+    if (!rec->is_string() || rec->get<std::string>() != want)
+      throw CaseError("record_checksum", "does not match the reproducer's case, backends, finding and input checksum: "
+                                         "the file was edited after it was written");
+  }
   return r;
 }
 
-Reproducer load_repro(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CaseError("<file>", "cannot open '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_repro(ss.str());
-}
+Reproducer load_repro(const std::string& path) { return parse_repro(read_input_file(path)); }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot write " + tmp);
+  auto fail = [&](const std::string& what, int err, int fd) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(what + " " + path + ": " + std::strerror(err));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot write", errno, -1);
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::runtime_error("write failed: " + tmp);
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write", n < 0 ? errno : ENOSPC, fd);
     done += static_cast<size_t>(n);
   }
-  ::fsync(fd);
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path);
-  }
+  // A full disk may only show at fsync or close: the file is renamed into place only whole.
+  if (::fsync(fd) != 0) fail("cannot write", errno, fd);
+  if (::close(fd) != 0) fail("cannot write", errno, -1);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename into", errno, -1);
 }
 
 std::string bucket_of(const Signature& s) { return s.backend + "/" + s.composition + "/" + s.tensor + "/" + to_string(s.cls); }

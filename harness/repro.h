@@ -25,11 +25,21 @@ struct Reproducer {
   int64_t case_index = -1;     // position in a campaign's case stream, if it came from one
   // Where it was found: GPU, driver, CUDA, cuDNN, LibTorch, harness commit (oracles/registry.h).
   std::map<std::string, std::string> environment;
+  // Set when read from a file written before "record_checksum" existed: only its inputs
+  // (input_checksum) can be verified, not its case, backends or finding.
+  bool legacy_checksum = false;
 };
 
+// Every file written carries "record_checksum": FNV-1a over the canonical JSON of what decides
+// a replay (format, case, backends, the finding's signature, input_checksum), so an edited
+// reproducer (another seed, another mask, a deleted finding) is refused instead of judged.
+// input_checksum keeps its old meaning (the regenerated inputs' values), so reproducers written
+// before record_checksum existed still load (legacy_checksum = true).
 std::string write_repro(const Reproducer& r);
-Reproducer parse_repro(const std::string& text);  // throws CaseError
-Reproducer load_repro(const std::string& path);   // throws CaseError
+// Throws CaseError: malformed JSON, another format, a missing case, finding or
+// input_checksum, or a record_checksum that does not match.
+Reproducer parse_repro(const std::string& text);
+Reproducer load_repro(const std::string& path);  // a regular file within kMaxInputFileBytes (json_input.h)
 // Writes `text` to `path` atomically: a reader sees the old file or the whole new one.
 void write_file_atomic(const std::string& path, const std::string& text);
 // A file name from a signature: a short readable stem and a hash, stable across runs.

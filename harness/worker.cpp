@@ -4,10 +4,15 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -22,6 +27,20 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+namespace {
+
+// The protocol's descriptors in the worker: the top two below the descriptor limit (1024
+// at most), far from the 3, 4, 5... a library or a stray write would use.
+std::pair<int, int> worker_fds() {
+  rlimit rl{};
+  long top = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) top = std::min<long>(top, static_cast<long>(rl.rlim_cur));
+  top = std::max<long>(top, 16);
+  return {static_cast<int>(top - 2), static_cast<int>(top - 1)};
+}
+
+}  // namespace
+
 WorkerProcess::WorkerProcess(std::vector<std::string> argv, std::vector<std::string> env) : argv_(std::move(argv)), env_(std::move(env)) {
   start();
 }
@@ -30,32 +49,51 @@ WorkerProcess::~WorkerProcess() { stop(); }
 
 void WorkerProcess::start() {
   int in[2], out[2];
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  if (::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    ::close(in[0]), ::close(in[1]);
+    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  }
+  const auto [req_fd, rep_fd] = worker_fds();
   std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) envs.emplace_back(*e);
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, kWorkerFdsEnv, std::strlen(kWorkerFdsEnv)) != 0) envs.emplace_back(*e);
+  envs.push_back(std::string(kWorkerFdsEnv) + "=" + std::to_string(req_fd) + "," + std::to_string(rep_fd));
   for (const auto& e : env_) envs.push_back(e);
   std::vector<char*> cargv, cenv;
   for (auto& a : argv_) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   for (auto& e : envs) cenv.push_back(e.data());
   cenv.push_back(nullptr);
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   pid_ = ::fork();
-  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ < 0) {
+    for (int fd : {in[0], in[1], out[0], out[1], devnull}) ::close(fd);
+    throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  }
   if (pid_ == 0) {
     // A worker must not outlive its campaign (a hung one would spin forever): the kernel
     // kills it when the parent dies, even by SIGKILL.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() == 1) ::_exit(1);  // the parent died before prctl took effect
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
+    // Only async-signal-safe calls from here on. dup2 clears close-on-exec on the copies.
+    if (::dup2(in[0], req_fd) < 0 || ::dup2(out[1], rep_fd) < 0) ::_exit(126);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::dup2(2, 1);  // anything a backend prints goes to stderr
+    ::close_range(3, static_cast<unsigned>(req_fd - 1), 0);
+    ::close_range(static_cast<unsigned>(rep_fd + 1), ~0u, 0);
     ::execve(cargv[0], cargv.data(), cenv.data());
     ::_exit(127);
   }
+  if (devnull >= 0) ::close(devnull);
   ::close(in[0]);
   ::close(out[1]);
   to_child_ = in[1];
   from_child_ = out[0];
-  buffer_.clear();
+  // Non-blocking: a request is written while the replies are drained, under the watchdog.
+  ::fcntl(to_child_, F_SETFL, ::fcntl(to_child_, F_GETFL) | O_NONBLOCK);
+  ::fcntl(from_child_, F_SETFL, ::fcntl(from_child_, F_GETFL) | O_NONBLOCK);
+  reader_ = FrameReader{};
 }
 
 void WorkerProcess::stop() {
@@ -68,7 +106,7 @@ void WorkerProcess::stop() {
   pid_ = -1, to_child_ = -1, from_child_ = -1;
 }
 
-WorkerProcess::Reply WorkerProcess::request(const std::string& line, double timeout_s) {
+WorkerProcess::Reply WorkerProcess::request(const std::string& body, double timeout_s) {
   Reply reply;
   auto died = [&](Reply::Status st) {
     int status = 0;
@@ -86,37 +124,93 @@ WorkerProcess::Reply WorkerProcess::request(const std::string& line, double time
     start();  // a fresh worker for the next request
     return reply;
   };
-  const std::string msg = line + "\n";
-  size_t off = 0;
   ::signal(SIGPIPE, SIG_IGN);
-  while (off < msg.size()) {
-    const ssize_t n = ::write(to_child_, msg.data() + off, msg.size() - off);
-    if (n <= 0) return died(Reply::Status::crashed);
-    off += static_cast<size_t>(n);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (;;) {
-    size_t nl;
-    while ((nl = buffer_.find('\n')) != std::string::npos) {
-      std::string l = buffer_.substr(0, nl);
-      buffer_.erase(0, nl + 1);
-      if (l.rfind("P ", 0) == 0) {
-        reply.last_progress = l.substr(2);
-      } else if (l.rfind("R ", 0) == 0) {
-        reply.body = l.substr(2);
-        return reply;
+  const uint64_t seq = ++seq_;
+  const std::string msg = encode_frame('Q', seq, body);
+  size_t off = 0;
+  // Frames read so far: progress and the reply of this request; anything else is stale.
+  auto take_reply = [&]() {
+    while (auto f = reader_.next()) {
+      if (f->seq != seq) continue;
+      if (f->kind == 'P') reply.last_progress = f->payload;
+      if (f->kind == 'R' && off == msg.size()) {
+        reply.body = std::move(f->payload);
+        return true;
       }
     }
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    if (take_reply()) return reply;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) return died(Reply::Status::timed_out);
-    pollfd pfd{from_child_, POLLIN, 0};
-    const int pr = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    pollfd pfd[2] = {{from_child_, POLLIN, 0}, {to_child_, POLLOUT, 0}};
+    const int pr = ::poll(pfd, off < msg.size() ? 2 : 1, static_cast<int>(std::min<long long>(left, 1000)));
     if (pr < 0 && errno == EINTR) continue;
+    if (pr < 0) return died(Reply::Status::crashed);
     if (pr == 0) continue;
+    if (off < msg.size() && (pfd[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      const ssize_t n = ::write(to_child_, msg.data() + off, msg.size() - off);
+      if (n > 0) off += static_cast<size_t>(n);
+      else if (n < 0 && errno != EAGAIN && errno != EINTR) return died(Reply::Status::crashed);
+    }
+    if (pfd[0].revents & (POLLIN | POLLERR | POLLHUP)) {
+      // Drain a bounded amount, then look at the frames and the watchdog again: a worker
+      // flooding the pipe never blocks on it, and never keeps the watchdog from firing.
+      char buf[65536];
+      for (int chunk = 0; chunk < 16; ++chunk) {
+        const ssize_t n = ::read(from_child_, buf, sizeof buf);
+        if (n > 0) {
+          reader_.append(buf, static_cast<size_t>(n));
+          if (take_reply()) return reply;
+          continue;
+        }
+        if (n == 0) return died(Reply::Status::crashed);  // the worker closed its end: it exited
+        if (errno == EINTR) continue;
+        break;  // EAGAIN: drained
+      }
+    }
+  }
+}
+
+WorkerChannel WorkerChannel::from_environment() {
+  const char* v = std::getenv(kWorkerFdsEnv);
+  int in = -1, out = -1;
+  if (!v || std::sscanf(v, "%d,%d", &in, &out) != 2 || ::fcntl(in, F_GETFD) < 0 || ::fcntl(out, F_GETFD) < 0)
+    throw std::runtime_error(std::string("the worker is started by attnfuzz campaign, check, replay or minimize (") + kWorkerFdsEnv +
+                             " is not set up)");
+  // Nothing the worker starts (nvidia-smi for the environment, say) inherits the protocol.
+  ::fcntl(in, F_SETFD, FD_CLOEXEC);
+  ::fcntl(out, F_SETFD, FD_CLOEXEC);
+  ::unsetenv(kWorkerFdsEnv);
+  return WorkerChannel(in, out);
+}
+
+bool WorkerChannel::next_request(std::string& body) {
+  for (;;) {
+    while (auto f = reader_.next())
+      if (f->kind == 'Q') {
+        seq_ = f->seq;
+        body = std::move(f->payload);
+        return true;
+      }
     char buf[65536];
-    const ssize_t n = ::read(from_child_, buf, sizeof buf);
-    if (n <= 0) return died(Reply::Status::crashed);
-    buffer_.append(buf, static_cast<size_t>(n));
+    const ssize_t n = ::read(in_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    reader_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void WorkerChannel::send(char kind, const std::string& payload) {
+  const std::string msg = encode_frame(kind, seq_, payload);
+  size_t off = 0;
+  while (off < msg.size()) {
+    const ssize_t n = ::write(out_, msg.data() + off, msg.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ::_exit(3);  // the parent is gone: nothing left to answer
+    off += static_cast<size_t>(n);
   }
 }
 

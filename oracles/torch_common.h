@@ -67,10 +67,11 @@ class TorchMaskBuilder {
   int64_t offset(Align a) const { return a == Align::bottom_right ? p_.full_seq_kv - p_.full_seq_q : 0; }
 
   at::Tensor band(int64_t left, int64_t right, Align a) const {
-    const at::Tensor qa = q_ + offset(a);
+    // On the difference kv - q': q' - left or q' + right would overflow for huge windows.
+    const at::Tensor d = kv_ - (q_ + offset(a));
     at::Tensor m = at::ones({1, 1, 1, 1}, at::kBool);
-    if (left >= 0) m = m.logical_and(kv_.ge(qa - left));
-    if (right >= 0) m = m.logical_and(kv_.le(qa + right));
+    if (left >= 0) m = m.logical_and(d.ge(-left));
+    if (right >= 0) m = m.logical_and(d.le(right));
     return m;
   }
 

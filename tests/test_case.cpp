@@ -1,12 +1,19 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
+#include "harness/json_input.h"
 #include "harness/repro.h"
 
 namespace attnfuzz {
@@ -119,6 +126,194 @@ TEST(Reproducers, RecordedFindingsLoadAndRegenerateTheirInputsBitForBit) {
     EXPECT_EQ(checksum(generate_inputs(r.c)), r.input_checksum);
   }
   EXPECT_GE(files, 6);
+}
+
+// --- issue 16: limits on what a small file may demand -------------------------------------
+
+Composition nested_kv_split(int depth, int bounds) {
+  Composition c;
+  c.kind = Composition::Kind::kv_split;
+  for (int i = 1; i <= bounds; ++i) c.bounds.push_back(i);
+  if (depth > 1) c.children.push_back(nested_kv_split(depth - 1, bounds));
+  return c;
+}
+
+Case small_case() { return case_from_string(kMinimal); }
+
+TEST(Limits, NestedSplitsOfTenToTheTenCallsAreRefusedBeforeAnyWork) {
+  Case c = small_case();
+  c.shape.seq_kv = 64;
+  c.composition = nested_kv_split(8, 17);  // 18^8 ~ 1.1e10 backend calls
+  EXPECT_EQ(composition_cost(c, c.composition).leaf_calls, 11019960576u);
+  try {
+    validate(c);
+    FAIL() << "accepted";
+  } catch (const CaseError& e) {
+    EXPECT_EQ(e.field(), "composition");
+    EXPECT_NE(std::string(e.what()).find("backend calls"), std::string::npos) << e.what();
+  }
+  // Even the memory estimate does not walk the tree: it saturates.
+  EXPECT_EQ(estimate_host_bytes(c), UINT64_MAX);
+  c.composition = nested_kv_split(2, 17);  // 324 calls: fine
+  EXPECT_NO_THROW(validate(c));
+}
+
+TEST(Limits, CompositionWorkIsBoundedRelativeToTheSingleCall) {
+  Case c = small_case();
+  c.shape.seq_q = c.shape.seq_kv = 256;
+  // Nested mask partitions: 2^depth calls over the whole problem each.
+  Composition part;
+  part.kind = Composition::Kind::mask_partition;
+  part.window_left = 4;
+  Composition nested = part;
+  for (int d = 1; d < 8; ++d) {
+    Composition outer = part;
+    outer.children = {nested};
+    nested = outer;
+  }
+  c.composition = nested;  // 256 calls over the whole problem: 256x the single call
+  EXPECT_THROW(validate(c), CaseError);
+  Composition five = part;
+  for (int d = 1; d < 5; ++d) {
+    Composition outer = part;
+    outer.children = {five};
+    five = outer;
+  }
+  c.composition = five;  // 32x: fine
+  EXPECT_NO_THROW(validate(c));
+}
+
+TEST(Limits, TheCompositionCountsInTheMemoryEstimate) {
+  Case c = small_case();
+  const uint64_t single = estimate_host_bytes(c);
+  c.composition = nested_kv_split(2, 40);  // 41^2 parts, each keeping the full rows' O and LSE
+  EXPECT_GT(estimate_host_bytes(c), single + 41 * 41 * 8 * c.shape.seq_q * c.shape.heads_q);
+}
+
+TEST(Limits, MaskExpressionSize) {
+  auto and_of = [](size_t n) {
+    std::string s = R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":64,"head_dim_qk":8},"mask":{"kind":"and","args":[)";
+    for (size_t i = 0; i < n; ++i) s += std::string(i ? "," : "") + R"({"kind":"causal"})";
+    return s + "]}}";
+  };
+  EXPECT_NO_THROW(case_from_string(and_of(kMaxMaskSize - 1)));
+  EXPECT_EQ(rejected_field(and_of(kMaxMaskSize)), "mask");
+  EXPECT_EQ(rejected_field(and_of(20000)), "mask.args");  // refused while parsing, before building
+  // Document segments count: each is a step of every evaluation.
+  Case c = small_case();
+  c.mask.kind = MaskExpr::Kind::document;
+  c.mask.segments_q.assign(kMaxMaskSize, 0);
+  c.mask.segments_kv.assign(kMaxMaskSize, 0);
+  c.mask.segments_q.back() = c.shape.seq_q;
+  c.mask.segments_kv.back() = c.shape.seq_kv;
+  EXPECT_THROW(validate(c), CaseError);
+}
+
+TEST(Limits, DuplicateKeysAreRejectedAtEveryLevel) {
+  EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"seed":2,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})"), "<json>");
+  EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":8,"seq_q":9,"head_dim_qk":8}})"), "<json>");
+  EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8},
+      "mask":{"kind":"and","args":[{"kind":"causal","align":"top_left","align":"bottom_right"}]}})"), "<json>");
+  // The same key in sibling objects is fine.
+  EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8},
+      "mask":{"kind":"and","args":[{"kind":"causal"},{"kind":"causal"}]}})"), "");
+}
+
+TEST(Limits, QuotedInputIsCutInMessages) {
+  const std::string huge(1 << 20, 'x');
+  for (const std::string& text : {R"({"format":")" + huge + R"(","seed":1})",
+                                  std::string(R"({"format":"attnfuzz-case/1","seed":1,"dtype":")") + huge + R"(","shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})",
+                                  std::string(R"({"format":"attnfuzz-case/1","seed":1,")") + huge + R"(":1,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})",
+                                  std::string(R"({"format":"attnfuzz-case/1","seed":1,"dtype":"a\nb","shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})")}) {
+    try {
+      case_from_string(text);
+      ADD_FAILURE() << "accepted";
+    } catch (const CaseError& e) {
+      EXPECT_LT(std::string(e.what()).size(), 1000u);
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  }
+}
+
+TEST(Limits, OnlyRegularFilesWithinTheSizeLimitAreRead) {
+  namespace fs = std::filesystem;
+  auto message = [](const std::string& path) {
+    try {
+      load_case_file(path);
+    } catch (const CaseError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message("/dev/zero").find("not a regular file"), std::string::npos);
+  EXPECT_NE(message("/dev/urandom").find("not a regular file"), std::string::npos);
+  const fs::path dir = fs::temp_directory_path() / ("attnfuzz-limits-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  EXPECT_NE(message(dir.string()).find("is a directory"), std::string::npos);
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(message(fifo).find("not a regular file"), std::string::npos);  // and does not wait for a writer
+  const std::string big = (dir / "big.json").string();
+  {
+    std::ofstream out(big);
+    out << R"({"format":"attnfuzz-case/1","seed":1,"pad":")" << std::string(kMaxInputFileBytes, ' ') << "\"}";
+  }
+  EXPECT_NE(message(big).find("size limit"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// --- issue 16: reproducers carry a checksum of what decides their replay -------------------
+
+Reproducer sample_repro() {
+  Reproducer r;
+  r.c = small_case();
+  r.backends = {"reference", "torch.math"};
+  r.finding.signature = Signature{"torch.math", "single", "dQ", FindingClass::mismatch, "fp32", "none"};
+  r.finding.detail = "rms 1e-3 over 1e-5";
+  r.input_checksum = checksum(generate_inputs(r.c));
+  return r;
+}
+
+nlohmann::json edit(const std::string& text, const std::function<void(nlohmann::json&)>& f) {
+  nlohmann::json j = nlohmann::json::parse(text);
+  f(j);
+  return j;
+}
+
+TEST(ReproChecksum, AWrittenReproducerReadsBackVerified) {
+  const Reproducer back = parse_repro(write_repro(sample_repro()));
+  EXPECT_FALSE(back.legacy_checksum);
+  EXPECT_EQ(back.c, sample_repro().c);
+  EXPECT_EQ(write_repro(back), write_repro(sample_repro()));
+}
+
+TEST(ReproChecksum, AnyEditOfWhatDecidesTheReplayIsRefused) {
+  const std::string text = write_repro(sample_repro());
+  using J = nlohmann::json;
+  const std::vector<std::pair<std::string, std::function<void(J&)>>> edits = {
+      {"seed", [](J& j) { j["case"]["seed"] = 2; }},
+      {"mask", [](J& j) { j["case"]["mask"] = J{{"kind", "causal"}}; }},
+      {"composition", [](J& j) { j["case"]["composition"] = J{{"kind", "kv_split"}, {"bounds", {4}}}; }},
+      {"backends", [](J& j) { j["backends"] = J::array({"reference"}); }},
+      {"signature", [](J& j) { j["finding"]["signature"]["tensor"] = "dK"; }},
+      {"input_checksum", [](J& j) { j["input_checksum"] = "0000000000000001"; }},
+      {"no finding", [](J& j) { j.erase("finding"); }},
+      {"no input_checksum", [](J& j) { j.erase("input_checksum"); }},
+      {"no case", [](J& j) { j.erase("case"); }},
+      {"no format", [](J& j) { j.erase("format"); }},
+      {"format 2", [](J& j) { j["format"] = "attnfuzz-repro/2"; }},
+  };
+  for (const auto& [name, f] : edits) EXPECT_THROW(parse_repro(edit(text, f).dump()), CaseError) << name;
+  // What does not decide the replay may change (detail, environment, case index).
+  EXPECT_NO_THROW(parse_repro(edit(text, [](J& j) { j["finding"]["detail"] = "reworded"; }).dump()));
+  for (const std::string& bad : std::vector<std::string>{"", "{", "[]", "null", text.substr(0, text.size() / 2)}) EXPECT_THROW(parse_repro(bad), CaseError) << bad;
+}
+
+TEST(ReproChecksum, ReproducersWrittenBeforeTheFieldStillLoadAsLegacy) {
+  const std::string text = edit(write_repro(sample_repro()), [](nlohmann::json& j) { j.erase("record_checksum"); }).dump();
+  const Reproducer r = parse_repro(text);
+  EXPECT_TRUE(r.legacy_checksum);
+  EXPECT_EQ(r.input_checksum, sample_repro().input_checksum);
 }
 
 }  // namespace

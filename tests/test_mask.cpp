@@ -3,7 +3,9 @@
 
 #include "generators/random_case.h"
 #include "harness/inputs.h"
+#include "harness/errors.h"
 #include "harness/mask.h"
+#include "harness/problem.h"
 
 namespace attnfuzz {
 namespace {
@@ -120,6 +122,44 @@ TEST(Mask, TileClassificationUsesGeometryForBands) {
   EXPECT_EQ(classify_tile(c, 0, 0, 64, 128, 0, 64, 256, 256), TileClass::fully_visible);
   EXPECT_EQ(classify_tile(c, 0, 0, 0, 64, 64, 128, 256, 256), TileClass::fully_masked);
   EXPECT_EQ(classify_tile(c, 0, 0, 0, 64, 0, 64, 256, 256), TileClass::partial);
+}
+
+// A window of 2^63 - 1 keys on both sides sees every key (issue 16: q' + right overflowed
+// and masked every row), in the leaf, in tile classification and as a composition band.
+TEST(Mask, HugeWindowSeesEveryKey) {
+  constexpr int64_t kMax = INT64_MAX;
+  for (Align a : {Align::top_left, Align::bottom_right}) {
+    const auto w = MaskExpr::window(kMax, kMax, a);
+    for (int64_t q = 0; q < 8; ++q)
+      for (int64_t kv = 0; kv < 16; ++kv) EXPECT_TRUE(vis(w, q, kv, 8, 16)) << q << "," << kv;
+    EXPECT_EQ(classify_tile(w, 0, 0, 0, 8, 0, 16, 8, 16), TileClass::fully_visible);
+    const auto left_only = MaskExpr::window(kMax, 0, a), right_only = MaskExpr::window(0, kMax, a);
+    EXPECT_TRUE(vis(left_only, 7, 0, 8, 16));
+    EXPECT_TRUE(vis(right_only, 0, 15, 8, 16));
+    Problem p;
+    p.shape = Shape{1, 1, 1, 8, 16, 8, 8};
+    p.full_seq_q = 8, p.full_seq_kv = 16;
+    p.restrictions = {BandRestriction{kMax, kMax, a, true}};
+    materialize_mask(p);
+    for (uint8_t m : p.mask) EXPECT_EQ(m, 1);
+    p.restrictions = {BandRestriction{kMax, kMax, a, false}};
+    materialize_mask(p);
+    for (uint8_t m : p.mask) EXPECT_EQ(m, 0);
+  }
+}
+
+// Counting segments and tiles of hostile sizes does not overflow (UBSan would say so).
+TEST(Mask, ValidationOfHugeValuesDoesNotOverflow) {
+  MaskExpr d;
+  d.kind = MaskExpr::Kind::document;
+  d.segments_q = {INT64_MAX, INT64_MAX};
+  d.segments_kv = {8, 0};
+  EXPECT_THROW(validate_mask(d, 8, 8, "mask"), CaseError);
+  MaskExpr b;
+  b.kind = MaskExpr::Kind::block_sparse;
+  b.block_q = b.block_kv = INT64_MAX;
+  b.rows = {"1"};
+  EXPECT_NO_THROW(validate_mask(b, 8, 8, "mask"));
 }
 
 }  // namespace

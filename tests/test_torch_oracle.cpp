@@ -105,5 +105,32 @@ TEST(TorchOracle, CaseDtypeBaselineIsCloseButNotExact) {
   EXPECT_LT(rel_err(b.grads.dq, a.grads.dq), 5e-2);
 }
 
+// A window of 2^63 - 1 keys on both sides sees every key, in the mask expression and as a
+// composition's band (issue 16): q' + right used to overflow to a negative bound in the torch
+// mask rebuild too, so both oracles agreed on "every row fully masked".
+TEST(TorchOracle, HugeWindowSeesEveryKey) {
+  constexpr int64_t kMax = INT64_MAX;
+  Case c;
+  c.shape = Shape{1, 1, 1, 8, 16, 8, 8};
+  c.mask = MaskExpr::window(kMax, kMax, Align::bottom_right);
+  auto torch64 = make_torch_composed_backend(TorchPrecision::float64);
+  const Inputs in = generate_inputs(c);
+  const ComposedResult whole = run_composition(*torch64, c, in);
+  for (double l : whole.fwd.lse.data) EXPECT_TRUE(std::isfinite(l)) << "a row of the huge window is fully masked";
+  // The same band as a mask partition: the local part sees everything, the global nothing.
+  c.mask = MaskExpr::all_visible();
+  c.composition.kind = Composition::Kind::mask_partition;
+  c.composition.window_left = c.composition.window_right = kMax;
+  c.composition.window_align = Align::bottom_right;
+  Problem local = full_problem(c, in), global = local;
+  local.restrictions = {BandRestriction{kMax, kMax, Align::bottom_right, true}};
+  global.restrictions = {BandRestriction{kMax, kMax, Align::bottom_right, false}};
+  materialize_mask(local);
+  materialize_mask(global);
+  const Forward fl = torch64->forward(local), fg = torch64->forward(global);
+  for (double l : fl.lse.data) EXPECT_TRUE(std::isfinite(l)) << "the local band lost keys";
+  for (double l : fg.lse.data) EXPECT_TRUE(std::isinf(l) && l < 0) << "the global rest kept keys";
+}
+
 }  // namespace
 }  // namespace attnfuzz

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "generators/random_case.h"
@@ -24,6 +25,7 @@
 #include "harness/differential.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
+#include "harness/json_input.h"
 #include "harness/junit.h"
 #include "harness/minimize.h"
 #include "harness/rng.h"
@@ -75,8 +77,11 @@ CampaignOptions to_options(const CampaignArgs& a) {
   if (slash == std::string::npos) throw std::invalid_argument("--shard takes i/N");
   o.shard = std::stoi(a.shard.substr(0, slash));
   o.shards = std::stoi(a.shard.substr(slash + 1));
-  o.backends = resolve_backends(a.backends);
   o.out_dir = a.out;
+  // --resume continues with the backends the campaign recorded, unless others are named
+  // (and then run_campaign refuses them if they differ).
+  const std::vector<std::string> recorded = a.resume && !a.out.empty() && a.backends.empty() ? recorded_backends(a.out) : std::vector<std::string>{};
+  o.backends = recorded.empty() ? resolve_backends(a.backends) : recorded;
   if (o.out_dir.empty()) {
     char stamp[32];
     const std::time_t now = std::time(nullptr);
@@ -133,56 +138,94 @@ int campaign_command(const CampaignArgs& a) {
   fmt::print("done      {} cases in {:.1f} s ({:.1f} cases/s), {} finding(s)\n", s.cases, s.seconds,
              s.seconds > 0 ? static_cast<double>(s.cases) / s.seconds : 0.0, s.signatures.size());
   for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
-  fmt::print("report    {}\n", write_report(o.out_dir, finding_profile));
+  try {
+    fmt::print("report    {}\n", write_report(o.out_dir, finding_profile));
+  } catch (const std::exception& e) {  // a full disk, say: the findings are recorded, the report is not
+    std::fflush(stdout);
+    fmt::print(stderr, "attnfuzz: report: {}\n", e.what());
+    return kExitBadInput;
+  }
   return s.signatures.empty() ? kExitOk : kExitDivergence;
 }
 
 // --- replay ---------------------------------------------------------------------------
 
-std::vector<std::string> collect_repros(const std::vector<std::string>& paths) {
-  std::vector<std::string> out;
+// A path named on the command line is a reproducer, or an error. Inside a directory, .json
+// files of the project's other formats (cases, summaries, campaign state) are skipped;
+// everything else (a truncated, empty or unknown file) is judged, and so an error.
+struct ReplayInput {
+  std::string path;
+  bool named = false;  // given on the command line, not found in a directory
+};
+
+std::vector<ReplayInput> collect_repros(const std::vector<std::string>& paths, std::vector<std::string>& missing) {
+  std::vector<ReplayInput> out;
   for (const auto& p : paths) {
-    if (fs::is_directory(p)) {
-      for (const auto& e : fs::recursive_directory_iterator(p))
-        if (e.is_regular_file() && e.path().extension() == ".json") out.push_back(e.path().string());
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
+      std::vector<ReplayInput> found;
+      for (const auto& e : fs::recursive_directory_iterator(p, ec))
+        if (e.is_regular_file() && e.path().extension() == ".json") found.push_back({e.path().string(), false});
+      std::sort(found.begin(), found.end(), [](const ReplayInput& a, const ReplayInput& b) { return a.path < b.path; });
+      out.insert(out.end(), found.begin(), found.end());
+    } else if (fs::exists(p, ec)) {
+      out.push_back({p, true});
     } else {
-      out.push_back(p);
+      missing.push_back(p);
     }
   }
-  std::sort(out.begin(), out.end());
   return out;
+}
+
+// Another attnfuzz format that a directory of reproducers may hold beside them.
+bool other_known_format(const std::string& text) {
+  try {
+    const json j = json::parse(text);
+    const auto f = j.is_object() ? j.find("format") : j.end();
+    if (f == j.end() || !f->is_string()) return false;
+    const std::string format = f->get<std::string>();
+    return format == kCaseFormat || format == "attnfuzz-summary/1" || format == "attnfuzz-campaign-state/1";
+  } catch (const json::exception&) {
+    return false;
+  }
 }
 
 int replay_command(const std::vector<std::string>& paths, const std::vector<std::string>& backends_override, const std::string& junit,
                    double timeout) {
   std::vector<JUnitCase> cases;
-  int failing = 0, fixed = 0, errors = 0, skipped = 0;
-  for (const auto& path : collect_repros(paths)) {
-    std::string text;
-    {
-      std::ifstream in(path);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
-    }
-    if (text.find("attnfuzz-repro/1") == std::string::npos) {
-      ++skipped;  // a plain case or another file: not a reproducer
-      continue;
-    }
+  int failing = 0, fixed = 0, errors = 0, skipped = 0, legacy = 0, bad_inputs = 0;
+  std::vector<std::string> missing;
+  const std::vector<ReplayInput> inputs = collect_repros(paths, missing);
+  for (const auto& m : missing) {
+    fmt::print("ERROR     {}: no such file or directory\n", m);
+    cases.push_back({"replay", m, "no such file or directory", ""});
+    ++errors, ++bad_inputs;
+  }
+  for (const auto& [path, named] : inputs) {
     Reproducer r;
     try {
+      const std::string text = read_input_file(path);
+      if (!named && other_known_format(text)) {
+        ++skipped;  // a case, a summary or a state file beside the reproducers
+        continue;
+      }
       r = parse_repro(text);
     } catch (const CaseError& e) {
       fmt::print("ERROR     {}: {}\n", path, e.what());
       cases.push_back({"replay", path, std::string("unreadable: ") + e.what(), ""});
-      ++errors;
+      ++errors, ++bad_inputs;
       continue;
     }
+    if (r.legacy_checksum) {
+      ++legacy;
+      fmt::print("note      {}: written before record_checksum: only its inputs can be verified\n", path);
+    }
     const uint64_t sum = checksum(generate_inputs(r.c));
-    if (r.input_checksum && sum != r.input_checksum) {
+    // Old crash and timeout reproducers recorded no input checksum (zero); new ones always do.
+    if ((r.input_checksum || !r.legacy_checksum) && sum != r.input_checksum) {
       fmt::print("ERROR     {}: input checksum {:016x} differs from the recorded {:016x}; not judged\n", path, sum, r.input_checksum);
       cases.push_back({"replay", path, "input checksum differs from the recorded one", ""});
-      ++errors;
+      ++errors, ++bad_inputs;
       continue;
     }
     const std::vector<std::string> names = backends_override.empty() ? r.backends : backends_override;
@@ -225,19 +268,27 @@ int replay_command(const std::vector<std::string>& paths, const std::vector<std:
       cases.push_back({"replay", path, "", "fixed: " + sig.to_string()});
     }
   }
-  fmt::print("{} still failing, {} fixed, {} errors, {} files skipped (not reproducers)\n", failing, fixed, errors, skipped);
+  fmt::print("{} still failing, {} fixed, {} errors, {} files skipped (not reproducers){}\n", failing, fixed, errors, skipped,
+             legacy ? fmt::format(", {} legacy (inputs verified only)", legacy) : std::string());
   if (!junit.empty()) write_file_atomic(junit, junit_xml("attnfuzz.replay", cases));
-  return failing || errors ? kExitDivergence : kExitOk;
+  // A finding still failing, or a replay that went wrong, is 1; otherwise a file that is no
+  // reproducer, an edited one or one whose inputs differ is bad input, 2.
+  if (failing || errors > bad_inputs) return kExitDivergence;
+  return bad_inputs ? kExitBadInput : kExitOk;
 }
 
 // --- worker -----------------------------------------------------------------------------
 
 int worker_command(const std::vector<std::string>& names) {
-  // The protocol owns the original stdout; anything a backend prints goes to stderr.
+  // The protocol runs over the descriptors WorkerProcess set up; stdout is already stderr.
   set_backend_threads(1);
-  const int proto = ::dup(1);
-  ::dup2(2, 1);
-  FILE* out = ::fdopen(proto, "w");
+  std::optional<WorkerChannel> channel;
+  try {
+    channel.emplace(WorkerChannel::from_environment());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attnfuzz: worker: {}\n", e.what());
+    return kExitBadInput;
+  }
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Backend*> backends;
   std::string load_error;
@@ -250,21 +301,18 @@ int worker_command(const std::vector<std::string>& names) {
     }
   }
   const OracleSet oracles = default_oracles();
-  std::string line;
-  while (std::getline(std::cin, line)) {
+  std::string body;
+  while (channel->next_request(body)) {
     json reply;
     try {
       if (!load_error.empty()) throw std::runtime_error(load_error);
-      const json req = json::parse(line);
+      const json req = json::parse(body);
       const Case c = case_from_json(req.at("case"));
       DiffOptions opt;
       opt.fingerprint_all = false;
       opt.check_determinism = req.value("determinism", true);
       opt.gpu_health = gpu_health;
-      opt.on_backend = [out](const std::string& b) {
-        std::fprintf(out, "P %s\n", b.c_str());
-        std::fflush(out);
-      };
+      opt.on_backend = [&channel](const std::string& b) { channel->progress(b); };
       const DiffReport r = run_differential(c, backends, oracles, opt);
       json findings = json::array();
       for (const auto& f : r.findings)
@@ -276,52 +324,89 @@ int worker_command(const std::vector<std::string>& names) {
       reply["findings"] = json::array();
     }
     reply["environment"] = environment();
-    std::fprintf(out, "R %s\n", reply.dump().c_str());
-    std::fflush(out);
+    channel->reply(reply.dump());
   }
   return kExitOk;
 }
 
 // --- merge ------------------------------------------------------------------------------
 
+// Why `dir` cannot be merged (nothing when it can): it must be a campaign output directory.
+std::optional<std::string> not_mergeable(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return dir + ": no such directory";
+  if (!fs::is_directory(dir, ec)) return dir + ": not a directory";
+  if (!fs::exists(dir + "/summary.json", ec) && !fs::is_directory(dir + "/findings", ec))
+    return dir + ": not a campaign output directory (no summary.json, no findings/)";
+  return std::nullopt;
+}
+
 int merge_command(const std::vector<std::string>& dirs, const std::string& out) {
-  fs::create_directories(out + "/findings");
+  // Everything is checked before anything is written: the inputs must be campaign
+  // directories, and the output none of them (merging into an input overwrote its files).
+  for (const auto& d : dirs) {
+    if (const auto why = not_mergeable(d)) {
+      fmt::print(stderr, "attnfuzz: merge: {}\n", *why);
+      return kExitBadInput;
+    }
+    std::error_code ec;
+    if (fs::exists(out, ec) && fs::equivalent(out, d, ec)) {
+      fmt::print(stderr, "attnfuzz: merge: --out {} is one of the inputs: choose another directory\n", out);
+      return kExitBadInput;
+    }
+  }
   std::map<std::string, std::pair<int64_t, std::string>> best;  // signature -> (case index, file)
   uint64_t cases = 0;
+  int unreadable = 0;
   json shards = json::array();
-  for (const auto& d : dirs) {
-    if (fs::exists(d + "/summary.json")) {
-      std::ifstream in(d + "/summary.json");
-      const json s = json::parse(in);
-      cases += s.value("cases", uint64_t{0});
-      shards.push_back(s.value("shard", "?"));
-    }
-    if (!fs::exists(d + "/findings")) continue;
-    for (const auto& e : fs::directory_iterator(d + "/findings")) {
-      const std::string p = e.path().string();
-      if (e.path().extension() != ".json" || p.find(".min.json") != std::string::npos) continue;
-      try {
-        const Reproducer r = load_repro(p);
-        const std::string key = r.finding.signature.to_string();
-        auto it = best.find(key);
-        if (it == best.end() || r.case_index < it->second.first) best[key] = {r.case_index, p};
-      } catch (const std::exception&) {
+  try {
+    for (const auto& d : dirs) {
+      if (fs::exists(d + "/summary.json")) {
+        json s;
+        try {
+          s = parse_strict_json(read_input_file(d + "/summary.json"));
+        } catch (const CaseError& e) {
+          throw std::runtime_error(d + "/summary.json: " + e.what());
+        }
+        if (!s.is_object() || !s.contains("cases") || !s.at("cases").is_number_unsigned())
+          throw std::runtime_error(d + "/summary.json: not an attnfuzz summary (no case count)");
+        cases += s.at("cases").get<uint64_t>();
+        shards.push_back(s.contains("shard") ? s.at("shard") : json("?"));
+      }
+      if (!fs::exists(d + "/findings")) continue;
+      for (const auto& e : fs::directory_iterator(d + "/findings")) {
+        const std::string p = e.path().string();
+        if (e.path().extension() != ".json" || p.find(".min.json") != std::string::npos) continue;
+        try {
+          const Reproducer r = load_repro(p);
+          const std::string key = r.finding.signature.to_string();
+          auto it = best.find(key);
+          if (it == best.end() || r.case_index < it->second.first) best[key] = {r.case_index, p};
+        } catch (const CaseError& e) {  // damaged or edited: said, and left out
+          fmt::print(stderr, "attnfuzz: merge: warning: {} left out: {}\n", p, e.what());
+          ++unreadable;
+        }
       }
     }
+    fs::create_directories(out + "/findings");
+    std::map<std::string, int> by_class;
+    std::vector<std::string> sigs;
+    for (const auto& [key, v] : best) {
+      const std::string name = fs::path(v.second).filename().string();
+      fs::copy_file(v.second, out + "/findings/" + name, fs::copy_options::overwrite_existing);
+      const std::string min = v.second.substr(0, v.second.size() - 5) + ".min.json";
+      if (fs::exists(min)) fs::copy_file(min, out + "/findings/" + fs::path(min).filename().string(), fs::copy_options::overwrite_existing);
+      ++by_class[to_string(load_repro(v.second).finding.signature.cls)];
+      sigs.push_back(key);
+    }
+    json s{{"format", "attnfuzz-summary/1"}, {"merged_shards", shards}, {"cases", cases}, {"findings_by_class", by_class}, {"signatures", sigs}};
+    write_file_atomic(out + "/summary.json", s.dump(2) + "\n");
+  } catch (const std::exception& e) {  // a damaged summary, an unwritable --out, a full disk
+    fmt::print(stderr, "attnfuzz: merge: {}\n", e.what());
+    return kExitBadInput;
   }
-  std::map<std::string, int> by_class;
-  std::vector<std::string> sigs;
-  for (const auto& [key, v] : best) {
-    const std::string name = fs::path(v.second).filename().string();
-    fs::copy_file(v.second, out + "/findings/" + name, fs::copy_options::overwrite_existing);
-    const std::string min = v.second.substr(0, v.second.size() - 5) + ".min.json";
-    if (fs::exists(min)) fs::copy_file(min, out + "/findings/" + fs::path(min).filename().string(), fs::copy_options::overwrite_existing);
-    ++by_class[to_string(load_repro(v.second).finding.signature.cls)];
-    sigs.push_back(key);
-  }
-  json s{{"format", "attnfuzz-summary/1"}, {"merged_shards", shards}, {"cases", cases}, {"findings_by_class", by_class}, {"signatures", sigs}};
-  write_file_atomic(out + "/summary.json", s.dump(2) + "\n");
-  fmt::print("merged {} directories: {} cases, {} distinct finding(s) -> {}\n", dirs.size(), cases, sigs.size(), out);
+  fmt::print("merged {} directories: {} cases, {} distinct finding(s){} -> {}\n", dirs.size(), cases, best.size(),
+             unreadable ? fmt::format(", {} unreadable finding file(s) left out", unreadable) : std::string(), out);
   return kExitOk;
 }
 

@@ -3,8 +3,16 @@
 // `attnfuzz list`: the backends of this build and whether they can run here.
 #include <fmt/core.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "harness/case_json.h"
@@ -16,6 +24,32 @@
 
 namespace attnfuzz::cli {
 namespace {
+
+// Backends run inside this process: one that calls exit() (exit(0) included) would end `run`
+// with its own status, as if nothing had been found. While backends run, an exit handler turns
+// that into a crash finding of the backend that was running (exit status 1). _exit() and
+// signals cannot be caught in-process; campaigns run every backend in a worker for that.
+std::atomic<bool> backends_running{false};
+std::string running_backend = "?";  // written only by the thread that runs the backends
+void exit_inside_backend() {
+  if (!backends_running.exchange(false)) return;
+  std::fflush(stdout);
+  std::fprintf(stdout, "\n1 finding(s)\n  %s/-/-/crash/-/-  the backend called exit() while it ran\n", running_backend.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "attnfuzz: backend %s ended the process (exit) while it ran: a crash finding\n", running_backend.c_str());
+  std::_Exit(kExitDivergence);
+}
+
+// --record's directory, made and checked before any work: a run must not end with an
+// unrecordable finding. Returns an error line, or nothing.
+std::optional<std::string> prepare_record_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return "--record " + dir + ": cannot create the directory: " + ec.message();
+  if (!std::filesystem::is_directory(dir)) return "--record " + dir + ": not a directory";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return "--record " + dir + ": not writable: " + std::strerror(errno);
+  return std::nullopt;
+}
 
 struct RunOptions {
   std::string case_path;
@@ -83,18 +117,34 @@ int run(const RunOptions& opt) {
   DiffOptions dopt;
   dopt.check_determinism = !opt.no_determinism;
   dopt.gpu_health = gpu_health;
+  if (!opt.record_dir.empty())
+    if (const auto why = prepare_record_dir(opt.record_dir)) {
+      fmt::print(stderr, "attnfuzz: {}\n", *why);
+      return kExitBadInput;
+    }
   fmt::print("case      {}\n", opt.case_path);
+  std::fflush(stdout);
+  dopt.on_backend = [](const std::string& b) { running_backend = b; };
+  static const bool handler_installed = std::atexit(exit_inside_backend) == 0 && std::at_quick_exit(exit_inside_backend) == 0;
+  (void)handler_installed;
+  backends_running = true;
   const DiffReport report = run_differential(c, backends, default_oracles(), dopt);
+  backends_running = false;
   print_report(c, report);
   if (!opt.record_dir.empty() && !report.findings.empty()) {
-    std::filesystem::create_directories(opt.record_dir);
     std::set<std::string> seen;
     for (const auto& f : report.findings) {
       if (!seen.insert(f.signature.to_string()).second) continue;
       Reproducer r{c, opt.backends.empty() ? default_backend_names() : opt.backends, f, report.rule.describe(), report.input_checksum, "", -1,
                    environment()};
       const std::string path = opt.record_dir + "/" + repro_file_name(f.signature);
-      write_file_atomic(path, write_repro(r));
+      try {
+        write_file_atomic(path, write_repro(r));
+      } catch (const std::exception& e) {  // the disk filled up since the check, say
+        std::fflush(stdout);
+        fmt::print(stderr, "attnfuzz: --record: {}\n", e.what());
+        return kExitBadInput;
+      }
       fmt::print("recorded  {}\n", path);
     }
   }

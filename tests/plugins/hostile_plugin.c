@@ -1,0 +1,49 @@
+/* hostile_plugin.c: the minimal plugin, misbehaving inside forward() as ATTNFUZZ_HOSTILE says
+ * (tests/hardening_test.sh):
+ *   exit0   calls exit(0), as if the process had finished successfully;
+ *   fdspam  writes a line that looks like an old-style worker reply ("R {...}") and a forged
+ *           frame header to every descriptor from 3 to 1023, then computes normally.
+ * Anything else (or unset): the minimal plugin, unchanged. */
+#define _POSIX_C_SOURCE 200809L
+#include <string.h>
+#include <unistd.h>
+
+/* The minimal plugin's code, its exported names moved aside. */
+#define attnfuzz_plugin_abi_version minimal_plugin_abi_version
+#define attnfuzz_plugin_get minimal_plugin_get
+#include "minimal_plugin.c"
+#undef attnfuzz_plugin_abi_version
+#undef attnfuzz_plugin_get
+
+static void spam_descriptors(void) {
+  static const char line[] =
+      "R {\"findings\":[],\"environment\":{}}\n"
+      "AF1 R 0000000000000001 00000010 0123456789abcdef\n{\"findings\":[]}\n";
+  int fd;
+  for (fd = 3; fd < 1024; ++fd) {
+    ssize_t n = write(fd, line, sizeof line - 1);
+    (void)n;
+  }
+}
+
+static int hostile_forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o,
+                           af_tensor* lse, char* msg, size_t msg_len) {
+  const char* mode = getenv("ATTNFUZZ_HOSTILE");
+  if (mode && strcmp(mode, "exit0") == 0) exit(0);
+  if (mode && strcmp(mode, "fdspam") == 0) spam_descriptors();
+  return forward(p, q, k, v, o, lse, msg, msg_len);
+}
+
+static const af_plugin hostile = {
+    ATTNFUZZ_PLUGIN_ABI_VERSION,
+    "hostile",
+    "1.0",
+    AF_BACKWARD_TAKES_DLSE | AF_MASKED_ROWS_ZERO,
+    "{\"fp32\":\"fp32\"}",
+    supports,
+    hostile_forward,
+    backward,
+};
+
+uint32_t attnfuzz_plugin_abi_version(void) { return ATTNFUZZ_PLUGIN_ABI_VERSION; }
+const af_plugin* attnfuzz_plugin_get(void) { return &hostile; }
