@@ -57,10 +57,13 @@ double median(std::vector<double> v) {
 }
 
 void report(const char* what, const std::vector<Sample>& s) {
-  std::vector<double> wall, up, comp, down;
-  for (const auto& x : s) wall.push_back(x.wall), up.push_back(x.t.upload_ms), comp.push_back(x.t.compute_ms), down.push_back(x.t.download_ms);
-  std::printf("  %-34s wall %9.2f ms  (upload %7.2f, kernels %8.2f, download %6.2f)  first call %9.2f ms\n", what, median(wall),
-              median(up), median(comp), median(down), s.empty() ? 0 : s.front().wall);
+  std::vector<double> wall, host, up, comp, down, rel;
+  for (const auto& x : s) {
+    wall.push_back(x.wall), host.push_back(x.t.host_ms), up.push_back(x.t.upload_ms), comp.push_back(x.t.compute_ms);
+    down.push_back(x.t.download_ms), rel.push_back(x.t.release_ms);
+  }
+  std::printf("  %-26s wall %8.2f ms (host %6.2f, upload %6.2f, kernels %7.2f, download %6.2f, free %6.2f) first call %8.2f ms\n", what,
+              median(wall), median(host), median(up), median(comp), median(down), median(rel), s.empty() ? 0 : s.front().wall);
 }
 
 void bench_case(int64_t heads, int64_t seq, bool causal, int reps, int64_t eigen_heads) {

@@ -1,5 +1,6 @@
 #include "kernels/cuda_backends.h"
 
+#include <chrono>
 #include <cstring>
 
 namespace attnfuzz {
@@ -23,19 +24,30 @@ gpu::HostAttention host_attention(const Problem& p) {
   return a;
 }
 
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
 Forward run_forward(const Problem& p, const gpu::Numerics& n, gpu::Timing* t) {
+  const auto t0 = Clock::now();
   const Shape& s = p.shape;
   Forward f{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
-  gpu::forward(host_attention(p), n, f.o.ptr(), f.lse.ptr(), t);
+  const gpu::HostAttention a = host_attention(p);
+  const double host_ms = ms_since(t0);
+  gpu::forward(a, n, f.o.ptr(), f.lse.ptr(), t);
+  if (t) t->host_ms = host_ms;
   return f;
 }
 
 Gradients run_backward(const Problem& p, const gpu::Numerics& n, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse,
                        gpu::Timing* t) {
   const Shape& s = p.shape;
+  const auto t0 = Clock::now();
   Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
               Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
-  gpu::backward(host_attention(p), n, fwd.o.ptr(), d_out.ptr(), d_lse.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), t);
+  const gpu::HostAttention a = host_attention(p);
+  const double host_ms = ms_since(t0);
+  gpu::backward(a, n, fwd.o.ptr(), d_out.ptr(), d_lse.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), t);
+  if (t) t->host_ms = host_ms;
   return g;
 }
 

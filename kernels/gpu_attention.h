@@ -44,9 +44,12 @@ struct Numerics {
   bool reversed = false;
 };
 
-// Where the time of the last call went (milliseconds, host clock around synchronous steps).
+// Where the time of the last call went (milliseconds, host clock around synchronous steps):
+// host (the Problem turned into kernel inputs: the mask's plane check, the output tensors;
+// filled by kernels/cuda_backends.cpp), upload (allocations, copies, mask tiles), compute
+// (the kernels), download, release (freeing device memory).
 struct Timing {
-  double upload_ms = 0, compute_ms = 0, download_ms = 0;
+  double host_ms = 0, upload_ms = 0, compute_ms = 0, download_ms = 0, release_ms = 0;
 };
 
 // Whether a CUDA device can run the kernels here, or why not.
