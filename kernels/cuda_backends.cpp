@@ -6,6 +6,15 @@
 namespace attnfuzz {
 namespace {
 
+// Whether the mask can differ between (b, h) planes: only a random leaf depends on b and h
+// (harness/mask.cpp, visible()).
+bool varies_by_head(const MaskExpr& m) {
+  if (m.kind == MaskExpr::Kind::random) return true;
+  for (const auto& a : m.args)
+    if (varies_by_head(a)) return true;
+  return false;
+}
+
 // The Problem's tensors as the kernels take them. The dense mask is [B][Hq][Sq][Skv]; when
 // every (b, h) plane is the same (every mask kind but random ones) only one plane travels.
 gpu::HostAttention host_attention(const Problem& p) {
@@ -19,6 +28,7 @@ gpu::HostAttention host_attention(const Problem& p) {
   a.mask = p.mask.data();
   const size_t plane = static_cast<size_t>(s.seq_q * s.seq_kv), planes = static_cast<size_t>(s.batch * s.heads_q);
   a.mask_one_plane = true;
+  if (p.mask_expr && !varies_by_head(*p.mask_expr)) return a;
   for (size_t i = 1; i < planes && a.mask_one_plane; ++i)
     a.mask_one_plane = std::memcmp(p.mask.data(), p.mask.data() + i * plane, plane) == 0;
   return a;

@@ -72,6 +72,19 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
+// The Sq x Skv scratch buffers (scores, dP), kept from call to call: allocating and freeing
+// gigabytes costs milliseconds each time. Grows to the largest request; at most the memory
+// budget of chunk_heads per buffer.
+template <class T>
+T* scratch(int slot, size_t n) {
+  thread_local DeviceBuffer<T> buffers[2];
+  if (buffers[slot].size() < n) {
+    buffers[slot] = DeviceBuffer<T>();  // free the old one first
+    buffers[slot] = DeviceBuffer<T>(n);
+  }
+  return buffers[slot].get();
+}
+
 // ---- arithmetic: explicitly rounded operations (nvcc would contract a * b + c) ----
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
@@ -521,7 +534,8 @@ struct DeviceProblem {
     const double budget = std::min(static_cast<double>(free_b) * 0.6, 8.0 * (1ull << 30));
     const double per_head = static_cast<double>(buffers) * static_cast<double>(a.seq_q * a.seq_kv) * sizeof(T);
     const int64_t groups = std::max<int64_t>(1, static_cast<int64_t>(budget / (per_head * static_cast<double>(group))));
-    return std::min<int64_t>(groups, a.batch * a.heads_kv) * group;
+    // grid.z of one launch holds at most 65535 heads.
+    return std::min<int64_t>({groups, a.batch * a.heads_kv, std::max<int64_t>(1, 65535 / group)}) * group;
   }
 
   // Scores of query heads [first, first + heads) into s; their LSE into lse (whole-problem rows).
@@ -560,14 +574,14 @@ void forward_impl(const HostAttention& a, const Numerics& n, double* o, double* 
   if (timing) timing->upload_ms = ms_since(t0);
   t0 = Clock::now();
   const int64_t per_chunk = dp.chunk_heads(1);
-  DeviceBuffer<T> s(static_cast<size_t>(per_chunk * a.seq_q * a.seq_kv));
+  T* s = scratch<T>(0, static_cast<size_t>(per_chunk * a.seq_q * a.seq_kv));
   for (int64_t first = 0; first < a.batch * a.heads_q; first += per_chunk) {
     const int64_t heads = std::min(per_chunk, a.batch * a.heads_q - first);
-    dp.scores_and_lse(s.get(), lse.get(), first, heads);
-    probabilities<T><<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s.get(), lse.get(), dp.view(), Heads{first, dp.group},
+    dp.scores_and_lse(s, lse.get(), first, heads);
+    probabilities<T><<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s, lse.get(), dp.view(), Heads{first, dp.group},
                                                                                    dp.cap(), heads);
     AF_CUDA(cudaGetLastError());
-    RowProduct<T> pv{s.get(), dp.v.get(), out.get(), T(1), false, n.contract, n.dtype, dp.keep(), dp.view(), Heads{first, dp.group},
+    RowProduct<T> pv{s, dp.v.get(), out.get(), T(1), false, n.contract, n.dtype, dp.keep(), dp.view(), Heads{first, dp.group},
                      a.seq_q, a.dim_v, a.seq_kv};
     dp.product(pv, heads);
   }
@@ -604,24 +618,25 @@ void backward_impl(const HostAttention& a, const Numerics& n, const double* o_ho
   row_delta<T><<<grid_for(rows_q, 128), 128>>>(d_out_value, o_raw.get(), delta.get(), rows_q, a.dim_v, n.reversed && !n.reference64);
   AF_CUDA(cudaGetLastError());
   const int64_t per_chunk = dp.chunk_heads(2);
-  DeviceBuffer<T> s(static_cast<size_t>(per_chunk * a.seq_q * a.seq_kv)), dpb(static_cast<size_t>(per_chunk * a.seq_q * a.seq_kv));
+  T* s = scratch<T>(0, static_cast<size_t>(per_chunk * a.seq_q * a.seq_kv));
+  T* dpb = scratch<T>(1, static_cast<size_t>(per_chunk * a.seq_q * a.seq_kv));
   const T scale = static_cast<T>(a.scale);
   for (int64_t first = 0; first < a.batch * a.heads_q; first += per_chunk) {
     const int64_t heads = std::min(per_chunk, a.batch * a.heads_q - first);
     const Heads h{first, dp.group};
-    dp.scores_and_lse(s.get(), lse.get(), first, heads);
-    dp.product(DpProduct<T>{d_out_op.get(), dp.v.get(), dpb.get(), dp.view(), h, a.seq_q, a.seq_kv, a.dim_v}, heads);
-    score_gradients<T><<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s.get(), dpb.get(), lse.get(), delta.get(), d_lse.get(),
+    dp.scores_and_lse(s, lse.get(), first, heads);
+    dp.product(DpProduct<T>{d_out_op.get(), dp.v.get(), dpb, dp.view(), h, a.seq_q, a.seq_kv, a.dim_v}, heads);
+    score_gradients<T><<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s, dpb, lse.get(), delta.get(), d_lse.get(),
                                                                                      dp.view(), h, dp.cap(), heads, n.reference64);
     AF_CUDA(cudaGetLastError());
-    dp.product(RowProduct<T>{dpb.get(), dp.k.get(), dq.get(), scale, true, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_q, a.dim_qk,
+    dp.product(RowProduct<T>{dpb, dp.k.get(), dq.get(), scale, true, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_q, a.dim_qk,
                              a.seq_kv},
                heads);
     const int64_t kv_heads = heads / dp.group;
-    dp.product(ColumnProduct<T>{dpb.get(), dp.q.get(), dk.get(), scale, true, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_kv, a.dim_qk,
+    dp.product(ColumnProduct<T>{dpb, dp.q.get(), dk.get(), scale, true, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_kv, a.dim_qk,
                                 a.seq_q, static_cast<int>(dp.group)},
                kv_heads);
-    dp.product(ColumnProduct<T>{s.get(), d_out_op.get(), dv.get(), T(1), false, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_kv,
+    dp.product(ColumnProduct<T>{s, d_out_op.get(), dv.get(), T(1), false, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_kv,
                                 a.dim_v, a.seq_q, static_cast<int>(dp.group)},
                kv_heads);
   }
