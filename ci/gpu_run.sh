@@ -5,6 +5,7 @@
 #   ci/gpu_run.sh env                        versions, GPU, `attnfuzz list`
 #   ci/gpu_run.sh tests                      the gpu-labelled gtest binaries
 #   ci/gpu_run.sh campaign SECONDS SEED BACKENDS [extra campaign args]
+#   ci/gpu_run.sh oracles [bench args]       the GPU oracle set: tests, benchmark, sanitizers
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -37,6 +38,17 @@ case "$mode" in
       echo "$b $f"
     done | xargs -P 8 -L 1 sh -c '"$0" replay --timeout 120 --backends "$1" "$2" 2>&1 | grep -E "^(FAILING|fixed|ERROR)"' "$bin/attnfuzz" \
       | sort | tee "$OUT/replay.log" ;;
+  oracles)
+    # The GPU oracle set (kernels/): its gpu tests, its benchmark at real sizes, and
+    # compute-sanitizer (memcheck, racecheck) over a small run of every kernel.
+    "$bin/test_gpu_oracles" > "$OUT/test_gpu_oracles.log" 2>&1
+    echo "test_gpu_oracles: exit $?"
+    grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) |coverage|%|Failure|Expected|differs|outside" "$OUT/test_gpu_oracles.log" | head -120
+    "$bin/bench_gpu_oracles" "$@" 2>&1 | tee "$OUT/bench_gpu_oracles.log"
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool "$tool" "$bin/bench_gpu_oracles" --quick > "$OUT/sanitizer-$tool.log" 2>&1
+      echo "compute-sanitizer $tool: exit $?, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)"
+    done ;;
   run)  # one case (or reproducer) through the given backends, in this process
     "$bin/attnfuzz" run --backends "$2" "$1" 2>&1 | tee -a "$OUT/run.log" ;;
   minimize)
@@ -50,5 +62,5 @@ case "$mode" in
     done
     wait
     tail -n 4 "$OUT"/min/*.log ;;
-  *) echo "usage: $0 env|tests|campaign SECONDS SEED BACKENDS|replay FILES...|minimize SECONDS FILES..." >&2; exit 2 ;;
+  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|replay FILES...|minimize SECONDS FILES..." >&2; exit 2 ;;
 esac

@@ -18,9 +18,28 @@
 #if ATTNFUZZ_HAVE_CUDNN
 #include "oracles/cudnn_sdpa.h"
 #endif
+#if ATTNFUZZ_HAVE_CUDA_KERNELS
+#include "kernels/cuda_backends.h"
+#endif
 
 namespace attnfuzz {
 namespace {
+
+// The contracts the emulated baselines exist for, and their backend names.
+constexpr Contract kEmulatedContracts[] = {Contract::fp64, Contract::fp32, Contract::tf32, Contract::fp16, Contract::bf16};
+std::string emulated_name(const std::string& prefix, Contract c, bool reversed) {
+  return prefix + std::string(to_string(c)) + (reversed ? ".reversed" : "");
+}
+
+#if ATTNFUZZ_HAVE_CUDA_KERNELS
+std::unique_ptr<Backend> make_gpu_oracle(const std::string& name) {
+  if (name == "cuda.reference64") return std::make_unique<CudaReference64Backend>();
+  for (Contract c : kEmulatedContracts)
+    for (bool reversed : {false, true})
+      if (name == emulated_name("cuda.emulated.", c, reversed)) return std::make_unique<CudaEmulatedBackend>(c, reversed);
+  throw std::invalid_argument("no GPU oracle named " + name);
+}
+#endif
 
 struct Entry {
   std::string name, description;
@@ -76,6 +95,24 @@ std::vector<Entry> entries() {
                  return false;
                }});
 #endif
+  // The GPU oracle set (kernels/): the float64 reference and the contract baselines.
+  std::vector<std::pair<std::string, std::string>> gpu_oracles{{"cuda.reference64", "float64 reference, the project's CUDA kernels"}};
+  for (Contract c : kEmulatedContracts)
+    for (bool reversed : {false, true})
+      gpu_oracles.push_back({emulated_name("cuda.emulated.", c, reversed),
+                             "naive computation under the " + std::string(to_string(c)) + " contract" + (reversed ? ", reversed order" : "") +
+                                 ", the project's CUDA kernels"});
+  for (const auto& [name, what] : gpu_oracles) {
+#if ATTNFUZZ_HAVE_CUDA_KERNELS
+    e.push_back({name, what, [name = name]() -> std::unique_ptr<Backend> { return make_gpu_oracle(name); },
+                 [](std::string* why) { return cuda_kernels_available(why); }});
+#else
+    e.push_back({name, what, nullptr, [](std::string* why) {
+                   *why = "this build has no CUDA kernels (configure the gpu preset: ATTNFUZZ_WITH_CUDA=ON)";
+                   return false;
+                 }});
+#endif
+  }
   return e;
 }
 
@@ -172,11 +209,31 @@ void set_backend_threads(int n) {
 #endif
 }
 
-OracleSet default_oracles() {
-  static ReferenceBackend reference;
+OracleSet default_oracles() { return make_oracles(OracleDevice::cpu); }
+
+std::optional<OracleDevice> oracle_device_from_string(std::string_view s) {
+  if (s == "cpu") return OracleDevice::cpu;
+  if (s == "cuda") return OracleDevice::cuda;
+  return std::nullopt;
+}
+
+OracleSet make_oracles(OracleDevice device) {
   OracleSet o;
-  o.reference = &reference;
-  o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<EmulatedBackend>(c, reversed); };
+  if (device == OracleDevice::cpu) {
+    static ReferenceBackend reference;
+    o.reference = &reference;
+    o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<EmulatedBackend>(c, reversed); };
+  } else {
+#if ATTNFUZZ_HAVE_CUDA_KERNELS
+    std::string why;
+    if (!cuda_kernels_available(&why)) throw std::runtime_error("the GPU oracles cannot run here: " + why);
+    static CudaReference64Backend reference;
+    o.reference = &reference;
+    o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<CudaEmulatedBackend>(c, reversed); };
+#else
+    throw std::runtime_error("the GPU oracles cannot run here: this build has no CUDA kernels (configure the gpu preset)");
+#endif
+  }
   o.error_terms = reference_error_terms;
   return o;
 }
@@ -185,7 +242,9 @@ std::vector<std::string> default_backend_names() {
   std::vector<std::string> names;
   for (const auto& e : entries()) {
     std::string why;
-    if (e.name != "reference" && e.available(&why)) names.push_back(e.name);
+    // The oracles (the references, the GPU baselines) judge backends; they are not under test by default.
+    const bool oracle = e.name == "reference" || e.name.rfind("cuda.reference64", 0) == 0 || e.name.rfind("cuda.emulated.", 0) == 0;
+    if (!oracle && e.available(&why)) names.push_back(e.name);
   }
   return names;
 }

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "harness/backend.h"
@@ -24,8 +25,15 @@ std::vector<BackendInfo> list_backends();
 // for an unknown name, std::runtime_error (with the reason) for one that cannot run here.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 BackendInfo describe_backend(const Backend& b);
-// The float64 reference and the emulated baselines the verdicts need.
+// The float64 reference and the emulated baselines the verdicts need, on the CPU.
 OracleSet default_oracles();
+// Where the float64 reference and the contract baselines run: the CPU (Eigen and
+// oracles/emulated.cpp) or the GPU (kernels/: cuda.reference64, cuda.emulated.*). The
+// tolerance magnitudes are computed on the CPU either way. Throws std::runtime_error,
+// with the reason, when the GPU set cannot run here.
+enum class OracleDevice { cpu, cuda };
+std::optional<OracleDevice> oracle_device_from_string(std::string_view s);
+OracleSet make_oracles(OracleDevice device);
 // Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
 // use 1: the parallelism is one worker process per core.
 void set_backend_threads(int n);

@@ -57,16 +57,18 @@ struct RunOptions {
   uint64_t memory_budget_mib = 8192;
   bool no_determinism = false;
   std::string record_dir;
+  std::string reference = "cpu";  // where the float64 reference and the contract baselines run
 };
 
-void print_report(const Case& c, const DiffReport& r) {
+void print_report(const Case& c, const DiffReport& r, const std::string& reference) {
   fmt::print("shape     {}  dtype={}  scale={:.6g}{}\n", describe_shape(c.shape), to_string(c.dtype), c.effective_scale(),
              c.softcap ? fmt::format("  softcap={:g}", *c.softcap) : std::string());
   fmt::print("mask      {}\n", describe(c.mask));
   fmt::print("dLSE      {}    composition {}\n", to_string(c.d_lse.kind), describe(c.composition));
   fmt::print("inputs    checksum {:016x}\n", r.input_checksum);
   fmt::print("rule      {}\n", r.rule.describe());
-  fmt::print("errors against the float64 reference (Eigen, single call); baseline: naive computation under the backend's contract\n\n");
+  fmt::print("errors against the float64 reference ({}, single call); baseline: naive computation under the backend's contract ({})\n\n",
+             reference == "cuda" ? "cuda.reference64" : "Eigen", reference == "cuda" ? "cuda.emulated.*" : "CPU");
   fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<8} {:<7} {}\n", "backend", "composition", "contract",
              "out", "rms", "bound", "max_abs", "bound", "rel_fro", "looks", "verdict", "worst block: error/sigma' (limit)");
   for (const auto& run : r.runs) {
@@ -114,6 +116,13 @@ int run(const RunOptions& opt) {
   }
   std::vector<Backend*> backends;
   for (auto& b : owned) backends.push_back(b.get());
+  OracleSet oracles;
+  try {
+    oracles = make_oracles(*oracle_device_from_string(opt.reference));
+  } catch (const std::runtime_error& e) {
+    fmt::print(stderr, "attnfuzz: --reference {}: {}\n", opt.reference, e.what());
+    return kExitBadInput;
+  }
   DiffOptions dopt;
   dopt.check_determinism = !opt.no_determinism;
   dopt.gpu_health = gpu_health;
@@ -128,9 +137,9 @@ int run(const RunOptions& opt) {
   static const bool handler_installed = std::atexit(exit_inside_backend) == 0 && std::at_quick_exit(exit_inside_backend) == 0;
   (void)handler_installed;
   backends_running = true;
-  const DiffReport report = run_differential(c, backends, default_oracles(), dopt);
+  const DiffReport report = run_differential(c, backends, oracles, dopt);
   backends_running = false;
-  print_report(c, report);
+  print_report(c, report, opt.reference);
   if (!opt.record_dir.empty() && !report.findings.empty()) {
     std::set<std::string> seen;
     for (const auto& f : report.findings) {
@@ -161,6 +170,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->delimiter(',');
   cmd->add_option("--memory-budget-mib", opt->memory_budget_mib, "refuse cases that need more host memory than this");
   cmd->add_flag("--no-determinism-check", opt->no_determinism, "run each backend once instead of twice");
+  cmd->add_option("--reference", opt->reference,
+                  "where the float64 reference and the contract baselines run: cpu (Eigen, oracles/emulated.cpp) or cuda "
+                  "(the project's kernels: cuda.reference64, cuda.emulated.*; needs a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory");
   cmd->callback([opt, &exit_code] { exit_code = run(*opt); });
 }

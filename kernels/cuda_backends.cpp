@@ -1,0 +1,88 @@
+#include "kernels/cuda_backends.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace attnfuzz {
+namespace {
+
+// Whether the mask can differ between (b, h) planes: only a random leaf depends on b and h
+// (harness/mask.cpp, visible()).
+bool varies_by_head(const MaskExpr& m) {
+  if (m.kind == MaskExpr::Kind::random) return true;
+  for (const auto& a : m.args)
+    if (varies_by_head(a)) return true;
+  return false;
+}
+
+// The Problem's tensors as the kernels take them. The dense mask is [B][Hq][Sq][Skv]; when
+// every (b, h) plane is the same (every mask kind but random ones) only one plane travels.
+gpu::HostAttention host_attention(const Problem& p) {
+  const Shape& s = p.shape;
+  gpu::HostAttention a;
+  a.batch = s.batch, a.heads_q = s.heads_q, a.heads_kv = s.heads_kv;
+  a.seq_q = s.seq_q, a.seq_kv = s.seq_kv, a.dim_qk = s.head_dim_qk, a.dim_v = s.head_dim_v;
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.q = p.q.ptr(), a.k = p.k.ptr(), a.v = p.v.ptr();
+  a.mask = p.mask.data();
+  const size_t plane = static_cast<size_t>(s.seq_q * s.seq_kv), planes = static_cast<size_t>(s.batch * s.heads_q);
+  a.mask_one_plane = true;
+  if (p.mask_expr && !varies_by_head(*p.mask_expr)) return a;
+  for (size_t i = 1; i < planes && a.mask_one_plane; ++i)
+    a.mask_one_plane = std::memcmp(p.mask.data(), p.mask.data() + i * plane, plane) == 0;
+  return a;
+}
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+Forward run_forward(const Problem& p, const gpu::Numerics& n, gpu::Timing* t) {
+  const auto t0 = Clock::now();
+  const Shape& s = p.shape;
+  Forward f{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
+  const gpu::HostAttention a = host_attention(p);
+  const double host_ms = ms_since(t0);
+  gpu::forward(a, n, f.o.ptr(), f.lse.ptr(), t);
+  if (t) t->host_ms = host_ms;
+  return f;
+}
+
+Gradients run_backward(const Problem& p, const gpu::Numerics& n, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse,
+                       gpu::Timing* t) {
+  const Shape& s = p.shape;
+  const auto t0 = Clock::now();
+  Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
+              Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
+  const gpu::HostAttention a = host_attention(p);
+  const double host_ms = ms_since(t0);
+  gpu::backward(a, n, fwd.o.ptr(), d_out.ptr(), d_lse.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), t);
+  if (t) t->host_ms = host_ms;
+  return g;
+}
+
+}  // namespace
+
+bool cuda_kernels_available(std::string* why) { return gpu::device_available(why); }
+
+std::string CudaReference64Backend::version() const { return "attnfuzz kernels float64 (" + gpu::device_description() + ")"; }
+
+Forward CudaReference64Backend::forward(const Problem& p) { return run_forward(p, gpu::Numerics{}, &timing_); }
+
+Gradients CudaReference64Backend::backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
+  return run_backward(p, gpu::Numerics{}, fwd, d_out, d_lse, &timing_);
+}
+
+std::string CudaEmulatedBackend::name() const {
+  return std::string("cuda.emulated.") + std::string(to_string(contract_)) + (reversed_ ? ".reversed" : "");
+}
+
+std::string CudaEmulatedBackend::version() const { return "attnfuzz kernels (" + gpu::device_description() + ")"; }
+
+Forward CudaEmulatedBackend::forward(const Problem& p) { return run_forward(p, numerics(p), nullptr); }
+
+Gradients CudaEmulatedBackend::backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
+  return run_backward(p, numerics(p), fwd, d_out, d_lse, nullptr);
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,48 @@
+#pragma once
+// The GPU oracle set as Backends (device "cuda"): the float64 reference and the contract
+// baselines, computed by kernels/gpu_attention.cu. Compiled only by the gpu preset
+// (ATTNFUZZ_WITH_CUDA); oracles/registry.cpp registers them.
+#include <string>
+
+#include "harness/backend.h"
+#include "kernels/gpu_attention.h"
+
+namespace attnfuzz {
+
+// Whether a CUDA device can run the project's kernels here, or why not.
+bool cuda_kernels_available(std::string* why);
+
+// The float64 reference on the GPU: same semantics as ReferenceBackend (oracles/reference.h).
+class CudaReference64Backend final : public Backend {
+ public:
+  std::string name() const override { return "cuda.reference64"; }
+  std::string version() const override;
+  std::string device() const override { return "cuda"; }
+  Forward forward(const Problem& p) override;
+  Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override;
+  // Where the time of the last call went (host-timed: upload, kernels, download).
+  const gpu::Timing& last_timing() const { return timing_; }
+
+ private:
+  gpu::Timing timing_;
+};
+
+// The naive computation under a contract on the GPU: same rounding points and accumulation
+// order as EmulatedBackend (oracles/emulated.h); docs/gpu.md says where the two can differ.
+class CudaEmulatedBackend final : public Backend {
+ public:
+  CudaEmulatedBackend(Contract contract, bool reversed_order) : contract_(contract), reversed_(reversed_order) {}
+  std::string name() const override;
+  std::string version() const override;
+  std::string device() const override { return "cuda"; }
+  std::optional<Contract> contract(DType) const override { return contract_; }
+  Forward forward(const Problem& p) override;
+  Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override;
+
+ private:
+  gpu::Numerics numerics(const Problem& p) const { return {false, contract_, p.dtype, reversed_}; }
+  Contract contract_;
+  bool reversed_;
+};
+
+}  // namespace attnfuzz
