@@ -5,6 +5,7 @@
 #   ci/gpu_run.sh env                        versions, GPU, `attnfuzz list`
 #   ci/gpu_run.sh tests                      the gpu-labelled gtest binaries
 #   ci/gpu_run.sh campaign SECONDS SEED BACKENDS [extra campaign args]
+#   ci/gpu_run.sh cuda-plugins [DEVICES]     tests/plugins/cuda_plugin_test.sh on the carried plugins
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -37,6 +38,8 @@ case "$mode" in
       echo "$b $f"
     done | xargs -P 8 -L 1 sh -c '"$0" replay --timeout 120 --backends "$1" "$2" 2>&1 | grep -E "^(FAILING|fixed|ERROR)"' "$bin/attnfuzz" \
       | sort | tee "$OUT/replay.log" ;;
+  cuda-plugins)  # the minimal CUDA plugin and its planted-bug variants through run, campaign, check
+    "$root/tests/plugins/cuda_plugin_test.sh" "$bin/attnfuzz" "$root/.carry/plugins" "$root" "${1:-0}" 2>&1 | tee "$OUT/cuda-plugins.log" ;;
   run)  # one case (or reproducer) through the given backends, in this process
     "$bin/attnfuzz" run --backends "$2" "$1" 2>&1 | tee -a "$OUT/run.log" ;;
   minimize)
@@ -50,5 +53,5 @@ case "$mode" in
     done
     wait
     tail -n 4 "$OUT"/min/*.log ;;
-  *) echo "usage: $0 env|tests|campaign SECONDS SEED BACKENDS|replay FILES...|minimize SECONDS FILES..." >&2; exit 2 ;;
+  *) echo "usage: $0 env|tests|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|minimize SECONDS FILES..." >&2; exit 2 ;;
 esac

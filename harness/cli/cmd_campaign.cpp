@@ -113,7 +113,44 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
 }
 
-int campaign_command(const CampaignArgs& a) {
+// Per backend: cases ran / skipped / errored, per composition class; then, loudly on stderr,
+// every backend that ran nothing, with its top reasons.
+void print_coverage(const Coverage& c) {
+  for (const auto& [b, n] : c.backends()) {
+    std::string comps;
+    if (auto it = c.compositions().find(b); it != c.compositions().end())
+      for (const auto& [comp, k] : it->second) comps += fmt::format("{}{} {}/{}/{}", comps.empty() ? "" : ", ", comp, k.ran, k.skipped, k.errored);
+    fmt::print("coverage  {}: {} ran, {} skipped, {} errored ({})\n", b, n.ran, n.skipped, n.errored, comps.empty() ? "-" : comps);
+  }
+  std::fflush(stdout);
+  for (const auto& w : c.warnings()) fmt::print(stderr, "attnfuzz: WARNING: {}\n", w);
+}
+
+// check's JUnit: one test per backend, failing when it ran no case, with its counts.
+std::vector<JUnitCase> coverage_junit_cases(const Coverage& c) {
+  std::vector<JUnitCase> out;
+  for (const auto& [b, n] : c.backends()) {
+    std::string text = fmt::format("ran {}, skipped {}, errored {} (cases)", n.ran, n.skipped, n.errored);
+    if (auto it = c.compositions().find(b); it != c.compositions().end())
+      for (const auto& [comp, k] : it->second) text += fmt::format("\n{}: ran {}, skipped {}, errored {}", comp, k.ran, k.skipped, k.errored);
+    for (const auto& [group, rc] : c.top_reasons(b, 5)) text += fmt::format("\n{}x {}", rc.count, rc.example);
+    std::string failure;
+    if (n.ran == 0) {
+      failure = fmt::format("ran no case: {} skipped, {} errored", n.skipped, n.errored);
+      if (const auto top = c.top_reasons(b, 1); !top.empty()) failure += "; most often: " + top[0].second.example;
+    }
+    out.push_back({"attnfuzz.check.coverage", b, failure, text});
+  }
+  if (const CoverageCounts& e = c.case_errors(); e.errored) {
+    std::string text = fmt::format("{} case(s) the worker could not judge", e.errored);
+    for (const auto& [group, rc] : e.reasons) text += fmt::format("\n{}x {}", rc.count, rc.example);
+    out.push_back({"attnfuzz.check.coverage", "unjudged cases", "", text});
+  }
+  return out;
+}
+
+// `untested`, when given, is set when some backend ran no case.
+int campaign_command(const CampaignArgs& a, bool* untested = nullptr) {
   CampaignOptions o;
   try {
     o = to_options(a);
@@ -126,6 +163,9 @@ int campaign_command(const CampaignArgs& a) {
   CampaignSummary s;
   try {
     s = run_campaign(o);
+  } catch (const BackendLoadError& e) {
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    return kExitBadInput;
   } catch (const std::exception& e) {
     fmt::print(stderr, "attnfuzz: {}\n", e.what());
     return kExitBadInput;
@@ -133,7 +173,9 @@ int campaign_command(const CampaignArgs& a) {
   fmt::print("done      {} cases in {:.1f} s ({:.1f} cases/s), {} finding(s)\n", s.cases, s.seconds,
              s.seconds > 0 ? static_cast<double>(s.cases) / s.seconds : 0.0, s.signatures.size());
   for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
+  print_coverage(s.coverage);
   fmt::print("report    {}\n", write_report(o.out_dir, finding_profile));
+  if (untested) *untested = !s.coverage.untested().empty();
   return s.signatures.empty() ? kExitOk : kExitDivergence;
 }
 
@@ -240,13 +282,15 @@ int worker_command(const std::vector<std::string>& names) {
   FILE* out = ::fdopen(proto, "w");
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Backend*> backends;
-  std::string load_error;
+  std::string load_error;  // the first backend that cannot be loaded
   for (const auto& n : names) {
+    std::fprintf(out, "P %s\n", n.c_str());  // a plugin that crashes while loading is named
+    std::fflush(out);
     try {
       owned.push_back(make_backend(n));
       backends.push_back(owned.back().get());
     } catch (const std::exception& e) {
-      load_error = e.what();
+      if (load_error.empty()) load_error = e.what();
     }
   }
   const OracleSet oracles = default_oracles();
@@ -254,8 +298,17 @@ int worker_command(const std::vector<std::string>& names) {
   while (std::getline(std::cin, line)) {
     json reply;
     try {
-      if (!load_error.empty()) throw std::runtime_error(load_error);
       const json req = json::parse(line);
+      if (req.value("op", "run") == "probe") {  // the campaign asks, before any case, whether everything loaded
+        if (!load_error.empty()) reply["error"] = load_error;
+        json loaded = json::array();
+        for (const Backend* b : backends) loaded.push_back(b->name());
+        reply["backends"] = loaded;
+        std::fprintf(out, "R %s\n", reply.dump().c_str());
+        std::fflush(out);
+        continue;
+      }
+      if (!load_error.empty()) throw std::runtime_error(load_error);
       const Case c = case_from_json(req.at("case"));
       DiffOptions opt;
       opt.fingerprint_all = false;
@@ -270,6 +323,7 @@ int worker_command(const std::vector<std::string>& names) {
       for (const auto& f : r.findings)
         findings.push_back(json::parse(write_repro(Reproducer{c, names, f, r.rule.describe(), r.input_checksum, "", -1, environment()})));
       reply["findings"] = findings;
+      reply["runs"] = to_json(run_outcomes(r));
       if (r.gpu_error) reply["restart"] = true;  // the parent starts a fresh worker (see DiffReport)
     } catch (const std::exception& e) {
       reply["error"] = e.what();
@@ -288,12 +342,14 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
   fs::create_directories(out + "/findings");
   std::map<std::string, std::pair<int64_t, std::string>> best;  // signature -> (case index, file)
   uint64_t cases = 0;
+  Coverage coverage;
   json shards = json::array();
   for (const auto& d : dirs) {
     if (fs::exists(d + "/summary.json")) {
       std::ifstream in(d + "/summary.json");
       const json s = json::parse(in);
       cases += s.value("cases", uint64_t{0});
+      if (s.contains("coverage")) coverage.add(Coverage::from_json(s.at("coverage")));
       shards.push_back(s.value("shard", "?"));
     }
     if (!fs::exists(d + "/findings")) continue;
@@ -319,9 +375,11 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
     ++by_class[to_string(load_repro(v.second).finding.signature.cls)];
     sigs.push_back(key);
   }
-  json s{{"format", "attnfuzz-summary/1"}, {"merged_shards", shards}, {"cases", cases}, {"findings_by_class", by_class}, {"signatures", sigs}};
+  json s{{"format", "attnfuzz-summary/1"}, {"merged_shards", shards}, {"cases", cases}, {"findings_by_class", by_class}, {"signatures", sigs},
+         {"coverage", coverage.to_json()}};
   write_file_atomic(out + "/summary.json", s.dump(2) + "\n");
   fmt::print("merged {} directories: {} cases, {} distinct finding(s) -> {}\n", dirs.size(), cases, sigs.size(), out);
+  print_coverage(coverage);
   return kExitOk;
 }
 
@@ -352,13 +410,16 @@ void add_campaign_commands(CLI::App& app, int& exit_code) {
   check->add_option("--json", ch->json_out, "JSON summary file (default: OUT/summary.json)");
   check->callback([ch, &exit_code] {
     if (fs::exists(ch->c.out)) fs::remove_all(ch->c.out);  // a check always starts from nothing
-    exit_code = campaign_command(ch->c);
+    bool untested = false;
+    exit_code = campaign_command(ch->c, &untested);
     if (exit_code == kExitBadInput) return;
     std::vector<JUnitCase> cases;
     std::ifstream in(ch->c.out + "/summary.json");
     const json s = json::parse(in);
     for (const auto& sig : s.at("signatures")) cases.push_back({"attnfuzz.check", sig.get<std::string>(), "divergence: " + sig.get<std::string>(), ""});
     cases.push_back({"attnfuzz.check", "cases=" + std::to_string(s.value("cases", 0)), "", ""});
+    for (const auto& c : coverage_junit_cases(Coverage::from_json(s.value("coverage", json::object())))) cases.push_back(c);
+    if (untested) exit_code = kExitUntested;
     write_file_atomic(ch->junit.empty() ? ch->c.out + "/junit.xml" : ch->junit, junit_xml("attnfuzz.check", cases));
     if (!ch->json_out.empty()) fs::copy_file(ch->c.out + "/summary.json", ch->json_out, fs::copy_options::overwrite_existing);
   });

@@ -3,6 +3,7 @@
 // `attnfuzz list`: the backends of this build and whether they can run here.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -97,6 +98,12 @@ int run(const RunOptions& opt) {
       write_file_atomic(path, write_repro(r));
       fmt::print("recorded  {}\n", path);
     }
+  }
+  // A run in which every backend was skipped (or failed) tested nothing: never a pass.
+  const bool any_ran = std::any_of(report.runs.begin(), report.runs.end(), [](const BackendRun& r) { return !r.skipped; });
+  if (!any_ran) {
+    fmt::print(stderr, "attnfuzz: nothing was tested: every backend was skipped or failed (reasons above)\n");
+    return kExitUntested;
   }
   return report.findings.empty() ? kExitOk : kExitDivergence;
 }
