@@ -222,7 +222,9 @@ json Coverage::to_json(size_t top) const {
     e["by_composition"] = comps;
     backends[b] = e;
   }
-  return json{{"backends", backends}, {"untested", untested()}, {"unjudged_cases", counts_json(case_errors_, top)}};
+  json unjudged = counts_json(case_errors_, top);
+  unjudged.erase("ran"), unjudged.erase("skipped");
+  return json{{"backends", backends}, {"untested", untested()}, {"unjudged_cases", unjudged}};
 }
 
 Coverage Coverage::from_json(const json& j) {

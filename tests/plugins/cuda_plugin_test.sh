@@ -32,7 +32,7 @@ check "run, GQA bf16 key split: exit 0 (got $?)" "[ $? -eq 0 ]"
 rc=$?
 grep -A20 '^[0-9]* finding' "$tmp/run3"
 check "run, planted dLSE bug: exit 1 (got $rc)" "[ $rc -eq 1 ]"
-check "run, planted dLSE bug: dQ mismatch through the merge" "grep -q 'plugin.minimal_cuda_ignores_dlse/q_split/dQ/mismatch' $tmp/run3"
+check "run, planted dLSE bug: dQ mismatch through the merge" "grep -q 'plugin.minimal_cuda_ignores_dlse/merged/dQ/mismatch' $tmp/run3"
 
 "$bin" campaign --cases 300 --jobs 4 --devices "$devices" --backends "$cuda" --out "$tmp/camp" >"$tmp/camp.log" 2>&1
 rc=$?
@@ -55,5 +55,6 @@ grep -v ' elapsed, ' "$tmp/fault.log"
 check "campaign, planted device fault: exit 1 (got $rc)" "[ $rc -eq 1 ]"
 check "the fault is a finding of the faulting plugin" "grep -qE '^  plugin.minimal_cuda_faults/single/-/(backend_error|crash)/' $tmp/fault.log"
 check "and the campaign went on: cases ran after it" "grep -qE '^coverage  plugin.minimal_cuda_faults: [1-9][0-9]* ran, 0 skipped, [1-9][0-9]* errored' $tmp/fault.log"
-if [ -n "${OUT:-}" ]; then cp "$tmp"/*.log "$tmp"/run* "$tmp"/*.xml "$OUT/" 2>/dev/null; cp "$tmp/camp/summary.json" "$OUT/cuda-campaign-summary.json" 2>/dev/null; fi
+# On the device machine: every log, summary, report and JUnit file in one archive.
+[ -n "${OUT:-}" ] && tar czf "$OUT/cuda-plugin-test.tgz" -C "$tmp" .
 exit $fail

@@ -143,7 +143,9 @@ static int supports(const af_problem* p, char* msg, size_t len) {
   return 0;
 }
 
-static unsigned blocks(int64_t threads) { return (unsigned)((threads + 127) / 128); }
+/* A part of a composition can be empty (an empty key range): a grid of 0 blocks would be a
+ * launch error, so launch one block whose threads have nothing to do. */
+static unsigned blocks(int64_t threads) { return threads > 0 ? (unsigned)((threads + 127) / 128) : 1u; }
 
 static int forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o,
                    af_tensor* lse, char* msg, size_t len) {
