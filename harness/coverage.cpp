@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <set>
 
 namespace attnfuzz {
@@ -20,15 +21,17 @@ Outcome outcome_from_string(const std::string& s) {
 
 json counts_json(const CoverageCounts& c, size_t top) {
   json j{{"ran", c.ran}, {"skipped", c.skipped}, {"errored", c.errored}};
-  std::vector<std::pair<std::string, ReasonCount>> v(c.reasons.begin(), c.reasons.end());
+  std::vector<std::pair<std::string, ReasonCount>> v;
+  uint64_t other = 0;  // reasons beyond the top ones, here or in a summary read back
+  for (const auto& [k, rc] : c.reasons) {
+    if (k == kOtherReasons) other += rc.count;
+    else v.emplace_back(k, rc);
+  }
   std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.count > b.second.count; });
   json reasons = json::array();
-  uint64_t other = 0;
   for (size_t i = 0; i < v.size(); ++i) {
-    if (i < top && v[i].first != kOtherReasons)
-      reasons.push_back({{"reason", v[i].first}, {"count", v[i].second.count}, {"example", v[i].second.example}});
-    else
-      other += v[i].second.count;
+    if (i < top) reasons.push_back({{"reason", v[i].first}, {"count", v[i].second.count}, {"example", v[i].second.example}});
+    else other += v[i].second.count;
   }
   if (other) reasons.push_back({{"reason", kOtherReasons}, {"count", other}, {"example", ""}});
   j["reasons"] = reasons;
@@ -172,7 +175,9 @@ std::vector<std::string> Coverage::untested() const {
 std::vector<std::pair<std::string, ReasonCount>> Coverage::top_reasons(const std::string& backend, size_t n) const {
   auto it = backends_.find(backend);
   if (it == backends_.end()) return {};
-  std::vector<std::pair<std::string, ReasonCount>> v(it->second.reasons.begin(), it->second.reasons.end());
+  std::vector<std::pair<std::string, ReasonCount>> v;
+  for (const auto& [k, rc] : it->second.reasons)
+    if (k != kOtherReasons) v.emplace_back(k, rc);
   std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.count > b.second.count; });
   if (v.size() > n) v.resize(n);
   return v;
@@ -218,7 +223,7 @@ json Coverage::to_json(size_t top) const {
     json e = counts_json(c, top);
     json comps = json::object();
     if (auto it = by_composition_.find(b); it != by_composition_.end())
-      for (const auto& [comp, cc] : it->second) comps[comp] = counts_json(cc, std::min<size_t>(top, 3));
+      for (const auto& [comp, cc] : it->second) comps[comp] = counts_json(cc, top == SIZE_MAX ? top : std::min<size_t>(top, 3));
     e["by_composition"] = comps;
     backends[b] = e;
   }

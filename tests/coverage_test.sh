@@ -70,6 +70,9 @@ PY
 check "summary.json coverage: $(tail -1 "$tmp/py")" "grep -q 'summary ok' $tmp/py"
 check "report.html has the coverage table and the warning" \
   "grep -q '<h2>Coverage</h2>' $tmp/camp/report.html && grep -q \"class='warn'>WARNING: backend plugin.declines_all ran no case\" $tmp/camp/report.html"
+"$bin" campaign --cases 50 --resume --jobs 2 --no-minimize --quiet --backends "$ok,$declines" --out "$tmp/camp" >"$tmp/stdout" 2>&1
+check "a resumed campaign counts the first part's cases once: 50 in all" \
+  "grep -q '^coverage  plugin.declines_all: 0 ran, 50 skipped, 0 errored' $tmp/stdout && grep -q '^coverage  plugin.mutant_ok: 50 ran' $tmp/stdout"
 
 # 3. check: the declining backend fails it with exit 4 and a failing JUnit test.
 "$bin" check --seed 3 --cases 20 --quiet --backends "$ok,$declines" --out "$tmp/chk" --junit "$tmp/chk.xml" >"$tmp/stdout" 2>"$tmp/err"
