@@ -21,6 +21,7 @@
 #include "harness/campaign.h"
 #include "harness/case_json.h"
 #include "harness/cli/commands.h"
+#include "harness/cli/coverage_output.h"
 #include "harness/differential.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
@@ -111,42 +112,6 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases")->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
-}
-
-// Per backend: cases ran / skipped / errored, per composition class; then, loudly on stderr,
-// every backend that ran nothing, with its top reasons.
-void print_coverage(const Coverage& c) {
-  for (const auto& [b, n] : c.backends()) {
-    std::string comps;
-    if (auto it = c.compositions().find(b); it != c.compositions().end())
-      for (const auto& [comp, k] : it->second) comps += fmt::format("{}{} {}/{}/{}", comps.empty() ? "" : ", ", comp, k.ran, k.skipped, k.errored);
-    fmt::print("coverage  {}: {} ran, {} skipped, {} errored ({})\n", b, n.ran, n.skipped, n.errored, comps.empty() ? "-" : comps);
-  }
-  std::fflush(stdout);
-  for (const auto& w : c.warnings()) fmt::print(stderr, "attnfuzz: WARNING: {}\n", w);
-}
-
-// check's JUnit: one test per backend, failing when it ran no case, with its counts.
-std::vector<JUnitCase> coverage_junit_cases(const Coverage& c) {
-  std::vector<JUnitCase> out;
-  for (const auto& [b, n] : c.backends()) {
-    std::string text = fmt::format("ran {}, skipped {}, errored {} (cases)", n.ran, n.skipped, n.errored);
-    if (auto it = c.compositions().find(b); it != c.compositions().end())
-      for (const auto& [comp, k] : it->second) text += fmt::format("\n{}: ran {}, skipped {}, errored {}", comp, k.ran, k.skipped, k.errored);
-    for (const auto& [group, rc] : c.top_reasons(b, 5)) text += fmt::format("\n{}x {}", rc.count, rc.example);
-    std::string failure;
-    if (n.ran == 0) {
-      failure = fmt::format("ran no case: {} skipped, {} errored", n.skipped, n.errored);
-      if (const auto top = c.top_reasons(b, 1); !top.empty()) failure += "; most often: " + top[0].second.example;
-    }
-    out.push_back({"attnfuzz.check.coverage", b, failure, text});
-  }
-  if (const CoverageCounts& e = c.case_errors(); e.errored) {
-    std::string text = fmt::format("{} case(s) the worker could not judge", e.errored);
-    for (const auto& [group, rc] : e.reasons) text += fmt::format("\n{}x {}", rc.count, rc.example);
-    out.push_back({"attnfuzz.check.coverage", "unjudged cases", "", text});
-  }
-  return out;
 }
 
 // `untested`, when given, is set when some backend ran no case.
