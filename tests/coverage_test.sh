@@ -40,6 +40,9 @@ bad "non-ELF file" "plugin:$tmp/not-elf.so" "cannot load"
 bad "missing symbols" "plugin:$plugins/libattnfuzz_plugin_no_symbols.so" "exports no attnfuzz_plugin_abi_version"
 bad "ABI 999" "plugin:$plugins/libattnfuzz_plugin_wrong_abi.so" "ABI version 999"
 bad "unknown name" "nosuch.backend" "unknown backend .nosuch.backend."
+if "$bin" list 2>/dev/null | grep -q 'this build has no cuDNN backend'; then
+  bad "a backend this build lacks" "cudnn" "backend .cudnn. is not available here"
+fi
 
 # 2. A backend that declines every case, next to one that runs.
 "$bin" campaign --cases 30 --jobs 2 --no-minimize --backends "$ok,$declines" --out "$tmp/camp" >"$tmp/stdout" 2>"$tmp/err"
