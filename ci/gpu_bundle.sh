@@ -7,12 +7,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/gpu}
 out=$root/.carry
-rm -rf "$out" && mkdir -p "$out/bin" "$out/lib" "$out/mutants"
+rm -rf "$out" && mkdir -p "$out/bin" "$out/lib" "$out/mutants" "$out/plugins"
 for b in attnfuzz tests/test_gpu_backends tests/test_cudnn_backend tests/test_gpu_oracles bench/bench_gpu_oracles; do
   [ -f "$build/$b" ] && strip -o "$out/bin/$(basename "$b")" "$build/$b"
 done
 # The mutant zoo, so the GPU machine can show the harness finding planted bugs there too.
 for m in "$build"/mutants/*.so; do [ -f "$m" ] && strip -o "$out/mutants/$(basename "$m")" "$m"; done
+# The test plugins, CUDA ones included (tests/plugins/cuda_plugin_test.sh runs them there).
+for m in "$build"/plugins/*.so; do [ -f "$m" ] && strip -o "$out/plugins/$(basename "$m")" "$m"; done
 cp -L "$(ldd "$out/bin/attnfuzz" | awk '/libfmt/ {print $3}')" "$out/lib/"
 git -C "$root" rev-parse --short=12 HEAD > "$out/commit"
 du -sh "$out"

@@ -6,6 +6,7 @@
 #   ci/gpu_run.sh tests                      the gpu-labelled gtest binaries
 #   ci/gpu_run.sh campaign SECONDS SEED BACKENDS [extra campaign args]
 #   ci/gpu_run.sh oracles [bench args]       the GPU oracle set: tests, benchmark, sanitizers
+#   ci/gpu_run.sh cuda-plugins [DEVICES]     tests/plugins/cuda_plugin_test.sh on the carried plugins
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -49,6 +50,8 @@ case "$mode" in
       compute-sanitizer --tool "$tool" "$bin/bench_gpu_oracles" --quick > "$OUT/sanitizer-$tool.log" 2>&1
       echo "compute-sanitizer $tool: exit $?, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)"
     done ;;
+  cuda-plugins)  # the minimal CUDA plugin and its planted-bug variants through run, campaign, check
+    "$root/tests/plugins/cuda_plugin_test.sh" "$bin/attnfuzz" "$root/.carry/plugins" "$root" "${1:-0}" 2>&1 | tee "$OUT/cuda-plugins.log" ;;
   run)  # one case (or reproducer) through the given backends, in this process
     "$bin/attnfuzz" run --backends "$2" "$1" 2>&1 | tee -a "$OUT/run.log" ;;
   minimize)
@@ -62,5 +65,5 @@ case "$mode" in
     done
     wait
     tail -n 4 "$OUT"/min/*.log ;;
-  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|replay FILES...|minimize SECONDS FILES..." >&2; exit 2 ;;
+  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|minimize SECONDS FILES..." >&2; exit 2 ;;
 esac

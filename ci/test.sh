@@ -16,5 +16,6 @@ cmake --build --preset cpu -j "$jobs"
 ctest --preset cpu -j "$jobs"
 # The gpu preset: only what the cpu preset does not already build and test.
 cmake --preset gpu
-cmake --build --preset gpu -j "$jobs" --target attnfuzz test_gpu_backends test_cudnn_backend
+cmake --build --preset gpu -j "$jobs" --target attnfuzz test_gpu_backends test_cudnn_backend \
+  attnfuzz_plugin_minimal_cuda attnfuzz_plugin_minimal_cuda_ignores_dlse attnfuzz_plugin_minimal_cuda_faults
 ctest --preset gpu

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
@@ -78,13 +79,19 @@ class FindingStore {
 
 struct SavedState {
   uint64_t next_k = 0;
+  Coverage coverage;  // of the cases before next_k
 };
 
 std::string state_path(const CampaignOptions& o) { return o.out_dir + "/state.json"; }
 
-void save_state(const CampaignOptions& o, uint64_t next_k) {
-  json j{{"format", "attnfuzz-campaign-state/1"}, {"seed", o.seed},         {"shard", o.shard},
-         {"shards", o.shards},                    {"backends", o.backends}, {"next_k", next_k}};
+void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& coverage) {
+  json j{{"format", "attnfuzz-campaign-state/1"},
+         {"seed", o.seed},
+         {"shard", o.shard},
+         {"shards", o.shards},
+         {"backends", o.backends},
+         {"next_k", next_k},
+         {"coverage", coverage.to_json(SIZE_MAX)}};
   write_file_atomic(state_path(o), j.dump(2) + "\n");
 }
 
@@ -112,8 +119,11 @@ SavedState load_state(const CampaignOptions& o) {
       throw std::runtime_error("--resume: " + state_path(o) + " was run with --backends " + j.at("backends").dump() +
                                ": resume without --backends, or use another --out");
     s.next_k = j.value("next_k", uint64_t{0});
+    if (j.contains("coverage")) s.coverage = Coverage::from_json(j.at("coverage"));
   } catch (const json::exception& e) {
     throw std::runtime_error("--resume: " + state_path(o) + ": " + e.what());
+  } catch (const std::invalid_argument& e) {  // a coverage outcome it does not know
+    throw std::runtime_error("--resume: " + state_path(o) + ": coverage: " + e.what());
   }
   return s;
 }
@@ -158,24 +168,43 @@ std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
 }  // namespace
 
 // One request to a worker: the findings of a case, or the crash/timeout it caused.
-std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& o) {
+std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& o, Coverage* coverage) {
   // Determinism (every backend twice) is checked on a sample of the stream: it doubles the
   // cost of a case, and a nondeterministic backend shows up on any sizable sample.
   const bool determinism = o.determinism_every <= 1 || index < 0 || index % o.determinism_every == 0;
   const json req{{"op", "run"}, {"case", to_json(c)}, {"determinism", determinism}};
   const WorkerProcess::Reply reply = w.request(req.dump(), o.timeout_seconds);
-  if (reply.status != WorkerProcess::Reply::Status::ok) return {death_finding(c, reply, index, o.backends)};
+  // A dead worker (or one whose reply is unreadable): a crash/timeout finding, and the
+  // backend it was running counted as errored.
+  auto death = [&](const WorkerProcess::Reply& r) {
+    Reproducer d = death_finding(c, r, index, o.backends);
+    if (coverage) {
+      const std::string why = to_string(d.finding.signature.cls) + ": " + r.detail;
+      if (r.last_progress.empty()) coverage->add_case_error("the worker died before running any backend: " + why);
+      else coverage->add_case({{r.last_progress, "-", Outcome::errored, why}});
+    }
+    return d;
+  };
+  if (reply.status != WorkerProcess::Reply::Status::ok) return {death(reply)};
   std::vector<Reproducer> out;
   json j;
+  std::vector<RunOutcome> outcomes;
+  std::string case_error;
   try {
     j = json::parse(reply.body);
     if (!j.is_object() || !j.contains("findings") || !j.at("findings").is_array()) throw std::runtime_error("no findings array");
+    if (j.contains("error")) case_error = j.at("error").get<std::string>();
+    else if (j.contains("runs")) outcomes = run_outcomes_from_json(j.at("runs"));
   } catch (const std::exception& e) {  // an intact frame with a broken body: count it as the worker's failure
     WorkerProcess::Reply bad = reply;
     bad.status = WorkerProcess::Reply::Status::crashed;
     bad.detail = std::string("malformed reply: ") + e.what();
     w.restart();
-    return {death_finding(c, bad, index, o.backends)};
+    return {death(bad)};
+  }
+  if (coverage) {
+    if (j.contains("error")) coverage->add_case_error(case_error);
+    else if (j.contains("runs")) coverage->add_case(outcomes);
   }
   if (j.value("restart", false)) w.restart();
   if (j.contains("environment")) {
@@ -197,7 +226,8 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
 
 namespace {
 
-std::string rate_line(uint64_t cases, double secs, const CampaignOptions& o, uint64_t next_k, const std::map<std::string, int>& by_class) {
+std::string rate_line(uint64_t cases, double secs, const CampaignOptions& o, uint64_t next_k, const std::map<std::string, int>& by_class,
+                      const Coverage& coverage) {
   char left[64];
   if (o.budget_cases)  // a count budget (check): what is left is cases
     std::snprintf(left, sizeof left, "%llu cases left", static_cast<unsigned long long>(o.budget_cases > next_k ? o.budget_cases - next_k : 0));
@@ -209,6 +239,7 @@ std::string rate_line(uint64_t cases, double secs, const CampaignOptions& o, uin
   std::string s = buf;
   if (by_class.empty()) s += " none";
   for (const auto& [k, v] : by_class) s += " " + k + "=" + std::to_string(v);
+  s += "; ran/skipped/errored: " + coverage.progress_text();
   return s;
 }
 
@@ -225,8 +256,30 @@ std::vector<std::string> recorded_backends(const std::string& out_dir) {
   }
 }
 
+std::vector<std::string> probe_backends(const CampaignOptions& o) {
+  auto one_line = [](std::string m) {
+    std::replace(m.begin(), m.end(), '\n', ' ');
+    return m;
+  };
+  WorkerProcess proc(o.worker_argv, worker_env(o, 0));
+  const WorkerProcess::Reply reply = proc.request(json{{"op", "probe"}}.dump(), std::max(60.0, 2 * o.timeout_seconds));
+  if (reply.status != WorkerProcess::Reply::Status::ok)
+    throw BackendLoadError(one_line("loading " + (reply.last_progress.empty() ? std::string("the backends") : reply.last_progress) +
+                                    (reply.status == WorkerProcess::Reply::Status::timed_out ? " hung" : " killed the worker: " + reply.detail)));
+  try {
+    const json j = json::parse(reply.body);
+    if (j.contains("error")) throw BackendLoadError(one_line(j.at("error").get<std::string>()));
+    return j.value("backends", std::vector<std::string>{});
+  } catch (const json::exception& e) {  // an intact frame with a broken body
+    throw BackendLoadError(one_line(std::string("loading the backends: malformed worker reply: ") + e.what()));
+  }
+}
+
 CampaignSummary run_campaign(const CampaignOptions& o) {
   if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards) throw std::invalid_argument("--shard i/N needs 0 <= i < N");
+  // Every backend must load before anything is written or any case runs: a campaign
+  // against a backend that cannot even load would otherwise report a clean run.
+  const std::vector<std::string> backend_names = probe_backends(o);
   fs::create_directories(o.out_dir);
   const DirLock lock(o.out_dir);  // held until the summary is written: one campaign per directory
   const SavedState saved = o.resume ? load_state(o) : SavedState{};
@@ -238,6 +291,11 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   std::atomic<uint64_t> done{0};
   std::mutex flight_m;
   std::set<uint64_t> in_flight;
+  // Coverage of the completed prefix of the stream (what state.json records, so a resume
+  // counts every case once), and of the cases completed beyond it.
+  Coverage prefix_coverage = saved.coverage;
+  for (const auto& b : backend_names) prefix_coverage.add_backend(b);
+  std::map<uint64_t, Coverage> pending_coverage;
   std::atomic<bool> stop{false};
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -245,7 +303,24 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
     std::lock_guard<std::mutex> lock(flight_m);
     return in_flight.empty() ? next_k.load() : *in_flight.begin();
   };
-  save_state(o, saved.next_k);
+  // Folds the completed cases below the prefix into prefix_coverage; returns the total.
+  auto coverage_now = [&](uint64_t prefix) {
+    std::lock_guard<std::mutex> lock(flight_m);
+    while (!pending_coverage.empty() && pending_coverage.begin()->first < prefix) {
+      prefix_coverage.add(pending_coverage.begin()->second);
+      pending_coverage.erase(pending_coverage.begin());
+    }
+    Coverage total = prefix_coverage;
+    for (const auto& [k, c] : pending_coverage) total.add(c);
+    return total;
+  };
+  auto checkpoint = [&] {
+    const uint64_t prefix = completed_prefix();
+    Coverage total = coverage_now(prefix);
+    save_state(o, prefix, prefix_coverage);
+    return total;
+  };
+  checkpoint();
 
   const size_t workers = std::max<size_t>(static_cast<size_t>(std::max(o.jobs, 1)), o.devices.size());
   std::vector<std::thread> threads;
@@ -267,9 +342,11 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           }
           const uint64_t g = global_case_index(k, o.shard, o.shards);
           const Case c = o.make_case(g);
-          for (const auto& r : run_case(proc, c, static_cast<int64_t>(g), o)) store.record(r);
+          Coverage case_coverage;
+          for (const auto& r : run_case(proc, c, static_cast<int64_t>(g), o, &case_coverage)) store.record(r);
           {
             std::lock_guard<std::mutex> lock(flight_m);
+            pending_coverage[k] = std::move(case_coverage);
             in_flight.erase(k);
           }
           ++done;
@@ -282,23 +359,27 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
     });
 
   // Progress: a rewritten line on a terminal, plain lines every 5 s otherwise; the state
-  // file follows the completed prefix of the case stream, once a second.
+  // file follows the completed prefix of the case stream.
   const bool tty = ::isatty(2);
   double last_line = 0;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    Coverage coverage;
     try {
-      save_state(o, completed_prefix());
+      coverage = checkpoint();
     } catch (const std::exception& e) {  // disk full, say: stop the workers before reporting it
-      std::lock_guard<std::mutex> lock(error_m);
-      if (worker_error.empty()) worker_error = e.what();
+      {
+        std::lock_guard<std::mutex> lock(error_m);
+        if (worker_error.empty()) worker_error = e.what();
+      }
       stop = true;
+      coverage = coverage_now(completed_prefix());
     }
     const double secs = elapsed();
     const bool finished = (o.budget_cases && next_k.load() >= o.budget_cases && completed_prefix() >= o.budget_cases) ||
                           secs >= o.budget_seconds || stop;
     if (!o.quiet && (tty || secs - last_line >= 5.0)) {
-      const std::string line = rate_line(done.load(), secs, o, next_k.load(), store.by_class());
+      const std::string line = rate_line(done.load(), secs, o, next_k.load(), store.by_class(), coverage);
       std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line.c_str());
       last_line = secs;
     }
@@ -307,10 +388,11 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   stop = true;
   for (auto& t : threads) t.join();
   if (!worker_error.empty()) throw std::runtime_error(worker_error);
-  save_state(o, completed_prefix());
-  if (!o.quiet) std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n", rate_line(done.load(), elapsed(), o, next_k.load(), store.by_class()).c_str());
-
   CampaignSummary s;
+  s.coverage = checkpoint();
+  if (!o.quiet)
+    std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n", rate_line(done.load(), elapsed(), o, next_k.load(), store.by_class(), s.coverage).c_str());
+
   s.cases = done.load();
   s.next_index = completed_prefix();
   s.cases_total = s.next_index;
@@ -400,6 +482,7 @@ std::string summary_json(const CampaignSummary& s, const CampaignOptions& o) {
   j["cases"] = s.cases_total;
   j["findings_by_class"] = s.findings_by_class;
   j["signatures"] = s.signatures;
+  j["coverage"] = s.coverage.to_json();
   return j.dump(2) + "\n";
 }
 

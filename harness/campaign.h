@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "harness/case.h"
+#include "harness/coverage.h"
 #include "harness/minimize.h"
 #include "harness/worker.h"
 #include "harness/repro.h"
@@ -45,7 +47,20 @@ struct CampaignSummary {
   std::map<std::string, int> findings_by_class;
   std::vector<std::string> signatures;  // sorted
   uint64_t next_index = 0;
+  // What ran, was skipped or errored, per backend and composition, over the whole
+  // completed prefix of the case stream (resumed parts included).
+  Coverage coverage;
 };
+
+// A backend the campaign cannot load or does not know: thrown before any case runs, with
+// one line saying which backend and why.
+struct BackendLoadError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Starts one worker as the campaign would and has it load every backend; returns the names
+// the backends report (plugin:/x.so -> plugin.x). Throws BackendLoadError.
+std::vector<std::string> probe_backends(const CampaignOptions& opt);
 
 // Runs the campaign; writes findings/, state.json, summary.json into out_dir, holding
 // out_dir/lock (harness/dir_lock.h) throughout. Throws std::runtime_error with one line when
@@ -57,7 +72,8 @@ std::vector<std::string> recorded_backends(const std::string& out_dir);
 void minimize_findings(const CampaignOptions& opt);
 // Shrinks one reproducer, judging every candidate in the isolated worker `proc` (restarted
 // after a crash, a hang or a GPU error), so a fault cannot leak into the next candidate's verdict.
-std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& opt);
+// When `coverage` is given, the case's outcomes per backend are added to it.
+std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& opt, Coverage* coverage = nullptr);
 Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& opt, ShrinkReport* report = nullptr);
 // The global index of the k-th case of a shard.
 inline uint64_t global_case_index(uint64_t k, int shard, int shards) { return k * static_cast<uint64_t>(shards) + static_cast<uint64_t>(shard); }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "harness/case_json.h"
+#include "harness/coverage.h"
 
 namespace attnfuzz {
 namespace fs = std::filesystem;
@@ -83,6 +84,28 @@ std::string profile_svg(const std::vector<double>& v, double bound, const std::s
   return s.str();
 }
 
+// What was really tested: a banner per backend that ran nothing, then cases ran / skipped /
+// errored per backend and composition class, with the top reasons.
+std::string coverage_html(const Coverage& c) {
+  std::ostringstream h;
+  h << "<h2>Coverage</h2>";
+  for (const auto& w : c.warnings()) h << "<p class='warn'>WARNING: " << esc(w) << "</p>";
+  h << "<table><tr><th>backend</th><th>composition</th><th>ran</th><th>skipped</th><th>errored</th><th>top skip/error reasons</th></tr>";
+  auto row = [&](const std::string& b, const std::string& comp, const CoverageCounts& n, const std::string& reasons) {
+    h << "<tr" << (n.ran == 0 ? " class='untested'" : "") << "><td>" << esc(b) << "</td><td>" << esc(comp) << "</td><td>" << n.ran
+      << "</td><td>" << n.skipped << "</td><td>" << n.errored << "</td><td>" << reasons << "</td></tr>";
+  };
+  for (const auto& [b, n] : c.backends()) {
+    std::string reasons;
+    for (const auto& [group, rc] : c.top_reasons(b, 5)) reasons += std::to_string(rc.count) + "&times; " + esc(rc.example) + "<br>";
+    row(b, "all (per case)", n, reasons);
+    if (auto it = c.compositions().find(b); it != c.compositions().end())
+      for (const auto& [comp, k] : it->second) row(b, comp, k, "");
+  }
+  h << "</table>";
+  return h.str();
+}
+
 }  // namespace
 
 std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
@@ -104,7 +127,8 @@ std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
     << "body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;"
     << "font-size:13px;text-align:left}th{background:#eee}.finding{border:1px solid #bbb;border-radius:6px;padding:12px;margin:16px 0}"
     << "pre{background:#f4f4f4;padding:8px;overflow:auto;max-height:240px;font-size:12px}.cls{font-weight:bold;color:#b02020}"
-    << ".pics{display:flex;gap:16px;flex-wrap:wrap}</style></head><body>";
+    << ".pics{display:flex;gap:16px;flex-wrap:wrap}"
+    << ".warn{background:#fde2e2;border:2px solid #b02020;padding:8px;font-weight:bold}.untested td{background:#fde2e2}</style></head><body>";
   h << "<h1>attnfuzz report</h1><p>Run directory: <code>" << esc(run_dir) << "</code></p>";
   h << "<h2>Summary</h2><table><tr><th>cases</th><td>" << summary.value("cases", 0) << "</td></tr>";
   h << "<tr><th>seed / shard</th><td>" << summary.value("seed", uint64_t{0}) << " / " << esc(summary.value("shard", std::string("-"))) << "</td></tr>";
@@ -116,6 +140,7 @@ std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
     for (auto it = summary["findings_by_class"].begin(); it != summary["findings_by_class"].end(); ++it)
       h << "<tr><th>&nbsp;&nbsp;" << esc(it.key()) << "</th><td>" << it.value() << "</td></tr>";
   h << "</table>";
+  if (summary.contains("coverage")) h << coverage_html(Coverage::from_json(summary["coverage"]));
 
   h << "<h2>Findings</h2><table><tr><th>#</th><th>backend</th><th>composition</th><th>tensor</th><th>class</th><th>dtype</th><th>mask</th><th>minimized shape</th></tr>";
   std::vector<std::pair<std::string, Reproducer>> shown;

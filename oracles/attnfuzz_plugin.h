@@ -1,4 +1,4 @@
-/* attnfuzz plugin ABI, version 1.
+/* attnfuzz plugin ABI, version 2 (attnfuzz still loads version 1 plugins).
  *
  * A plugin is a shared library that exports two C functions:
  *
@@ -15,8 +15,15 @@
  * log, -inf on fully masked rows). The harness fills every output with a poison pattern
  * before each call; an element left holding it is reported as unwritten.
  *
+ * A plugin with AF_DEVICE_IS_CUDA gets every tensor in GPU memory on the device it runs on
+ * (same shapes, strides and dtypes), and the mask in GPU memory too (mask_device, version 2).
+ *
  * Every entry point returns 0 on success, or non-zero with a NUL-terminated message in
  * `msg` (at most msg_len bytes including the NUL).
+ *
+ * Versions: 1 had no af_problem.mask_device. Version 2 only appends that field, so a plugin
+ * built against version 1 reads the same layout. A plugin may define
+ * ATTNFUZZ_PLUGIN_ABI_VERSION to 1u before including this header to build for version 1.
  */
 #ifndef ATTNFUZZ_PLUGIN_H
 #define ATTNFUZZ_PLUGIN_H
@@ -28,7 +35,9 @@
 extern "C" {
 #endif
 
-#define ATTNFUZZ_PLUGIN_ABI_VERSION 1u
+#ifndef ATTNFUZZ_PLUGIN_ABI_VERSION
+#define ATTNFUZZ_PLUGIN_ABI_VERSION 2u
+#endif
 
 typedef enum af_dtype { AF_F32 = 0, AF_F16 = 1, AF_BF16 = 2, AF_F64 = 3 } af_dtype;
 typedef enum af_device { AF_CPU = 0, AF_CUDA = 1 } af_device;
@@ -56,16 +65,19 @@ typedef struct af_problem {
   const char* restrictions_json; /* JSON array of {"left","right","align","inside"} */
   int64_t q_offset, kv_offset, full_seq_q, full_seq_kv;
   const uint8_t* mask; /* host memory, [B][Hq][Sq][Skv] contiguous, 1 = visible */
+  /* Version 2: the same mask in GPU memory, on the device the tensors are on, for plugins
+   * with AF_DEVICE_IS_CUDA in forward() and backward(); NULL otherwise (and in supports()). */
+  const uint8_t* mask_device;
 } af_problem;
 
 enum {
   AF_BACKWARD_TAKES_DLSE = 1u << 0, /* backward() honours d_lse; otherwise the harness adds the term */
   AF_MASKED_ROWS_ZERO = 1u << 1,    /* fully masked rows give O = 0, LSE = -inf, zero gradients */
-  AF_DEVICE_IS_CUDA = 1u << 2       /* tensors are handed over on the GPU */
+  AF_DEVICE_IS_CUDA = 1u << 2       /* tensors (and, version 2, the mask) are handed over on the GPU */
 };
 
 typedef struct af_plugin {
-  uint32_t abi_version; /* ATTNFUZZ_PLUGIN_ABI_VERSION */
+  uint32_t abi_version; /* ATTNFUZZ_PLUGIN_ABI_VERSION, the same as attnfuzz_plugin_abi_version() returns */
   const char* name;
   const char* version;
   uint32_t flags;

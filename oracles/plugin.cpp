@@ -5,12 +5,14 @@
 #include <bit>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
 
 #include "harness/case_json.h"
 #include "oracles/attnfuzz_plugin.h"
+#include "oracles/plugin_cuda.h"
 
 namespace attnfuzz {
 namespace {
@@ -111,6 +113,23 @@ struct Buffer {
   }
 };
 
+// The versions this loader speaks: 2 added af_problem.mask_device at the end of the struct,
+// so a version 1 plugin reads the same layout.
+constexpr uint32_t kOldestAbi = 1;
+bool abi_supported(uint32_t v) { return v >= kOldestAbi && v <= ATTNFUZZ_PLUGIN_ABI_VERSION; }
+std::string abi_spoken() { return std::to_string(kOldestAbi) + " to " + std::to_string(ATTNFUZZ_PLUGIN_ABI_VERSION); }
+
+// A CUDA plugin's view of a host buffer: the device copy of its whole byte extent, with the
+// same strides and offsets (so any layout the host side chooses carries over unchanged).
+void to_device(DeviceArena& arena, Buffer& b) {
+  auto* host = reinterpret_cast<unsigned char*>(b.bytes.data());
+  auto* dev = static_cast<unsigned char*>(arena.upload(host, b.bytes.size()));
+  b.t.data = dev + (static_cast<unsigned char*>(b.t.data) - host);
+  b.t.device = AF_CUDA;
+  b.t.device_index = arena.device();
+}
+void to_host(DeviceArena& arena, Buffer& b) { arena.download(b.bytes.data(), b.bytes.size()); }
+
 std::string restrictions_json(const Problem& p) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& r : p.restrictions)
@@ -144,10 +163,13 @@ class PluginBackend final : public Backend {
   }
   bool masked_rows_zero() const override { return pl_->flags & AF_MASKED_ROWS_ZERO; }
   bool backward_takes_dlse() const override { return pl_->flags & AF_BACKWARD_TAKES_DLSE; }
+  bool cuda() const { return pl_->flags & AF_DEVICE_IS_CUDA; }
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the plugin's contract";
-    if (pl_->flags & AF_DEVICE_IS_CUDA) return "CUDA plugins need the GPU build of the loader";
+    if (cuda()) {
+      if (auto why = cuda_plugins_unavailable()) return *why;
+    }
     if (!pl_->supports) return std::nullopt;
     Call call(p);
     char msg[1024] = {0};
@@ -164,8 +186,16 @@ class PluginBackend final : public Backend {
     Buffer o({s.batch, s.heads_q, s.seq_q, s.head_dim_v}, dt, p.layout), lse({s.batch, s.heads_q, s.seq_q}, AF_F32, p.layout);
     o.poison(), lse.poison();
     char msg[1024] = {0};
-    if (pl_->forward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, msg, sizeof msg) != 0)
-      throw std::runtime_error(name() + ": forward failed: " + (msg[0] ? msg : "no message"));
+    std::optional<DeviceArena> gpu;
+    if (cuda()) {
+      gpu.emplace();
+      for (Buffer* b : {&q, &k, &v, &o, &lse}) to_device(*gpu, *b);
+      call.problem.mask_device = static_cast<const uint8_t*>(gpu->upload(p.mask.data(), p.mask.size()));
+    }
+    const int rc = pl_->forward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, msg, sizeof msg);
+    if (gpu) gpu->synchronize(name() + " forward");
+    if (rc != 0) throw std::runtime_error(name() + ": forward failed: " + (msg[0] ? msg : "no message"));
+    if (gpu) to_host(*gpu, o), to_host(*gpu, lse);
     Forward f;
     f.o = o.load(&f.unwritten["O"]);
     f.lse = lse.load(&f.unwritten["LSE"]);
@@ -182,9 +212,17 @@ class PluginBackend final : public Backend {
     Buffer dq(p.q.shape, dt, p.layout), dk(p.k.shape, dt, p.layout), dv(p.v.shape, dt, p.layout);
     dq.poison(), dk.poison(), dv.poison();
     char msg[1024] = {0};
-    if (pl_->backward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, &d_o.t, backward_takes_dlse() ? &g.t : nullptr, &dq.t, &dk.t,
-                      &dv.t, msg, sizeof msg) != 0)
-      throw std::runtime_error(name() + ": backward failed: " + (msg[0] ? msg : "no message"));
+    std::optional<DeviceArena> gpu;
+    if (cuda()) {
+      gpu.emplace();
+      for (Buffer* b : {&q, &k, &v, &o, &lse, &d_o, &g, &dq, &dk, &dv}) to_device(*gpu, *b);
+      call.problem.mask_device = static_cast<const uint8_t*>(gpu->upload(p.mask.data(), p.mask.size()));
+    }
+    const int rc = pl_->backward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, &d_o.t, backward_takes_dlse() ? &g.t : nullptr, &dq.t,
+                                 &dk.t, &dv.t, msg, sizeof msg);
+    if (gpu) gpu->synchronize(name() + " backward");
+    if (rc != 0) throw std::runtime_error(name() + ": backward failed: " + (msg[0] ? msg : "no message"));
+    if (gpu) to_host(*gpu, dq), to_host(*gpu, dk), to_host(*gpu, dv);
     Gradients out;
     out.dq = dq.load(&out.unwritten["dQ"]);
     out.dk = dk.load(&out.unwritten["dK"]);
@@ -225,14 +263,13 @@ std::unique_ptr<Backend> load_plugin(const std::string& path) {
   auto abi = reinterpret_cast<af_abi_version_fn>(dlsym(h, "attnfuzz_plugin_abi_version"));
   if (!abi) fail("exports no attnfuzz_plugin_abi_version(): not an attnfuzz plugin");
   const uint32_t version = abi();
-  if (version != ATTNFUZZ_PLUGIN_ABI_VERSION)
-    fail("ABI version " + std::to_string(version) + ", this attnfuzz speaks " + std::to_string(ATTNFUZZ_PLUGIN_ABI_VERSION));
+  if (!abi_supported(version)) fail("ABI version " + std::to_string(version) + ", this attnfuzz speaks " + abi_spoken());
   auto get = reinterpret_cast<af_plugin_get_fn>(dlsym(h, "attnfuzz_plugin_get"));
   if (!get) fail("exports no attnfuzz_plugin_get()");
   const af_plugin* pl = get();
   if (!pl) fail("attnfuzz_plugin_get() returned NULL");
-  if (pl->abi_version != ATTNFUZZ_PLUGIN_ABI_VERSION)
-    fail("af_plugin.abi_version is " + std::to_string(pl->abi_version) + ", this attnfuzz speaks " + std::to_string(ATTNFUZZ_PLUGIN_ABI_VERSION));
+  if (pl->abi_version != version)
+    fail("af_plugin.abi_version is " + std::to_string(pl->abi_version) + " but attnfuzz_plugin_abi_version() returned " + std::to_string(version));
   if (!pl->forward || !pl->backward) fail("af_plugin has no forward or backward entry point");
   return std::make_unique<PluginBackend>(path, h, pl);
 }

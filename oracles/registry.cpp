@@ -6,8 +6,9 @@
 #include <stdexcept>
 
 #include "oracles/emulated.h"
-#include "oracles/plugin.h"
 #include "oracles/error_terms.h"
+#include "oracles/plugin.h"
+#include "oracles/plugin_cuda.h"
 #include "oracles/reference.h"
 #if ATTNFUZZ_HAVE_TORCH
 #include "oracles/torch_oracle.h"
@@ -195,10 +196,9 @@ std::map<std::string, std::string> environment() {
 
 std::optional<std::string> gpu_health() {
 #if ATTNFUZZ_HAVE_TORCH
-  return torch_cuda_health();
-#else
-  return std::nullopt;
+  if (auto e = torch_cuda_health()) return e;
 #endif
+  return cuda_plugin_health();  // a CUDA plugin's fault, where LibTorch's CUDA is not there to see it
 }
 
 void set_backend_threads(int n) {

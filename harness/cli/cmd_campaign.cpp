@@ -22,6 +22,7 @@
 #include "harness/campaign.h"
 #include "harness/case_json.h"
 #include "harness/cli/commands.h"
+#include "harness/cli/coverage_output.h"
 #include "harness/differential.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
@@ -118,7 +119,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
 }
 
-int campaign_command(const CampaignArgs& a) {
+// `untested`, when given, is set when some backend ran no case.
+int campaign_command(const CampaignArgs& a, bool* untested = nullptr) {
   CampaignOptions o;
   try {
     o = to_options(a);
@@ -131,6 +133,9 @@ int campaign_command(const CampaignArgs& a) {
   CampaignSummary s;
   try {
     s = run_campaign(o);
+  } catch (const BackendLoadError& e) {
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    return kExitBadInput;
   } catch (const std::exception& e) {
     fmt::print(stderr, "attnfuzz: {}\n", e.what());
     return kExitBadInput;
@@ -138,6 +143,7 @@ int campaign_command(const CampaignArgs& a) {
   fmt::print("done      {} cases in {:.1f} s ({:.1f} cases/s), {} finding(s)\n", s.cases, s.seconds,
              s.seconds > 0 ? static_cast<double>(s.cases) / s.seconds : 0.0, s.signatures.size());
   for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
+  print_coverage(s.coverage);
   try {
     fmt::print("report    {}\n", write_report(o.out_dir, finding_profile));
   } catch (const std::exception& e) {  // a full disk, say: the findings are recorded, the report is not
@@ -145,6 +151,7 @@ int campaign_command(const CampaignArgs& a) {
     fmt::print(stderr, "attnfuzz: report: {}\n", e.what());
     return kExitBadInput;
   }
+  if (untested) *untested = !s.coverage.untested().empty();
   return s.signatures.empty() ? kExitOk : kExitDivergence;
 }
 
@@ -291,22 +298,41 @@ int worker_command(const std::vector<std::string>& names) {
   }
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Backend*> backends;
-  std::string load_error;
-  for (const auto& n : names) {
-    try {
-      owned.push_back(make_backend(n));
-      backends.push_back(owned.back().get());
-    } catch (const std::exception& e) {
-      load_error = e.what();
+  std::string load_error;  // the first backend that cannot be loaded
+  // The backends load once the first request (the campaign's probe, or a case) is in: its
+  // progress frames then carry that request's seq, so a plugin that crashes while loading
+  // is named in the reply to it (frames of no request are dropped as stale).
+  bool loaded = false;
+  auto load_backends = [&] {
+    for (const auto& n : names) {
+      channel->progress(n);
+      try {
+        owned.push_back(make_backend(n));
+        backends.push_back(owned.back().get());
+      } catch (const std::exception& e) {
+        if (load_error.empty()) load_error = e.what();
+      }
     }
-  }
+  };
   const OracleSet oracles = default_oracles();
   std::string body;
   while (channel->next_request(body)) {
+    if (!loaded) {
+      load_backends();
+      loaded = true;
+    }
     json reply;
     try {
-      if (!load_error.empty()) throw std::runtime_error(load_error);
       const json req = json::parse(body);
+      if (req.value("op", "run") == "probe") {  // the campaign asks, before any case, whether everything loaded
+        if (!load_error.empty()) reply["error"] = load_error;
+        json loaded = json::array();
+        for (const Backend* b : backends) loaded.push_back(b->name());
+        reply["backends"] = loaded;
+        channel->reply(reply.dump());
+        continue;
+      }
+      if (!load_error.empty()) throw std::runtime_error(load_error);
       const Case c = case_from_json(req.at("case"));
       DiffOptions opt;
       opt.fingerprint_all = false;
@@ -318,6 +344,7 @@ int worker_command(const std::vector<std::string>& names) {
       for (const auto& f : r.findings)
         findings.push_back(json::parse(write_repro(Reproducer{c, names, f, r.rule.describe(), r.input_checksum, "", -1, environment()})));
       reply["findings"] = findings;
+      reply["runs"] = to_json(run_outcomes(r));
       if (r.gpu_error) reply["restart"] = true;  // the parent starts a fresh worker (see DiffReport)
     } catch (const std::exception& e) {
       reply["error"] = e.what();
@@ -358,6 +385,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
   std::map<std::string, std::pair<int64_t, std::string>> best;  // signature -> (case index, file)
   uint64_t cases = 0;
   int unreadable = 0;
+  Coverage coverage;
   json shards = json::array();
   try {
     for (const auto& d : dirs) {
@@ -371,6 +399,11 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
         if (!s.is_object() || !s.contains("cases") || !s.at("cases").is_number_unsigned())
           throw std::runtime_error(d + "/summary.json: not an attnfuzz summary (no case count)");
         cases += s.at("cases").get<uint64_t>();
+        try {
+          if (s.contains("coverage")) coverage.add(Coverage::from_json(s.at("coverage")));
+        } catch (const std::exception& e) {
+          throw std::runtime_error(d + "/summary.json: coverage: " + e.what());
+        }
         shards.push_back(s.contains("shard") ? s.at("shard") : json("?"));
       }
       if (!fs::exists(d + "/findings")) continue;
@@ -399,7 +432,8 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
       ++by_class[to_string(load_repro(v.second).finding.signature.cls)];
       sigs.push_back(key);
     }
-    json s{{"format", "attnfuzz-summary/1"}, {"merged_shards", shards}, {"cases", cases}, {"findings_by_class", by_class}, {"signatures", sigs}};
+    json s{{"format", "attnfuzz-summary/1"}, {"merged_shards", shards}, {"cases", cases},
+           {"findings_by_class", by_class},   {"signatures", sigs},     {"coverage", coverage.to_json()}};
     write_file_atomic(out + "/summary.json", s.dump(2) + "\n");
   } catch (const std::exception& e) {  // a damaged summary, an unwritable --out, a full disk
     fmt::print(stderr, "attnfuzz: merge: {}\n", e.what());
@@ -407,6 +441,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
   }
   fmt::print("merged {} directories: {} cases, {} distinct finding(s){} -> {}\n", dirs.size(), cases, best.size(),
              unreadable ? fmt::format(", {} unreadable finding file(s) left out", unreadable) : std::string(), out);
+  print_coverage(coverage);
   return kExitOk;
 }
 
@@ -437,13 +472,16 @@ void add_campaign_commands(CLI::App& app, int& exit_code) {
   check->add_option("--json", ch->json_out, "JSON summary file (default: OUT/summary.json)");
   check->callback([ch, &exit_code] {
     if (fs::exists(ch->c.out)) fs::remove_all(ch->c.out);  // a check always starts from nothing
-    exit_code = campaign_command(ch->c);
+    bool untested = false;
+    exit_code = campaign_command(ch->c, &untested);
     if (exit_code == kExitBadInput) return;
     std::vector<JUnitCase> cases;
     std::ifstream in(ch->c.out + "/summary.json");
     const json s = json::parse(in);
     for (const auto& sig : s.at("signatures")) cases.push_back({"attnfuzz.check", sig.get<std::string>(), "divergence: " + sig.get<std::string>(), ""});
     cases.push_back({"attnfuzz.check", "cases=" + std::to_string(s.value("cases", 0)), "", ""});
+    for (const auto& c : coverage_junit_cases(Coverage::from_json(s.value("coverage", json::object())))) cases.push_back(c);
+    if (untested) exit_code = kExitUntested;
     write_file_atomic(ch->junit.empty() ? ch->c.out + "/junit.xml" : ch->junit, junit_xml("attnfuzz.check", cases));
     if (!ch->json_out.empty()) fs::copy_file(ch->c.out + "/summary.json", ch->json_out, fs::copy_options::overwrite_existing);
   });

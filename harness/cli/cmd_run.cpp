@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -156,6 +157,12 @@ int run(const RunOptions& opt) {
       }
       fmt::print("recorded  {}\n", path);
     }
+  }
+  // A run in which every backend was skipped (or failed) tested nothing: never a pass.
+  const bool any_ran = std::any_of(report.runs.begin(), report.runs.end(), [](const BackendRun& r) { return !r.skipped; });
+  if (!any_ran) {
+    fmt::print(stderr, "attnfuzz: nothing was tested: every backend was skipped or failed (reasons above)\n");
+    return kExitUntested;
   }
   return report.findings.empty() ? kExitOk : kExitDivergence;
 }

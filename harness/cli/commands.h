@@ -15,6 +15,9 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitDivergence = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitInternal = 3;
+// Nothing was tested: `check` with a backend that ran no case, `run` with every backend skipped.
+// Takes precedence over kExitDivergence: findings elsewhere do not make the check what it claims.
+inline constexpr int kExitUntested = 4;
 
 void add_run_command(CLI::App& app, int& exit_code);
 // How to start this binary as an isolated worker running these backends (harness/worker.h).

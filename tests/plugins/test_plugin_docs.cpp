@@ -1,5 +1,6 @@
-// The documented plugin is the built plugin: docs/plugins.md carries minimal_plugin.c
-// verbatim, and that code, loaded through the C ABI, matches the float64 reference.
+// The documented plugins are the built plugins: docs/plugins.md carries minimal_plugin.c
+// and minimal_cuda_plugin.cu verbatim, and the C one, loaded through the C ABI, matches the
+// float64 reference (the CUDA one is run on a GPU by cuda_plugin_test.sh).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -30,6 +31,15 @@ TEST(PluginDocs, MinimalPluginSourceIsInTheDocsVerbatim) {
   ASSERT_FALSE(doc.empty());
   EXPECT_NE(doc.find("```c\n" + src + "```\n"), std::string::npos)
       << "docs/plugins.md must hold tests/plugins/minimal_plugin.c verbatim in a ```c block";
+}
+
+// The CUDA plugin of the docs is the one the gpu preset builds and cuda_plugin_test.sh runs.
+TEST(PluginDocs, MinimalCudaPluginSourceIsInTheDocsVerbatim) {
+  const std::string src = read_file(ATTNFUZZ_SOURCE_DIR "/tests/plugins/minimal_cuda_plugin.cu");
+  const std::string doc = read_file(ATTNFUZZ_SOURCE_DIR "/docs/plugins.md");
+  ASSERT_FALSE(src.empty());
+  EXPECT_NE(doc.find("```cuda\n" + src + "```\n"), std::string::npos)
+      << "docs/plugins.md must hold tests/plugins/minimal_cuda_plugin.cu verbatim in a ```cuda block";
 }
 
 struct NamedCase {

@@ -1,0 +1,43 @@
+#include "harness/cli/coverage_output.h"
+
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <string>
+
+namespace attnfuzz::cli {
+
+void print_coverage(const Coverage& c) {
+  for (const auto& [b, n] : c.backends()) {
+    std::string comps;
+    if (auto it = c.compositions().find(b); it != c.compositions().end())
+      for (const auto& [comp, k] : it->second) comps += fmt::format("{}{} {}/{}/{}", comps.empty() ? "" : ", ", comp, k.ran, k.skipped, k.errored);
+    fmt::print("coverage  {}: {} ran, {} skipped, {} errored ({})\n", b, n.ran, n.skipped, n.errored, comps.empty() ? "-" : comps);
+  }
+  std::fflush(stdout);
+  for (const auto& w : c.warnings()) fmt::print(stderr, "attnfuzz: WARNING: {}\n", w);
+}
+
+std::vector<JUnitCase> coverage_junit_cases(const Coverage& c) {
+  std::vector<JUnitCase> out;
+  for (const auto& [b, n] : c.backends()) {
+    std::string text = fmt::format("ran {}, skipped {}, errored {} (cases)", n.ran, n.skipped, n.errored);
+    if (auto it = c.compositions().find(b); it != c.compositions().end())
+      for (const auto& [comp, k] : it->second) text += fmt::format("\n{}: ran {}, skipped {}, errored {}", comp, k.ran, k.skipped, k.errored);
+    for (const auto& [group, rc] : c.top_reasons(b, 5)) text += fmt::format("\n{}x {}", rc.count, rc.example);
+    std::string failure;
+    if (n.ran == 0) {
+      failure = fmt::format("ran no case: {} skipped, {} errored", n.skipped, n.errored);
+      if (const auto top = c.top_reasons(b, 1); !top.empty()) failure += "; most often: " + top[0].second.example;
+    }
+    out.push_back({"attnfuzz.check.coverage", b, failure, text});
+  }
+  if (const CoverageCounts& e = c.case_errors(); e.errored) {
+    std::string text = fmt::format("{} case(s) the worker could not judge", e.errored);
+    for (const auto& [group, rc] : e.reasons) text += fmt::format("\n{}x {}", rc.count, rc.example);
+    out.push_back({"attnfuzz.check.coverage", "unjudged cases", "", text});
+  }
+  return out;
+}
+
+}  // namespace attnfuzz::cli

@@ -1,0 +1,248 @@
+#include "harness/coverage.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <set>
+
+namespace attnfuzz {
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kOtherReasons = "(other reasons)";
+
+Outcome outcome_from_string(const std::string& s) {
+  if (s == "ran") return Outcome::ran;
+  if (s == "skipped") return Outcome::skipped;
+  if (s == "errored") return Outcome::errored;
+  throw std::invalid_argument("unknown outcome '" + s + "'");
+}
+
+json counts_json(const CoverageCounts& c, size_t top) {
+  json j{{"ran", c.ran}, {"skipped", c.skipped}, {"errored", c.errored}};
+  std::vector<std::pair<std::string, ReasonCount>> v;
+  uint64_t other = 0;  // reasons beyond the top ones, here or in a summary read back
+  for (const auto& [k, rc] : c.reasons) {
+    if (k == kOtherReasons) other += rc.count;
+    else v.emplace_back(k, rc);
+  }
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.count > b.second.count; });
+  json reasons = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i < top) reasons.push_back({{"reason", v[i].first}, {"count", v[i].second.count}, {"example", v[i].second.example}});
+    else other += v[i].second.count;
+  }
+  if (other) reasons.push_back({{"reason", kOtherReasons}, {"count", other}, {"example", ""}});
+  j["reasons"] = reasons;
+  return j;
+}
+
+CoverageCounts counts_from_json(const json& j) {
+  CoverageCounts c;
+  c.ran = j.value("ran", uint64_t{0});
+  c.skipped = j.value("skipped", uint64_t{0});
+  c.errored = j.value("errored", uint64_t{0});
+  for (const auto& r : j.value("reasons", json::array())) {
+    ReasonCount& rc = c.reasons[r.at("reason").get<std::string>()];
+    rc.count += r.value("count", uint64_t{0});
+    rc.example = r.value("example", std::string());
+  }
+  return c;
+}
+
+}  // namespace
+
+const char* to_string(Outcome o) {
+  switch (o) {
+    case Outcome::ran: return "ran";
+    case Outcome::skipped: return "skipped";
+    case Outcome::errored: return "errored";
+  }
+  return "?";
+}
+
+std::vector<RunOutcome> run_outcomes(const DiffReport& r) {
+  std::set<std::pair<std::string, std::string>> errors;  // (backend, composition class) with a backend_error
+  std::map<std::pair<std::string, std::string>, std::string> error_detail;
+  for (const auto& f : r.findings)
+    if (f.signature.cls == FindingClass::backend_error) {
+      errors.insert({f.signature.backend, f.signature.composition});
+      error_detail.emplace(std::make_pair(f.signature.backend, f.signature.composition), f.detail);
+    }
+  std::vector<RunOutcome> out;
+  for (const auto& run : r.runs) {
+    RunOutcome o{run.backend, run.composition_class, Outcome::ran, ""};
+    if (run.skipped) {
+      const auto key = std::make_pair(run.backend, run.composition_class);
+      const bool errored = errors.count(key) > 0;
+      o.outcome = errored ? Outcome::errored : Outcome::skipped;
+      o.reason = errored ? error_detail[key] : run.skip_reason;
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+json to_json(const std::vector<RunOutcome>& runs) {
+  json a = json::array();
+  for (const auto& r : runs) a.push_back({r.backend, r.composition, to_string(r.outcome), r.reason});
+  return a;
+}
+
+std::vector<RunOutcome> run_outcomes_from_json(const json& j) {
+  std::vector<RunOutcome> out;
+  for (const auto& e : j)
+    out.push_back({e.at(0).get<std::string>(), e.at(1).get<std::string>(), outcome_from_string(e.at(2).get<std::string>()),
+                   e.at(3).get<std::string>()});
+  return out;
+}
+
+std::string reason_group(const std::string& reason) {
+  std::string line = reason.substr(0, reason.find('\n'));
+  if (line.size() > 160) line = line.substr(0, 160) + "...";
+  std::string out;
+  for (size_t i = 0; i < line.size();) {
+    const unsigned char c = static_cast<unsigned char>(line[i]);
+    const bool in_name = i > 0 && (std::isalnum(static_cast<unsigned char>(line[i - 1])) || line[i - 1] == '_' || line[i - 1] == '.');
+    if (std::isdigit(c) && !in_name) {
+      size_t j = i;
+      while (j < line.size() && (std::isdigit(static_cast<unsigned char>(line[j])) || line[j] == '.')) ++j;
+      if (j < line.size() && (std::isalpha(static_cast<unsigned char>(line[j])) || line[j] == '_')) {
+        out.append(line, i, j - i);  // the start of a name (2d, 16bit): kept
+      } else {
+        out += '#';
+      }
+      i = j;
+      continue;
+    }
+    out += line[i++];
+  }
+  return out;
+}
+
+void CoverageCounts::add(Outcome o, const std::string& reason) {
+  switch (o) {
+    case Outcome::ran: ++ran; return;
+    case Outcome::skipped: ++skipped; break;
+    case Outcome::errored: ++errored; break;
+  }
+  const std::string full = reason.empty() ? "(no reason given)" : reason.substr(0, reason.find('\n')).substr(0, 400);
+  ReasonCount& rc = reasons[reason_group(full)];
+  if (rc.count == 0 || full < rc.example) rc.example = full;
+  ++rc.count;
+}
+
+void CoverageCounts::add(const CoverageCounts& other) {
+  ran += other.ran, skipped += other.skipped, errored += other.errored;
+  for (const auto& [k, v] : other.reasons) {
+    ReasonCount& rc = reasons[k];
+    if (rc.count == 0 || (!v.example.empty() && v.example < rc.example)) rc.example = v.example;
+    rc.count += v.count;
+  }
+}
+
+void Coverage::add_backend(const std::string& name) { backends_[name]; }
+
+void Coverage::add_case(const std::vector<RunOutcome>& runs) {
+  // The backend's outcome for the case: errored beats ran beats skipped; the reason is the
+  // first composition's with that outcome.
+  std::map<std::string, std::pair<Outcome, std::string>> per_backend;
+  for (const auto& r : runs) {
+    by_composition_[r.backend][r.composition].add(r.outcome, r.reason);
+    auto it = per_backend.find(r.backend);
+    auto rank = [](Outcome o) { return o == Outcome::errored ? 2 : o == Outcome::ran ? 1 : 0; };
+    if (it == per_backend.end()) per_backend.emplace(r.backend, std::make_pair(r.outcome, r.reason));
+    else if (rank(r.outcome) > rank(it->second.first)) it->second = {r.outcome, r.reason};
+  }
+  for (const auto& [b, o] : per_backend) backends_[b].add(o.first, o.second);
+}
+
+void Coverage::add(const Coverage& other) {
+  for (const auto& [b, c] : other.backends_) backends_[b].add(c);
+  for (const auto& [b, m] : other.by_composition_)
+    for (const auto& [comp, c] : m) by_composition_[b][comp].add(c);
+  case_errors_.add(other.case_errors_);
+}
+
+std::vector<std::string> Coverage::untested() const {
+  std::vector<std::string> out;
+  for (const auto& [b, c] : backends_)
+    if (c.ran == 0) out.push_back(b);
+  return out;
+}
+
+std::vector<std::pair<std::string, ReasonCount>> Coverage::top_reasons(const std::string& backend, size_t n) const {
+  auto it = backends_.find(backend);
+  if (it == backends_.end()) return {};
+  std::vector<std::pair<std::string, ReasonCount>> v;
+  for (const auto& [k, rc] : it->second.reasons)
+    if (k != kOtherReasons) v.emplace_back(k, rc);
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.count > b.second.count; });
+  if (v.size() > n) v.resize(n);
+  return v;
+}
+
+std::string Coverage::progress_text() const {
+  std::string s;
+  for (const auto& [b, c] : backends_) {
+    s += (s.empty() ? "" : ", ") + b + " " + std::to_string(c.ran) + "/" + std::to_string(c.skipped) + "/" + std::to_string(c.errored);
+    if (c.ran == 0 && c.total() > 0) s += " NOTHING RAN";
+  }
+  if (case_errors_.errored) s += ", unjudged cases " + std::to_string(case_errors_.errored);
+  return s;
+}
+
+std::vector<std::string> Coverage::warnings() const {
+  std::vector<std::string> out;
+  for (const auto& b : untested()) {
+    const CoverageCounts& c = backends_.at(b);
+    std::string w = "backend " + b + " ran no case: " + std::to_string(c.skipped) + " skipped, " + std::to_string(c.errored) + " errored";
+    if (c.total() == 0) w += " (it was never reached)";
+    const auto top = top_reasons(b, 3);
+    if (!top.empty()) {
+      w += "; top reasons:";
+      for (const auto& [group, rc] : top) w += " " + std::to_string(rc.count) + "x \"" + rc.example + "\"";
+    }
+    out.push_back(w);
+  }
+  if (case_errors_.errored) {
+    std::string w = std::to_string(case_errors_.errored) + " case(s) could not be judged at all";
+    for (const auto& [group, rc] : case_errors_.reasons) {
+      w += ": \"" + rc.example + "\"";
+      break;
+    }
+    out.push_back(w);
+  }
+  return out;
+}
+
+json Coverage::to_json(size_t top) const {
+  json backends = json::object();
+  for (const auto& [b, c] : backends_) {
+    json e = counts_json(c, top);
+    json comps = json::object();
+    if (auto it = by_composition_.find(b); it != by_composition_.end())
+      for (const auto& [comp, cc] : it->second) comps[comp] = counts_json(cc, top == SIZE_MAX ? top : std::min<size_t>(top, 3));
+    e["by_composition"] = comps;
+    backends[b] = e;
+  }
+  json unjudged = counts_json(case_errors_, top);
+  unjudged.erase("ran"), unjudged.erase("skipped");
+  return json{{"backends", backends}, {"untested", untested()}, {"unjudged_cases", unjudged}};
+}
+
+Coverage Coverage::from_json(const json& j) {
+  Coverage c;
+  if (!j.is_object()) return c;
+  const json backends = j.value("backends", json::object());
+  for (auto it = backends.begin(); it != backends.end(); ++it) {
+    c.backends_[it.key()] = counts_from_json(it.value());
+    const json comps = it.value().value("by_composition", json::object());
+    for (auto ct = comps.begin(); ct != comps.end(); ++ct) c.by_composition_[it.key()][ct.key()] = counts_from_json(ct.value());
+  }
+  if (j.contains("unjudged_cases")) c.case_errors_ = counts_from_json(j.at("unjudged_cases"));
+  return c;
+}
+
+}  // namespace attnfuzz

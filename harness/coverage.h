@@ -1,0 +1,89 @@
+#pragma once
+// What a campaign really tested: per backend and per composition class, how many cases ran,
+// were skipped (grouped by reason) or errored. A campaign whose backend declined every case
+// must not look like a clean run, so these counts go into the progress line, summary.json,
+// the HTML report and check's JUnit, and a backend that ran nothing is called out.
+//
+// The unit is a case. For one backend and one case, each composition it was put through
+// (the single call, the case's composition) has an outcome; the backend's outcome for the
+// case is `errored` if any composition errored, else `ran` if any ran, else `skipped`.
+// A worker that died on a case (crash, hang) counts as `errored` for the backend it was
+// running, composition "-"; the other backends of that case are not counted.
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "harness/differential.h"
+
+namespace attnfuzz {
+
+enum class Outcome { ran, skipped, errored };
+
+// One backend through one composition of one case.
+struct RunOutcome {
+  std::string backend, composition;  // composition class: single, q_split, merged, or "-"
+  Outcome outcome = Outcome::ran;
+  std::string reason;  // why it was skipped or what the error was
+};
+
+// The outcomes of one differential report, for the worker to send to its campaign.
+// A skipped run with a backend_error finding of the same backend and composition errored.
+std::vector<RunOutcome> run_outcomes(const DiffReport& r);
+nlohmann::json to_json(const std::vector<RunOutcome>& runs);
+std::vector<RunOutcome> run_outcomes_from_json(const nlohmann::json& j);
+
+// A reason as a group key: first line, at most 160 characters, and every number that stands
+// alone (not part of a name like fp16) replaced by '#', so "head_dim 72 not supported" and
+// "head_dim 80 not supported" are one group.
+std::string reason_group(const std::string& reason);
+
+struct ReasonCount {
+  uint64_t count = 0;
+  std::string example;  // the smallest full reason of the group (deterministic under any scheduling)
+};
+
+struct CoverageCounts {
+  uint64_t ran = 0, skipped = 0, errored = 0;
+  std::map<std::string, ReasonCount> reasons;  // skip and error reasons by group
+  uint64_t total() const { return ran + skipped + errored; }
+  void add(Outcome o, const std::string& reason);
+  void add(const CoverageCounts& other);
+};
+
+class Coverage {
+ public:
+  // Lists a backend even if it never reports (it then ran nothing).
+  void add_backend(const std::string& name);
+  void add_case(const std::vector<RunOutcome>& runs);
+  // A case the worker could not judge at all (not any backend's doing).
+  void add_case_error(const std::string& reason) { case_errors_.add(Outcome::errored, reason); }
+  void add(const Coverage& other);
+
+  const std::map<std::string, CoverageCounts>& backends() const { return backends_; }
+  const std::map<std::string, std::map<std::string, CoverageCounts>>& compositions() const { return by_composition_; }
+  const CoverageCounts& case_errors() const { return case_errors_; }
+  // Backends that ran no case.
+  std::vector<std::string> untested() const;
+  // The most frequent skip/error reasons of a backend, most frequent first.
+  std::vector<std::pair<std::string, ReasonCount>> top_reasons(const std::string& backend, size_t n) const;
+
+  // "plugin.x 12/0/0, torch.math 10/2/0" (ran/skipped/errored per backend).
+  std::string progress_text() const;
+  // One line per untested backend: what happened and its top reasons.
+  std::vector<std::string> warnings() const;
+
+  // summary.json's "coverage" (top reasons only; the rest summed under "(other reasons)").
+  nlohmann::json to_json(size_t top = 5) const;
+  static Coverage from_json(const nlohmann::json& j);
+
+ private:
+  std::map<std::string, CoverageCounts> backends_;
+  std::map<std::string, std::map<std::string, CoverageCounts>> by_composition_;
+  CoverageCounts case_errors_;
+};
+
+const char* to_string(Outcome o);
+
+}  // namespace attnfuzz

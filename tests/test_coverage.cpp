@@ -1,0 +1,68 @@
+// Coverage counts (harness/coverage.h): per case a backend's outcome is errored > ran >
+// skipped over its compositions; reasons group with stand-alone numbers masked; the JSON
+// form round-trips (state.json, merge) and lists the backends that ran nothing.
+#include <gtest/gtest.h>
+
+#include "harness/coverage.h"
+
+namespace attnfuzz {
+namespace {
+
+TEST(Coverage, ReasonGroupsMaskStandAloneNumbersOnly) {
+  EXPECT_EQ(reason_group("head_dim_qk 72 not supported"), "head_dim_qk # not supported");
+  EXPECT_EQ(reason_group("head_dim_qk 80 not supported"), "head_dim_qk # not supported");
+  EXPECT_EQ(reason_group("dtype fp16 not supported, Sq=37"), "dtype fp16 not supported, Sq=#");
+  EXPECT_EQ(reason_group("first line\nsecond line 5"), "first line");
+  EXPECT_EQ(reason_group("tile 64x32 too big"), "tile 64x32 too big");
+}
+
+TEST(Coverage, ABackendsOutcomeForACaseIsErroredThenRanThenSkipped) {
+  Coverage c;
+  c.add_backend("never_reached");
+  c.add_case({{"a", "single", Outcome::ran, ""}, {"a", "merged", Outcome::skipped, "no LSE"}});
+  c.add_case({{"a", "single", Outcome::skipped, "head_dim 72"}, {"a", "merged", Outcome::errored, "boom"}});
+  c.add_case({{"a", "single", Outcome::skipped, "head_dim 80"}});
+  const CoverageCounts& a = c.backends().at("a");
+  EXPECT_EQ(a.ran, 1u);
+  EXPECT_EQ(a.errored, 1u);
+  EXPECT_EQ(a.skipped, 1u);
+  EXPECT_EQ(c.compositions().at("a").at("single").skipped, 2u);
+  EXPECT_EQ(c.compositions().at("a").at("single").reasons.at("head_dim #").count, 2u);
+  EXPECT_EQ(c.compositions().at("a").at("single").reasons.at("head_dim #").example, "head_dim 72");
+  EXPECT_EQ(c.compositions().at("a").at("merged").errored, 1u);
+  EXPECT_EQ(c.untested(), std::vector<std::string>{"never_reached"});
+  ASSERT_EQ(c.warnings().size(), 1u);
+  EXPECT_NE(c.warnings()[0].find("never_reached ran no case: 0 skipped, 0 errored (it was never reached)"), std::string::npos);
+}
+
+TEST(Coverage, UntestedBackendWarningNamesItsTopReasons) {
+  Coverage c;
+  for (int i = 0; i < 3; ++i) c.add_case({{"x", "single", Outcome::skipped, "needs a GPU"}, {"y", "single", Outcome::ran, ""}});
+  c.add_case({{"x", "single", Outcome::errored, "CUDA error 700"}, {"y", "single", Outcome::ran, ""}});
+  EXPECT_EQ(c.untested(), std::vector<std::string>{"x"});
+  ASSERT_EQ(c.warnings().size(), 1u);
+  EXPECT_EQ(c.warnings()[0], "backend x ran no case: 3 skipped, 1 errored; top reasons: 3x \"needs a GPU\" 1x \"CUDA error 700\"");
+  EXPECT_EQ(c.progress_text(), "x 0/3/1 NOTHING RAN, y 4/0/0");
+}
+
+TEST(Coverage, JsonRoundTripsAndSums) {
+  Coverage c;
+  c.add_backend("z");
+  for (int i = 0; i < 9; ++i) c.add_case({{"x", "single", Outcome::skipped, "reason " + std::string(1, char('a' + i))}});
+  c.add_case_error("bad case");
+  const Coverage back = Coverage::from_json(c.to_json(SIZE_MAX));
+  EXPECT_EQ(back.to_json(SIZE_MAX), c.to_json(SIZE_MAX));
+  Coverage twice = back;
+  twice.add(c);
+  EXPECT_EQ(twice.backends().at("x").skipped, 18u);
+  EXPECT_EQ(twice.case_errors().errored, 2u);
+  // summary.json keeps the top 5 reasons; the other four are summed under one entry.
+  const auto top = c.to_json(5)["backends"]["x"]["reasons"];
+  ASSERT_EQ(top.size(), 6u);
+  EXPECT_EQ(top[5]["reason"], "(other reasons)");
+  EXPECT_EQ(top[5]["count"], 4);
+  EXPECT_EQ(c.to_json()["untested"], nlohmann::json({"x", "z"}));
+}
+
+}  // namespace
+}  // namespace attnfuzz
