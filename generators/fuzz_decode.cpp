@@ -52,15 +52,8 @@ Case decode_case(const uint8_t* data, size_t size) {
   ByteReader r(data, size);
   Case c;
   Shape& s = c.shape;
-  const domain::Bounds b = domain::bounds(domain::kFuzzTier);
-  s.batch = decode_int(r, domain::kMinDim, b.max_batch);
-  s.heads_kv = decode_int(r, domain::kMinDim, b.max_heads_kv);
-  s.heads_q = s.heads_kv * decode_int(r, 1, b.max_group);
-  const std::vector<int64_t> corners = domain::size_corners(b.max_seq), dims = domain::head_dim_menu(b.max_dim);
-  s.seq_q = decode_size(r, b.max_seq, corners);
-  s.seq_kv = decode_size(r, b.max_seq, corners);
-  s.head_dim_qk = decode_size(r, b.max_dim, dims);
-  s.head_dim_v = r.flag() ? s.head_dim_qk : decode_size(r, b.max_dim, dims);
+  // The cheap, decisive toggles first (dtype, softcap, value kinds, dLSE), so a few bytes
+  // reach them on a tiny shape; then the shape within the fuzz tier's bounds.
   c.dtype = static_cast<DType>(r.range(0, 2));
   if (r.flag()) c.softcap = 1.0 + static_cast<double>(r.range(0, 60));
   auto dist = [&](ValueDist& d) {
@@ -74,6 +67,15 @@ Case decode_case(const uint8_t* data, size_t size) {
   };
   dist(c.q), dist(c.k), dist(c.v);
   if (r.flag()) c.d_lse = ValueDist{};
+  const domain::Bounds b = domain::bounds(domain::kFuzzTier);
+  s.batch = decode_int(r, domain::kMinDim, b.max_batch);
+  s.heads_kv = decode_int(r, domain::kMinDim, b.max_heads_kv);
+  s.heads_q = s.heads_kv * decode_int(r, 1, b.max_group);
+  const std::vector<int64_t> corners = domain::size_corners(b.max_seq), dims = domain::head_dim_menu(b.max_dim);
+  s.seq_q = decode_size(r, b.max_seq, corners);
+  s.seq_kv = decode_size(r, b.max_seq, corners);
+  s.head_dim_qk = decode_size(r, b.max_dim, dims);
+  s.head_dim_v = r.flag() ? s.head_dim_qk : decode_size(r, b.max_dim, dims);
   // The details of the mask and the composition come from a generator seeded by the data:
   // their kinds from explicit bytes (so mutations switch kinds), their parameters from the seed.
   const uint64_t detail_seed = r.range(0, UINT64_MAX);
