@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "generators/domain.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
 
@@ -17,17 +18,42 @@ uint64_t ByteReader::range(uint64_t lo, uint64_t hi) {
   return span == UINT64_MAX ? v : lo + v % (span + 1);
 }
 
+namespace {
+
+int64_t decode_int(ByteReader& r, int64_t lo, int64_t hi) {
+  return static_cast<int64_t>(r.range(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
+}
+
+// A flag byte chooses a menu entry (tile corners, kernel head dims) or any size up to max.
+int64_t decode_size(ByteReader& r, int64_t max, const std::vector<int64_t>& menu) {
+  if (!menu.empty() && r.flag()) return menu[static_cast<size_t>(decode_int(r, 0, static_cast<int64_t>(menu.size()) - 1))];
+  return decode_int(r, domain::kMinDim, max);
+}
+
+TensorLayout decode_tensor_layout(ByteReader& r) {
+  TensorLayout l;
+  l.order = kAllOrders[static_cast<size_t>(decode_int(r, 0, static_cast<int64_t>(kAllOrders.size()) - 1))];
+  l.row_padding = decode_int(r, 0, domain::kMaxRowPadding);
+  l.head_padding = r.flag() ? decode_int(r, 1, domain::kMaxHeadPadding) : 0;
+  l.offset = r.flag() ? domain::kOffsets[static_cast<size_t>(decode_int(r, 0, static_cast<int64_t>(domain::kOffsets.size()) - 1))] : 0;
+  return l;
+}
+
+Packing decode_packing(ByteReader& r, Shape& s) {
+  const Packing p = static_cast<Packing>(decode_int(r, 0, 2));
+  if (p == Packing::qkv) s.heads_q = s.heads_kv, s.seq_kv = s.seq_q;
+  if (p != Packing::none) s.head_dim_v = s.head_dim_qk;
+  return p;
+}
+
+}  // namespace
+
 Case decode_case(const uint8_t* data, size_t size) {
   ByteReader r(data, size);
   Case c;
   Shape& s = c.shape;
-  s.batch = static_cast<int64_t>(r.range(1, 2));
-  s.heads_kv = static_cast<int64_t>(r.range(1, 2));
-  s.heads_q = s.heads_kv * static_cast<int64_t>(r.range(1, 3));
-  s.seq_q = static_cast<int64_t>(r.range(1, 40));
-  s.seq_kv = static_cast<int64_t>(r.range(1, 40));
-  s.head_dim_qk = static_cast<int64_t>(r.range(1, 32));
-  s.head_dim_v = r.flag() ? s.head_dim_qk : static_cast<int64_t>(r.range(1, 32));
+  // The cheap, decisive toggles first (dtype, softcap, value kinds, dLSE), so a few bytes
+  // reach them on a tiny shape; then the shape within the fuzz tier's bounds.
   c.dtype = static_cast<DType>(r.range(0, 2));
   if (r.flag()) c.softcap = 1.0 + static_cast<double>(r.range(0, 60));
   auto dist = [&](ValueDist& d) {
@@ -41,6 +67,15 @@ Case decode_case(const uint8_t* data, size_t size) {
   };
   dist(c.q), dist(c.k), dist(c.v);
   if (r.flag()) c.d_lse = ValueDist{};
+  const domain::Bounds b = domain::bounds(domain::kFuzzTier);
+  s.batch = decode_int(r, domain::kMinDim, b.max_batch);
+  s.heads_kv = decode_int(r, domain::kMinDim, b.max_heads_kv);
+  s.heads_q = s.heads_kv * decode_int(r, 1, b.max_group);
+  const std::vector<int64_t> corners = domain::size_corners(b.max_seq), dims = domain::head_dim_menu(b.max_dim);
+  s.seq_q = decode_size(r, b.max_seq, corners);
+  s.seq_kv = decode_size(r, b.max_seq, corners);
+  s.head_dim_qk = decode_size(r, b.max_dim, dims);
+  s.head_dim_v = r.flag() ? s.head_dim_qk : decode_size(r, b.max_dim, dims);
   // The details of the mask and the composition come from a generator seeded by the data:
   // their kinds from explicit bytes (so mutations switch kinds), their parameters from the seed.
   const uint64_t detail_seed = r.range(0, UINT64_MAX);
@@ -51,6 +86,18 @@ Case decode_case(const uint8_t* data, size_t size) {
            : mask_kind == 1 ? MaskExpr::causal_mask(r.flag() ? Align::bottom_right : Align::top_left)
                             : random_mask(gen, s.seq_q, s.seq_kv, mask_kind == 2 ? 2 : 0);
   if (r.flag()) c.composition = random_composition(gen, s.seq_q, s.seq_kv);
+  // Layouts last, so the bytes before keep their meaning: none (the default), one shared
+  // layout, or one per tensor with packings. A packing makes the shape allow it (qkv: one
+  // head count, Skv = Sq, Dv = Dqk; kv: Dv = Dqk), so mutations reach packed views often.
+  switch (r.range(0, 2)) {
+    case 1: c.layouts = Layouts::uniform(decode_tensor_layout(r)); break;
+    case 2:
+      for (TensorRole role : kAllTensorRoles) c.layouts[role] = decode_tensor_layout(r);
+      c.layouts.inputs = decode_packing(r, s);
+      c.layouts.grads = decode_packing(r, s);
+      break;
+    default: break;
+  }
   c.mask = fit_mask(c.mask, s.seq_q, s.seq_kv);
   c.composition = fit_composition(c.composition, s.seq_q, s.seq_kv);
   return c;

@@ -102,17 +102,53 @@ Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth) 
   return c;
 }
 
-// A size: uniform up to `max`, or (often) one of the corners where tiled kernels break:
-// 1, and just below, at and above multiples of 16, 64 and 128.
+namespace {
+
+// A size: uniform up to `max`, or (often) one of the tile corners of generators/domain.h.
 int64_t random_size(SplitMix& r, int64_t max) {
-  static const std::vector<int64_t> corners{1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129};
-  if (r.chance(0.35)) {
-    std::vector<int64_t> fit;
-    for (int64_t c : corners)
-      if (c <= max) fit.push_back(c);
-    return r.pick(fit);
-  }
+  if (r.chance(0.35)) return r.pick(domain::size_corners(max));
   return r.range(1, max);
+}
+
+// A head dim: often one real kernels instantiate (or its +-1 neighbour), else a size.
+// Below the smallest kernel dim no draw is spent, so the toy tier's stream is unchanged.
+int64_t random_head_dim(SplitMix& r, int64_t max) {
+  const std::vector<int64_t> menu = domain::head_dim_menu(max);
+  if (!menu.empty() && r.chance(0.5)) return r.pick(menu);
+  return random_size(r, max);
+}
+
+TensorLayout random_tensor_layout(SplitMix& r) {
+  TensorLayout l;
+  // Half the tensors keep the common BHSD/BSHD orders, the rest any order of B, H, S.
+  l.order = r.chance(0.5) ? (r.chance(0.5) ? TensorLayout::Order::bhsd : TensorLayout::Order::bshd) : r.pick(std::vector<TensorLayout::Order>(kAllOrders.begin(), kAllOrders.end()));
+  if (r.chance(0.25)) l.row_padding = r.range(1, domain::kMaxRowPadding);
+  if (r.chance(0.2)) l.head_padding = r.range(1, domain::kMaxHeadPadding);
+  if (r.chance(0.3)) l.offset = r.pick(std::vector<int64_t>(domain::kOffsets.begin(), domain::kOffsets.end()));
+  return l;
+}
+
+}  // namespace
+
+Layouts random_layouts(SplitMix& r, const Shape& s) {
+  Layouts out;
+  for (TensorRole role : kAllTensorRoles) out[role] = r.chance(0.3) ? TensorLayout{} : random_tensor_layout(r);
+  auto packing = [&](double p) {
+    if (!r.chance(p)) return Packing::none;
+    if (packing_applies(Packing::qkv, s) && r.chance(0.7)) return Packing::qkv;
+    return packing_applies(Packing::kv, s) ? Packing::kv : Packing::none;
+  };
+  out.inputs = packing(0.3);
+  out.grads = packing(0.15);
+  return out;
+}
+
+RandomCaseOptions RandomCaseOptions::for_tier(domain::SizeTier t) {
+  const domain::Bounds b = domain::bounds(t);
+  RandomCaseOptions o;
+  o.max_batch = b.max_batch, o.max_heads_kv = b.max_heads_kv, o.max_group = b.max_group;
+  o.max_seq = b.max_seq, o.max_dim = b.max_dim;
+  return o;
 }
 
 Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
@@ -125,11 +161,19 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
   s.heads_q = s.heads_kv * r.range(1, opt.max_group);
   s.seq_q = random_size(r, opt.max_seq);
   s.seq_kv = r.chance(0.3) ? s.seq_q : random_size(r, opt.max_seq);
-  s.head_dim_qk = random_size(r, opt.max_dim);
-  s.head_dim_v = r.chance(0.5) ? s.head_dim_qk : random_size(r, opt.max_dim);
+  s.head_dim_qk = random_head_dim(r, opt.max_dim);
+  s.head_dim_v = r.chance(0.5) ? s.head_dim_qk : random_head_dim(r, opt.max_dim);
   c.dtype = r.pick(opt.dtypes);
-  c.layout.order = r.chance(0.5) ? Layout::Order::bhsd : Layout::Order::bshd;
-  c.layout.row_padding = r.chance(0.2) ? r.range(1, 8) : 0;
+  TensorLayout shared;
+  shared.order = r.chance(0.5) ? TensorLayout::Order::bhsd : TensorLayout::Order::bshd;
+  shared.row_padding = r.chance(0.2) ? r.range(1, 8) : 0;
+  c.layouts = Layouts::uniform(shared);
+  {
+    // Per-tensor layouts from a stream of their own: the rest of the case stays what this
+    // seed gave before layouts were per tensor.
+    SplitMix lr(splitmix64(c.seed ^ 0x6c61796f75747321ull));
+    if (lr.chance(opt.p_tensor_layouts)) c.layouts = random_layouts(lr, s);
+  }
   if (r.chance(0.2)) c.scale = 0.05 + r.unit();
   if (r.chance(opt.p_softcap)) c.softcap = 1.0 + 30.0 * r.unit();
   c.mask = random_mask(r, s.seq_q, s.seq_kv);

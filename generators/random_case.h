@@ -6,15 +6,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "generators/domain.h"
 #include "harness/case.h"
 
 namespace attnfuzz {
 
 struct RandomCaseOptions {
-  int64_t max_batch = 2, max_heads_kv = 2, max_group = 3;
-  int64_t max_seq = 24, max_dim = 16;
+  // Defaults: the test tier of generators/domain.h.
+  int64_t max_batch = domain::bounds(domain::kTestTier).max_batch, max_heads_kv = domain::bounds(domain::kTestTier).max_heads_kv,
+          max_group = domain::bounds(domain::kTestTier).max_group;
+  int64_t max_seq = domain::bounds(domain::kTestTier).max_seq, max_dim = domain::bounds(domain::kTestTier).max_dim;
   std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
   double p_softcap = 0.2, p_dlse = 0.6, p_composition = 0.5;
+  double p_tensor_layouts = 0.5;  // per-tensor layouts (else one shared layout, as before)
+
+  static RandomCaseOptions for_tier(domain::SizeTier t);
 };
 
 class SplitMix {
@@ -33,6 +39,9 @@ class SplitMix {
 
 MaskExpr random_mask(SplitMix& r, int64_t sq, int64_t skv, int depth = 0);
 Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth = 0);
+// Every tensor its own layout (any order, padded rows and heads, offsets), packings where
+// the shape allows them.
+Layouts random_layouts(SplitMix& r, const Shape& s);
 Case random_case(uint64_t seed, const RandomCaseOptions& opt = {});
 
 }  // namespace attnfuzz

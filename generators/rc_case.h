@@ -1,7 +1,8 @@
 #pragma once
 // RapidCheck's Gen<Case>: the random case domains (generators/random_case.h) with the
 // shrinkers of generators/shrink.h, so a failing property reports a minimal case.
-// RapidCheck's size (0..100) scales the largest sequence length and head dimension.
+// RapidCheck's size (0..100) scales the largest sequence length and head dimension of the
+// options' tier (generators/domain.h; RandomCaseOptions{} is the fast test tier).
 #include <rapidcheck.h>
 
 #include <algorithm>

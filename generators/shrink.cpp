@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "generators/domain.h"
 #include "harness/errors.h"
 
 namespace attnfuzz {
@@ -18,12 +19,47 @@ std::vector<int64_t> fit_segments(std::vector<int64_t> seg, int64_t total) {
   return seg;
 }
 
-// Smaller values for one dimension: 1, half, minus one (deduplicated, all < v, >= lo).
-std::vector<int64_t> smaller(int64_t v, int64_t lo = 1) {
+// Smaller values for one dimension: the floor, half, minus one (deduplicated, all < v, >= lo).
+std::vector<int64_t> smaller(int64_t v, int64_t lo = domain::kMinDim) {
   std::vector<int64_t> out;
   for (int64_t x : {lo, v / 2, v - 1})
     if (x >= lo && x < v && std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
   return out;
+}
+
+// Smaller head dims: those of smaller(), then the kernel head dims below v, largest first,
+// so a finding that needs a dim a kernel instantiates shrinks to the smallest such dim.
+std::vector<int64_t> smaller_head_dims(int64_t v) {
+  std::vector<int64_t> out = smaller(v);
+  for (auto it = domain::kKernelHeadDims.rbegin(); it != domain::kKernelHeadDims.rend(); ++it)
+    if (*it < v && std::find(out.begin(), out.end(), *it) == out.end()) out.push_back(*it);
+  return out;
+}
+
+// Layouts closer to the default: all default, unpacked, then each tensor alone default.
+std::vector<Layouts> simpler_layouts(const Layouts& l) {
+  std::vector<Layouts> out;
+  if (l == Layouts{}) return out;
+  out.push_back(Layouts{});
+  if (l.inputs != Packing::none || l.grads != Packing::none) {
+    Layouts x = l;
+    x.inputs = x.grads = Packing::none;
+    out.push_back(x);
+  }
+  for (TensorRole r : kAllTensorRoles)
+    if (!(l[r] == TensorLayout{})) {
+      Layouts x = l;
+      x[r] = TensorLayout{};
+      out.push_back(x);
+    }
+  return out;
+}
+
+// How far from the default layouts: non-default tensors and packings.
+uint64_t layout_distance(const Layouts& l) {
+  uint64_t n = (l.inputs != Packing::none) + (l.grads != Packing::none);
+  for (TensorRole r : kAllTensorRoles) n += !(l[r] == TensorLayout{});
+  return n;
 }
 
 bool valid(const Case& c) {
@@ -161,7 +197,7 @@ uint64_t case_size(const Case& c) {
   const uint64_t elems = static_cast<uint64_t>(s.batch * s.heads_q * (s.seq_q * (s.head_dim_qk + s.head_dim_v) + s.seq_kv * 2) +
                                                s.batch * s.heads_kv * s.seq_kv * (s.head_dim_qk + s.head_dim_v));
   uint64_t extras = mask_nodes(c.mask, mask_nodes) + comp_nodes(c.composition, comp_nodes);
-  extras += (c.dtype != DType::f32) + (c.softcap.has_value()) + (c.scale.has_value()) + !(c.layout == Layout{});
+  extras += (c.dtype != DType::f32) + (c.softcap.has_value()) + (c.scale.has_value()) + layout_distance(c.layouts);
   for (const ValueDist* d : {&c.q, &c.k, &c.v, &c.d_out}) extras += !(*d == ValueDist{});
   extras += c.d_lse.kind != ValueDist::Kind::zero;
   return elems * 16 + extras;
@@ -219,12 +255,12 @@ std::vector<Case> shrink_candidates(const Case& c) {
     x.shape.seq_kv = v;
     push(x);
   }
-  for (int64_t v : smaller(s.head_dim_qk)) {
+  for (int64_t v : smaller_head_dims(s.head_dim_qk)) {
     Case x = c;
     x.shape.head_dim_qk = v;
     push(x);
   }
-  for (int64_t v : smaller(s.head_dim_v)) {
+  for (int64_t v : smaller_head_dims(s.head_dim_v)) {
     Case x = c;
     x.shape.head_dim_v = v;
     push(x);
@@ -239,9 +275,9 @@ std::vector<Case> shrink_candidates(const Case& c) {
     x.softcap.reset(), x.scale.reset();
     push(x);
   }
-  if (!(c.layout == Layout{})) {
+  for (const Layouts& l : simpler_layouts(c.layouts)) {
     Case x = c;
-    x.layout = Layout{};
+    x.layouts = l;
     push(x);
   }
   for (ValueDist Case::*d : {&Case::q, &Case::k, &Case::v, &Case::d_out})

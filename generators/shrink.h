@@ -1,6 +1,7 @@
 #pragma once
 // Shrinking a Case toward the simplest problem that still shows a finding: B = H = 1,
-// small Sq/Skv/D, simpler masks, a single call, fp32, plain values. Every candidate is
+// small Sq/Skv/D (never below generators/domain.h's floor), simpler masks, a single call,
+// fp32, plain values, the default layouts (all, unpacked, one tensor at a time). Every candidate is
 // valid (masks and compositions are refitted to the new sizes). The same candidates
 // serve RapidCheck's shrinking (generators/rc_case.h) and `attnfuzz minimize`.
 #include <string>

@@ -10,6 +10,7 @@ namespace attnfuzz {
 namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 31;
+constexpr int64_t kMaxLayoutPad = 4096;  // row/head padding and base offset, in elements
 
 uint64_t sat_mul(uint64_t a, uint64_t b) {
   unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
@@ -159,6 +160,16 @@ uint64_t estimate_host_bytes(const Case& c) {
   bytes = sat_add(bytes, prod({s.batch, s.heads_q, s.seq_q, s.seq_kv}));        // dense mask, 1 byte each
   bytes = sat_add(bytes, sat_mul(4 * 8, prod({s.seq_q, s.seq_kv})));          // S, P, dP, dS of one head
   bytes = sat_add(bytes, composition_cost(c, c.composition).bytes);            // the composition's parts
+  // Laid-out copies a backend gets, at most 8 bytes an element. place()'s extent is at most
+  // offset + 3 * B * H * S * (w + row_padding + head_padding) (3: a packed group); bounded
+  // here with saturating arithmetic, since place() itself assumes sizes that fit.
+  for (TensorRole r : kAllTensorRoles) {
+    const TensorLayout& l = c.layouts[r];
+    const auto n = role_sizes(r, s);
+    const uint64_t row = sat_add(static_cast<uint64_t>(n[3]), static_cast<uint64_t>(l.row_padding + l.head_padding));
+    const uint64_t extent = sat_add(static_cast<uint64_t>(l.offset), sat_mul(3, sat_mul(prod({n[0], n[1], n[2]}), row)));
+    bytes = sat_add(bytes, sat_mul(8, extent));
+  }
   return bytes;
 }
 
@@ -190,11 +201,20 @@ void validate(const Case& c, const Limits& limits) {
   if (cost.work > work_limit)
     throw CaseError("composition", "needs about " + std::to_string(cost.work / std::max<uint64_t>(single_work, 1)) +
                                        " times the work of the single call, over the limit of " + std::to_string(kCompositionWorkFactor));
+  for (TensorRole r : kAllTensorRoles) {
+    const TensorLayout& l = c.layouts[r];
+    const std::string field = std::string("layouts.") + role_name(r);
+    auto check = [&](int64_t v, const char* name) {
+      if (v < 0 || v > kMaxLayoutPad) throw CaseError(field + "." + name, "must be in [0, " + std::to_string(kMaxLayoutPad) + "]");
+    };
+    check(l.row_padding, "row_padding");
+    check(l.head_padding, "head_padding");
+    check(l.offset, "offset");
+  }
   const uint64_t need = estimate_host_bytes(c);
   if (need > limits.memory_budget_bytes)
     throw CaseError("shape", "needs about " + std::to_string(need >> 20) + " MiB on the host, over the memory budget of " +
                                  std::to_string(limits.memory_budget_bytes >> 20) + " MiB");
-  if (c.layout.row_padding < 0 || c.layout.row_padding > 4096) throw CaseError("layout.row_padding", "must be in [0, 4096]");
   if (c.scale && !(std::isfinite(*c.scale) && *c.scale > 0)) throw CaseError("scale", "must be finite and > 0");
   if (c.softcap && !(std::isfinite(*c.softcap) && *c.softcap > 0)) throw CaseError("softcap", "must be finite and > 0");
   validate_mask(c.mask, s.seq_q, s.seq_kv, "mask");

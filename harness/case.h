@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness/dtype.h"
+#include "harness/layout.h"
 #include "harness/mask.h"
 
 namespace attnfuzz {
@@ -18,15 +19,6 @@ struct Shape {
   int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 1, seq_kv = 1, head_dim_qk = 16, head_dim_v = 16;
   int64_t group() const { return heads_q / heads_kv; }
   bool operator==(const Shape&) const = default;
-};
-
-// How tensors are laid out in memory when handed to a backend. Values never
-// depend on the layout: element (b, h, s, d) has the same value in every layout.
-struct Layout {
-  enum class Order { bhsd, bshd };
-  Order order = Order::bhsd;
-  int64_t row_padding = 0;  // extra elements after each row of D (a padded stride)
-  bool operator==(const Layout&) const = default;
 };
 
 struct ValueDist {
@@ -65,7 +57,7 @@ struct Case {
   uint64_t seed = 0;
   Shape shape;
   DType dtype = DType::f32;
-  Layout layout;
+  Layouts layouts;  // per tensor, how it is laid out in memory handed to a backend (harness/layout.h)
   std::optional<double> scale;    // default 1/sqrt(head_dim_qk)
   std::optional<double> softcap;  // S = c * tanh(S / c)
   MaskExpr mask;

@@ -198,6 +198,51 @@ Composition composition_from(const json& j, const std::string& path, int depth) 
   return c;
 }
 
+// "layouts": {"<tensor>": {"order", "row_padding", "head_padding", "offset"}, ...,
+//             "packing": {"inputs": "none|qkv|kv", "grads": "none|qkv|kv"}}; all keys optional.
+Layouts layouts_from(const json& j) {
+  ObjectReader r(j, "layouts");
+  Layouts out;
+  for (TensorRole role : kAllTensorRoles) {
+    const json* t = r.maybe(role_name(role));
+    if (!t) continue;
+    ObjectReader tr(*t, r.field(role_name(role)));
+    TensorLayout& l = out[role];
+    const std::string order = tr.string("order", "bhsd");
+    const auto o = order_from_name(order);
+    if (!o) throw CaseError(tr.field("order"), "expected one of bhsd, bshd, hbsd, hsbd, sbhd, shbd, got '" + order + "'");
+    l.order = *o;
+    l.row_padding = tr.integer("row_padding", 0);
+    l.head_padding = tr.integer("head_padding", 0);
+    l.offset = tr.integer("offset", 0);
+    tr.finish();
+  }
+  if (const json* p = r.maybe("packing")) {
+    ObjectReader pr(*p, r.field("packing"));
+    for (auto [key, dst] : std::initializer_list<std::pair<const char*, Packing*>>{{"inputs", &out.inputs}, {"grads", &out.grads}}) {
+      const std::string name = pr.string(key, "none");
+      const auto k = packing_from_name(name);
+      if (!k) throw CaseError(pr.field(key), "expected 'none', 'qkv' or 'kv', got '" + name + "'");
+      *dst = *k;
+    }
+    pr.finish();
+  }
+  r.finish();
+  return out;
+}
+
+json layouts_to_json(const Layouts& l) {
+  json j = json::object();
+  for (TensorRole role : kAllTensorRoles) {
+    const TensorLayout& t = l[role];
+    if (t == TensorLayout{}) continue;
+    j[role_name(role)] = json{{"order", order_name(t.order)}, {"row_padding", t.row_padding}, {"head_padding", t.head_padding}, {"offset", t.offset}};
+  }
+  if (l.inputs != Packing::none || l.grads != Packing::none)
+    j["packing"] = json{{"inputs", packing_name(l.inputs)}, {"grads", packing_name(l.grads)}};
+  return j;
+}
+
 json dist_to_json(const ValueDist& d) {
   return json{{"dist", to_string(d.kind)}, {"mean", d.mean}, {"sigma", d.sigma}, {"fraction", d.fraction}, {"magnitude", d.magnitude}};
 }
@@ -248,7 +293,13 @@ json to_json(const Case& c) {
   j["shape"] = json{{"batch", s.batch}, {"heads_q", s.heads_q}, {"heads_kv", s.heads_kv}, {"seq_q", s.seq_q},
                     {"seq_kv", s.seq_kv}, {"head_dim_qk", s.head_dim_qk}, {"head_dim_v", s.head_dim_v}};
   j["dtype"] = std::string(to_string(c.dtype));
-  j["layout"] = json{{"order", c.layout.order == Layout::Order::bshd ? "bshd" : "bhsd"}, {"row_padding", c.layout.row_padding}};
+  // The old one-layout key while it can say it, so such cases stay readable by older builds.
+  const std::optional<TensorLayout> one = c.layouts.as_uniform();
+  if (one && one->head_padding == 0 && one->offset == 0 &&
+      (one->order == TensorLayout::Order::bhsd || one->order == TensorLayout::Order::bshd))
+    j["layout"] = json{{"order", order_name(one->order)}, {"row_padding", one->row_padding}};
+  else
+    j["layouts"] = layouts_to_json(c.layouts);
   j["scale"] = c.scale ? json(*c.scale) : json(nullptr);
   j["softcap"] = c.softcap ? json(*c.softcap) : json(nullptr);
   j["mask"] = to_json(c.mask);
@@ -280,14 +331,18 @@ Case case_from_json(const json& j, const Limits& limits) {
   } catch (const std::invalid_argument& e) {
     throw CaseError("dtype", e.what());
   }
+  if (r.has("layout") && r.has("layouts")) throw CaseError("layouts", "give either 'layout' (one for every tensor) or 'layouts', not both");
   if (const json* l = r.maybe("layout")) {
     ObjectReader lr(*l, "layout");
     const std::string order = lr.string("order", "bhsd");
     if (order != "bhsd" && order != "bshd") throw CaseError("layout.order", "expected 'bhsd' or 'bshd'");
-    c.layout.order = order == "bshd" ? Layout::Order::bshd : Layout::Order::bhsd;
-    c.layout.row_padding = lr.integer("row_padding", 0);
+    TensorLayout one;
+    one.order = order == "bshd" ? TensorLayout::Order::bshd : TensorLayout::Order::bhsd;
+    one.row_padding = lr.integer("row_padding", 0);
     lr.finish();
+    c.layouts = Layouts::uniform(one);
   }
+  if (const json* l = r.maybe("layouts")) c.layouts = layouts_from(*l);
   c.scale = r.optional_number("scale");
   c.softcap = r.optional_number("softcap");
   if (const json* m = r.maybe("mask")) c.mask = mask_from(*m, "mask", 0);

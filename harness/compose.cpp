@@ -139,7 +139,7 @@ class Engine {
     p.shape.seq_q = r.q1 - r.q0;
     p.shape.seq_kv = r.k1 - r.k0;
     p.dtype = c_.dtype;
-    p.layout = c_.layout;
+    p.layouts = c_.layouts;
     p.scale = c_.effective_scale();
     p.softcap = c_.softcap;
     p.mask_expr = &c_.mask;

@@ -61,7 +61,7 @@ Problem full_problem(const Case& c, const Inputs& in) {
   Problem p;
   p.shape = c.shape;
   p.dtype = c.dtype;
-  p.layout = c.layout;
+  p.layouts = c.layouts;
   p.scale = c.effective_scale();
   p.softcap = c.softcap;
   p.mask_expr = &c.mask;

@@ -24,7 +24,7 @@ struct BandRestriction {
 struct Problem {
   Shape shape;         // of this call (seq_q, seq_kv may be a part of the case's)
   DType dtype = DType::f32;
-  Layout layout;  // how backends that take raw memory receive the tensors
+  Layouts layouts;  // how backends that take raw memory receive each tensor (harness/layout.h)
   double scale = 1.0;
   std::optional<double> softcap;
   // The expression, evaluated at (q + q_offset, kv + kv_offset) in a full_seq_q x full_seq_kv problem.

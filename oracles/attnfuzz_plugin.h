@@ -9,8 +9,8 @@
  * version, and calls it like every other backend. Plain C: no C++ types cross the boundary.
  *
  * Tensors are described by pointer, dtype, device, shape and strides (in elements), so a
- * plugin must honour strides: the harness hands over BHSD or BSHD layouts, possibly with
- * padded rows, as the case asks. Inputs arrive in the case dtype (fp16/bf16 as their
+ * plugin must honour strides: each tensor comes in the layout the case asks (any order
+ * of B, H, S, padded rows and heads, a data pointer not 16-byte aligned, packed views). Inputs arrive in the case dtype (fp16/bf16 as their
  * 16-bit patterns). O, dQ, dK, dV are written in the case dtype, LSE in float32 (natural
  * log, -inf on fully masked rows). The harness fills every output with a poison pattern
  * before each call; an element left holding it is reported as unwritten.

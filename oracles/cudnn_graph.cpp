@@ -112,7 +112,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphSpec& s) {
   const Qkv in = qkv_inputs(*g, s);
   const std::vector<int64_t> o_dim{s.batch, s.heads_q, s.seq_q, s.dim_v};
   auto o = input(*g, "O", kO, o_dim, as_vector(s.o_stride));
-  auto d_o = input(*g, "dO", kDO, o_dim, as_vector(s.o_stride));
+  auto d_o = input(*g, "dO", kDO, o_dim, as_vector(s.d_o_stride));
   auto stats = g->tensor(fe::graph::Tensor_attributes().set_name("Stats").set_uid(kStats).set_dim(stats_dim(s)).set_stride(stats_stride(s))
                              .set_data_type(fe::DataType_t::FLOAT));
   // Deterministic: the harness runs every backend twice and compares bitwise, and cuDNN's
@@ -120,9 +120,9 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphSpec& s) {
   auto attrs = fe::graph::SDPA_backward_attributes().set_name("sdpa_backward").set_attn_scale(s.scale()).set_deterministic_algorithm(true);
   set_mask(*g, s, attrs);
   auto [d_q, d_k, d_v] = g->sdpa_backward(in.q, in.k, in.v, o, d_o, stats, std::move(attrs));
-  d_q->set_output(true).set_uid(kDQ).set_dim({s.batch, s.heads_q, s.seq_q, s.dim_qk}).set_stride(as_vector(s.q_stride));
-  d_k->set_output(true).set_uid(kDK).set_dim({s.batch, s.heads_kv, s.seq_kv, s.dim_qk}).set_stride(as_vector(s.k_stride));
-  d_v->set_output(true).set_uid(kDV).set_dim({s.batch, s.heads_kv, s.seq_kv, s.dim_v}).set_stride(as_vector(s.v_stride));
+  d_q->set_output(true).set_uid(kDQ).set_dim({s.batch, s.heads_q, s.seq_q, s.dim_qk}).set_stride(as_vector(s.d_q_stride));
+  d_k->set_output(true).set_uid(kDK).set_dim({s.batch, s.heads_kv, s.seq_kv, s.dim_qk}).set_stride(as_vector(s.d_k_stride));
+  d_v->set_output(true).set_uid(kDV).set_dim({s.batch, s.heads_kv, s.seq_kv, s.dim_v}).set_stride(as_vector(s.d_v_stride));
   return g;
 }
 

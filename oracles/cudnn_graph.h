@@ -22,8 +22,8 @@ using Strides = std::array<int64_t, 4>;  // in elements, for the logical [B][H][
 struct GraphSpec {
   DType dtype = DType::f16;  // io type of Q, K, V, O and their gradients (and of the bias)
   int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 1, seq_kv = 1, dim_qk = 8, dim_v = 8;
-  Strides q_stride{}, k_stride{}, v_stride{};  // dQ, dK, dV share them
-  Strides o_stride{};                          // dO shares it
+  Strides q_stride{}, k_stride{}, v_stride{}, o_stride{};
+  Strides d_o_stride{}, d_q_stride{}, d_k_stride{}, d_v_stride{};  // each tensor its own layout
   uint32_t scale_bits = 0;                     // the fp32 softmax scale's bit pattern
   bool padding = false;                        // seq_len_q / seq_len_kv inputs [B,1,1,1] int32
   std::optional<int64_t> left_bound, right_bound;

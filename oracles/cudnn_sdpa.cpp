@@ -3,14 +3,16 @@
 //  - the mask: the dense mask is matched against cuDNN's native masking (no mask, causal,
 //    diagonal band, each with or without padding to per-batch lengths); the first native
 //    plan that reproduces it exactly and that cuDNN accepts runs, else an additive bias;
-//  - the layout: Q, K, V, O and the gradients live on the device in the Problem's layout
-//    (BHSD or BSHD, padded rows) and cuDNN gets the matching strides;
+//  - the layouts: Q, K, V, O, dO and the gradients live on the device each at its placement
+//    (harness/layout.h: any order, padded rows and heads, offsets, packed views) and cuDNN
+//    gets their strides; pointers not 16-byte aligned and a non-packed LSE are declined;
 //  - conventions: fp32 Stats are the natural-log LSE; cuDNN's backward takes no dLSE, and
 //    fully masked rows follow cuDNN's own convention, both of which the harness handles.
 #include "oracles/cudnn_sdpa.h"
 
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <stdexcept>
 
 #include "harness/dtype.h"
@@ -200,48 +202,79 @@ uint16_t to_bits(DType d, double x) {
 
 double from_bits(DType d, uint16_t bits) { return d == DType::f16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits); }
 
-// A [B][H][S][D] tensor in the Problem's layout: where element (b, h, s, d) lives, and
-// how many elements the allocation spans (padded rows included).
-struct LayoutOf {
-  Strides strides{};
-  size_t elements = 0;
+// The placement of a tensor of the call (harness/layout.h): its strides for the graph,
+// its offset into its buffer, its buffer's extent.
+Placement placement(const Problem& p, TensorRole r) { return place(p.layouts, r, p.shape); }
+Strides strides_of(const Placement& pl) { return {pl.strides[0], pl.strides[1], pl.strides[2], pl.strides[3]}; }
 
-  LayoutOf(const Layout& l, int64_t batch, int64_t heads, int64_t seq, int64_t dim) {
-    const int64_t row = dim + l.row_padding;
-    if (l.order == Layout::Order::bhsd)
-      strides = {heads * seq * row, seq * row, row, 1};
-    else
-      strides = {seq * heads * row, row, heads * row, 1};
-    elements = static_cast<size_t>(batch * heads * seq * row);
+// Why the backend cannot hand cuDNN this call's layouts, or nothing. cuDNN's graph takes
+// strides but no pointer, so its support check never sees a base address: a pointer that
+// is not 16-byte aligned is declined here rather than run unchecked on the device. Stats
+// stay cuDNN's packed [B, Hq, Sq, 1] (the backward reads no other layout before 9.26).
+std::optional<std::string> layout_refusal(const Problem& p) {
+  using R = TensorRole;
+  for (R r : {R::q, R::k, R::v, R::o, R::d_out, R::d_q, R::d_k, R::d_v}) {
+    const int64_t bytes = placement(p, r).offset * static_cast<int64_t>(sizeof(uint16_t));
+    if (bytes % 16 != 0)
+      return std::string("cuDNN takes 16-byte aligned tensors; ") + role_name(r) + " starts " + std::to_string(bytes % 16) +
+             " bytes past alignment";
   }
-  size_t at(int64_t b, int64_t h, int64_t s, int64_t d) const {
-    return static_cast<size_t>(b * strides[0] + h * strides[1] + s * strides[2] + d);
+  const Placement lse = placement(p, R::lse);
+  const Shape& s = p.shape;
+  if (lse.offset != 0 || lse.strides[2] != 1 || lse.strides[1] != s.seq_q || lse.strides[0] != s.heads_q * s.seq_q)
+    return std::string("cuDNN's backward reads its Stats (the LSE) only packed [B][H][S]; the case lays the LSE out otherwise");
+  return std::nullopt;
+}
+
+// Device memory of a call, laid out as the Problem asks: one zero-filled allocation per
+// buffer, shared by the members of a packed group.
+class DeviceTensors {
+ public:
+  explicit DeviceTensors(const Problem& p) : p_(p) {}
+
+  // Uploads the tensors, each at its placement (padding stays zero).
+  void upload(std::initializer_list<std::pair<TensorRole, const Tensor*>> tensors) {
+    std::map<TensorRole, std::vector<uint16_t>> host;
+    for (auto [r, t] : tensors) {
+      const Placement pl = placement(p_, r);
+      std::vector<uint16_t>& h = host[pl.buffer];
+      h.resize(static_cast<size_t>(pl.extent), 0);
+      pl.for_each([&](size_t i, size_t off) { h[off] = to_bits(p_.dtype, t->data[i]); });
+    }
+    for (auto& [owner, h] : host) {
+      DeviceBuffer& buf = buffers_[owner];
+      buf = DeviceBuffer(h.size() * sizeof(uint16_t));
+      buf.upload(h.data(), h.size() * sizeof(uint16_t));
+    }
   }
+
+  // Zero-filled room for outputs.
+  void allocate(std::initializer_list<TensorRole> roles) {
+    for (TensorRole r : roles) {
+      const Placement pl = placement(p_, r);
+      if (!buffers_.count(pl.buffer)) buffers_[pl.buffer] = DeviceBuffer(static_cast<size_t>(pl.extent) * sizeof(uint16_t));
+    }
+  }
+
+  // Element (0, 0, 0, 0) of the tensor on the device.
+  void* ptr(TensorRole r) const {
+    const Placement pl = placement(p_, r);
+    return static_cast<uint16_t*>(buffers_.at(pl.buffer).get()) + pl.offset;
+  }
+
+  Tensor download(TensorRole r) const {
+    const Placement pl = placement(p_, r);
+    std::vector<uint16_t> h(static_cast<size_t>(pl.extent));
+    buffers_.at(pl.buffer).download(h.data(), h.size() * sizeof(uint16_t));
+    Tensor t(std::vector<int64_t>(pl.sizes.begin(), pl.sizes.begin() + pl.ndim));
+    pl.for_each([&](size_t i, size_t off) { t.data[i] = from_bits(p_.dtype, h[off]); });
+    return t;
+  }
+
+ private:
+  const Problem& p_;
+  std::map<TensorRole, DeviceBuffer> buffers_;  // by the tensor that owns the buffer
 };
-
-LayoutOf layout_of(const Problem& p, const Tensor& t) { return LayoutOf(p.layout, t.dim(0), t.dim(1), t.dim(2), t.dim(3)); }
-
-DeviceBuffer to_device(const Tensor& t, DType dtype, const LayoutOf& l) {
-  std::vector<uint16_t> host(l.elements, 0);  // the row padding holds zeros
-  for (int64_t b = 0; b < t.dim(0); ++b)
-    for (int64_t h = 0; h < t.dim(1); ++h)
-      for (int64_t s = 0; s < t.dim(2); ++s)
-        for (int64_t d = 0; d < t.dim(3); ++d) host[l.at(b, h, s, d)] = to_bits(dtype, t.at(b, h, s)[d]);
-  DeviceBuffer buf(host.size() * sizeof(uint16_t));
-  buf.upload(host.data(), host.size() * sizeof(uint16_t));
-  return buf;
-}
-
-Tensor from_device(const DeviceBuffer& buf, DType dtype, const LayoutOf& l, std::vector<int64_t> shape) {
-  std::vector<uint16_t> host(l.elements);
-  buf.download(host.data(), host.size() * sizeof(uint16_t));
-  Tensor t(std::move(shape));
-  for (int64_t b = 0; b < t.dim(0); ++b)
-    for (int64_t h = 0; h < t.dim(1); ++h)
-      for (int64_t s = 0; s < t.dim(2); ++s)
-        for (int64_t d = 0; d < t.dim(3); ++d) t.at(b, h, s)[d] = from_bits(dtype, host[l.at(b, h, s, d)]);
-  return t;
-}
 
 GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan) {
   const Shape& s = p.shape;
@@ -249,10 +282,10 @@ GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan) {
   g.dtype = p.dtype;
   g.batch = s.batch, g.heads_q = s.heads_q, g.heads_kv = s.heads_kv, g.seq_q = s.seq_q, g.seq_kv = s.seq_kv;
   g.dim_qk = s.head_dim_qk, g.dim_v = s.head_dim_v;
-  g.q_stride = LayoutOf(p.layout, s.batch, s.heads_q, s.seq_q, s.head_dim_qk).strides;
-  g.k_stride = LayoutOf(p.layout, s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk).strides;
-  g.v_stride = LayoutOf(p.layout, s.batch, s.heads_kv, s.seq_kv, s.head_dim_v).strides;
-  g.o_stride = LayoutOf(p.layout, s.batch, s.heads_q, s.seq_q, s.head_dim_v).strides;
+  using R = TensorRole;
+  g.q_stride = strides_of(placement(p, R::q)), g.k_stride = strides_of(placement(p, R::k)), g.v_stride = strides_of(placement(p, R::v));
+  g.o_stride = strides_of(placement(p, R::o)), g.d_o_stride = strides_of(placement(p, R::d_out));
+  g.d_q_stride = strides_of(placement(p, R::d_q)), g.d_k_stride = strides_of(placement(p, R::d_k)), g.d_v_stride = strides_of(placement(p, R::d_v));
   g.scale_bits = std::bit_cast<uint32_t>(static_cast<float>(p.scale));  // cuDNN takes an fp32 scale
   g.padding = plan.padding();
   g.left_bound = plan.left_bound, g.right_bound = plan.right_bound;
@@ -275,15 +308,11 @@ class DeviceCall {
   DeviceCall(const Problem& p, const Selection& sel)
       : p_(p),
         sel_(sel),
-        q_layout_(layout_of(p, p.q)),
-        k_layout_(layout_of(p, p.k)),
-        v_layout_(layout_of(p, p.v)),
-        o_layout_(p.layout, p.shape.batch, p.shape.heads_q, p.shape.seq_q, p.shape.head_dim_v),
-        q_(to_device(p.q, p.dtype, q_layout_)),
-        k_(to_device(p.k, p.dtype, k_layout_)),
-        v_(to_device(p.v, p.dtype, v_layout_)),
-        o_(o_layout_.elements * sizeof(uint16_t)),
+        io_(p),
         stats_(static_cast<size_t>(p.shape.batch * p.shape.heads_q * p.shape.seq_q) * sizeof(float)) {
+    using R = TensorRole;
+    io_.upload({{R::q, &p.q}, {R::k, &p.k}, {R::v, &p.v}});
+    io_.allocate({R::o});
     const CudnnMaskPlan& plan = sel.plan;
     if (plan.padding()) {
       const size_t bytes = plan.seq_len_q.size() * sizeof(int32_t);
@@ -297,10 +326,10 @@ class DeviceCall {
   // cuDNN's forward into O and Stats.
   void forward(GraphCache& graphs) {
     // With padding cuDNN writes no padded row: zeros there, not a previous call's values.
-    o_.zero();
+    io_.allocate({TensorRole::o});
     stats_.zero();
     DevicePointers ptrs = inputs();
-    ptrs.o = o_.get();
+    ptrs.o = io_.ptr(TensorRole::o);
     ptrs.stats = stats_.get();
     graphs.execute(sel_.spec, Pass::forward, ptrs);
   }
@@ -308,7 +337,7 @@ class DeviceCall {
   Forward forward_result() const {
     const Shape& s = p_.shape;
     Forward f;
-    f.o = from_device(o_, p_.dtype, o_layout_, {s.batch, s.heads_q, s.seq_q, s.head_dim_v});
+    f.o = io_.download(TensorRole::o);
     f.lse = Tensor({s.batch, s.heads_q, s.seq_q});
     std::vector<float> stats(f.lse.numel());
     stats_.download(stats.data(), stats.size() * sizeof(float));
@@ -318,26 +347,22 @@ class DeviceCall {
 
   // cuDNN's backward from the O and Stats of forward().
   Gradients backward(GraphCache& graphs, const Tensor& d_out) {
-    const DeviceBuffer d_o = to_device(d_out, p_.dtype, o_layout_);
-    DeviceBuffer d_q(q_layout_.elements * sizeof(uint16_t)), d_k(k_layout_.elements * sizeof(uint16_t)),
-        d_v(v_layout_.elements * sizeof(uint16_t));  // zero-filled: padded rows and keys are not written
+    using R = TensorRole;
+    io_.upload({{R::d_out, &d_out}});
+    io_.allocate({R::d_q, R::d_k, R::d_v});  // zero-filled: padded rows and keys are not written
     DevicePointers ptrs = inputs();
-    ptrs.o = o_.get();
+    ptrs.o = io_.ptr(R::o);
     ptrs.stats = stats_.get();
-    ptrs.d_o = d_o.get();
-    ptrs.d_q = d_q.get(), ptrs.d_k = d_k.get(), ptrs.d_v = d_v.get();
+    ptrs.d_o = io_.ptr(R::d_out);
+    ptrs.d_q = io_.ptr(R::d_q), ptrs.d_k = io_.ptr(R::d_k), ptrs.d_v = io_.ptr(R::d_v);
     graphs.execute(sel_.spec, Pass::backward, ptrs);
-    Gradients g;
-    g.dq = from_device(d_q, p_.dtype, q_layout_, p_.q.shape);
-    g.dk = from_device(d_k, p_.dtype, k_layout_, p_.k.shape);
-    g.dv = from_device(d_v, p_.dtype, v_layout_, p_.v.shape);
-    return g;
+    return Gradients{io_.download(R::d_q), io_.download(R::d_k), io_.download(R::d_v), {}};
   }
 
  private:
   DevicePointers inputs() const {
     DevicePointers ptrs;
-    ptrs.q = q_.get(), ptrs.k = k_.get(), ptrs.v = v_.get();
+    ptrs.q = io_.ptr(TensorRole::q), ptrs.k = io_.ptr(TensorRole::k), ptrs.v = io_.ptr(TensorRole::v);
     ptrs.bias = bias_.get();
     ptrs.seq_len_q = seq_len_q_.get(), ptrs.seq_len_kv = seq_len_kv_.get();
     return ptrs;
@@ -359,8 +384,8 @@ class DeviceCall {
 
   const Problem& p_;
   const Selection& sel_;
-  LayoutOf q_layout_, k_layout_, v_layout_, o_layout_;
-  DeviceBuffer q_, k_, v_, o_, stats_, bias_, seq_len_q_, seq_len_kv_;
+  DeviceTensors io_;
+  DeviceBuffer stats_, bias_, seq_len_q_, seq_len_kv_;
 };
 
 class CudnnSdpaBackend final : public Backend {
@@ -385,6 +410,7 @@ class CudnnSdpaBackend final : public Backend {
     if (!cudnn_sdpa_available(&why)) return why;
     if (p.softcap) return std::string("cuDNN SDPA has no softcap");
     if (p.dtype == DType::f32) return std::string("cuDNN SDPA takes fp16 or bf16 inputs only");
+    if (auto why_layout = layout_refusal(p)) return why_layout;
     try {
       const Choice c = choose(p);
       if (!c.selection) return c.reason;

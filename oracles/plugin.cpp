@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstring>
+#include <list>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -33,60 +34,57 @@ int32_t af_dtype_of(DType d) {
 
 size_t element_size(int32_t dt) { return dt == AF_F32 ? 4 : dt == AF_F64 ? 8 : 2; }
 
-// A tensor in plugin memory: the case dtype, the case layout, padded rows.
+// The memory of one plugin call: one allocation per buffer, shared by the members of a
+// packed group, each zero-filled (inputs) or poisoned whole, padding included (outputs).
+class Arena {
+ public:
+  unsigned char* buffer(TensorRole role, const Placement& pl, int32_t dtype, bool poisoned) {
+    const bool shared = pl.buffer != role;
+    if (shared)
+      if (auto it = shared_.find(pl.buffer); it != shared_.end()) return it->second;
+    std::vector<unsigned char>& b = blocks_.emplace_back(static_cast<size_t>(pl.extent) * element_size(dtype), 0);
+    if (poisoned) poison(b, dtype);
+    if (shared) shared_[pl.buffer] = b.data();
+    return b.data();
+  }
+
+ private:
+  static void poison(std::vector<unsigned char>& b, int32_t dtype) {
+    if (dtype == AF_F32) {
+      for (size_t i = 0; i + 4 <= b.size(); i += 4) std::memcpy(b.data() + i, &kPoisonF32, 4);
+    } else {
+      const uint16_t v = dtype == AF_F16 ? kPoisonF16 : kPoisonBF16;
+      for (size_t i = 0; i + 2 <= b.size(); i += 2) std::memcpy(b.data() + i, &v, 2);
+    }
+  }
+
+  std::list<std::vector<unsigned char>> blocks_;  // a list: addresses stay put
+  std::map<TensorRole, unsigned char*> shared_;
+};
+
+// A tensor in plugin memory: the case dtype, at its placement (harness/layout.h): any order,
+// padded rows and heads, a base offset (16-byte aligned or not), packed views.
 struct Buffer {
-  std::vector<unsigned char> bytes;
+  Placement pl;
+  unsigned char* base = nullptr;  // the buffer's start; t.data points pl.offset elements in
   af_tensor t{};
 
-  Buffer(const std::vector<int64_t>& shape, int32_t dtype, const Layout& layout) {
+  Buffer(Arena& arena, const Problem& p, TensorRole role, int32_t dtype, bool output)
+      : pl(place(p.layouts, role, p.shape)), base(arena.buffer(role, pl, dtype, output)) {
     t.dtype = dtype;
     t.device = AF_CPU;
-    t.ndim = static_cast<int32_t>(shape.size());
-    for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
-    if (shape.size() == 4) {
-      const int64_t B = shape[0], H = shape[1], S = shape[2], D = shape[3], row = D + layout.row_padding;
-      t.strides[3] = 1;
-      if (layout.order == Layout::Order::bhsd) {
-        t.strides[2] = row, t.strides[1] = S * row, t.strides[0] = H * S * row;
-      } else {
-        t.strides[1] = row, t.strides[2] = H * row, t.strides[0] = S * H * row;
-      }
-      bytes.resize(static_cast<size_t>(B * H * S * row) * element_size(dtype));
-    } else {  // [B][H][S], contiguous
-      t.strides[2] = 1, t.strides[1] = shape[2], t.strides[0] = shape[1] * shape[2];
-      bytes.resize(static_cast<size_t>(shape[0] * shape[1] * shape[2]) * element_size(dtype));
-    }
-    t.data = bytes.data();
-  }
-
-  template <class F>
-  void for_each(F&& f) const {  // f(logical index, offset in elements)
-    const int64_t D = t.ndim == 4 ? t.shape[3] : 1;
-    size_t logical = 0;
-    for (int64_t b = 0; b < t.shape[0]; ++b)
-      for (int64_t h = 0; h < t.shape[1]; ++h)
-        for (int64_t s = 0; s < t.shape[2]; ++s)
-          for (int64_t d = 0; d < D; ++d, ++logical)
-            f(logical, static_cast<size_t>(b * t.strides[0] + h * t.strides[1] + s * t.strides[2] + (t.ndim == 4 ? d * t.strides[3] : 0)));
-  }
-
-  void poison() {
-    if (t.dtype == AF_F32) {
-      auto* p = reinterpret_cast<uint32_t*>(bytes.data());
-      std::fill(p, p + bytes.size() / 4, kPoisonF32);
-    } else {
-      auto* p = reinterpret_cast<uint16_t*>(bytes.data());
-      std::fill(p, p + bytes.size() / 2, t.dtype == AF_F16 ? kPoisonF16 : kPoisonBF16);
-    }
+    t.ndim = pl.ndim;
+    for (int32_t i = 0; i < pl.ndim; ++i) t.shape[i] = pl.sizes[static_cast<size_t>(i)], t.strides[i] = pl.strides[static_cast<size_t>(i)];
+    t.data = base + static_cast<size_t>(pl.offset) * element_size(dtype);
   }
 
   void store(const Tensor& src) {
-    for_each([&](size_t i, size_t off) {
+    pl.for_each([&](size_t i, size_t off) {
       const float f = static_cast<float>(src.data[i]);
-      if (t.dtype == AF_F32) std::memcpy(bytes.data() + off * 4, &f, 4);
+      if (t.dtype == AF_F32) std::memcpy(base + off * 4, &f, 4);
       else {
         const uint16_t h = t.dtype == AF_F16 ? float_to_half_bits(f) : float_to_bf16_bits(f);
-        std::memcpy(bytes.data() + off * 2, &h, 2);
+        std::memcpy(base + off * 2, &h, 2);
       }
     });
   }
@@ -95,15 +93,15 @@ struct Buffer {
   Tensor load(size_t* unwritten) const {
     Tensor out(std::vector<int64_t>(t.shape, t.shape + t.ndim));
     size_t bad = 0;
-    for_each([&](size_t i, size_t off) {
+    pl.for_each([&](size_t i, size_t off) {
       if (t.dtype == AF_F32) {
         uint32_t u;
-        std::memcpy(&u, bytes.data() + off * 4, 4);
+        std::memcpy(&u, base + off * 4, 4);
         bad += u == kPoisonF32;
         out.data[i] = std::bit_cast<float>(u);
       } else {
         uint16_t h;
-        std::memcpy(&h, bytes.data() + off * 2, 2);
+        std::memcpy(&h, base + off * 2, 2);
         bad += h == (t.dtype == AF_F16 ? kPoisonF16 : kPoisonBF16);
         out.data[i] = t.dtype == AF_F16 ? half_bits_to_float(h) : bf16_bits_to_float(h);
       }
@@ -120,15 +118,16 @@ bool abi_supported(uint32_t v) { return v >= kOldestAbi && v <= ATTNFUZZ_PLUGIN_
 std::string abi_spoken() { return std::to_string(kOldestAbi) + " to " + std::to_string(ATTNFUZZ_PLUGIN_ABI_VERSION); }
 
 // A CUDA plugin's view of a host buffer: the device copy of its whole byte extent, with the
-// same strides and offsets (so any layout the host side chooses carries over unchanged).
+// same strides and offsets (so any layout the host side chooses carries over unchanged). The
+// members of a packed group share one host buffer, so they share its one device copy too.
+size_t extent_bytes(const Buffer& b) { return static_cast<size_t>(b.pl.extent) * element_size(b.t.dtype); }
 void to_device(DeviceArena& arena, Buffer& b) {
-  auto* host = reinterpret_cast<unsigned char*>(b.bytes.data());
-  auto* dev = static_cast<unsigned char*>(arena.upload(host, b.bytes.size()));
-  b.t.data = dev + (static_cast<unsigned char*>(b.t.data) - host);
+  auto* dev = static_cast<unsigned char*>(arena.upload(b.base, extent_bytes(b)));
+  b.t.data = dev + (static_cast<unsigned char*>(b.t.data) - b.base);
   b.t.device = AF_CUDA;
   b.t.device_index = arena.device();
 }
-void to_host(DeviceArena& arena, Buffer& b) { arena.download(b.bytes.data(), b.bytes.size()); }
+void to_host(DeviceArena& arena, Buffer& b) { arena.download(b.base, extent_bytes(b)); }
 
 std::string restrictions_json(const Problem& p) {
   nlohmann::json a = nlohmann::json::array();
@@ -180,11 +179,11 @@ class PluginBackend final : public Backend {
   Forward forward(const Problem& p) override {
     Call call(p);
     const int32_t dt = af_dtype_of(p.dtype);
-    Buffer q(p.q.shape, dt, p.layout), k(p.k.shape, dt, p.layout), v(p.v.shape, dt, p.layout);
+    using R = TensorRole;
+    Arena mem;
+    Buffer q(mem, p, R::q, dt, false), k(mem, p, R::k, dt, false), v(mem, p, R::v, dt, false);
     q.store(p.q), k.store(p.k), v.store(p.v);
-    const Shape& s = p.shape;
-    Buffer o({s.batch, s.heads_q, s.seq_q, s.head_dim_v}, dt, p.layout), lse({s.batch, s.heads_q, s.seq_q}, AF_F32, p.layout);
-    o.poison(), lse.poison();
+    Buffer o(mem, p, R::o, dt, true), lse(mem, p, R::lse, AF_F32, true);
     char msg[1024] = {0};
     std::optional<DeviceArena> gpu;
     if (cuda()) {
@@ -205,12 +204,13 @@ class PluginBackend final : public Backend {
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override {
     Call call(p);
     const int32_t dt = af_dtype_of(p.dtype);
-    Buffer q(p.q.shape, dt, p.layout), k(p.k.shape, dt, p.layout), v(p.v.shape, dt, p.layout);
-    Buffer o(fwd.o.shape, dt, p.layout), lse(fwd.lse.shape, AF_F32, p.layout), d_o(d_out.shape, dt, p.layout);
-    Buffer g(d_lse.shape, AF_F32, p.layout);
+    using R = TensorRole;
+    Arena mem;
+    Buffer q(mem, p, R::q, dt, false), k(mem, p, R::k, dt, false), v(mem, p, R::v, dt, false);
+    Buffer o(mem, p, R::o, dt, false), lse(mem, p, R::lse, AF_F32, false), d_o(mem, p, R::d_out, dt, false);
+    Buffer g(mem, p, R::lse, AF_F32, false);  // dLSE is laid out as LSE
     q.store(p.q), k.store(p.k), v.store(p.v), o.store(fwd.o), lse.store(fwd.lse), d_o.store(d_out), g.store(d_lse);
-    Buffer dq(p.q.shape, dt, p.layout), dk(p.k.shape, dt, p.layout), dv(p.v.shape, dt, p.layout);
-    dq.poison(), dk.poison(), dv.poison();
+    Buffer dq(mem, p, R::d_q, dt, true), dk(mem, p, R::d_k, dt, true), dv(mem, p, R::d_v, dt, true);
     char msg[1024] = {0};
     std::optional<DeviceArena> gpu;
     if (cuda()) {

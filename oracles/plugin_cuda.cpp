@@ -51,6 +51,8 @@ DeviceArena::~DeviceArena() {
 }
 
 void* DeviceArena::upload(const void* base, size_t bytes) {
+  for (const auto& [host, dev] : copies_)
+    if (host == base) return dev;  // a packed group's next member: the group's one copy
   void* dev = nullptr;
   check(cudaMalloc(&dev, bytes ? bytes : 1), "cudaMalloc");
   copies_.emplace_back(base, dev);

@@ -35,6 +35,8 @@ class DeviceArena {
 
   int device() const { return device_; }
   // Copies [base, base + bytes) to new device memory; returns the device address of base.
+  // A base uploaded before (the members of a packed group share one host buffer) gets the
+  // device copy it already has, not another one.
   void* upload(const void* base, size_t bytes);
   // Copies the device copy of base back over [base, base + bytes).
   void download(void* base, size_t bytes);

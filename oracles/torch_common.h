@@ -2,7 +2,9 @@
 // Shared by the LibTorch backends (included only by oracles/torch_*.cpp, which see ATen).
 #include <ATen/ATen.h>
 
+#include <map>
 #include <stdexcept>
+#include <vector>
 
 #include "harness/problem.h"
 #include "oracles/torch_oracle.h"
@@ -39,6 +41,47 @@ inline Tensor from_torch(const at::Tensor& t) {
   Tensor out(std::vector<int64_t>(c.sizes().begin(), c.sizes().end()));
   std::copy(c.data_ptr<double>(), c.data_ptr<double>() + c.numel(), out.ptr());
   return out;
+}
+
+// A view at a tensor's placement (harness/layout.h): its strides and storage offset in
+// `storage`, a flat buffer of at least the placement's extent.
+inline at::Tensor view_at(const at::Tensor& storage, const Placement& pl) {
+  const std::vector<int64_t> sizes(pl.sizes.begin(), pl.sizes.begin() + pl.ndim), strides(pl.strides.begin(), pl.strides.begin() + pl.ndim);
+  return storage.as_strided(sizes, strides, pl.offset);
+}
+
+// Zero-filled views of `roles` as a real caller lays them out: each in a buffer of its
+// extent, the members of a packed group views of one buffer.
+inline std::map<TensorRole, at::Tensor> laid_out_views(const Problem& p, std::initializer_list<TensorRole> roles, const at::TensorOptions& opts) {
+  std::map<TensorRole, at::Tensor> buffers, views;
+  for (TensorRole r : roles) {
+    const Placement pl = place(p.layouts, r, p.shape);
+    at::Tensor& buf = buffers[pl.buffer];
+    if (!buf.defined()) buf = at::zeros({pl.extent}, opts);
+    views[r] = view_at(buf, pl);
+  }
+  return views;
+}
+
+struct LaidOutInputs {
+  at::Tensor q, k, v;
+};
+
+// Q, K, V with their values, in `st` on `dev`, at their placements.
+inline LaidOutInputs laid_out_inputs(const Problem& p, at::ScalarType st, at::Device dev) {
+  using R = TensorRole;
+  auto views = laid_out_views(p, {R::q, R::k, R::v}, at::TensorOptions().dtype(st).device(dev));
+  views[R::q].copy_(to_torch(p.q, dev).to(st));
+  views[R::k].copy_(to_torch(p.k, dev).to(st));
+  views[R::v].copy_(to_torch(p.v, dev).to(st));
+  return {views[R::q], views[R::k], views[R::v]};
+}
+
+// One tensor with its values at the placement of `role`.
+inline at::Tensor laid_out(const Problem& p, TensorRole role, const Tensor& t, at::ScalarType st, at::Device dev) {
+  at::Tensor view = laid_out_views(p, {role}, at::TensorOptions().dtype(st).device(dev))[role];
+  view.copy_(to_torch(t, dev).to(st));
+  return view;
 }
 
 // The mask rebuilt from its expression with tensor operations: an implementation of

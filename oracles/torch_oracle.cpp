@@ -48,7 +48,7 @@ class TorchComposedBackend final : public Backend {
     // Recomputes the forward with autograd on; the backend's own O enters only through the graph.
     Graph g = build(p, true);
     const at::Device dev = device_of(dev_);
-    at::Tensor d_o = to_torch(d_out, dev).to(g.o.scalar_type());
+    at::Tensor d_o = laid_out(p, TensorRole::d_out, d_out, g.o.scalar_type(), dev);
     at::Tensor d_l = (to_torch(d_lse, dev).unsqueeze(-1) * g.row_has).to(g.lse_raw.scalar_type());
     auto grads = torch::autograd::grad({g.o, g.lse_raw}, {g.q, g.k, g.v}, {d_o, d_l}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
@@ -67,9 +67,11 @@ class TorchComposedBackend final : public Backend {
     const at::ScalarType operand = f64 ? at::kDouble : scalar_type(p.dtype);
     const at::ScalarType accum = f64 ? at::kDouble : at::kFloat;
     Graph g;
-    g.q = to_torch(p.q, dev).to(operand).set_requires_grad(requires_grad);
-    g.k = to_torch(p.k, dev).to(operand).set_requires_grad(requires_grad);
-    g.v = to_torch(p.v, dev).to(operand).set_requires_grad(requires_grad);
+    // The inputs as a caller lays them out (strides, storage offsets, packed views).
+    const LaidOutInputs in = laid_out_inputs(p, operand, dev);
+    g.q = in.q.detach().set_requires_grad(requires_grad);
+    g.k = in.k.detach().set_requires_grad(requires_grad);
+    g.v = in.v.detach().set_requires_grad(requires_grad);
     at::Tensor mask = TorchMaskBuilder(p).build().to(dev);
     const int64_t group = s.group();
     at::Tensor k = group > 1 ? g.k.repeat_interleave(group, 1) : g.k;

@@ -63,7 +63,7 @@ class TorchSdpaBackend final : public Backend {
   Gradients backward_impl(const Problem& p, const Forward&, const Tensor& d_out, const Tensor&) {
     const at::Device dev = device_of(dev_);
     Call call = run(p, kind_ == SdpaKind::math);
-    at::Tensor d_o = to_torch(d_out, dev).to(call.out.scalar_type());
+    at::Tensor d_o = laid_out(p, TensorRole::d_out, d_out, call.out.scalar_type(), dev);
     at::Tensor dq, dk, dv;
     if (kind_ == SdpaKind::math) {
       auto g = torch::autograd::grad({call.out}, {call.q, call.k, call.v}, {d_o}, false, false, true);
@@ -91,9 +91,11 @@ class TorchSdpaBackend final : public Backend {
     const at::Device dev = device_of(dev_);
     const at::ScalarType st = scalar_type(p.dtype);
     Call c;
-    c.q = to_torch(p.q, dev).to(st).set_requires_grad(requires_grad);
-    c.k = to_torch(p.k, dev).to(st).set_requires_grad(requires_grad);
-    c.v = to_torch(p.v, dev).to(st).set_requires_grad(requires_grad);
+    // The inputs as a caller lays them out (strides, storage offsets, packed views).
+    const LaidOutInputs in = laid_out_inputs(p, st, dev);
+    c.q = in.q.detach().set_requires_grad(requires_grad);
+    c.k = in.k.detach().set_requires_grad(requires_grad);
+    c.v = in.v.detach().set_requires_grad(requires_grad);
     at::Tensor mask = TorchMaskBuilder(p).build().to(dev);
     // Additive float mask (0 visible, -inf masked): what at::scaled_dot_product_attention
     // hands its backends after converting a boolean mask.

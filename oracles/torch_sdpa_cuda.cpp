@@ -109,21 +109,6 @@ MaskArg mask_arg(const Problem& p, at::Device dev) {
   return m;
 }
 
-// An uninitialized [B][H][S][D] tensor in the problem's memory layout (BSHD and padded rows
-// give the kernels non-contiguous strides, as real callers do).
-at::Tensor empty_laid_out(int64_t B, int64_t H, int64_t S, int64_t D, const Layout& l, const at::TensorOptions& opts) {
-  at::Tensor storage = l.order == Layout::Order::bshd ? at::empty({B, S, H, D + l.row_padding}, opts)
-                                                      : at::empty({B, H, S, D + l.row_padding}, opts);
-  at::Tensor view = storage.narrow(3, 0, D);
-  return l.order == Layout::Order::bshd ? view.transpose(1, 2) : view;
-}
-
-at::Tensor laid_out(const Tensor& t, const Layout& l, at::ScalarType st, at::Device dev) {
-  at::Tensor view = empty_laid_out(t.shape[0], t.shape[1], t.shape[2], t.shape[3], l, at::TensorOptions().dtype(st).device(dev));
-  view.copy_(to_torch(t, dev).to(st));
-  return view;
-}
-
 // What the public entry point does to a boolean mask before the efficient/cuDNN ops:
 // an additive bias in the query dtype whose rows start 16-element aligned.
 at::Tensor additive_bias(const at::Tensor& mask, at::ScalarType st) {
@@ -194,7 +179,7 @@ class TorchCudaSdpaBackend final : public Backend {
   Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor&) override {
     return rethrow_plain([&] {
       Call c = run(p, true);
-      at::Tensor d_o = to_torch(d_out, c.out.device()).to(c.out.scalar_type());
+      at::Tensor d_o = laid_out(p, TensorRole::d_out, d_out, c.out.scalar_type(), c.out.device());
       auto g = torch::autograd::grad({c.out}, {c.q, c.k, c.v}, {d_o}, false, false, true);
       auto out = [](const at::Tensor& t, const at::Tensor& like) { return from_torch(t.defined() ? t : at::zeros_like(like)); };
       return Gradients{out(g[0], c.q), out(g[1], c.k), out(g[2], c.v)};
@@ -213,10 +198,11 @@ class TorchCudaSdpaBackend final : public Backend {
     const at::ScalarType st = scalar_type(p.dtype);
     const auto opts = at::TensorOptions().dtype(st).device(dev);
     const Shape& s = p.shape;
-    // The real strides: LibTorch's checks look at them (alignment), as they do for a caller.
-    at::Tensor q = empty_laid_out(s.batch, s.heads_q, s.seq_q, s.head_dim_qk, p.layout, opts);
-    at::Tensor k = empty_laid_out(s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk, p.layout, opts);
-    at::Tensor v = empty_laid_out(s.batch, s.heads_kv, s.seq_kv, s.head_dim_v, p.layout, opts);
+    // The real strides and storage offsets: LibTorch's checks look at them (alignment), as
+    // they do for a caller.
+    using R = TensorRole;
+    auto views = laid_out_views(p, {R::q, R::k, R::v}, opts);
+    at::Tensor q = views[R::q], k = views[R::k], v = views[R::v];
     q.set_requires_grad(true);  // the choice differs for training: backward must be supported
     const MaskArg m = mask_arg(p, dev);
     WarningCollector warnings;
@@ -244,9 +230,8 @@ class TorchCudaSdpaBackend final : public Backend {
     Call c;
     {
       c10::AutoGradMode no_grad(false);
-      c.q = laid_out(p.q, p.layout, st, dev);
-      c.k = laid_out(p.k, p.layout, st, dev);
-      c.v = laid_out(p.v, p.layout, st, dev);
+      const LaidOutInputs in = laid_out_inputs(p, st, dev);
+      c.q = in.q, c.k = in.k, c.v = in.v;
     }
     c.q = c.q.detach().set_requires_grad(requires_grad);
     c.k = c.k.detach().set_requires_grad(requires_grad);

@@ -39,14 +39,17 @@ check "ABI version 1 plugin: runs, exit 0 (got $?)" "[ $? -eq 0 ] && grep -Eq '^
 mutants=$(dirname "$bin")/mutants
 if [ -f "$mutants/libattnfuzz_mutant_ignores_dlse.so" ]; then
   plugin="plugin:$mutants/libattnfuzz_mutant_ignores_dlse.so"
-  printf '\x00\x00\x00\x00\xa2\xa2\xa2\xa2\xa2\xa2\xa2\xa2\x0a\x03' >"$tmp/crash-1"
+  # fp32, dLSE normal, B = H = 1, Sq = Skv = 4, D = 8; then every tensor its own layout, packed QKV and dK/dV.
+  printf '\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x03\x00\x03\x00\x07\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x01\x03\x01\x05\x01\x02\x02\x03\x01\x05\x01\x02\x03\x03\x01\x05\x01\x02\x04\x03\x01\x05\x01\x02\x05\x03\x01\x05\x01\x02\x00\x03\x01\x05\x01\x02\x01\x03\x01\x05\x01\x02\x02\x03\x01\x05\x01\x02\x03\x03\x01\x05\x01\x02\x01\x02' >"$tmp/crash-1"
   "$bin" import "$tmp/crash-1" --backends "$plugin" >"$tmp/out" 2>&1
   check "import finds the dLSE mutant (exit 1)" "[ $? -eq 1 ] && grep -q 'mismatch' $tmp/out"
+  check "import decodes per-tensor layouts" "grep -q '\"layouts\"' $tmp/crash-1.json && grep -q '\"inputs\": \"qkv\"' $tmp/crash-1.json"
   "$bin" minimize "$tmp/crash-1.json" --out "$tmp/min.json" >"$tmp/out" 2>&1
   check "minimize exits 0 and reports its steps" "[ $? -eq 0 ] && grep -q 'shrunk' $tmp/out"
   cat "$tmp/out"
   "$bin" run "$tmp/min.json" --backends "$plugin" >"$tmp/out" 2>&1
   check "the minimized reproducer still diverges (exit 1)" "[ $? -eq 1 ]"
+  check "the minimized reproducer is back in the default layout" "grep -q '\"layout\"' $tmp/min.json && ! grep -q '\"layouts\"' $tmp/min.json"
   sig=$(grep -o '"key": "[^"]*"' "$tmp/min.json" | cut -d'"' -f4)
   check "with the same signature ($sig)" "grep -qF -- '$sig' $tmp/out"
   "$bin" run "$src/corpus/seed-flex-lse-merge.json" --backends "$plugin" --record "$tmp/rec" >/dev/null 2>&1

@@ -81,6 +81,30 @@ TEST(MutantZoo, RandomSampleFindsEveryBugWithItsClass) {
   }
 }
 
+// The loader hands plugins real views (each tensor its own order, padding, unaligned
+// offset; packed QKV and gradients): the correct mutant and the documented minimal plugin,
+// which honour strides, agree with the reference on every layout.
+TEST(PluginLoader, CorrectPluginsAgreeWithTheReferenceInEveryLayout) {
+  auto ok = mutant("ok");
+  auto minimal = make_backend(std::string("plugin:") + ATTNFUZZ_PLUGIN_DIR + "/libattnfuzz_plugin_minimal.so");
+  RandomCaseOptions opt;
+  opt.p_tensor_layouts = 1.0;
+  std::map<std::string, int> seen;
+  for (uint64_t seed = 0; seed < 120; ++seed) {
+    const Case c = random_case(seed + 9000, opt);
+    const DiffReport r = run_differential(c, {ok.get(), minimal.get()}, default_oracles());
+    for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail << "\n" << describe(c.layouts);
+    for (const auto& run : r.runs) seen[run.backend + (run.skipped ? " skipped" : " ran")] += 1;
+    seen["packed inputs"] += c.layouts.inputs != Packing::none && packing_applies(c.layouts.inputs, c.shape);
+    seen["packed grads"] += c.layouts.grads != Packing::none && packing_applies(c.layouts.grads, c.shape);
+    for (TensorRole t : kAllTensorRoles) seen["unaligned"] += c.layouts[t].offset % 8 != 0;
+  }
+  EXPECT_GE(seen["plugin.mutant_ok ran"], 100);
+  EXPECT_GE(seen["packed inputs"], 5);
+  EXPECT_GE(seen["packed grads"], 3);
+  EXPECT_GE(seen["unaligned"], 50);
+}
+
 TEST(PluginLoader, RefusesAnotherAbiVersionClearly) {
   try {
     load_plugin(std::string(ATTNFUZZ_PLUGIN_DIR) + "/libattnfuzz_plugin_wrong_abi.so");
@@ -146,6 +170,8 @@ TEST(MutantZoo, EveryBugMinimizesToATinyReproducerWithTheSameSignature) {
     EXPECT_LE(s.seq_kv, 16);
     EXPECT_LE(s.head_dim_qk, 16);
     EXPECT_LE(s.head_dim_v, 16);
+    // No zoo bug depends on memory layout: the shrinker takes every tensor back to the default.
+    EXPECT_EQ(m.c.layouts, Layouts{}) << describe(m.c.layouts);
     EXPECT_LT(rep.size_after, rep.size_before);
     EXPECT_TRUE(signature_holds(m.c, found->finding.signature, {be.get()}, oracles));
     EXPECT_EQ(m.finding.signature, found->finding.signature);

@@ -131,8 +131,20 @@ TEST(Generator, ReachesTheCorners) {
     seen["large logits"] += c.q.kind == ValueDist::Kind::large_logit || c.k.kind == ValueDist::Kind::large_logit;
     seen["ties"] += c.q.kind == ValueDist::Kind::near_constant && c.q.sigma == 0.0;
     seen["outliers"] += c.v.kind == ValueDist::Kind::outliers;
-    seen["padded"] += c.layout.row_padding > 0;
-    seen["bshd"] += c.layout.order == Layout::Order::bshd;
+    bool padded = false, head_padded = false, unaligned = false, orders_differ = false;
+    for (TensorRole r : kAllTensorRoles) {
+      const TensorLayout& l = c.layouts[r];
+      padded |= l.row_padding > 0, head_padded |= l.head_padding > 0, unaligned |= l.offset % 8 != 0;
+      orders_differ |= l.order != c.layouts[TensorRole::q].order;
+      seen[std::string("order ") + order_name(l.order)] += r == TensorRole::k;
+    }
+    seen["padded"] += padded;
+    seen["heads padded apart"] += head_padded;
+    seen["offset not 16-byte aligned"] += unaligned;
+    seen["tensors in different orders"] += orders_differ;
+    seen["packed qkv"] += c.layouts.inputs == Packing::qkv && packing_applies(Packing::qkv, s);
+    seen["packed kv"] += c.layouts.inputs == Packing::kv && packing_applies(Packing::kv, s);
+    seen["packed grads"] += c.layouts.grads != Packing::none && packing_applies(c.layouts.grads, s);
     seen["dLSE"] += c.d_lse.kind != ValueDist::Kind::zero;
     seen["empty chunk"] += has_empty_chunk(c.composition);
     seen["softcap"] += c.softcap.has_value();

@@ -10,6 +10,9 @@
 #include "harness/compose.h"
 #include "oracles/reference.h"
 #include "oracles/torch_oracle.h"
+#include "oracles/torch_sdpa.h"
+#include "harness/differential.h"
+#include "oracles/registry.h"
 
 namespace attnfuzz {
 namespace {
@@ -87,6 +90,50 @@ TEST(TorchOracle, AgreesWithEigenOn300RandomCases) {
   EXPECT_GT(dv_differs, 30);
   EXPECT_GT(dlse, 100);
   EXPECT_GT(masked_rows, 10);
+}
+
+// Every tensor in its own layout: all six orders of B/H/S, padded rows and heads, odd
+// storage offsets, packed QKV. The LibTorch backends get as_strided views of those buffers.
+Layouts exotic(Packing inputs) {
+  Layouts l;
+  int64_t i = 0;
+  for (TensorRole r : kAllTensorRoles) {
+    l[r] = TensorLayout{kAllOrders[static_cast<size_t>(i) % kAllOrders.size()], (i + 1) % 3, (i * 5) % 7, 2 * i + 1};
+    ++i;
+  }
+  l.inputs = inputs;
+  return l;
+}
+
+TEST(TorchOracle, ExoticLayoutsAgreeWithEigenAndRaiseNoFinding) {
+  auto torch64 = make_torch_composed_backend(TorchPrecision::float64);
+  auto math = make_torch_composed_backend(TorchPrecision::case_dtype);
+  auto sdpa = make_torch_sdpa_backend(SdpaKind::math);
+  auto flash = make_torch_sdpa_backend(SdpaKind::cpu_flash);
+  ReferenceBackend ref;
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    Case c;
+    c.seed = seed;
+    c.dtype = std::vector{DType::f32, DType::f16, DType::bf16}[seed % 3];
+    // Shapes that allow packed QKV (every other one), and GQA with Sq != Skv.
+    c.shape = seed % 2 ? Shape{2, 3, 3, 17, 17, 16, 16} : Shape{2, 4, 2, 9, 23, 16, 16};
+    c.mask = seed % 4 < 2 ? MaskExpr::causal_mask(Align::bottom_right) : MaskExpr::window(5, 1, Align::top_left);
+    c.d_lse = ValueDist{};
+    c.layouts = exotic(seed % 4 == 1 ? Packing::qkv : Packing::kv);
+    validate(c);
+    SCOPED_TRACE("seed " + std::to_string(seed) + " " + describe(c.layouts));
+    const Inputs in = generate_inputs(c);
+    const ComposedResult a = run_composition(ref, c, in);
+    const ComposedResult b = run_composition(*torch64, c, in);
+    expect_agree("O", b.fwd.o, a.fwd.o, in);
+    expect_agree("LSE", b.fwd.lse, a.fwd.lse, in);
+    expect_agree("dQ", b.grads.dq, a.grads.dq, in);
+    expect_agree("dK", b.grads.dk, a.grads.dk, in);
+    expect_agree("dV", b.grads.dv, a.grads.dv, in);
+    const DiffReport r = run_differential(c, {math.get(), sdpa.get(), flash.get()}, default_oracles());
+    for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
+    for (const auto& run : r.runs) EXPECT_FALSE(run.skipped) << run.backend << ": " << run.skip_reason;
+  }
 }
 
 TEST(TorchOracle, CaseDtypeBaselineIsCloseButNotExact) {

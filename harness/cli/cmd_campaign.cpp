@@ -48,11 +48,18 @@ std::vector<std::string> resolve_backends(const std::vector<std::string>& given)
   return given.empty() ? default_backend_names() : given;
 }
 
-// The default mix: random cases of every kind, sizes up to 64 (the CPU throughput target).
-Case campaign_case(uint64_t seed, uint64_t index, int64_t max_seq) {
-  RandomCaseOptions g;
-  g.max_seq = max_seq;
+// The default mix: random cases of every kind, in the size tier of --tier (generators/domain.h;
+// the CPU default `small` keeps Sq, Skv <= 64 for throughput and reaches every kernel head dim).
+Case campaign_case(uint64_t seed, uint64_t index, const RandomCaseOptions& g) {
   return random_case(splitmix64(seed ^ splitmix64(index)), g);
+}
+
+RandomCaseOptions tier_options(const std::string& tier, int64_t max_seq) {
+  const auto t = domain::tier_from_name(tier);
+  if (!t) throw std::invalid_argument("--tier takes toy, small or real, got '" + tier + "'");
+  RandomCaseOptions g = RandomCaseOptions::for_tier(*t);
+  if (max_seq > 0) g.max_seq = max_seq;
+  return g;
 }
 
 struct CampaignArgs {
@@ -66,7 +73,8 @@ struct CampaignArgs {
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string devices;
   double timeout = 30;
-  int64_t max_seq = 64;
+  std::string tier = domain::tier_name(domain::kDefaultCpuTier);
+  int64_t max_seq = 0;  // 0: the tier's
 };
 
 CampaignOptions to_options(const CampaignArgs& a) {
@@ -98,8 +106,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.minimize = !a.no_minimize;
   o.quiet = a.quiet;
   const uint64_t seed = a.seed;
-  const int64_t max_seq = a.max_seq;
-  o.make_case = [seed, max_seq](uint64_t g) { return campaign_case(seed, g, max_seq); };
+  const RandomCaseOptions gen = tier_options(a.tier, a.max_seq);
+  o.make_case = [seed, gen](uint64_t g) { return campaign_case(seed, g, gen); };
   o.candidates = shrink_candidates;
   o.size = case_size;
   o.worker_argv = worker_argv(o.backends);
@@ -114,7 +122,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, 256));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
   cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");
-  cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--tier", a.tier, "size tier of generated cases: toy, small (default) or real (docs/fuzzing.md)");
+  cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
 }

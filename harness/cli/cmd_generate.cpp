@@ -16,6 +16,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
     uint64_t seed = 0;
     int count = 1;
     std::string out_dir;
+    std::string tier = domain::tier_name(domain::kDefaultCpuTier);
+    int64_t max_seq = 0, max_dim = 0;  // 0: the tier's
     RandomCaseOptions gen;
   };
   auto opt = std::make_shared<Options>();
@@ -23,9 +25,14 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", opt->seed, "first generator seed; case i uses seed + i");
   cmd->add_option("--count", opt->count, "number of cases")->check(CLI::Range(1, 1000000));
   cmd->add_option("--out", opt->out_dir, "directory for case-<seed>.json files (default: print the first case)");
-  cmd->add_option("--max-seq", opt->gen.max_seq, "largest Sq and Skv")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-dim", opt->gen.max_dim, "largest head dimension")->check(CLI::Range(1, 1024));
+  cmd->add_option("--tier", opt->tier, "size tier: toy, small (default) or real (docs/fuzzing.md)")
+      ->check(CLI::IsMember({"toy", "small", "real"}));
+  cmd->add_option("--max-seq", opt->max_seq, "largest Sq and Skv (default: the tier's)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-dim", opt->max_dim, "largest head dimension (default: the tier's)")->check(CLI::Range(1, 1024));
   cmd->callback([opt, &exit_code] {
+    opt->gen = RandomCaseOptions::for_tier(*domain::tier_from_name(opt->tier));
+    if (opt->max_seq > 0) opt->gen.max_seq = opt->max_seq;
+    if (opt->max_dim > 0) opt->gen.max_dim = opt->max_dim;
     if (opt->out_dir.empty()) {
       fmt::print("{}", write_case(random_case(opt->seed, opt->gen)));
       exit_code = kExitOk;

@@ -95,10 +95,10 @@ int minimize_command(const MinimizeOptions& opt) {
   }
   write_file_atomic(dest, write_repro(out));
   fmt::print("shrunk    {} steps ({} candidates tried), size {} -> {}\n", rep.steps, rep.attempts, rep.size_before, rep.size_after);
-  fmt::print("before    {}  {}  mask {}  composition {}\n", describe_shape(r.c.shape), to_string(r.c.dtype), describe(r.c.mask),
-             describe(r.c.composition));
-  fmt::print("after     {}  {}  mask {}  composition {}\n", describe_shape(m.c.shape), to_string(m.c.dtype), describe(m.c.mask),
-             describe(m.c.composition));
+  fmt::print("before    {}  {}  mask {}  composition {}  layouts {}\n", describe_shape(r.c.shape), to_string(r.c.dtype), describe(r.c.mask),
+             describe(r.c.composition), describe(r.c.layouts));
+  fmt::print("after     {}  {}  mask {}  composition {}  layouts {}\n", describe_shape(m.c.shape), to_string(m.c.dtype), describe(m.c.mask),
+             describe(m.c.composition), describe(m.c.layouts));
   fmt::print("wrote     {}\n", dest);
   return kExitOk;
 }

@@ -65,6 +65,7 @@ void print_report(const Case& c, const DiffReport& r, const std::string& referen
   fmt::print("shape     {}  dtype={}  scale={:.6g}{}\n", describe_shape(c.shape), to_string(c.dtype), c.effective_scale(),
              c.softcap ? fmt::format("  softcap={:g}", *c.softcap) : std::string());
   fmt::print("mask      {}\n", describe(c.mask));
+  fmt::print("layouts   {}\n", describe(c.layouts));
   fmt::print("dLSE      {}    composition {}\n", to_string(c.d_lse.kind), describe(c.composition));
   fmt::print("inputs    checksum {:016x}\n", r.input_checksum);
   fmt::print("rule      {}\n", r.rule.describe());

@@ -37,8 +37,8 @@ MaskExpr random_mask(double density, uint64_t seed) {
   m.seed = seed;
   return m;
 }
-const Layout kBshdPadded{Layout::Order::bshd, 3};
-const Layout kBhsdPadded{Layout::Order::bhsd, 1};
+const Layouts kBshdPadded = Layouts::uniform({TensorLayout::Order::bshd, 3});
+const Layouts kBhsdPadded = Layouts::uniform({TensorLayout::Order::bhsd, 1});
 
 struct NamedCase {
   std::string name;
@@ -61,6 +61,11 @@ std::vector<NamedCase> ok_cases() {
       {"window_dlse_fp16", make_case(5, {1, 3, 3, 33, 33, 16, 16}, DType::f16, MaskExpr::window(5, 2, Align::top_left), true)},
       {"gqa_softcap_causal_br_bf16_bshd",
        make_case(6, {1, 4, 2, 24, 37, 32, 16}, DType::bf16, causal_br(), true, 3.0, kBshdPadded)},
+      // Every tensor its own order, padding and unaligned offset; packed QKV in, packed dK/dV out.
+      {"exotic_layouts_packed_fp16",
+       make_case(7, {2, 2, 2, 17, 17, 16, 16}, DType::f16, causal_br(), true, std::nullopt, exotic_layouts(Packing::qkv, Packing::kv))},
+      {"exotic_layouts_gqa_bf16",
+       make_case(8, {2, 4, 2, 9, 23, 16, 8}, DType::bf16, MaskExpr::window(4, 1, Align::top_left), true, 2.0, exotic_layouts())},
   };
 }
 

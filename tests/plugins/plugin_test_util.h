@@ -75,12 +75,13 @@ inline constexpr uint16_t kPoisonBF16 = 0x7fa5u;
 struct HostTensor {
   std::vector<uint64_t> storage;  // 8-byte aligned backing store
   std::vector<int64_t> shape;
+  int64_t base = 0;  // elements from the storage's start to element (0, 0, 0, 0): t.data
   af_tensor t{};
 
   size_t elem_bytes() const { return t.dtype == AF_F32 ? 4 : 2; }
   size_t capacity() const { return storage.size() * 8 / elem_bytes(); }
   int64_t offset(const int64_t* idx) const {
-    int64_t o = 0;
+    int64_t o = base;
     for (int d = 0; d < t.ndim; ++d) o += idx[d] * t.strides[d];
     return o;
   }
@@ -106,30 +107,20 @@ struct HostTensor {
   }
 };
 
-// A poisoned buffer. 4-D tensors follow `layout` (BHSD or BSHD, rows padded); 3-D ones
-// (LSE, dLSE) are contiguous [B][H][S] as the ABI header describes them.
-inline HostTensor make_host(const std::vector<int64_t>& shape, int32_t dtype, const Layout& layout) {
+// A poisoned buffer at the tensor's placement (harness/layout.h: strides, base offset,
+// extent). Members of a packed group each get a buffer of the group's extent (no aliasing
+// here: the test checks that a plugin writes only its own elements).
+inline HostTensor make_host(const Placement& pl, int32_t dtype) {
   HostTensor h;
-  h.shape = shape;
+  h.shape.assign(pl.sizes.begin(), pl.sizes.begin() + pl.ndim);
   h.t.dtype = dtype;
   h.t.device = AF_CPU;
-  h.t.ndim = static_cast<int32_t>(shape.size());
-  int64_t total = 0;
-  if (shape.size() == 4) {
-    const int64_t H = shape[1], S = shape[2], row = shape[3] + layout.row_padding;
-    const int64_t bhsd[4] = {H * S * row, S * row, row, 1}, bshd[4] = {S * H * row, row, H * row, 1};
-    const int64_t* st = layout.order == Layout::Order::bshd ? bshd : bhsd;
-    std::copy(st, st + 4, h.t.strides);
-    total = shape[0] * H * S * row;
-  } else {
-    const int64_t st[3] = {shape[1] * shape[2], shape[2], 1};
-    std::copy(st, st + 3, h.t.strides);
-    total = shape[0] * shape[1] * shape[2];
-  }
-  std::copy(shape.begin(), shape.end(), h.t.shape);
-  h.storage.assign(static_cast<size_t>(total * (dtype == AF_F32 ? 4 : 2) + 7) / 8, 0);
+  h.t.ndim = pl.ndim;
+  for (int32_t d = 0; d < pl.ndim; ++d) h.t.shape[d] = pl.sizes[static_cast<size_t>(d)], h.t.strides[d] = pl.strides[static_cast<size_t>(d)];
+  h.base = pl.offset;
+  h.storage.assign(static_cast<size_t>(pl.extent * (dtype == AF_F32 ? 4 : 2) + 7) / 8, 0);
   for (size_t i = 0; i < h.capacity(); ++i) h.set_bits(i, h.poison());
-  h.t.data = h.storage.data();
+  h.t.data = reinterpret_cast<char*>(h.storage.data()) + pl.offset * (dtype == AF_F32 ? 4 : 2);
   return h;
 }
 
@@ -150,8 +141,8 @@ inline double from_bits(int32_t dtype, uint32_t b) {
   return f;
 }
 
-inline HostTensor to_host(const Tensor& src, int32_t dtype, const Layout& layout) {
-  HostTensor h = make_host(src.shape, dtype, layout);
+inline HostTensor to_host(const Tensor& src, int32_t dtype, const Placement& pl) {
+  HostTensor h = make_host(pl, dtype);
   h.for_each([&](size_t i, size_t o) { h.set_bits(o, to_bits(dtype, src.data[i])); });
   return h;
 }
@@ -180,8 +171,10 @@ struct PluginRun {
 
 // One single call of the whole problem: forward, then backward on the plugin's own O and LSE
 // (as the harness does). dLSE goes in only when the plugin says its backward takes it.
-inline PluginRun run_plugin(const af_plugin& pl, const Problem& p, const Inputs& in, const Layout& layout) {
+inline PluginRun run_plugin(const af_plugin& pl, const Problem& p, const Inputs& in) {
   PluginRun r;
+  auto at = [&](TensorRole role) { return place(p.layouts, role, p.shape); };
+  using R = TensorRole;
   const Shape& s = p.shape;
   const int32_t dt = af_dtype_of(p.dtype);
   const std::string mask_json = p.mask_expr ? to_json(*p.mask_expr).dump() : std::string(R"({"kind":"none"})");
@@ -208,9 +201,9 @@ inline PluginRun run_plugin(const af_plugin& pl, const Problem& p, const Inputs&
     r.error = std::string("supports: ") + msg;
     return r;
   }
-  HostTensor q = to_host(p.q, dt, layout), k = to_host(p.k, dt, layout), v = to_host(p.v, dt, layout);
-  HostTensor o = make_host({s.batch, s.heads_q, s.seq_q, s.head_dim_v}, dt, layout);
-  HostTensor lse = make_host({s.batch, s.heads_q, s.seq_q}, AF_F32, layout);
+  HostTensor q = to_host(p.q, dt, at(R::q)), k = to_host(p.k, dt, at(R::k)), v = to_host(p.v, dt, at(R::v));
+  HostTensor o = make_host(at(R::o), dt);
+  HostTensor lse = make_host(at(R::lse), AF_F32);
   if (pl.forward(&ap, &q.t, &k.t, &v.t, &o.t, &lse.t, msg, sizeof msg) != 0) {
     r.error = std::string("forward: ") + msg;
     return r;
@@ -218,8 +211,8 @@ inline PluginRun run_plugin(const af_plugin& pl, const Problem& p, const Inputs&
   r.fwd.o = from_host(o, &r.unwritten, &r.padding_touched);
   r.fwd.lse = from_host(lse, &r.unwritten, &r.padding_touched);
 
-  HostTensor d_o = to_host(in.d_out, dt, layout), d_lse = to_host(in.d_lse, AF_F32, layout);
-  HostTensor dq = make_host(p.q.shape, dt, layout), dk = make_host(p.k.shape, dt, layout), dv = make_host(p.v.shape, dt, layout);
+  HostTensor d_o = to_host(in.d_out, dt, at(R::d_out)), d_lse = to_host(in.d_lse, AF_F32, at(R::lse));
+  HostTensor dq = make_host(at(R::d_q), dt), dk = make_host(at(R::d_k), dt), dv = make_host(at(R::d_v), dt);
   const af_tensor* g = (pl.flags & AF_BACKWARD_TAKES_DLSE) ? &d_lse.t : nullptr;
   if (pl.backward(&ap, &q.t, &k.t, &v.t, &o.t, &lse.t, &d_o.t, g, &dq.t, &dk.t, &dv.t, msg, sizeof msg) != 0) {
     r.error = std::string("backward: ") + msg;
@@ -272,7 +265,7 @@ inline Compared compare_with_reference(const af_plugin& pl, const Case& c) {
   const Inputs in = generate_inputs(c);
   const Problem p = full_problem(c, in);
   Compared out;
-  out.run = run_plugin(pl, p, in, c.layout);
+  out.run = run_plugin(pl, p, in);
   if (!out.run.error.empty()) return out;
   const Forward ref = reference_forward(p);
   const Gradients g = reference_backward(p, ref, in.d_out, in.d_lse);
@@ -281,9 +274,22 @@ inline Compared compare_with_reference(const af_plugin& pl, const Case& c) {
   return out;
 }
 
+// Every tensor its own layout: all six orders, padded rows and heads, odd base offsets
+// (so no tensor starts 16-byte aligned), and the given packings.
+inline Layouts exotic_layouts(Packing inputs = Packing::none, Packing grads = Packing::none) {
+  Layouts l;
+  int64_t i = 0;
+  for (TensorRole r : kAllTensorRoles) {
+    l[r] = TensorLayout{kAllOrders[static_cast<size_t>(i) % kAllOrders.size()], i % 3, (i * 5) % 7, 2 * i + 1};
+    ++i;
+  }
+  l.inputs = inputs, l.grads = grads;
+  return l;
+}
+
 // A case from its parts, validated like a parsed file.
 inline Case make_case(uint64_t seed, Shape shape, DType dtype, MaskExpr mask = {}, bool dlse = false,
-                      std::optional<double> softcap = std::nullopt, Layout layout = {}) {
+                      std::optional<double> softcap = std::nullopt, Layouts layouts = {}) {
   Case c;
   c.seed = seed;
   c.shape = shape;
@@ -291,7 +297,7 @@ inline Case make_case(uint64_t seed, Shape shape, DType dtype, MaskExpr mask = {
   c.mask = std::move(mask);
   if (dlse) c.d_lse = ValueDist{ValueDist::Kind::normal, 0.0, 1.0, 0.0, 0.0};
   c.softcap = softcap;
-  c.layout = layout;
+  c.layouts = layouts;
   validate(c);
   return c;
 }

@@ -54,11 +54,11 @@ std::vector<NamedCase> cases() {
   doc.segments_kv = {0, 19};
   return {
       {"gqa_softcap_dlse_document_bshd",
-       make_case(21, {2, 4, 2, 12, 19, 16, 8}, DType::f32, doc, true, 2.5, Layout{Layout::Order::bshd, 3})},
+       make_case(21, {2, 4, 2, 12, 19, 16, 8}, DType::f32, doc, true, 2.5, Layouts::uniform({TensorLayout::Order::bshd, 3}))},
       {"causal_br_sq_gt_skv_dlse", make_case(22, {1, 2, 1, 17, 9, 8, 8}, DType::f32, MaskExpr::causal_mask(Align::bottom_right), true)},
       {"window_dqk_ne_dv_bhsd_padded",
        make_case(23, {1, 3, 3, 20, 26, 12, 20}, DType::f32, MaskExpr::window(4, 3, Align::top_left), false, std::nullopt,
-                 Layout{Layout::Order::bhsd, 2})},
+                 Layouts::uniform({TensorLayout::Order::bhsd, 2}))},
   };
 }
 

@@ -1,0 +1,79 @@
+#pragma once
+// The case domain's bounds, defined once and shared by the random generator
+// (random_case.cpp), the RapidCheck domains (rc_case.h), the fuzz decoder
+// (fuzz_decode.cpp), the shrinker (shrink.cpp) and the campaigns' --tier.
+//
+// Size tiers (docs/fuzzing.md):
+//   toy    Sq, Skv <= 24,   D <= 16,  B <= 2, Hkv <= 2, Hq/Hkv <= 3   unit tests, property tests
+//   small  Sq, Skv <= 64,   D <= 256, B <= 2, Hkv <= 2, Hq/Hkv <= 4   the CPU default (CI, campaigns)
+//   real   Sq, Skv <= 4096, D <= 256, B <= 2, Hkv <= 4, Hq/Hkv <= 4   GPU campaigns: the sizes models run
+// Head dims favour the ones kernels instantiate (kKernelHeadDims) and their +-1 neighbours;
+// sequence lengths favour tile corners (multiples of 16, 64 and 128, and +-1).
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attnfuzz::domain {
+
+enum class SizeTier { toy, small, real };
+
+struct Bounds {
+  int64_t max_batch, max_heads_kv, max_group, max_seq, max_dim;
+};
+
+inline constexpr Bounds bounds(SizeTier t) {
+  switch (t) {
+    case SizeTier::toy: return {2, 2, 3, 24, 16};
+    case SizeTier::small: return {2, 2, 4, 64, 256};
+    case SizeTier::real: return {2, 4, 4, 4096, 256};
+  }
+  return {2, 2, 3, 24, 16};
+}
+
+inline constexpr SizeTier kDefaultCpuTier = SizeTier::small;  // campaigns, `attnfuzz generate`
+inline constexpr SizeTier kTestTier = SizeTier::toy;           // RandomCaseOptions{}: fast unit tests
+inline constexpr SizeTier kFuzzTier = SizeTier::small;          // the libFuzzer decoder (CPU, under ASan)
+
+inline const char* tier_name(SizeTier t) { return t == SizeTier::toy ? "toy" : t == SizeTier::small ? "small" : "real"; }
+inline std::optional<SizeTier> tier_from_name(std::string_view s) {
+  for (SizeTier t : {SizeTier::toy, SizeTier::small, SizeTier::real})
+    if (s == tier_name(t)) return t;
+  return std::nullopt;
+}
+
+// The smallest value of every dimension (the shrinker's floor).
+inline constexpr int64_t kMinDim = 1;
+
+// Head dims real kernels instantiate (FlashAttention 2/3, cuDNN, xFormers).
+inline constexpr std::array<int64_t, 7> kKernelHeadDims{32, 64, 80, 96, 128, 192, 256};
+
+// Head-dim menu up to `max`: the kernel dims and their +-1 neighbours (odd ones).
+inline std::vector<int64_t> head_dim_menu(int64_t max) {
+  std::vector<int64_t> out;
+  for (int64_t d : kKernelHeadDims)
+    for (int64_t x : {d - 1, d, d + 1})
+      if (x >= kMinDim && x <= max) out.push_back(x);
+  return out;
+}
+
+// Tile corners up to `max`: 1, 2, and every multiple of 16 up to 128, then of 64 (and of
+// 128) beyond, each with its +-1 neighbours.
+inline std::vector<int64_t> size_corners(int64_t max) {
+  std::vector<int64_t> out{1, 2};
+  for (int64_t m = 16; m - 1 <= max; m += m < 128 ? 16 : 64)
+    for (int64_t x : {m - 1, m, m + 1})
+      if (x <= max && x > 2) out.push_back(x);
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// Layouts the generators draw (harness/layout.h; validate() allows up to 4096 each).
+inline constexpr int64_t kMaxRowPadding = 8, kMaxHeadPadding = 24;
+// Base offsets in elements: odd ones and ones that break 16-byte alignment for every dtype.
+inline constexpr std::array<int64_t, 7> kOffsets{1, 2, 3, 4, 7, 8, 13};
+
+}  // namespace attnfuzz::domain

@@ -1,0 +1,157 @@
+#include "harness/layout.h"
+
+#include "harness/case.h"
+
+namespace attnfuzz {
+namespace {
+
+constexpr std::array<const char*, kAllTensorRoles.size()> kRoleNames{"q", "k", "v", "d_out", "o", "lse", "d_q", "d_k", "d_v"};
+constexpr std::array<const char*, kAllOrders.size()> kOrderNames{"bhsd", "bshd", "hbsd", "hsbd", "sbhd", "shbd"};
+constexpr std::array<const char*, 3> kPackingNames{"none", "qkv", "kv"};
+
+// Logical dim index (0 = B, 1 = H, 2 = S) of the order's dims, outermost first.
+std::array<int, 3> order_dims(TensorLayout::Order o) {
+  using O = TensorLayout::Order;
+  switch (o) {
+    case O::bhsd: return {0, 1, 2};
+    case O::bshd: return {0, 2, 1};
+    case O::hbsd: return {1, 0, 2};
+    case O::hsbd: return {1, 2, 0};
+    case O::sbhd: return {2, 0, 1};
+    case O::shbd: return {2, 1, 0};
+  }
+  return {0, 1, 2};
+}
+
+// The packed group `r` belongs to: its packing and its index in the group, or none.
+struct GroupSlot {
+  Packing packing = Packing::none;
+  int64_t index = 0, members = 1;
+  TensorRole first = TensorRole::q;
+};
+GroupSlot group_slot(const Layouts& l, TensorRole r) {
+  using R = TensorRole;
+  const bool grad = r == R::d_q || r == R::d_k || r == R::d_v;
+  const bool input = r == R::q || r == R::k || r == R::v;
+  if (!grad && !input) return {};
+  const Packing p = grad ? l.grads : l.inputs;
+  const int64_t pos = r == R::q || r == R::d_q ? 0 : r == R::k || r == R::d_k ? 1 : 2;
+  if (p == Packing::qkv) return {p, pos, 3, grad ? R::d_q : R::q};
+  if (p == Packing::kv && pos > 0) return {p, pos - 1, 2, grad ? R::d_k : R::k};
+  return {};
+}
+
+}  // namespace
+
+const char* role_name(TensorRole r) { return kRoleNames[static_cast<size_t>(r)]; }
+std::optional<TensorRole> role_from_name(std::string_view name) {
+  for (TensorRole r : kAllTensorRoles)
+    if (name == role_name(r)) return r;
+  return std::nullopt;
+}
+
+const char* order_name(TensorLayout::Order o) { return kOrderNames[static_cast<size_t>(o)]; }
+std::optional<TensorLayout::Order> order_from_name(std::string_view name) {
+  for (TensorLayout::Order o : kAllOrders)
+    if (name == order_name(o)) return o;
+  return std::nullopt;
+}
+
+const char* packing_name(Packing p) { return kPackingNames[static_cast<size_t>(p)]; }
+std::optional<Packing> packing_from_name(std::string_view name) {
+  for (Packing p : {Packing::none, Packing::qkv, Packing::kv})
+    if (name == packing_name(p)) return p;
+  return std::nullopt;
+}
+
+Layouts Layouts::uniform(const TensorLayout& l) {
+  Layouts out;
+  out.tensors_.fill(l);
+  return out;
+}
+
+std::optional<TensorLayout> Layouts::as_uniform() const {
+  if (inputs != Packing::none || grads != Packing::none) return std::nullopt;
+  for (const TensorLayout& t : tensors_)
+    if (!(t == tensors_[0])) return std::nullopt;
+  return tensors_[0];
+}
+
+int64_t Placement::numel() const { return sizes[0] * sizes[1] * sizes[2] * (ndim == 4 ? sizes[3] : 1); }
+
+std::array<int64_t, 4> role_sizes(TensorRole r, const Shape& s, int32_t* ndim) {
+  using R = TensorRole;
+  if (ndim) *ndim = r == R::lse ? 3 : 4;
+  switch (r) {
+    case R::q:
+    case R::d_q: return {s.batch, s.heads_q, s.seq_q, s.head_dim_qk};
+    case R::k:
+    case R::d_k: return {s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk};
+    case R::v:
+    case R::d_v: return {s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
+    case R::d_out:
+    case R::o: return {s.batch, s.heads_q, s.seq_q, s.head_dim_v};
+    case R::lse: return {s.batch, s.heads_q, s.seq_q, 1};
+  }
+  return {};
+}
+
+bool packing_applies(Packing packing, const Shape& s) {
+  switch (packing) {
+    case Packing::none: return false;
+    case Packing::qkv: return s.heads_q == s.heads_kv && s.seq_q == s.seq_kv && s.head_dim_qk == s.head_dim_v;
+    case Packing::kv: return s.head_dim_qk == s.head_dim_v;
+  }
+  return false;
+}
+
+Placement place(const Layouts& layouts, TensorRole r, const Shape& s) {
+  Placement p;
+  p.sizes = role_sizes(r, s, &p.ndim);
+  p.buffer = r;
+  const int64_t width = p.sizes[3];
+  p.strides[3] = 1;
+  const GroupSlot g = group_slot(layouts, r);
+  if (g.packing != Packing::none && packing_applies(g.packing, s)) {
+    const TensorLayout& l = layouts[g.first];
+    const int64_t st_h = width + l.row_padding, st_n = p.sizes[1] * st_h, st_s = g.members * st_n, st_b = p.sizes[2] * st_s;
+    p.strides[0] = st_b, p.strides[1] = st_h, p.strides[2] = st_s;
+    p.offset = l.offset + g.index * st_n;
+    p.extent = l.offset + p.sizes[0] * st_b;
+    p.buffer = g.first;
+    return p;
+  }
+  const TensorLayout& l = layouts[r];
+  const std::array<int, 3> dims = order_dims(l.order);
+  int64_t stride = width + l.row_padding, inner_size = 1;
+  for (int i = 2; i >= 0; --i) {
+    const int dim = dims[static_cast<size_t>(i)];
+    if (i < 2) stride *= inner_size;
+    if (dim == 1) stride += l.head_padding;
+    p.strides[static_cast<size_t>(dim)] = stride;
+    inner_size = p.sizes[static_cast<size_t>(dim)];
+  }
+  p.offset = l.offset;
+  p.extent = l.offset + p.sizes[static_cast<size_t>(dims[0])] * p.strides[static_cast<size_t>(dims[0])];
+  if (p.ndim == 3) p.sizes[3] = 1, p.strides[3] = 0;
+  return p;
+}
+
+std::string describe(const Layouts& l) {
+  std::string out;
+  auto add = [&](const std::string& s) { out += (out.empty() ? "" : " ") + s; };
+  for (TensorRole r : kAllTensorRoles) {
+    const TensorLayout& t = l[r];
+    if (t == TensorLayout{}) continue;
+    std::string s = std::string(role_name(r)) + ":" + order_name(t.order);
+    if (t.row_padding) s += "+row" + std::to_string(t.row_padding);
+    if (t.head_padding) s += "+head" + std::to_string(t.head_padding);
+    if (t.offset) s += "@" + std::to_string(t.offset);
+    add(s);
+  }
+  if (l.inputs != Packing::none) add(std::string("inputs:") + packing_name(l.inputs));
+  if (l.grads != Packing::none) add(std::string("grads:") + packing_name(l.grads));
+  return out.empty() ? "default" : out;
+}
+
+}  // namespace attnfuzz
