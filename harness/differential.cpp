@@ -4,7 +4,6 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -75,9 +74,6 @@ class BaselineAs final : public Backend {
 class DifferentialSession::Impl {
  public:
   Impl(const Case& c, const OracleSet& o, const DiffOptions& opt) : c_(c), oracles_(o), opt_(opt), in_(generate_inputs(c)) {
-    if (const char* e = std::getenv("ATTNFUZZ_RULE_EXPERIMENT")) {  // TEMPORARY calibration hook
-      std::sscanf(e, "%lf,%lf,%lf", &opt_.rule.c, &opt_.rule.k, &opt_.rule.kappa_min);
-    }
     ref_ = run_composition(*oracles_.reference, c_, in_, Composition{});
     skip_ = masked_rows(ref_);
     if (oracles_.error_terms) {
@@ -288,8 +284,10 @@ class DifferentialSession::Impl {
         }
         v.print = fingerprint(v.err.rms, rungs, opt_.rule.fingerprint_band);
         if (v.print.rung) rung_max = maxes[*v.print.rung];
-        // Far beyond the coarsest contract is a wrong result, whatever the rule's blocks say.
-        if (v.print.label == "coarser") v.pass = false;
+        // Far beyond the coarsest contract and beyond the expected error is a wrong result.
+        // (Beyond the coarsest rung alone is not: where every rung is near exact, through
+        // cancellation, or the backend declares a coarser LSE, a tiny error looks coarser.)
+        if (v.print.label == "coarser" && v.tensor_ratio > 1.0) v.pass = false;
       }
       if (!v.pass) {
         std::map<std::string, double> m{{"rms", v.err.rms},           {"max_abs", v.err.max_abs},     {"bound_rms", v.bound_rms},

@@ -155,8 +155,10 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
       for (int64_t d = 0; d < w.width; ++d) {
         const size_t e = static_cast<size_t>((h * w.seq + s) * w.width + d);
         if (!w.used[e]) continue;
-        if (w.err2[e] > max_err2) max_err2 = w.err2[e], v.bound_max = rule.limit(1) * std::sqrt(w.allow2[e]);
-        consider("element", {w.err2[e], w.allow2[e], 1}, [&] { return head_name(h) + " s" + std::to_string(s) + (w.width > 1 ? " d" + std::to_string(d) : ""); });
+        if (w.err2[e] > max_err2) max_err2 = w.err2[e], v.bound_max = rule.limit(static_cast<double>(w.width)) * std::sqrt(w.allow2[e]);
+        // The finest block is a row: one element of a row is not judged alone (its error
+        // and its sigma' are too noisy), except where a row is one element (LSE, D = 1).
+        if (w.width == 1) consider("element", {w.err2[e], w.allow2[e], 1}, [&] { return head_name(h) + " s" + std::to_string(s); });
       }
     if (w.width > 1)
       for (int64_t s = 0; s < w.seq; ++s)
@@ -175,6 +177,7 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
   for (size_t e = 0; e < w.used.size(); ++e)
     if (w.used[e]) all.err2 += w.err2[e], all.allow2 += w.allow2[e], all.n += 1;
   consider("tensor", all, [] { return std::string("all"); });
+  v.tensor_ratio = all.n > 0 ? ratio_of(all) : 0.0;
   v.bound_rms = all.n > 0 ? rule.limit(all.n) * std::sqrt(all.allow2 / all.n) : 0.0;
   if (v.err.nonfinite_mismatch) v.pass = false;
   return v;

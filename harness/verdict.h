@@ -67,6 +67,7 @@ struct TensorVerdict {
   double bound_rms = 0;  // the whole-tensor test in error units: limit(N) * rms(sigma')
   double bound_max = 0;  // the per-element bound at the element with the largest error
   double kappa = 0;      // the error model's scale fitted on the baselines
+  double tensor_ratio = 0;  // sqrt(sum err^2 / sum sigma'^2) over the whole tensor
   WorstBlock worst;
   // The largest ratio / limit per granularity (element, row, tile, head, tensor): the
   // margin a correct backend leaves, for calibration (bench/calibrate_rule).
