@@ -137,7 +137,7 @@ EOF
     grep '^ERROR' "$tmp/out" | cut -c1-200
   }
   if [ "$row" = 05 ]; then  # a crash reproducer, from a campaign
-    ATTNFUZZ_HOSTILE=exit0 timeout -k 2 120 "$bin" campaign --cases 1 --jobs 1 --no-minimize --quiet --out "$tmp/camp" \
+    ATTNFUZZ_HOSTILE=exit0 timeout -k 2 120 "$bin" campaign --cases 8 --jobs 1 --no-minimize --quiet --out "$tmp/camp" \
       --backends "reference,$hostile" >/dev/null 2>&1
     crash=$(ls "$tmp"/camp/findings/*.json | head -1)
     check "the campaign recorded a crash reproducer" "[ -f '$crash' ] && grep -q '\"class\": \"crash\"' '$crash'"
