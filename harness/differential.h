@@ -16,19 +16,10 @@
 #include "harness/compose.h"
 #include "harness/error_model.h"
 #include "harness/inputs.h"
+#include "harness/oracle_set.h"
 #include "harness/verdict.h"
 
 namespace attnfuzz {
-
-// The oracles the verdicts need, supplied by the caller (the harness depends on interfaces only).
-struct OracleSet {
-  Backend* reference = nullptr;  // float64
-  // The naive same-precision computation under a contract, in forward or reversed order.
-  std::function<std::unique_ptr<Backend>(Contract, bool reversed)> emulate;
-  // The error model's magnitudes (harness/error_model.h) from the float64 problem, its
-  // reference forward and the upstream gradients. Without it the rule uses the baselines alone.
-  std::function<ErrorTerms(const Problem&, const Forward&, const Tensor& d_out, const Tensor& d_lse)> error_terms;
-};
 
 struct DiffOptions {
   bool include_single = true;     // also run the single call when the case has a composition

@@ -1,7 +1,6 @@
 #include "oracles/registry.h"
 
 #include <cmath>
-#include <cstdio>
 #include <functional>
 #include <stdexcept>
 
@@ -165,33 +164,6 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
     return e.make();
   }
   throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ", or plugin:/path/lib.so)");
-}
-
-std::map<std::string, std::string> environment() {
-  static const std::map<std::string, std::string> env = [] {
-    std::map<std::string, std::string> e;
-    e["harness_commit"] = ATTNFUZZ_COMMIT;
-#if ATTNFUZZ_HAVE_TORCH
-    e["libtorch"] = torch_version();
-    for (const auto& [k, v] : torch_cuda_environment()) e[k] = v;
-#else
-    e["libtorch"] = "not built";
-#endif
-#if ATTNFUZZ_HAVE_CUDNN
-    for (const auto& [k, v] : cudnn_sdpa_environment()) e[k] = v;
-#endif
-    // GPU and driver from nvidia-smi where there is one.
-    std::string gpu;
-    if (FILE* p = ::popen("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null", "r")) {
-      char buf[256];
-      while (std::fgets(buf, sizeof buf, p)) gpu += buf;
-      ::pclose(p);
-    }
-    while (!gpu.empty() && (gpu.back() == '\n' || gpu.back() == ' ')) gpu.pop_back();
-    e["gpu"] = gpu.empty() ? "none" : gpu;
-    return e;
-  }();
-  return env;
 }
 
 std::optional<std::string> gpu_health() {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "harness/backend.h"
-#include "harness/differential.h"
+#include "harness/oracle_set.h"
 
 namespace attnfuzz {
 
@@ -39,9 +39,6 @@ OracleSet make_oracles(OracleDevice device);
 void set_backend_threads(int n);
 // Whether the GPU this process uses still works, or the error it gives (DiffOptions::gpu_health).
 std::optional<std::string> gpu_health();
-// The environment recorded with every finding: harness commit, LibTorch and its CUDA/cuDNN
-// (or why none), the GPU and driver (nvidia-smi) or "none".
-std::map<std::string, std::string> environment();
 // Backends used when none are named: every built-in CPU backend available here.
 std::vector<std::string> default_backend_names();
 

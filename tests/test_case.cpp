@@ -14,7 +14,7 @@
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/json_input.h"
-#include "harness/repro.h"
+#include "campaign/repro.h"
 
 namespace attnfuzz {
 namespace {

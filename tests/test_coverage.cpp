@@ -1,9 +1,9 @@
-// Coverage counts (harness/coverage.h): per case a backend's outcome is errored > ran >
+// Coverage counts (campaign/coverage.h): per case a backend's outcome is errored > ran >
 // skipped over its compositions; reasons group with stand-alone numbers masked; the JSON
 // form round-trips (state.json, merge) and lists the backends that ran nothing.
 #include <gtest/gtest.h>
 
-#include "harness/coverage.h"
+#include "campaign/coverage.h"
 
 namespace attnfuzz {
 namespace {

@@ -17,7 +17,7 @@
 #include "harness/case_json.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
-#include "harness/repro.h"
+#include "campaign/repro.h"
 
 namespace attnfuzz {
 namespace {

@@ -12,7 +12,7 @@
 #include "harness/case_json.h"
 #include "generators/shrink.h"
 #include "harness/differential.h"
-#include "harness/minimize.h"
+#include "campaign/minimize.h"
 #include "oracles/plugin.h"
 #include "oracles/registry.h"
 

@@ -1,11 +1,11 @@
-// The worker protocol's framing (harness/worker_protocol.h): garbage a backend writes into the
+// The worker protocol's framing (campaign/worker_protocol.h): garbage a backend writes into the
 // reply pipe, even lines shaped like the old "R {...}" replies or forged frame headers, is
 // dropped; intact frames come through whole, in order, with their request number.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "harness/worker_protocol.h"
+#include "campaign/worker_protocol.h"
 
 namespace attnfuzz {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "generators/fuzz_decode.h"
 #include "harness/differential.h"
-#include "harness/repro.h"
+#include "campaign/repro.h"
 #include "oracles/registry.h"
 
 namespace {

@@ -7,7 +7,7 @@
 
 #include "generators/random_case.h"
 #include "harness/case_json.h"
-#include "harness/cli/commands.h"
+#include "cli/commands.h"
 
 namespace attnfuzz::cli {
 

@@ -1,4 +1,4 @@
-#include "harness/minimize.h"
+#include "campaign/minimize.h"
 
 #include "harness/inputs.h"
 

@@ -1,4 +1,4 @@
-#include "harness/worker_protocol.h"
+#include "campaign/worker_protocol.h"
 
 #include <cstdio>
 

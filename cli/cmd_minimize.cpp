@@ -8,11 +8,11 @@
 #include <memory>
 
 #include "generators/shrink.h"
-#include "harness/cli/commands.h"
+#include "cli/commands.h"
 #include "harness/errors.h"
-#include "harness/campaign.h"
-#include "harness/minimize.h"
-#include "harness/worker.h"
+#include "campaign/campaign.h"
+#include "campaign/minimize.h"
+#include "campaign/worker.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {

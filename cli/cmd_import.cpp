@@ -8,9 +8,9 @@
 
 #include "generators/fuzz_decode.h"
 #include "harness/case_json.h"
-#include "harness/cli/commands.h"
+#include "cli/commands.h"
 #include "harness/differential.h"
-#include "harness/repro.h"
+#include "campaign/repro.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {

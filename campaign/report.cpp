@@ -1,4 +1,4 @@
-#include "harness/report.h"
+#include "campaign/report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "harness/case_json.h"
-#include "harness/coverage.h"
+#include "campaign/coverage.h"
 
 namespace attnfuzz {
 namespace fs = std::filesystem;

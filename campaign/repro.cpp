@@ -1,4 +1,4 @@
-#include "harness/repro.h"
+#include "campaign/repro.h"
 
 #include <fcntl.h>
 #include <unistd.h>

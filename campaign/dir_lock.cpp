@@ -1,4 +1,4 @@
-#include "harness/dir_lock.h"
+#include "campaign/dir_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

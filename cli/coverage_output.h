@@ -1,10 +1,10 @@
 #pragma once
-// How the CLI shows what a campaign really tested (harness/coverage.h): coverage lines on
+// How the CLI shows what a campaign really tested (campaign/coverage.h): coverage lines on
 // stdout and warnings on stderr, and check's JUnit tests per backend.
 #include <vector>
 
-#include "harness/coverage.h"
-#include "harness/junit.h"
+#include "campaign/coverage.h"
+#include "campaign/junit.h"
 
 namespace attnfuzz::cli {
 

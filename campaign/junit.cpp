@@ -1,4 +1,4 @@
-#include "harness/junit.h"
+#include "campaign/junit.h"
 
 namespace attnfuzz {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/repro.h"
+#include "campaign/repro.h"
 
 namespace attnfuzz {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Campaigns: a time- or count-budgeted loop over generated cases, each run in an isolated
-// worker process (harness/worker.h), findings deduplicated by signature and recorded
+// worker process (campaign/worker.h), findings deduplicated by signature and recorded
 // atomically, progress on the terminal, resumable after a kill, sharded deterministically.
 #include <cstdint>
 #include <functional>
@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "harness/case.h"
-#include "harness/coverage.h"
-#include "harness/minimize.h"
-#include "harness/worker.h"
-#include "harness/repro.h"
+#include "campaign/coverage.h"
+#include "campaign/minimize.h"
+#include "campaign/worker.h"
+#include "campaign/repro.h"
 
 namespace attnfuzz {
 
@@ -63,7 +63,7 @@ struct BackendLoadError : std::runtime_error {
 std::vector<std::string> probe_backends(const CampaignOptions& opt);
 
 // Runs the campaign; writes findings/, state.json, summary.json into out_dir, holding
-// out_dir/lock (harness/dir_lock.h) throughout. Throws std::runtime_error with one line when
+// out_dir/lock (campaign/dir_lock.h) throughout. Throws std::runtime_error with one line when
 // the directory is in use, belongs to another campaign, or cannot be written (a full disk).
 CampaignSummary run_campaign(const CampaignOptions& opt);
 // The backends recorded in out_dir/state.json (empty when there is none), for --resume.

@@ -6,7 +6,7 @@
 
 #include "harness/backend.h"
 #include "harness/differential.h"
-#include "harness/repro.h"
+#include "campaign/repro.h"
 
 namespace attnfuzz {
 

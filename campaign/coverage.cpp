@@ -1,4 +1,4 @@
-#include "harness/coverage.h"
+#include "campaign/coverage.h"
 
 #include <algorithm>
 #include <cctype>

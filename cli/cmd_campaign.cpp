@@ -7,7 +7,7 @@
 
 #include <cstdio>
 #include <ctime>
-#include "harness/report.h"
+#include "campaign/report.h"
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -19,18 +19,19 @@
 
 #include "generators/random_case.h"
 #include "generators/shrink.h"
-#include "harness/campaign.h"
+#include "campaign/campaign.h"
 #include "harness/case_json.h"
-#include "harness/cli/commands.h"
-#include "harness/cli/coverage_output.h"
+#include "cli/commands.h"
+#include "cli/coverage_output.h"
 #include "harness/differential.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/json_input.h"
-#include "harness/junit.h"
-#include "harness/minimize.h"
+#include "campaign/junit.h"
+#include "campaign/minimize.h"
 #include "harness/rng.h"
-#include "harness/worker.h"
+#include "campaign/worker.h"
+#include "oracles/provenance.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {

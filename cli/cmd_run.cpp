@@ -17,10 +17,11 @@
 #include <set>
 
 #include "harness/case_json.h"
-#include "harness/cli/commands.h"
+#include "cli/commands.h"
 #include "harness/differential.h"
 #include "harness/errors.h"
-#include "harness/repro.h"
+#include "campaign/repro.h"
+#include "oracles/provenance.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {

@@ -1,6 +1,6 @@
 #pragma once
 // An isolated worker process: the attnfuzz binary itself, started with the hidden `worker`
-// subcommand, exchanging framed JSON messages (harness/worker_protocol.h) over two pipes. A
+// subcommand, exchanging framed JSON messages (campaign/worker_protocol.h) over two pipes. A
 // crash (signal, abort, exit, a CUDA sticky error ending the process) or a hang (watchdog) is
 // reported to the caller, which records it as a finding and restarts the worker; the campaign
 // goes on.
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/worker_protocol.h"
+#include "campaign/worker_protocol.h"
 
 namespace attnfuzz {
 

@@ -3,7 +3,7 @@
 
 #include <exception>
 
-#include "harness/cli/commands.h"
+#include "cli/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"attnfuzz: fuzzing and differential testing of fused attention kernels"};

@@ -1,4 +1,4 @@
-#include "harness/cli/coverage_output.h"
+#include "cli/coverage_output.h"
 
 #include <fmt/core.h>
 

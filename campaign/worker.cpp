@@ -1,4 +1,4 @@
-#include "harness/worker.h"
+#include "campaign/worker.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <memory>
 
-#include "harness/cli/commands.h"
+#include "cli/commands.h"
 #include "harness/compose.h"
 #include "harness/inputs.h"
-#include "harness/report.h"
+#include "campaign/report.h"
 #include "oracles/reference.h"
 #include "oracles/registry.h"
 

@@ -1,4 +1,4 @@
-#include "harness/campaign.h"
+#include "campaign/campaign.h"
 
 #include <unistd.h>
 
@@ -14,12 +14,12 @@
 #include <thread>
 
 #include "harness/case_json.h"
-#include "harness/dir_lock.h"
+#include "campaign/dir_lock.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/json_input.h"
-#include "harness/minimize.h"
-#include "harness/worker.h"
+#include "campaign/minimize.h"
+#include "campaign/worker.h"
 
 namespace attnfuzz {
 namespace fs = std::filesystem;
