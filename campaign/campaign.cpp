@@ -15,11 +15,13 @@
 
 #include "harness/case_json.h"
 #include "campaign/dir_lock.h"
+#include "campaign/finding_store.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/json_input.h"
 #include "campaign/minimize.h"
 #include "campaign/worker.h"
+#include "campaign/worker_protocol.h"
 
 namespace attnfuzz {
 namespace fs = std::filesystem;
@@ -27,71 +29,23 @@ using nlohmann::json;
 
 namespace {
 
-// findings/: one reproducer per bucket (backend, composition, tensor, class): a bug shows
-// under many dtypes and masks, and one minimized representative per bucket is what a
-// person triages (the full signature stays in the record). When two cases fall in the same
-// bucket the one earlier in the case stream is kept, so the store does not depend on
-// worker scheduling.
-class FindingStore {
- public:
-  explicit FindingStore(std::string dir) : dir_(std::move(dir)) {
-    fs::create_directories(dir_);
-    for (const auto& e : fs::directory_iterator(dir_)) {
-      const std::string name = e.path().filename().string();
-      if (e.path().extension() != ".json" || name.size() < 9 || name.find(".min.json") != std::string::npos) continue;
-      try {
-        const Reproducer r = load_repro(e.path().string());
-        known_[bucket_of(r.finding.signature)] = {r.case_index, r.finding.signature};
-      } catch (const std::exception&) {
-        // Not ours or damaged: left alone (atomic writes mean ours are never torn).
-      }
-    }
-  }
-
-  bool record(const Reproducer& r) {
-    std::lock_guard<std::mutex> lock(m_);
-    const std::string key = bucket_of(r.finding.signature);
-    auto it = known_.find(key);
-    if (it != known_.end() && (it->second.first <= r.case_index || r.case_index < 0)) return false;
-    write_file_atomic(dir_ + "/" + bucket_file_name(r.finding.signature), write_repro(r));
-    known_[key] = {r.case_index, r.finding.signature};
-    return true;
-  }
-
-  std::map<std::string, int> by_class() const {
-    std::lock_guard<std::mutex> lock(m_);
-    std::map<std::string, int> out;
-    for (const auto& [k, v] : known_) ++out[to_string(v.second.cls)];
-    return out;
-  }
-  std::vector<std::string> signatures() const {
-    std::lock_guard<std::mutex> lock(m_);
-    std::vector<std::string> out;
-    for (const auto& [k, v] : known_) out.push_back(v.second.to_string());
-    return out;
-  }
-
- private:
-  std::string dir_;
-  mutable std::mutex m_;
-  std::map<std::string, std::pair<int64_t, Signature>> known_;  // bucket -> (case index, representative)
-};
-
 struct SavedState {
   uint64_t next_k = 0;
-  Coverage coverage;  // of the cases before next_k
+  Coverage coverage;                      // of the cases before next_k
+  std::map<std::string, uint64_t> known;  // known findings of the cases before next_k
 };
 
 std::string state_path(const CampaignOptions& o) { return o.out_dir + "/state.json"; }
 
-void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& coverage) {
+void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& coverage, const std::map<std::string, uint64_t>& known) {
   json j{{"format", "attnfuzz-campaign-state/1"},
          {"seed", o.seed},
          {"shard", o.shard},
          {"shards", o.shards},
          {"backends", o.backends},
          {"next_k", next_k},
-         {"coverage", coverage.to_json(SIZE_MAX)}};
+         {"coverage", coverage.to_json(SIZE_MAX)},
+         {"known", known}};
   write_file_atomic(state_path(o), j.dump(2) + "\n");
 }
 
@@ -120,6 +74,7 @@ SavedState load_state(const CampaignOptions& o) {
                                ": resume without --backends, or use another --out");
     s.next_k = j.value("next_k", uint64_t{0});
     if (j.contains("coverage")) s.coverage = Coverage::from_json(j.at("coverage"));
+    if (j.contains("known")) s.known = j.at("known").get<std::map<std::string, uint64_t>>();
   } catch (const json::exception& e) {
     throw std::runtime_error("--resume: " + state_path(o) + ": " + e.what());
   } catch (const std::invalid_argument& e) {  // a coverage outcome it does not know
@@ -132,7 +87,7 @@ SavedState load_state(const CampaignOptions& o) {
 std::map<std::string, std::string> last_environment;
 std::mutex last_environment_m;
 
-Reproducer death_finding(const Case& c, const WorkerProcess::Reply& reply, int64_t index, const std::vector<std::string>& backends) {
+Reproducer death_finding(const Case& c, const WorkerCall& reply, int64_t index, const std::vector<std::string>& backends) {
   std::map<std::string, std::string> environment;
   {
     std::lock_guard<std::mutex> lock(last_environment_m);
@@ -168,60 +123,58 @@ std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
 }  // namespace
 
 // One request to a worker: the findings of a case, or the crash/timeout it caused.
-std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& o, Coverage* coverage) {
-  // Determinism (every backend twice) is checked on a sample of the stream: it doubles the
-  // cost of a case, and a nondeterministic backend shows up on any sizable sample.
-  const bool determinism = o.determinism_every <= 1 || index < 0 || index % o.determinism_every == 0;
-  const json req{{"op", "run"}, {"case", to_json(c)}, {"determinism", determinism}};
-  const WorkerProcess::Reply reply = w.request(req.dump(), o.timeout_seconds);
-  // A dead worker (or one whose reply is unreadable): a crash/timeout finding, and the
+std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& o,
+                                 Coverage* coverage) {
+  WorkerRequest req;
+  req.c = c;
+  req.check_determinism = check_determinism;
+  const WorkerCall call = call_worker(w, req, o.timeout_seconds);
+  // A dead worker (or one whose reply was unreadable): a crash/timeout finding, and the
   // backend it was running counted as errored.
-  auto death = [&](const WorkerProcess::Reply& r) {
-    Reproducer d = death_finding(c, r, index, o.backends);
+  if (call.status != WorkerProcess::Reply::Status::ok) {
+    Reproducer d = death_finding(c, call, index, o.backends);
     if (coverage) {
-      const std::string why = to_string(d.finding.signature.cls) + ": " + r.detail;
-      if (r.last_progress.empty()) coverage->add_case_error("the worker died before running any backend: " + why);
-      else coverage->add_case({{r.last_progress, "-", Outcome::errored, why}});
+      const std::string why = to_string(d.finding.signature.cls) + ": " + call.detail;
+      if (call.last_progress.empty()) coverage->add_case_error("the worker died before running any backend: " + why);
+      else coverage->add_case({{call.last_progress, "-", Outcome::errored, why}});
     }
-    return d;
-  };
-  if (reply.status != WorkerProcess::Reply::Status::ok) return {death(reply)};
-  std::vector<Reproducer> out;
-  json j;
-  std::vector<RunOutcome> outcomes;
-  std::string case_error;
-  try {
-    j = json::parse(reply.body);
-    if (!j.is_object() || !j.contains("findings") || !j.at("findings").is_array()) throw std::runtime_error("no findings array");
-    if (j.contains("error")) case_error = j.at("error").get<std::string>();
-    else if (j.contains("runs")) outcomes = run_outcomes_from_json(j.at("runs"));
-  } catch (const std::exception& e) {  // an intact frame with a broken body: count it as the worker's failure
-    WorkerProcess::Reply bad = reply;
-    bad.status = WorkerProcess::Reply::Status::crashed;
-    bad.detail = std::string("malformed reply: ") + e.what();
-    w.restart();
-    return {death(bad)};
+    return {d};
   }
+  const WorkerReply& reply = call.reply;
   if (coverage) {
-    if (j.contains("error")) coverage->add_case_error(case_error);
-    else if (j.contains("runs")) coverage->add_case(outcomes);
+    if (reply.error) coverage->add_case_error(*reply.error);
+    else coverage->add_case(reply.runs);
   }
-  if (j.value("restart", false)) w.restart();
-  if (j.contains("environment")) {
+  if (reply.restart) w.restart();
+  if (!reply.environment.empty()) {
     std::lock_guard<std::mutex> lock(last_environment_m);
-    last_environment = j.at("environment").get<std::map<std::string, std::string>>();
+    last_environment = reply.environment;
   }
-  for (const auto& f : j.at("findings")) {
-    Reproducer r = parse_repro(f.dump());
+  std::vector<Reproducer> out = reply.findings;
+  for (auto& r : out) {
     r.case_index = index;
-    if (!r.environment.empty()) {
-      std::lock_guard<std::mutex> lock(last_environment_m);
-      last_environment = r.environment;
-    }
     r.backends = o.backends;
-    out.push_back(std::move(r));
   }
   return out;
+}
+
+Judge isolated_judge(WorkerProcess& w, const CampaignOptions& o, bool check_determinism, double timeout_seconds) {
+  return [&w, &o, check_determinism, timeout_seconds](const Case& c) {
+    CampaignOptions oo = o;
+    oo.timeout_seconds = timeout_seconds;
+    std::vector<Finding> out;
+    for (const auto& r : run_case(w, c, -1, check_determinism, oo)) out.push_back(r.finding);
+    return out;
+  };
+}
+
+Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& o, ShrinkReport* report) {
+  const Signature& sig = r.finding.signature;
+  // A hang costs the whole watchdog on every candidate that still hangs: a short one.
+  const double timeout = sig.cls == FindingClass::timeout ? std::min(o.timeout_seconds, 2.0) : o.timeout_seconds;
+  Reproducer m = minimize(r, isolated_judge(proc, o, needs_determinism(sig), timeout), o.candidates, o.size, report);
+  m.case_index = r.case_index;
+  return m;
 }
 
 namespace {
@@ -262,17 +215,15 @@ std::vector<std::string> probe_backends(const CampaignOptions& o) {
     return m;
   };
   WorkerProcess proc(o.worker_argv, worker_env(o, 0));
-  const WorkerProcess::Reply reply = proc.request(json{{"op", "probe"}}.dump(), std::max(60.0, 2 * o.timeout_seconds));
-  if (reply.status != WorkerProcess::Reply::Status::ok)
-    throw BackendLoadError(one_line("loading " + (reply.last_progress.empty() ? std::string("the backends") : reply.last_progress) +
-                                    (reply.status == WorkerProcess::Reply::Status::timed_out ? " hung" : " killed the worker: " + reply.detail)));
-  try {
-    const json j = json::parse(reply.body);
-    if (j.contains("error")) throw BackendLoadError(one_line(j.at("error").get<std::string>()));
-    return j.value("backends", std::vector<std::string>{});
-  } catch (const json::exception& e) {  // an intact frame with a broken body
-    throw BackendLoadError(one_line(std::string("loading the backends: malformed worker reply: ") + e.what()));
-  }
+  WorkerRequest probe;
+  probe.op = WorkerRequest::Op::probe;
+  const WorkerCall call = call_worker(proc, probe, std::max(60.0, 2 * o.timeout_seconds));
+  if (call.malformed_reply) throw BackendLoadError(one_line("loading the backends: " + call.detail));
+  if (call.status != WorkerProcess::Reply::Status::ok)
+    throw BackendLoadError(one_line("loading " + (call.last_progress.empty() ? std::string("the backends") : call.last_progress) +
+                                    (call.status == WorkerProcess::Reply::Status::timed_out ? " hung" : " killed the worker: " + call.detail)));
+  if (call.reply.error) throw BackendLoadError(one_line(*call.reply.error));
+  return call.reply.backends;
 }
 
 CampaignSummary run_campaign(const CampaignOptions& o) {
@@ -296,6 +247,9 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   Coverage prefix_coverage = saved.coverage;
   for (const auto& b : backend_names) prefix_coverage.add_backend(b);
   std::map<uint64_t, Coverage> pending_coverage;
+  // The same for findings a known deviation covers (--known), per deviation id.
+  std::map<std::string, uint64_t> prefix_known = saved.known;
+  std::map<uint64_t, std::map<std::string, uint64_t>> pending_known;
   std::atomic<bool> stop{false};
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -310,6 +264,10 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
       prefix_coverage.add(pending_coverage.begin()->second);
       pending_coverage.erase(pending_coverage.begin());
     }
+    while (!pending_known.empty() && pending_known.begin()->first < prefix) {
+      for (const auto& [id, n] : pending_known.begin()->second) prefix_known[id] += n;
+      pending_known.erase(pending_known.begin());
+    }
     Coverage total = prefix_coverage;
     for (const auto& [k, c] : pending_coverage) total.add(c);
     return total;
@@ -317,7 +275,12 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   auto checkpoint = [&] {
     const uint64_t prefix = completed_prefix();
     Coverage total = coverage_now(prefix);
-    save_state(o, prefix, prefix_coverage);
+    std::map<std::string, uint64_t> known;
+    {
+      std::lock_guard<std::mutex> lock(flight_m);
+      known = prefix_known;
+    }
+    save_state(o, prefix, prefix_coverage, known);
     return total;
   };
   checkpoint();
@@ -343,10 +306,18 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           const uint64_t g = global_case_index(k, o.shard, o.shards);
           const Case c = o.make_case(g);
           Coverage case_coverage;
-          for (const auto& r : run_case(proc, c, static_cast<int64_t>(g), o, &case_coverage)) store.record(r);
+          // Determinism (every backend twice) is checked on a sample of the stream: it doubles
+          // the cost of a case, and a nondeterministic backend shows up on any sizable sample.
+          const bool determinism = o.determinism_every <= 1 || g % static_cast<uint64_t>(o.determinism_every) == 0;
+          std::map<std::string, uint64_t> case_known;
+          for (const auto& r : run_case(proc, c, static_cast<int64_t>(g), determinism, o, &case_coverage)) {
+            if (const KnownDeviation* known = o.known.covering(r)) ++case_known[known->id];
+            else store.record(r);
+          }
           {
             std::lock_guard<std::mutex> lock(flight_m);
             pending_coverage[k] = std::move(case_coverage);
+            if (!case_known.empty()) pending_known[k] = std::move(case_known);
             in_flight.erase(k);
           }
           ++done;
@@ -400,31 +371,10 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   if (o.minimize) minimize_findings(o);
   s.findings_by_class = store.by_class();
   s.signatures = store.signatures();
+  s.known = prefix_known;
   std::sort(s.signatures.begin(), s.signatures.end());
   write_file_atomic(o.out_dir + "/summary.json", summary_json(s, o));
   return s;
-}
-
-Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& o, ShrinkReport* report) {
-  const Signature sig = r.finding.signature;
-  const bool death = sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout;
-  // A hang costs the whole watchdog on every candidate that still hangs: a short one,
-  // and fewer attempts, for deaths.
-  CampaignOptions oo = o;
-  if (sig.cls == FindingClass::timeout) oo.timeout_seconds = std::min(o.timeout_seconds, 2.0);
-  auto keeps = [&](const Case& c) {
-    for (const auto& f : run_case(proc, c, r.case_index, oo))
-      if (f.finding.signature == sig) return true;
-    return false;
-  };
-  const ShrinkReport rep = shrink(r.c, keeps, o.candidates, o.size, death ? 30 : 2000);
-  Reproducer m = r;
-  m.c = rep.minimized;
-  for (const auto& f : run_case(proc, m.c, r.case_index, oo))
-    if (f.finding.signature == sig) m.finding = f.finding;
-  m.input_checksum = checksum(generate_inputs(m.c));  // of the case recorded, whatever the last run said
-  if (report) *report = rep;
-  return m;
 }
 
 void minimize_findings(const CampaignOptions& o) {
@@ -483,6 +433,10 @@ std::string summary_json(const CampaignSummary& s, const CampaignOptions& o) {
   j["findings_by_class"] = s.findings_by_class;
   j["signatures"] = s.signatures;
   j["coverage"] = s.coverage.to_json();
+  if (!o.known.empty()) {
+    j["known_findings"] = s.known;
+    j["known_deviations"] = o.known.all().size();
+  }
   return j.dump(2) + "\n";
 }
 

@@ -11,6 +11,7 @@
 
 #include "harness/case.h"
 #include "campaign/coverage.h"
+#include "campaign/known.h"
 #include "campaign/minimize.h"
 #include "campaign/worker.h"
 #include "campaign/repro.h"
@@ -38,6 +39,8 @@ struct CampaignOptions {
   std::function<uint64_t(const Case&)> size;
   // argv of a worker: the attnfuzz executable and its `worker` subcommand with the backends.
   std::vector<std::string> worker_argv;
+  // Known deviations (--known): findings they cover are counted, not recorded.
+  KnownFindings known;
 };
 
 struct CampaignSummary {
@@ -46,16 +49,12 @@ struct CampaignSummary {
   double seconds = 0;
   std::map<std::string, int> findings_by_class;
   std::vector<std::string> signatures;  // sorted
+  // Findings covered by a known deviation, per deviation id (over the completed prefix).
+  std::map<std::string, uint64_t> known;
   uint64_t next_index = 0;
   // What ran, was skipped or errored, per backend and composition, over the whole
   // completed prefix of the case stream (resumed parts included).
   Coverage coverage;
-};
-
-// A backend the campaign cannot load or does not know: thrown before any case runs, with
-// one line saying which backend and why.
-struct BackendLoadError : std::runtime_error {
-  using std::runtime_error::runtime_error;
 };
 
 // Starts one worker as the campaign would and has it load every backend; returns the names
@@ -69,11 +68,15 @@ CampaignSummary run_campaign(const CampaignOptions& opt);
 // The backends recorded in out_dir/state.json (empty when there is none), for --resume.
 std::vector<std::string> recorded_backends(const std::string& out_dir);
 // Minimizes every recorded finding without a .min.json yet (through a worker).
+// minimize_isolated: the minimizer (campaign/minimize.h) over isolated_judge.
 void minimize_findings(const CampaignOptions& opt);
-// Shrinks one reproducer, judging every candidate in the isolated worker `proc` (restarted
-// after a crash, a hang or a GPU error), so a fault cannot leak into the next candidate's verdict.
-// When `coverage` is given, the case's outcomes per backend are added to it.
-std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, const CampaignOptions& opt, Coverage* coverage = nullptr);
+// One case in the isolated worker `w` (restarted after a crash, a hang or a GPU error, so a fault
+// cannot leak into the next case's verdict): its findings, or the death it caused. When
+// `coverage` is given, the case's outcomes per backend are added to it.
+std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& opt,
+                                 Coverage* coverage = nullptr);
+// The judge (campaign/minimize.h) that runs each case in the isolated worker `w`, with this watchdog.
+Judge isolated_judge(WorkerProcess& w, const CampaignOptions& opt, bool check_determinism, double timeout_seconds);
 Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& opt, ShrinkReport* report = nullptr);
 // The global index of the k-th case of a shard.
 inline uint64_t global_case_index(uint64_t k, int shard, int shards) { return k * static_cast<uint64_t>(shards) + static_cast<uint64_t>(shard); }

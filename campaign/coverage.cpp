@@ -134,7 +134,9 @@ void CoverageCounts::add(Outcome o, const std::string& reason) {
 }
 
 void CoverageCounts::add(const CoverageCounts& other) {
-  ran += other.ran, skipped += other.skipped, errored += other.errored;
+  ran += other.ran;
+  skipped += other.skipped;
+  errored += other.errored;
   for (const auto& [k, v] : other.reasons) {
     ReasonCount& rc = reasons[k];
     if (rc.count == 0 || (!v.example.empty() && v.example < rc.example)) rc.example = v.example;

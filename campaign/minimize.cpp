@@ -29,33 +29,34 @@ ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps
   return r;
 }
 
-namespace {
-DiffOptions options_for(const Signature& sig) {
-  DiffOptions opt;
-  opt.fingerprint_all = false;
-  opt.check_determinism = sig.cls == FindingClass::nondeterministic;
-  opt.include_single = true;
-  return opt;
-}
-}  // namespace
+bool needs_determinism(const Signature& sig) { return sig.cls == FindingClass::nondeterministic; }
 
-bool signature_holds(const Case& c, const Signature& sig, const std::vector<Backend*>& backends, const OracleSet& oracles) {
-  const DiffReport r = run_differential(c, backends, oracles, options_for(sig));
-  for (const auto& f : r.findings)
+int minimize_attempts(const Signature& sig) { return sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout ? 30 : 5000; }
+
+bool signature_holds(const Judge& judge, const Case& c, const Signature& sig) {
+  for (const auto& f : judge(c))
     if (f.signature == sig) return true;
   return false;
 }
 
-Reproducer minimize(const Reproducer& r, const std::vector<Backend*>& backends, const OracleSet& oracles,
-                    const CandidateFn& candidates, const SizeFn& size, ShrinkReport* report) {
+Judge in_process_judge(const std::vector<Backend*>& backends, const OracleSet& oracles, bool check_determinism) {
+  return [backends, oracles, check_determinism](const Case& c) {
+    DiffOptions opt;
+    opt.fingerprint_all = false;
+    opt.check_determinism = check_determinism;
+    return run_differential(c, backends, oracles, opt).findings;
+  };
+}
+
+Reproducer minimize(const Reproducer& r, const Judge& judge, const CandidateFn& candidates, const SizeFn& size, ShrinkReport* report) {
   const Signature& sig = r.finding.signature;
-  ShrinkReport rep = shrink(r.c, [&](const Case& c) { return signature_holds(c, sig, backends, oracles); }, candidates, size);
+  const ShrinkReport rep =
+      shrink(r.c, [&](const Case& c) { return signature_holds(judge, c, sig); }, candidates, size, minimize_attempts(sig));
   Reproducer out = r;
   out.c = rep.minimized;
-  const DiffReport final_run = run_differential(out.c, backends, oracles, options_for(sig));
-  for (const auto& f : final_run.findings)
+  for (const auto& f : judge(out.c))
     if (f.signature == sig) out.finding = f;
-  out.input_checksum = final_run.input_checksum;
+  out.input_checksum = checksum(generate_inputs(out.c));  // of the case recorded, whatever the last judgement said
   if (report) *report = rep;
   return out;
 }

@@ -25,11 +25,23 @@ struct ShrinkReport {
 ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps, const CandidateFn& candidates,
                     const SizeFn& size, int max_attempts = 5000);
 
-// Whether running `c` through `backends` still produces a finding with this signature.
-bool signature_holds(const Case& c, const Signature& sig, const std::vector<Backend*>& backends, const OracleSet& oracles);
+// A judge: the findings a case produces now, in this process or in an isolated worker
+// (campaign/campaign.h). The minimizer is one loop over whichever it is given.
+using Judge = std::function<std::vector<Finding>(const Case&)>;
 
-// Minimizes a reproducer; the result carries the finding as it shows on the minimized case.
-Reproducer minimize(const Reproducer& r, const std::vector<Backend*>& backends, const OracleSet& oracles,
-                    const CandidateFn& candidates, const SizeFn& size, ShrinkReport* report = nullptr);
+// Whether the judge must run every backend twice: only a nondeterminism finding needs it,
+// whatever the finding's place in a case stream.
+bool needs_determinism(const Signature& sig);
+// Candidates a minimization may try: a death costs a whole watchdog per try, so fewer.
+int minimize_attempts(const Signature& sig);
+// Whether `judge` finds `sig` on `c`.
+bool signature_holds(const Judge& judge, const Case& c, const Signature& sig);
+// The judge that runs the differential here.
+Judge in_process_judge(const std::vector<Backend*>& backends, const OracleSet& oracles, bool check_determinism);
+
+// Shrinks a reproducer's case while `judge` still finds its signature; the result carries the
+// finding as it shows on the minimized case and that case's input checksum.
+Reproducer minimize(const Reproducer& r, const Judge& judge, const CandidateFn& candidates, const SizeFn& size,
+                    ShrinkReport* report = nullptr);
 
 }  // namespace attnfuzz

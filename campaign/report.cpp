@@ -41,8 +41,12 @@ std::string histogram_svg(const ErrorProfile& p) {
   for (double e : p.abs_errors) logs.push_back(std::log10(std::max(e, 1e-18)));
   const double bound = std::log10(std::max(p.bound_max, 1e-18));
   double lo = bound, hi = bound;
-  for (double l : logs) lo = std::min(lo, l), hi = std::max(hi, l);
-  lo -= 0.5, hi += 0.5;
+  for (double l : logs) {
+    lo = std::min(lo, l);
+    hi = std::max(hi, l);
+  }
+  lo -= 0.5;
+  hi += 0.5;
   std::vector<int> count(bins, 0);
   for (double l : logs) ++count[std::min(bins - 1, static_cast<int>((l - lo) / (hi - lo) * bins))];
   const int peak = std::max(1, *std::max_element(count.begin(), count.end()));

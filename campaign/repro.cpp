@@ -43,7 +43,7 @@ uint64_t record_checksum(const json& case_json, const json& backends, const Sign
 }
 }  // namespace
 
-std::string write_repro(const Reproducer& r) {
+json repro_to_json(const Reproducer& r) {
   json j;
   j["format"] = kReproFormat;
   j["case"] = to_json(r.c);
@@ -55,11 +55,26 @@ std::string write_repro(const Reproducer& r) {
   if (!r.minimized_from.empty()) j["minimized_from"] = r.minimized_from;
   if (r.case_index >= 0) j["case_index"] = r.case_index;
   if (!r.environment.empty()) j["environment"] = r.environment;
-  return j.dump(2) + "\n";
+  return j;
 }
 
-Reproducer parse_repro(const std::string& text) {
-  const json j = parse_strict_json(text);
+std::string write_repro(const Reproducer& r) { return repro_to_json(r).dump(2) + "\n"; }
+
+Reproducer parse_repro(const std::string& text) { return repro_from_json(parse_strict_json(text)); }
+
+Reproducer reproducer_of(const Case& c, const std::vector<std::string>& backends, const Finding& f, const DiffReport& run,
+                         std::map<std::string, std::string> environment) {
+  Reproducer r;
+  r.c = c;
+  r.backends = backends;
+  r.finding = f;
+  r.rule = run.rule.describe();
+  r.input_checksum = run.input_checksum;
+  r.environment = std::move(environment);
+  return r;
+}
+
+Reproducer repro_from_json(const json& j) {
   if (!j.is_object()) throw CaseError("<root>", "expected a JSON object");
   const auto fmt = j.find("format");
   if (fmt == j.end()) throw CaseError("format", std::string("is required ('") + kReproFormat + "')");

@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/case.h"
+#include "harness/differential.h"
 #include "harness/verdict.h"
 
 namespace attnfuzz {
@@ -36,9 +39,15 @@ struct Reproducer {
 // input_checksum keeps its old meaning (the regenerated inputs' values), so reproducers written
 // before record_checksum existed still load (legacy_checksum = true).
 std::string write_repro(const Reproducer& r);
+nlohmann::json repro_to_json(const Reproducer& r);
 // Throws CaseError: malformed JSON, another format, a missing case, finding or
 // input_checksum, or a record_checksum that does not match.
 Reproducer parse_repro(const std::string& text);
+Reproducer repro_from_json(const nlohmann::json& j);
+// The one way to build the reproducer of a finding of a differential run: its case, the
+// backends named for the run, the rule and input checksum of the run, and where it ran.
+Reproducer reproducer_of(const Case& c, const std::vector<std::string>& backends, const Finding& f, const DiffReport& run,
+                         std::map<std::string, std::string> environment);
 Reproducer load_repro(const std::string& path);  // a regular file within kMaxInputFileBytes (json_input.h)
 // Writes `text` to `path` atomically: a reader sees the old file or the whole new one.
 void write_file_atomic(const std::string& path, const std::string& text);

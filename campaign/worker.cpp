@@ -103,7 +103,9 @@ void WorkerProcess::stop() {
   }
   if (to_child_ >= 0) ::close(to_child_);
   if (from_child_ >= 0) ::close(from_child_);
-  pid_ = -1, to_child_ = -1, from_child_ = -1;
+  pid_ = -1;
+  to_child_ = -1;
+  from_child_ = -1;
 }
 
 WorkerProcess::Reply WorkerProcess::request(const std::string& body, double timeout_s) {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "campaign/worker_protocol.h"
+#include "campaign/worker_frame.h"
 
 namespace attnfuzz {
 

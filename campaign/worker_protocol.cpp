@@ -1,77 +1,137 @@
 #include "campaign/worker_protocol.h"
 
-#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "harness/case_json.h"
+#include "harness/differential.h"
 
 namespace attnfuzz {
+using nlohmann::json;
+
 namespace {
-
-constexpr char kMagic[] = "AF1 ";
-constexpr size_t kMagicLen = 4;
-// "AF1 " K ' ' 16 ' ' 8 ' ' 16 '\n'
-constexpr size_t kHeaderLen = kMagicLen + 1 + 1 + 16 + 1 + 8 + 1 + 16 + 1;
-
-uint64_t frame_sum(char kind, uint64_t seq, const char* payload, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](unsigned char ch) { h = (h ^ ch) * 1099511628211ull; };
-  mix(static_cast<unsigned char>(kind));
-  for (int i = 0; i < 8; ++i) mix(static_cast<unsigned char>(seq >> (8 * i)));
-  for (size_t i = 0; i < n; ++i) mix(static_cast<unsigned char>(payload[i]));
-  return h;
-}
-
-bool parse_hex(const std::string& s, size_t pos, size_t len, uint64_t& out) {
-  out = 0;
-  for (size_t i = pos; i < pos + len; ++i) {
-    const char c = s[i];
-    const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (v < 0) return false;
-    out = out << 4 | static_cast<uint64_t>(v);
-  }
-  return true;
-}
-
+constexpr const char* kProbe = "probe";
+constexpr const char* kRun = "run";
 }  // namespace
 
-std::string encode_frame(char kind, uint64_t seq, const std::string& payload) {
-  char header[kHeaderLen + 1];
-  std::snprintf(header, sizeof header, "AF1 %c %016llx %08llx %016llx\n", kind, static_cast<unsigned long long>(seq),
-                static_cast<unsigned long long>(payload.size()),
-                static_cast<unsigned long long>(frame_sum(kind, seq, payload.data(), payload.size())));
-  return std::string(header, kHeaderLen) + payload;
+std::string encode(const WorkerRequest& r) {
+  if (r.op == WorkerRequest::Op::probe) return json{{"op", kProbe}}.dump();
+  return json{{"op", kRun}, {"case", to_json(r.c)}, {"determinism", r.check_determinism}}.dump();
 }
 
-void FrameReader::drop(size_t n) {
-  buffer_.erase(0, n);
-  dropped_ += n;
+WorkerRequest decode_request(const std::string& body) {
+  try {
+    const json j = json::parse(body);
+    WorkerRequest r;
+    const std::string op = j.at("op").get<std::string>();
+    if (op == kProbe) {
+      r.op = WorkerRequest::Op::probe;
+      return r;
+    }
+    if (op != kRun) throw std::runtime_error("unknown op '" + op + "'");
+    r.c = case_from_json(j.at("case"));
+    r.check_determinism = j.at("determinism").get<bool>();
+    return r;
+  } catch (const std::runtime_error&) {
+    throw;
+  } catch (const std::exception& e) {  // json errors, CaseError
+    throw std::runtime_error(std::string("malformed worker request: ") + e.what());
+  }
 }
 
-std::optional<Frame> FrameReader::next() {
-  for (;;) {
-    const size_t at = buffer_.find(kMagic);
-    if (at == std::string::npos) {
-      // Keep only a tail that could still be the start of a magic.
-      if (buffer_.size() > kMagicLen) drop(buffer_.size() - (kMagicLen - 1));
-      return std::nullopt;
+std::string encode(const WorkerReply& r) {
+  json j;
+  if (r.error) j["error"] = *r.error;
+  if (!r.backends.empty()) j["backends"] = r.backends;
+  j["findings"] = json::array();
+  for (const auto& f : r.findings) j["findings"].push_back(repro_to_json(f));
+  j["runs"] = to_json(r.runs);
+  if (r.restart) j["restart"] = true;
+  j["environment"] = r.environment;
+  return j.dump();
+}
+
+WorkerReply decode_reply(const std::string& body) {
+  try {
+    const json j = json::parse(body);
+    if (!j.is_object() || !j.contains("findings") || !j.at("findings").is_array()) throw std::runtime_error("no findings array");
+    WorkerReply r;
+    if (j.contains("error")) r.error = j.at("error").get<std::string>();
+    if (j.contains("backends")) r.backends = j.at("backends").get<std::vector<std::string>>();
+    for (const auto& f : j.at("findings")) r.findings.push_back(repro_from_json(f));
+    if (j.contains("runs")) r.runs = run_outcomes_from_json(j.at("runs"));
+    r.restart = j.value("restart", false);
+    if (j.contains("environment")) r.environment = j.at("environment").get<std::map<std::string, std::string>>();
+    return r;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("malformed reply: ") + e.what());
+  }
+}
+
+WorkerCall call_worker(WorkerProcess& w, const WorkerRequest& req, double timeout_s) {
+  const WorkerProcess::Reply raw = w.request(encode(req), timeout_s);
+  WorkerCall call;
+  call.status = raw.status;
+  call.detail = raw.detail;
+  call.last_progress = raw.last_progress;
+  if (raw.status != WorkerProcess::Reply::Status::ok) return call;
+  try {
+    call.reply = decode_reply(raw.body);
+  } catch (const std::exception& e) {
+    call.status = WorkerProcess::Reply::Status::crashed;
+    call.malformed_reply = true;
+    call.detail = e.what();
+    w.restart();
+  }
+  return call;
+}
+
+void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backend_names, const WorkerServices& services) {
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;
+  std::optional<std::string> load_error;  // the first backend that cannot be loaded
+  bool loaded = false;
+  auto load_backends = [&] {
+    for (const auto& n : backend_names) {
+      channel.progress(n);  // a plugin that crashes while loading is named
+      try {
+        owned.push_back(services.make_backend(n));
+        backends.push_back(owned.back().get());
+      } catch (const std::exception& e) {
+        if (!load_error) load_error = e.what();
+      }
     }
-    if (at > 0) drop(at);
-    if (buffer_.size() < kHeaderLen) return std::nullopt;
-    uint64_t seq = 0, len = 0, sum = 0;
-    const char kind = buffer_[kMagicLen];
-    const bool header_ok = (kind == 'Q' || kind == 'P' || kind == 'R') && buffer_[kMagicLen + 1] == ' ' &&
-                           parse_hex(buffer_, 6, 16, seq) && buffer_[22] == ' ' && parse_hex(buffer_, 23, 8, len) &&
-                           buffer_[31] == ' ' && parse_hex(buffer_, 32, 16, sum) && buffer_[48] == '\n' && len <= kMaxFramePayload;
-    if (!header_ok) {
-      drop(1);  // not a frame here: look for the next magic
-      continue;
+  };
+  std::string body;
+  while (channel.next_request(body)) {
+    if (!loaded) {
+      load_backends();
+      loaded = true;
     }
-    if (buffer_.size() < kHeaderLen + len) return std::nullopt;
-    if (frame_sum(kind, seq, buffer_.data() + kHeaderLen, len) != sum) {
-      drop(1);  // a forged or torn header: a real frame may start inside its "payload"
-      continue;
+    WorkerReply reply;
+    try {
+      const WorkerRequest req = decode_request(body);
+      if (req.op == WorkerRequest::Op::probe) {  // before any case: did everything load?
+        reply.error = load_error;
+        for (const Backend* b : backends) reply.backends.push_back(b->name());
+      } else {
+        if (load_error) throw std::runtime_error(*load_error);
+        DiffOptions opt;
+        opt.fingerprint_all = false;
+        opt.check_determinism = req.check_determinism;
+        opt.gpu_health = services.gpu_health;
+        opt.on_backend = [&channel](const std::string& b) { channel.progress(b); };
+        const DiffReport r = run_differential(req.c, backends, services.oracles, opt);
+        for (const auto& f : r.findings) reply.findings.push_back(reproducer_of(req.c, backend_names, f, r, services.environment()));
+        reply.runs = run_outcomes(r);
+        reply.restart = r.gpu_error;  // the parent starts a fresh worker (DiffReport::gpu_error)
+      }
+    } catch (const std::exception& e) {
+      reply = WorkerReply{};
+      reply.error = e.what();
     }
-    Frame f{kind, seq, buffer_.substr(kHeaderLen, len)};
-    buffer_.erase(0, kHeaderLen + len);
-    return f;
+    reply.environment = services.environment();
+    channel.reply(encode(reply));
   }
 }
 

@@ -1,42 +1,77 @@
 #pragma once
-// The framing of the worker protocol (campaign/worker.h). A backend runs inside the worker
-// and may write anything to any descriptor it finds, so every message is a frame that
-// garbage cannot imitate by accident:
+// The worker protocol, both halves: the typed messages a campaign (or `replay`, or the
+// isolated minimizer) exchanges with an isolated worker process, their encoding, the
+// client's call and the server's loop. The bytes travel in frames (campaign/worker_frame.h)
+// over the pipes of campaign/worker.h.
 //
-//   "AF1 " kind ' ' seq(16 hex) ' ' length(8 hex) ' ' fnv1a64(kind, seq, payload)(16 hex) '\n' payload
+//   request  {"op": "probe"}                                  load every backend, say which
+//            {"op": "run", "case": {...}, "determinism": b}   the differential of one case
+//   reply    {"error"?: "...", "backends"?: [...], "findings": [repro, ...], "runs": [...],
+//             "restart"?: true, "environment": {...}}
 //
-// kind: 'Q' request, 'P' progress, 'R' reply; seq: the request a frame belongs to. The reader
-// skips bytes until a header parses and its payload matches the checksum, so stray output
-// (even a line that looks like an old-style "R {...}" reply) is dropped, and a reply to
-// another request is recognized by its seq.
-#include <cstdint>
+// A finding travels as the reproducer's JSON object (campaign/repro.h), encoded once.
+#include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "campaign/coverage.h"
+#include "campaign/repro.h"
+#include "campaign/worker.h"
+#include "harness/backend.h"
+#include "harness/case.h"
+#include "harness/oracle_set.h"
 
 namespace attnfuzz {
 
-inline constexpr size_t kMaxFramePayload = size_t{16} << 20;
-
-struct Frame {
-  char kind = 0;
-  uint64_t seq = 0;
-  std::string payload;
+struct WorkerRequest {
+  enum class Op { probe, run } op = Op::run;
+  Case c;                         // run: the case
+  bool check_determinism = true;  // run: every backend twice, compared bitwise
 };
 
-std::string encode_frame(char kind, uint64_t seq, const std::string& payload);
-
-class FrameReader {
- public:
-  void append(const char* data, size_t n) { buffer_.append(data, n); }
-  // The next complete, intact frame, or nothing until more bytes arrive. Garbage is dropped.
-  std::optional<Frame> next();
-  size_t buffered() const { return buffer_.size(); }
-  size_t dropped_bytes() const { return dropped_; }
-
- private:
-  void drop(size_t n);
-  std::string buffer_;
-  size_t dropped_ = 0;
+struct WorkerReply {
+  std::optional<std::string> error;  // the request could not be served (a backend did not load, a bad case)
+  std::vector<std::string> backends;  // probe: the names the loaded backends report
+  std::vector<Reproducer> findings;   // run
+  std::vector<RunOutcome> runs;       // run: what ran, was skipped or errored
+  bool restart = false;               // the GPU is unusable after this case: start a fresh worker
+  std::map<std::string, std::string> environment;
 };
+
+std::string encode(const WorkerRequest& r);
+std::string encode(const WorkerReply& r);
+// Both throw std::runtime_error on a body that is not a well-formed message (an unknown op too).
+WorkerRequest decode_request(const std::string& body);
+WorkerReply decode_reply(const std::string& body);
+
+// --- the client -------------------------------------------------------------------------
+
+struct WorkerCall {
+  WorkerProcess::Reply::Status status = WorkerProcess::Reply::Status::ok;
+  bool malformed_reply = false;  // an intact frame whose body is no reply (status crashed)
+  std::string detail;         // how the worker died, or why its reply was unreadable
+  std::string last_progress;  // the backend it was running when it died
+  WorkerReply reply;          // when status is ok
+};
+// Sends one request and waits at most timeout_s. An intact frame with a malformed body
+// counts as a crash (the worker is restarted: its state is unknown).
+WorkerCall call_worker(WorkerProcess& w, const WorkerRequest& req, double timeout_s);
+
+// --- the server -------------------------------------------------------------------------
+
+// What the worker needs from the layers above the pipeline (the CLI wires them up).
+struct WorkerServices {
+  std::function<std::unique_ptr<Backend>(const std::string& name)> make_backend;
+  OracleSet oracles;
+  std::function<std::map<std::string, std::string>()> environment;
+  std::function<std::optional<std::string>()> gpu_health;
+};
+
+// Serves requests until the parent closes the pipe. The backends load when the first request
+// arrives, so a plugin that crashes while loading is named in the reply to that request.
+void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backend_names, const WorkerServices& services);
 
 }  // namespace attnfuzz

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "harness/differential.h"
 #include "campaign/repro.h"
+#include "oracles/provenance.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {
@@ -34,18 +35,15 @@ void add_import_command(CLI::App& app, int& exit_code) {
     }
     const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const Case c = decode_case(bytes.data(), bytes.size());
-    std::vector<std::unique_ptr<Backend>> owned;
-    std::vector<Backend*> backends;
-    for (const auto& n : opt->backends) {
-      try {
-        owned.push_back(make_backend(n));
-        backends.push_back(owned.back().get());
-      } catch (const std::exception& e) {
-        fmt::print(stderr, "attnfuzz: backend {}: {}\n", n, e.what());
-        exit_code = kExitBadInput;
-        return;
-      }
+    BackendSet loaded;
+    try {
+      loaded = make_backends(opt->backends);
+    } catch (const BackendLoadError& e) {
+      fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+      exit_code = kExitBadInput;
+      return;
     }
+    const std::vector<Backend*> backends = loaded.pointers();
     const DiffReport r = run_differential(c, backends, default_oracles());
     const std::string dest = opt->out.empty() ? opt->artifact + ".json" : opt->out;
     if (r.findings.empty()) {
@@ -54,7 +52,9 @@ void add_import_command(CLI::App& app, int& exit_code) {
       exit_code = kExitOk;
       return;
     }
-    write_file_atomic(dest, write_repro(Reproducer{c, opt->backends, r.findings[0], r.rule.describe(), r.input_checksum, opt->artifact}));
+    Reproducer found = reproducer_of(c, opt->backends, r.findings[0], r, environment());
+    found.minimized_from = opt->artifact;
+    write_file_atomic(dest, write_repro(found));
     fmt::print("{} finding(s); wrote a reproducer of {} to {}\n", r.findings.size(), r.findings[0].signature.to_string(), dest);
     exit_code = kExitDivergence;
   });

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "generators/shrink.h"
 #include "cli/commands.h"
@@ -31,61 +32,50 @@ int minimize_command(const MinimizeOptions& opt) {
     fmt::print(stderr, "attnfuzz: {}: {}\n", opt.path, e.what());
     return kExitBadInput;
   }
-  std::vector<std::string> names = opt.backends.empty() ? r.backends : opt.backends;
-  // Only the backend named in the signature is needed (a consistency finding names two).
-  std::vector<std::unique_ptr<Backend>> owned;
-  std::vector<Backend*> backends;
-  for (const auto& n : names) {
-    try {
-      auto b = make_backend(n);
-      const std::string& who = r.finding.signature.backend;
-      if (who == b->name() || who.find(b->name() + "~") == 0 || who.find("~" + b->name()) != std::string::npos) {
-        backends.push_back(b.get());
-        owned.push_back(std::move(b));
-      }
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "attnfuzz: backend {}: {}\n", n, e.what());
-      return kExitBadInput;
-    }
-  }
-  if (backends.empty()) {
-    fmt::print(stderr, "attnfuzz: {}: none of the backends {} is '{}' (use --backends)\n", opt.path, fmt::join(names, ","),
-               r.finding.signature.backend);
+  const std::vector<std::string> names = opt.backends.empty() ? r.backends : opt.backends;
+  const Signature& sig = r.finding.signature;
+  BackendSet loaded;
+  try {
+    loaded = make_backends(names);
+  } catch (const BackendLoadError& e) {
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
     return kExitBadInput;
   }
-  const OracleSet oracles = default_oracles();
-  const Signature& sig = r.finding.signature;
-  fmt::print("signature {}\n", sig.to_string());
-  ShrinkReport rep;
-  Reproducer m;
-  const bool on_gpu = std::any_of(backends.begin(), backends.end(), [](const Backend* b) { return b->device() != "cpu"; });
-  if (on_gpu) {
-    // A GPU fault can leave this process's CUDA context unusable, and every later candidate
-    // would then "reproduce" it: each candidate is judged in an isolated worker instead.
-    std::vector<std::string> used;
-    for (const Backend* b : backends) used.push_back(b->name());
-    CampaignOptions o;
-    o.backends = used;
-    o.worker_argv = worker_argv(used);
-    o.candidates = shrink_candidates;
-    o.size = case_size;
-    o.timeout_seconds = 120;
-    o.determinism_every = sig.cls == FindingClass::nondeterministic ? 1 : 1000000;
-    WorkerProcess proc(o.worker_argv, {"CUDA_LAUNCH_BLOCKING=1"});
-    bool holds = false;
-    for (const auto& f : run_case(proc, r.c, -1, o)) holds = holds || f.finding.signature == sig;
-    if (!holds) {
-      fmt::print("the signature does not reproduce on the original case: nothing to minimize\n");
-      return kExitDivergence;
+  // Only the backends the signature blames are needed (a consistency finding blames two).
+  const std::vector<std::string> blamed = sig.blamed_backends();
+  std::vector<Backend*> backends;
+  std::vector<std::string> used;
+  for (Backend* b : loaded.pointers())
+    if (std::find(blamed.begin(), blamed.end(), b->name()) != blamed.end()) {
+      backends.push_back(b);
+      used.push_back(b->name());
     }
-    m = minimize_isolated(proc, r, o, &rep);
-  } else {
-    if (!signature_holds(r.c, sig, backends, oracles)) {
-      fmt::print("the signature does not reproduce on the original case: nothing to minimize\n");
-      return kExitDivergence;
-    }
-    m = minimize(r, backends, oracles, shrink_candidates, case_size, &rep);
+  if (backends.empty()) {
+    fmt::print(stderr, "attnfuzz: {}: none of the backends {} is '{}' (use --backends)\n", opt.path, fmt::join(names, ","), sig.backend);
+    return kExitBadInput;
   }
+  fmt::print("signature {}\n", sig.to_string());
+  // A GPU fault can leave this process's CUDA context unusable, and every later candidate
+  // would then "reproduce" it: on a GPU each candidate is judged in an isolated worker.
+  const bool on_gpu = std::any_of(backends.begin(), backends.end(), [](const Backend* b) { return b->device() != "cpu"; });
+  std::optional<WorkerProcess> proc;
+  CampaignOptions isolation;  // the worker's argv and watchdog
+  isolation.backends = used;
+  isolation.worker_argv = worker_argv(used);
+  Judge judge;
+  if (on_gpu) {
+    proc.emplace(isolation.worker_argv, std::vector<std::string>{"CUDA_LAUNCH_BLOCKING=1"});
+    const double timeout = sig.cls == FindingClass::timeout ? 2.0 : 120.0;
+    judge = isolated_judge(*proc, isolation, needs_determinism(sig), timeout);
+  } else {
+    judge = in_process_judge(backends, default_oracles(), needs_determinism(sig));
+  }
+  if (!signature_holds(judge, r.c, sig)) {
+    fmt::print("the signature does not reproduce on the original case: nothing to minimize\n");
+    return kExitDivergence;
+  }
+  ShrinkReport rep;
+  const Reproducer m = minimize(r, judge, shrink_candidates, case_size, &rep);
   Reproducer out = m;
   out.minimized_from = opt.path;
   std::string dest = opt.out;

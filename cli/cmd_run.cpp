@@ -102,23 +102,16 @@ int run(const RunOptions& opt) {
     fmt::print(stderr, "attnfuzz: {}: {}\n", opt.case_path, e.what());
     return kExitBadInput;
   }
-  std::vector<std::unique_ptr<Backend>> owned;
-  for (const auto& name : opt.backends.empty() ? default_backend_names() : opt.backends) {
-    try {
-      owned.push_back(make_backend(name));
-    } catch (const std::invalid_argument& e) {
-      fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
-      return kExitBadInput;
-    } catch (const std::runtime_error& e) {
-      if (name.rfind("plugin:", 0) == 0) {
-        fmt::print(stderr, "attnfuzz: {}\n", e.what());
-        return kExitBadInput;
-      }
-      fmt::print(stderr, "attnfuzz: skipping {}\n", e.what());
-    }
+  const std::vector<std::string> names = opt.backends.empty() ? default_backend_names() : opt.backends;
+  BackendSet loaded;
+  try {
+    loaded = make_backends(names, WhenUnavailable::skip);
+  } catch (const BackendLoadError& e) {
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    return kExitBadInput;
   }
-  std::vector<Backend*> backends;
-  for (auto& b : owned) backends.push_back(b.get());
+  for (const auto& why : loaded.skipped) fmt::print(stderr, "attnfuzz: skipping {}\n", why);
+  const std::vector<Backend*> backends = loaded.pointers();
   OracleSet oracles;
   try {
     oracles = make_oracles(*oracle_device_from_string(opt.reference));
@@ -147,8 +140,7 @@ int run(const RunOptions& opt) {
     std::set<std::string> seen;
     for (const auto& f : report.findings) {
       if (!seen.insert(f.signature.to_string()).second) continue;
-      Reproducer r{c, opt.backends.empty() ? default_backend_names() : opt.backends, f, report.rule.describe(), report.input_checksum, "", -1,
-                   environment()};
+      const Reproducer r = reproducer_of(c, names, f, report, environment());
       const std::string path = opt.record_dir + "/" + repro_file_name(f.signature);
       try {
         write_file_atomic(path, write_repro(r));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "campaign/report.h"
+#include "campaign/repro.h"
 
 namespace attnfuzz::cli {
 
@@ -28,7 +29,11 @@ void add_list_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_minimize_command(CLI::App& app, int& exit_code);
 void add_import_command(CLI::App& app, int& exit_code);
-void add_campaign_commands(CLI::App& app, int& exit_code);
+void add_campaign_command(CLI::App& app, int& exit_code);
+void add_check_command(CLI::App& app, int& exit_code);
+void add_replay_command(CLI::App& app, int& exit_code);
+void add_merge_command(CLI::App& app, int& exit_code);
+void add_worker_command(CLI::App& app, int& exit_code);
 void add_report_command(CLI::App& app, int& exit_code);
 
 }  // namespace attnfuzz::cli

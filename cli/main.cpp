@@ -14,7 +14,11 @@ int main(int argc, char** argv) {
   attnfuzz::cli::add_generate_command(app, exit_code);
   attnfuzz::cli::add_minimize_command(app, exit_code);
   attnfuzz::cli::add_import_command(app, exit_code);
-  attnfuzz::cli::add_campaign_commands(app, exit_code);
+  attnfuzz::cli::add_campaign_command(app, exit_code);
+  attnfuzz::cli::add_check_command(app, exit_code);
+  attnfuzz::cli::add_replay_command(app, exit_code);
+  attnfuzz::cli::add_merge_command(app, exit_code);
+  attnfuzz::cli::add_worker_command(app, exit_code);
   attnfuzz::cli::add_report_command(app, exit_code);
   try {
     app.parse(argc, argv);

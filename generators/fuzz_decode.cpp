@@ -41,7 +41,10 @@ TensorLayout decode_tensor_layout(ByteReader& r) {
 
 Packing decode_packing(ByteReader& r, Shape& s) {
   const Packing p = static_cast<Packing>(decode_int(r, 0, 2));
-  if (p == Packing::qkv) s.heads_q = s.heads_kv, s.seq_kv = s.seq_q;
+  if (p == Packing::qkv) {
+    s.heads_q = s.heads_kv;
+    s.seq_kv = s.seq_q;
+  }
   if (p != Packing::none) s.head_dim_v = s.head_dim_qk;
   return p;
 }

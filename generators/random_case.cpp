@@ -146,8 +146,11 @@ Layouts random_layouts(SplitMix& r, const Shape& s) {
 RandomCaseOptions RandomCaseOptions::for_tier(domain::SizeTier t) {
   const domain::Bounds b = domain::bounds(t);
   RandomCaseOptions o;
-  o.max_batch = b.max_batch, o.max_heads_kv = b.max_heads_kv, o.max_group = b.max_group;
-  o.max_seq = b.max_seq, o.max_dim = b.max_dim;
+  o.max_batch = b.max_batch;
+  o.max_heads_kv = b.max_heads_kv;
+  o.max_group = b.max_group;
+  o.max_seq = b.max_seq;
+  o.max_dim = b.max_dim;
   return o;
 }
 

@@ -234,7 +234,8 @@ std::vector<Case> shrink_candidates(const Case& c) {
     for (auto [hq, hkv] : std::vector<std::pair<int64_t, int64_t>>{
              {1, 1}, {s.heads_q / s.heads_kv, 1}, {2, s.heads_kv > 1 ? 2 : 1}, {2, 1}, {4, 2}, {s.heads_kv * 2, s.heads_kv}}) {
       Case x = c;
-      x.shape.heads_q = hq, x.shape.heads_kv = hkv;
+      x.shape.heads_q = hq;
+      x.shape.heads_kv = hkv;
       push(x);
     }
   }

@@ -3,6 +3,7 @@
 // "Implementations under test"). The harness depends on this header only.
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "harness/contract.h"
@@ -34,6 +35,12 @@ class Backend {
   virtual bool backward_takes_dlse() const { return true; }
   virtual Forward forward(const Problem& p) = 0;
   virtual Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) = 0;
+};
+
+// A backend that is unknown or cannot load here: one line saying which and why. Thrown before
+// any case runs (oracles/registry.h make_backends, the campaign's probe of its workers).
+struct BackendLoadError : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 }  // namespace attnfuzz

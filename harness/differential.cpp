@@ -329,7 +329,7 @@ class DifferentialSession::Impl {
           if (!u.compared || !v.compared || !u.pass || !v.pass || !u.print.rung || !v.print.rung || u.print.rung == v.print.rung) continue;
           const double ratio = std::max(u.err.rms, v.err.rms) / std::max(std::min(u.err.rms, v.err.rms), 1e-300);
           if (ratio < opt_.rule.fingerprint_band) continue;
-          add(x.backend + "~" + y.backend, x.composition_class, u.tensor,
+          add(Signature::pair(x.backend, y.backend), x.composition_class, u.tensor,
               FindingClass::consistency,
               "both declare " + x.contract + "; " + x.backend + " computes like " + u.print.label + ", " + y.backend + " like " + v.print.label,
               {{"rms_a", u.err.rms}, {"rms_b", v.err.rms}});

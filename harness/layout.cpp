@@ -115,7 +115,9 @@ Placement place(const Layouts& layouts, TensorRole r, const Shape& s) {
   if (g.packing != Packing::none && packing_applies(g.packing, s)) {
     const TensorLayout& l = layouts[g.first];
     const int64_t st_h = width + l.row_padding, st_n = p.sizes[1] * st_h, st_s = g.members * st_n, st_b = p.sizes[2] * st_s;
-    p.strides[0] = st_b, p.strides[1] = st_h, p.strides[2] = st_s;
+    p.strides[0] = st_b;
+    p.strides[1] = st_h;
+    p.strides[2] = st_s;
     p.offset = l.offset + g.index * st_n;
     p.extent = l.offset + p.sizes[0] * st_b;
     p.buffer = g.first;
@@ -133,7 +135,10 @@ Placement place(const Layouts& layouts, TensorRole r, const Shape& s) {
   }
   p.offset = l.offset;
   p.extent = l.offset + p.sizes[static_cast<size_t>(dims[0])] * p.strides[static_cast<size_t>(dims[0])];
-  if (p.ndim == 3) p.sizes[3] = 1, p.strides[3] = 0;
+  if (p.ndim == 3) {
+    p.sizes[3] = 1;
+    p.strides[3] = 0;
+  }
   return p;
 }
 

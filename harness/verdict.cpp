@@ -29,6 +29,12 @@ std::optional<FindingClass> finding_class_from_string(const std::string& s) {
   return std::nullopt;
 }
 
+std::vector<std::string> Signature::blamed_backends() const {
+  const auto tilde = backend.find('~');
+  if (tilde == std::string::npos) return {backend};
+  return {backend.substr(0, tilde), backend.substr(tilde + 1)};
+}
+
 std::string Signature::to_string() const {
   return backend + "/" + composition + "/" + tensor + "/" + attnfuzz::to_string(cls) + "/" + dtype + "/" + mask;
 }
@@ -45,7 +51,10 @@ Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, d
   const double li = std::log(std::max(impl_rms, 1e-300));
   for (const auto& [c, e] : rung_errors) {
     const double d = std::fabs(li - std::log(std::max(e, 1e-300)));
-    if (d < best) best = d, rung = c;
+    if (d < best) {
+      best = d;
+      rung = c;
+    }
   }
   return {std::string(to_string(*rung)), rung};
 }
@@ -109,7 +118,9 @@ BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_
     for (int64_t d = d0; d < d1; ++d) {
       const size_t e = static_cast<size_t>((h * w.seq + s) * w.width + d);
       if (!w.used[e]) continue;
-      b.err2 += w.err2[e], b.allow2 += w.allow2[e], b.n += 1;
+      b.err2 += w.err2[e];
+      b.allow2 += w.allow2[e];
+      b.n += 1;
     }
   return b;
 }
@@ -155,7 +166,10 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
       for (int64_t d = 0; d < w.width; ++d) {
         const size_t e = static_cast<size_t>((h * w.seq + s) * w.width + d);
         if (!w.used[e]) continue;
-        if (w.err2[e] > max_err2) max_err2 = w.err2[e], v.bound_max = rule.limit(static_cast<double>(w.width)) * std::sqrt(w.allow2[e]);
+        if (w.err2[e] > max_err2) {
+          max_err2 = w.err2[e];
+          v.bound_max = rule.limit(static_cast<double>(w.width)) * std::sqrt(w.allow2[e]);
+        }
         // The finest block is a row: one element of a row is not judged alone (its error
         // and its sigma' are too noisy), except where a row is one element (LSE, D = 1).
         if (w.width == 1) consider("element", {w.err2[e], w.allow2[e], 1}, [&] { return head_name(h) + " s" + std::to_string(s); });
@@ -175,7 +189,11 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
   }
   BlockSum all;
   for (size_t e = 0; e < w.used.size(); ++e)
-    if (w.used[e]) all.err2 += w.err2[e], all.allow2 += w.allow2[e], all.n += 1;
+    if (w.used[e]) {
+      all.err2 += w.err2[e];
+      all.allow2 += w.allow2[e];
+      all.n += 1;
+    }
   consider("tensor", all, [] { return std::string("all"); });
   v.tensor_ratio = all.n > 0 ? ratio_of(all) : 0.0;
   v.bound_rms = all.n > 0 ? rule.limit(all.n) * std::sqrt(all.allow2 / all.n) : 0.0;

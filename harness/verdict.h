@@ -33,6 +33,10 @@ struct Signature {
   FindingClass cls = FindingClass::mismatch;
   std::string dtype, mask;
   std::string to_string() const;  // backend/composition/tensor/class/dtype/mask
+  // A consistency finding blames a pair, spelled "a~b" in `backend`: the one place that knows it.
+  static std::string pair(const std::string& a, const std::string& b) { return a + "~" + b; }
+  // The backends the finding is about: one, or the two of a consistency pair.
+  std::vector<std::string> blamed_backends() const;
   bool operator==(const Signature&) const = default;
   auto operator<=>(const Signature&) const = default;
 };

@@ -280,15 +280,26 @@ GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan) {
   const Shape& s = p.shape;
   GraphSpec g;
   g.dtype = p.dtype;
-  g.batch = s.batch, g.heads_q = s.heads_q, g.heads_kv = s.heads_kv, g.seq_q = s.seq_q, g.seq_kv = s.seq_kv;
-  g.dim_qk = s.head_dim_qk, g.dim_v = s.head_dim_v;
+  g.batch = s.batch;
+  g.heads_q = s.heads_q;
+  g.heads_kv = s.heads_kv;
+  g.seq_q = s.seq_q;
+  g.seq_kv = s.seq_kv;
+  g.dim_qk = s.head_dim_qk;
+  g.dim_v = s.head_dim_v;
   using R = TensorRole;
-  g.q_stride = strides_of(placement(p, R::q)), g.k_stride = strides_of(placement(p, R::k)), g.v_stride = strides_of(placement(p, R::v));
-  g.o_stride = strides_of(placement(p, R::o)), g.d_o_stride = strides_of(placement(p, R::d_out));
-  g.d_q_stride = strides_of(placement(p, R::d_q)), g.d_k_stride = strides_of(placement(p, R::d_k)), g.d_v_stride = strides_of(placement(p, R::d_v));
+  g.q_stride = strides_of(placement(p, R::q));
+  g.k_stride = strides_of(placement(p, R::k));
+  g.v_stride = strides_of(placement(p, R::v));
+  g.o_stride = strides_of(placement(p, R::o));
+  g.d_o_stride = strides_of(placement(p, R::d_out));
+  g.d_q_stride = strides_of(placement(p, R::d_q));
+  g.d_k_stride = strides_of(placement(p, R::d_k));
+  g.d_v_stride = strides_of(placement(p, R::d_v));
   g.scale_bits = std::bit_cast<uint32_t>(static_cast<float>(p.scale));  // cuDNN takes an fp32 scale
   g.padding = plan.padding();
-  g.left_bound = plan.left_bound, g.right_bound = plan.right_bound;
+  g.left_bound = plan.left_bound;
+  g.right_bound = plan.right_bound;
   g.bottom_right = (plan.left_bound || plan.right_bound) && plan.alignment == Align::bottom_right;
   g.bias = plan.bias;
   g.bias_batch = plan.bias_per_batch ? s.batch : 1;
@@ -316,7 +327,8 @@ class DeviceCall {
     const CudnnMaskPlan& plan = sel.plan;
     if (plan.padding()) {
       const size_t bytes = plan.seq_len_q.size() * sizeof(int32_t);
-      seq_len_q_ = DeviceBuffer(bytes), seq_len_kv_ = DeviceBuffer(bytes);
+      seq_len_q_ = DeviceBuffer(bytes);
+      seq_len_kv_ = DeviceBuffer(bytes);
       seq_len_q_.upload(plan.seq_len_q.data(), bytes);
       seq_len_kv_.upload(plan.seq_len_kv.data(), bytes);
     }
@@ -354,7 +366,9 @@ class DeviceCall {
     ptrs.o = io_.ptr(R::o);
     ptrs.stats = stats_.get();
     ptrs.d_o = io_.ptr(R::d_out);
-    ptrs.d_q = io_.ptr(R::d_q), ptrs.d_k = io_.ptr(R::d_k), ptrs.d_v = io_.ptr(R::d_v);
+    ptrs.d_q = io_.ptr(R::d_q);
+    ptrs.d_k = io_.ptr(R::d_k);
+    ptrs.d_v = io_.ptr(R::d_v);
     graphs.execute(sel_.spec, Pass::backward, ptrs);
     return Gradients{io_.download(R::d_q), io_.download(R::d_k), io_.download(R::d_v), {}};
   }
@@ -362,9 +376,12 @@ class DeviceCall {
  private:
   DevicePointers inputs() const {
     DevicePointers ptrs;
-    ptrs.q = io_.ptr(TensorRole::q), ptrs.k = io_.ptr(TensorRole::k), ptrs.v = io_.ptr(TensorRole::v);
+    ptrs.q = io_.ptr(TensorRole::q);
+    ptrs.k = io_.ptr(TensorRole::k);
+    ptrs.v = io_.ptr(TensorRole::v);
     ptrs.bias = bias_.get();
-    ptrs.seq_len_q = seq_len_q_.get(), ptrs.seq_len_kv = seq_len_kv_.get();
+    ptrs.seq_len_q = seq_len_q_.get();
+    ptrs.seq_len_kv = seq_len_kv_.get();
     return ptrs;
   }
 

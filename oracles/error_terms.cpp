@@ -35,7 +35,10 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   init(Output::dK, kk, static_cast<double>(s.seq_q * s.group()));
   for (Output o : {Output::dQ, Output::dK}) {
     const auto& shape = o == Output::dQ ? qq : kk;
-    t[o].via_op = Tensor(shape), t[o].via_st = Tensor(shape), t[o].via_acc = Tensor(shape), t[o].via_sc = Tensor(shape);
+    t[o].via_op = Tensor(shape);
+    t[o].via_st = Tensor(shape);
+    t[o].via_acc = Tensor(shape);
+    t[o].via_sc = Tensor(shape);
   }
   init(Output::dV, vv, static_cast<double>(s.seq_q * s.group()));
   // dK and dV sum over a GQA group: squares accumulate here, roots are taken at the end.

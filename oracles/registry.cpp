@@ -166,6 +166,29 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
   throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ", or plugin:/path/lib.so)");
 }
 
+std::vector<Backend*> BackendSet::pointers() const {
+  std::vector<Backend*> out;
+  for (const auto& b : owned) out.push_back(b.get());
+  return out;
+}
+
+BackendSet make_backends(const std::vector<std::string>& names, WhenUnavailable when) {
+  BackendSet set;
+  for (const auto& name : names) {
+    try {
+      set.owned.push_back(make_backend(name));
+    } catch (const std::invalid_argument& e) {  // an unknown name
+      throw BackendLoadError(e.what());
+    } catch (const std::exception& e) {
+      // A name with a scheme (plugin:/x.so) points at the user's own code: never skipped.
+      const bool users_own = name.find(':') != std::string::npos;
+      if (when == WhenUnavailable::fail || users_own) throw BackendLoadError(e.what());
+      set.skipped.push_back(e.what());
+    }
+  }
+  return set;
+}
+
 std::optional<std::string> gpu_health() {
 #if ATTNFUZZ_HAVE_TORCH
   if (auto e = torch_cuda_health()) return e;

@@ -25,6 +25,18 @@ std::vector<BackendInfo> list_backends();
 // for an unknown name, std::runtime_error (with the reason) for one that cannot run here.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 BackendInfo describe_backend(const Backend& b);
+
+// Backends built from names: the one way every command, the worker and the fuzz target do it.
+struct BackendSet {
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<std::string> skipped;  // "name: why", under WhenUnavailable::skip
+  std::vector<Backend*> pointers() const;
+};
+// A named backend that cannot run here fails the whole set, or (skip) is left out with its
+// reason; the user's own code (plugin:, any name with a scheme) and an unknown name always fail. Throws BackendLoadError
+// naming the backend.
+enum class WhenUnavailable { fail, skip };
+BackendSet make_backends(const std::vector<std::string>& names, WhenUnavailable when = WhenUnavailable::fail);
 // The float64 reference and the emulated baselines the verdicts need, on the CPU.
 OracleSet default_oracles();
 // Where the float64 reference and the contract baselines run: the CPU (Eigen and

@@ -67,7 +67,9 @@ class TorchSdpaBackend final : public Backend {
     at::Tensor dq, dk, dv;
     if (kind_ == SdpaKind::math) {
       auto g = torch::autograd::grad({call.out}, {call.q, call.k, call.v}, {d_o}, false, false, true);
-      dq = g[0], dk = g[1], dv = g[2];
+      dq = g[0];
+      dk = g[1];
+      dv = g[2];
     } else {
       std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
           d_o, call.q, call.k_rep, call.v_rep, call.out, call.lse_raw, 0.0, false, call.mask, p.scale);

@@ -231,7 +231,9 @@ class TorchCudaSdpaBackend final : public Backend {
     {
       c10::AutoGradMode no_grad(false);
       const LaidOutInputs in = laid_out_inputs(p, st, dev);
-      c.q = in.q, c.k = in.k, c.v = in.v;
+      c.q = in.q;
+      c.k = in.k;
+      c.v = in.v;
     }
     c.q = c.q.detach().set_requires_grad(requires_grad);
     c.k = c.k.detach().set_requires_grad(requires_grad);

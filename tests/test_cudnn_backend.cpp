@@ -119,7 +119,8 @@ TEST(CudnnMaskPlanner, EveryPlanReproducesTheDenseMask) {
     p.shape.batch = r.range(1, 2);
     p.shape.heads_kv = r.range(1, 2);
     p.shape.heads_q = p.shape.heads_kv * r.range(1, 3);
-    p.full_seq_q = full_q, p.full_seq_kv = full_kv;
+    p.full_seq_q = full_q;
+    p.full_seq_kv = full_kv;
     p.q_offset = r.chance(0.4) ? r.range(0, full_q - 1) : 0;
     p.kv_offset = r.chance(0.4) ? r.range(0, full_kv - 1) : 0;
     p.shape.seq_q = r.range(1, full_q - p.q_offset);

@@ -138,7 +138,8 @@ TEST(Mask, HugeWindowSeesEveryKey) {
     EXPECT_TRUE(vis(right_only, 0, 15, 8, 16));
     Problem p;
     p.shape = Shape{1, 1, 1, 8, 16, 8, 8};
-    p.full_seq_q = 8, p.full_seq_kv = 16;
+    p.full_seq_q = 8;
+    p.full_seq_kv = 16;
     p.restrictions = {BandRestriction{kMax, kMax, a, true}};
     materialize_mask(p);
     for (uint8_t m : p.mask) EXPECT_EQ(m, 1);

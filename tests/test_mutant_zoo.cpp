@@ -149,15 +149,17 @@ TEST(MutantZoo, EveryBugMinimizesToATinyReproducerWithTheSameSignature) {
       RandomCaseOptions opt;
       if (name == "tf32_backward") opt.dtypes = {DType::f32};
       const Case c = random_case(seed + 77, opt);
-      for (const auto& f : run_differential(c, {be.get()}, oracles).findings)
+      const DiffReport run = run_differential(c, {be.get()}, oracles);
+      for (const auto& f : run.findings)
         if (to_string(f.signature.cls) == cls) {
-          found = Reproducer{c, {}, f, "", 0, ""};
+          found = reproducer_of(c, {}, f, run, {});
           break;
         }
     }
     ASSERT_TRUE(found) << name;
     ShrinkReport rep;
-    const Reproducer m = minimize(*found, {be.get()}, oracles, shrink_candidates, case_size, &rep);
+    const Judge judge = in_process_judge({be.get()}, oracles, needs_determinism(found->finding.signature));
+    const Reproducer m = minimize(*found, judge, shrink_candidates, case_size, &rep);
     const Shape& s = m.c.shape;
     SCOPED_TRACE(name + ": " + describe_shape(s) + " mask " + describe(m.c.mask) + " composition " + describe(m.c.composition));
     std::cout << "minimized " << name << " in " << rep.steps << " steps: " << describe_shape(s) << " " << to_string(m.c.dtype)
@@ -173,10 +175,10 @@ TEST(MutantZoo, EveryBugMinimizesToATinyReproducerWithTheSameSignature) {
     // No zoo bug depends on memory layout: the shrinker takes every tensor back to the default.
     EXPECT_EQ(m.c.layouts, Layouts{}) << describe(m.c.layouts);
     EXPECT_LT(rep.size_after, rep.size_before);
-    EXPECT_TRUE(signature_holds(m.c, found->finding.signature, {be.get()}, oracles));
+    EXPECT_TRUE(signature_holds(judge, m.c, found->finding.signature));
     EXPECT_EQ(m.finding.signature, found->finding.signature);
     // Deterministic: the same input minimizes to the same case.
-    EXPECT_EQ(minimize(*found, {be.get()}, oracles, shrink_candidates, case_size).c, m.c);
+    EXPECT_EQ(minimize(*found, judge, shrink_candidates, case_size).c, m.c);
   }
 }
 

@@ -30,7 +30,9 @@ TEST_P(Sensitivity, ThresholdWithinGoalOfTheNaturalError) {
   const Grid g = GetParam();
   auto correct = make_backend(std::string("plugin:") + ATTNFUZZ_MUTANT_DIR + "/libattnfuzz_mutant_ok.so");
   SensitivityConfig cfg;
-  cfg.dtype = g.dtype, cfg.seq = g.seq, cfg.dim = g.dim;
+  cfg.dtype = g.dtype;
+  cfg.seq = g.seq;
+  cfg.dim = g.dim;
   for (const auto& p : measure_sensitivity(cfg, *correct, default_oracles())) {
     SCOPED_TRACE(p.tensor + " " + to_string(p.plant));
     EXPECT_TRUE(p.correct_passes) << "the correct kernel is flagged";

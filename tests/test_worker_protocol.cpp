@@ -1,52 +1,192 @@
-// The worker protocol's framing (campaign/worker_protocol.h): garbage a backend writes into the
-// reply pipe, even lines shaped like the old "R {...}" replies or forged frame headers, is
-// dropped; intact frames come through whole, in order, with their request number.
+// The worker protocol's typed messages and both of its halves (campaign/worker_protocol.h):
+// encodings round-trip, a malformed or unknown request is refused, a finding travels once as
+// an object, and the server loop answers a probe and a case over real pipes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
-#include <string>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <thread>
 
+#include "campaign/worker_frame.h"
 #include "campaign/worker_protocol.h"
+#include "oracles/reference.h"
+#include "oracles/registry.h"
 
 namespace attnfuzz {
 namespace {
+using nlohmann::json;
 
-std::string feed_all(FrameReader& r, const std::string& bytes, size_t chunk) {
-  std::string kinds;
-  for (size_t i = 0; i < bytes.size(); i += chunk) {
-    r.append(bytes.data() + i, std::min(chunk, bytes.size() - i));
-    while (auto f = r.next()) kinds += std::string(1, f->kind) + std::to_string(f->seq) + ":" + f->payload + ";";
+Case small_case() {
+  Case c;
+  c.shape.batch = 1;
+  c.shape.heads_q = 2;
+  c.shape.heads_kv = 1;
+  c.shape.seq_q = 5;
+  c.shape.seq_kv = 7;
+  c.shape.head_dim_qk = 4;
+  c.shape.head_dim_v = 4;
+  c.dtype = DType::f32;
+  c.seed = 11;
+  return c;
+}
+
+// A backend whose O is 50% too large: every run of it is a finding.
+class ScaledOutput final : public Backend {
+ public:
+  std::string name() const override { return "scaled_output"; }
+  Forward forward(const Problem& p) override {
+    Forward f = reference_forward(p);
+    for (double& x : f.o.data) x *= 1.5;
+    return f;
   }
-  return kinds;
-}
-
-TEST(WorkerProtocol, FramesSurviveGarbageAroundThem) {
-  const std::string garbage = "R {\"findings\":[]}\nP torch.math\nAF1 R 0000000000000007 00000002 0123456789abcdef\nxx\nAF1 \n";
-  const std::string stream = garbage + encode_frame('P', 7, "reference") + garbage + garbage +
-                             encode_frame('R', 7, "{\"findings\":[1]}") + garbage + encode_frame('R', 8, "x\ny");
-  for (size_t chunk : {1, 3, 7, 64, 100000}) {
-    FrameReader r;
-    EXPECT_EQ(feed_all(r, stream, chunk), "P7:reference;R7:{\"findings\":[1]};R8:x\ny;") << "chunk " << chunk;
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return reference_backward(p, f, d_out, d_lse);
   }
+};
+
+TEST(WorkerProtocol, RequestsRoundTrip) {
+  WorkerRequest run;
+  run.c = small_case();
+  run.check_determinism = false;
+  const WorkerRequest back = decode_request(encode(run));
+  EXPECT_EQ(back.op, WorkerRequest::Op::run);
+  EXPECT_EQ(back.c, run.c);
+  EXPECT_FALSE(back.check_determinism);
+
+  WorkerRequest probe;
+  probe.op = WorkerRequest::Op::probe;
+  EXPECT_EQ(decode_request(encode(probe)).op, WorkerRequest::Op::probe);
 }
 
-TEST(WorkerProtocol, ACorruptedFrameIsDroppedAndTheNextOneStillArrives) {
-  std::string bad = encode_frame('R', 3, "{\"findings\":[]}");
-  bad[bad.size() - 3] ^= 1;  // one flipped bit in the payload
-  FrameReader r;
-  EXPECT_EQ(feed_all(r, bad + encode_frame('R', 4, "ok"), 5), "R4:ok;");
-  // A forged header claiming a long payload swallows the real frame only until its checksum
-  // fails; the real frame inside it is then found.
-  FrameReader r2;
-  const std::string forged = "AF1 R 0000000000000004 00000040 0000000000000000\n";
-  EXPECT_EQ(feed_all(r2, forged + encode_frame('R', 4, "real") + std::string(64, ' '), 1), "R4:real;");
+TEST(WorkerProtocol, TheOpIsReadAndAnUnknownOneRefused) {
+  EXPECT_THROW(decode_request(R"({"op": "explode"})"), std::runtime_error);
+  EXPECT_THROW(decode_request(R"({"case": {}})"), std::runtime_error);  // no op
+  EXPECT_THROW(decode_request("not json"), std::runtime_error);
+  EXPECT_THROW(decode_request(R"({"op": "run"})"), std::runtime_error);  // no case
 }
 
-TEST(WorkerProtocol, GarbageAloneDoesNotGrowTheBuffer) {
-  FrameReader r;
-  const std::string junk(1 << 20, 'R');
-  r.append(junk.data(), junk.size());
-  EXPECT_FALSE(r.next());
-  EXPECT_LT(r.buffered(), 8u);
+TEST(WorkerProtocol, RepliesRoundTripWithFindingsAsObjects) {
+  WorkerReply r;
+  Reproducer f;
+  f.c = small_case();
+  f.backends = {"scaled_output"};
+  f.finding.signature = {"scaled_output", "single", "O", FindingClass::mismatch, "fp32", "none"};
+  f.finding.detail = "rms 0.5";
+  f.input_checksum = 42;
+  r.findings = {f};
+  r.runs = {{"scaled_output", "single", Outcome::ran, ""}};
+  r.restart = true;
+  r.environment = {{"gpu", "none"}};
+  const std::string body = encode(r);
+  const json j = json::parse(body);
+  ASSERT_TRUE(j.at("findings").at(0).is_object()) << "a finding is encoded once, as an object, not as a JSON string";
+  const WorkerReply back = decode_reply(body);
+  ASSERT_EQ(back.findings.size(), 1u);
+  EXPECT_EQ(back.findings[0].finding.signature, f.finding.signature);
+  EXPECT_EQ(back.findings[0].input_checksum, 42u);
+  EXPECT_EQ(back.findings[0].c, f.c);
+  ASSERT_EQ(back.runs.size(), 1u);
+  EXPECT_EQ(back.runs[0].backend, "scaled_output");
+  EXPECT_TRUE(back.restart);
+  EXPECT_FALSE(back.error);
+  EXPECT_EQ(back.environment.at("gpu"), "none");
+  EXPECT_THROW(decode_reply(R"({"error": "x"})"), std::runtime_error);  // no findings array
+}
+
+// The server loop over real pipes, in a thread, driven the way WorkerProcess drives it.
+class ServerOverPipes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::pipe(to_server_), 0);
+    ASSERT_EQ(::pipe(from_server_), 0);
+    const std::string fds = std::to_string(to_server_[0]) + "," + std::to_string(from_server_[1]);
+    ::setenv(kWorkerFdsEnv, fds.c_str(), 1);
+    server_ = std::thread([this] {
+      WorkerChannel channel = WorkerChannel::from_environment();
+      WorkerServices s;
+      s.make_backend = [](const std::string& name) -> std::unique_ptr<Backend> {
+        if (name == "scaled_output") return std::make_unique<ScaledOutput>();
+        throw std::runtime_error("backend '" + name + "' is not available here: test");
+      };
+      s.oracles = default_oracles();
+      s.environment = [] { return std::map<std::string, std::string>{{"where", "test"}}; };
+      serve_worker(channel, names_, s);
+    });
+  }
+  void TearDown() override {
+    ::close(to_server_[1]);  // the server's next_request sees the end
+    server_.join();
+    ::close(to_server_[0]);
+    ::close(from_server_[0]);
+    ::close(from_server_[1]);
+  }
+  WorkerReply ask(const WorkerRequest& req) {
+    const std::string frame = encode_frame('Q', ++seq_, encode(req));
+    EXPECT_EQ(::write(to_server_[1], frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
+    for (;;) {
+      while (auto f = reader_.next())
+        if (f->kind == 'R' && f->seq == seq_) return decode_reply(f->payload);
+      char buf[65536];
+      const ssize_t n = ::read(from_server_[0], buf, sizeof buf);
+      if (n <= 0) throw std::runtime_error("the server closed its end");
+      reader_.append(buf, static_cast<size_t>(n));
+    }
+  }
+  std::vector<std::string> names_ = {"scaled_output"};
+  int to_server_[2] = {-1, -1}, from_server_[2] = {-1, -1};
+  std::thread server_;
+  uint64_t seq_ = 0;
+  FrameReader reader_;
+};
+
+TEST_F(ServerOverPipes, AnswersAProbeAndACase) {
+  WorkerRequest probe;
+  probe.op = WorkerRequest::Op::probe;
+  const WorkerReply p = ask(probe);
+  EXPECT_FALSE(p.error);
+  EXPECT_EQ(p.backends, std::vector<std::string>{"scaled_output"});
+
+  WorkerRequest run;
+  run.c = small_case();
+  run.check_determinism = false;
+  const WorkerReply r = ask(run);
+  ASSERT_FALSE(r.error) << *r.error;
+  ASSERT_FALSE(r.findings.empty());
+  bool o_mismatch = false;
+  for (const auto& f : r.findings) o_mismatch = o_mismatch || (f.finding.signature.tensor == "O" && f.finding.signature.cls == FindingClass::mismatch);
+  EXPECT_TRUE(o_mismatch);
+  EXPECT_EQ(r.findings[0].backends, names_);
+  EXPECT_EQ(r.findings[0].environment.at("where"), "test");
+  EXPECT_FALSE(r.runs.empty());
+
+  // A request the server cannot read is answered with an error, and the loop goes on.
+  const std::string bad = encode_frame('Q', ++seq_, R"({"op": "explode"})");
+  ASSERT_EQ(::write(to_server_[1], bad.data(), bad.size()), static_cast<ssize_t>(bad.size()));
+  WorkerRequest again = run;
+  const WorkerReply after = ask(again);
+  EXPECT_FALSE(after.error);
+}
+
+class ServerWithAMissingBackend : public ServerOverPipes {
+ protected:
+  void SetUp() override {
+    names_ = {"scaled_output", "absent"};
+    ServerOverPipes::SetUp();
+  }
+};
+
+TEST_F(ServerWithAMissingBackend, ProbeAndCasesSayWhichBackendDidNotLoad) {
+  WorkerRequest probe;
+  probe.op = WorkerRequest::Op::probe;
+  const WorkerReply p = ask(probe);
+  ASSERT_TRUE(p.error);
+  EXPECT_NE(p.error->find("absent"), std::string::npos);
+  WorkerRequest run;
+  run.c = small_case();
+  const WorkerReply r = ask(run);
+  ASSERT_TRUE(r.error);
+  EXPECT_TRUE(r.findings.empty());
 }
 
 }  // namespace

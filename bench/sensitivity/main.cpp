@@ -73,7 +73,10 @@ int main(int argc, char** argv) {
     for (long s : seqs)
       for (long dim : dims) {
         SensitivityConfig cfg;
-        cfg.dtype = d, cfg.seq = s, cfg.dim = dim, cfg.causal = causal;
+        cfg.dtype = d;
+        cfg.seq = s;
+        cfg.dim = dim;
+        cfg.causal = causal;
         const auto t0 = std::chrono::steady_clock::now();
         const auto points = measure_sensitivity(cfg, *correct, oracles);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

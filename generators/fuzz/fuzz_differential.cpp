@@ -21,6 +21,7 @@
 #include "generators/fuzz_decode.h"
 #include "harness/differential.h"
 #include "campaign/repro.h"
+#include "oracles/provenance.h"
 #include "oracles/registry.h"
 
 namespace {
@@ -29,7 +30,7 @@ constexpr int kMaxBackends = 8, kTensors = 5, kBuckets = 32;
 __attribute__((used, section("__libfuzzer_extra_counters"))) uint8_t g_error_counters[kMaxBackends * kTensors * kBuckets];
 
 struct State {
-  std::vector<std::unique_ptr<attnfuzz::Backend>> owned;
+  attnfuzz::BackendSet loaded;
   std::vector<attnfuzz::Backend*> backends;
   std::vector<std::string> names;
   attnfuzz::OracleSet oracles = attnfuzz::default_oracles();
@@ -46,11 +47,14 @@ State& state() {
       std::exit(2);
     }
     std::stringstream ss(list);
-    for (std::string name; std::getline(ss, name, ',');) {
-      st->owned.push_back(attnfuzz::make_backend(name));
-      st->backends.push_back(st->owned.back().get());
-      st->names.push_back(name);
+    for (std::string name; std::getline(ss, name, ',');) st->names.push_back(name);
+    try {
+      st->loaded = attnfuzz::make_backends(st->names);
+    } catch (const attnfuzz::BackendLoadError& e) {
+      std::fprintf(stderr, "fuzz_differential: ATTNFUZZ_FUZZ_BACKENDS: %s\n", e.what());
+      std::exit(2);
     }
+    st->backends = st->loaded.pointers();
     if (st->backends.size() > kMaxBackends) std::exit(2);
     if (const char* o = std::getenv("ATTNFUZZ_FUZZ_OUT")) st->out_dir = o;
     st->counters = !std::getenv("ATTNFUZZ_FUZZ_NO_COUNTERS");
@@ -88,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!r.findings.empty()) {
     std::filesystem::create_directories(st.out_dir);
     for (const auto& f : r.findings) {
-      const attnfuzz::Reproducer rep{c, st.names, f, r.rule.describe(), r.input_checksum, ""};
+      const attnfuzz::Reproducer rep = attnfuzz::reproducer_of(c, st.names, f, r, attnfuzz::environment());
       attnfuzz::write_file_atomic(st.out_dir + "/" + attnfuzz::repro_file_name(f.signature), attnfuzz::write_repro(rep));
     }
     std::fprintf(stderr, "fuzz_differential: %zu finding(s), first %s\n", r.findings.size(),

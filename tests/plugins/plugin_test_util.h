@@ -185,15 +185,23 @@ inline PluginRun run_plugin(const af_plugin& pl, const Problem& p, const Inputs&
   const std::string restr_json = restr.dump();
 
   af_problem ap{};
-  ap.batch = s.batch, ap.heads_q = s.heads_q, ap.heads_kv = s.heads_kv, ap.seq_q = s.seq_q, ap.seq_kv = s.seq_kv;
-  ap.head_dim_qk = s.head_dim_qk, ap.head_dim_v = s.head_dim_v;
+  ap.batch = s.batch;
+  ap.heads_q = s.heads_q;
+  ap.heads_kv = s.heads_kv;
+  ap.seq_q = s.seq_q;
+  ap.seq_kv = s.seq_kv;
+  ap.head_dim_qk = s.head_dim_qk;
+  ap.head_dim_v = s.head_dim_v;
   ap.dtype = dt;
   ap.has_softcap = p.softcap.has_value();
   ap.scale = p.scale;
   ap.softcap = p.softcap.value_or(0.0);
   ap.mask_json = mask_json.c_str();
   ap.restrictions_json = restr_json.c_str();
-  ap.q_offset = p.q_offset, ap.kv_offset = p.kv_offset, ap.full_seq_q = p.full_seq_q, ap.full_seq_kv = p.full_seq_kv;
+  ap.q_offset = p.q_offset;
+  ap.kv_offset = p.kv_offset;
+  ap.full_seq_q = p.full_seq_q;
+  ap.full_seq_kv = p.full_seq_kv;
   ap.mask = p.mask.data();
 
   char msg[512] = "";
@@ -283,7 +291,8 @@ inline Layouts exotic_layouts(Packing inputs = Packing::none, Packing grads = Pa
     l[r] = TensorLayout{kAllOrders[static_cast<size_t>(i) % kAllOrders.size()], i % 3, (i * 5) % 7, 2 * i + 1};
     ++i;
   }
-  l.inputs = inputs, l.grads = grads;
+  l.inputs = inputs;
+  l.grads = grads;
   return l;
 }
 

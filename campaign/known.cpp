@@ -1,0 +1,188 @@
+#include "campaign/known.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "harness/errors.h"
+#include "harness/json_input.h"
+#include "harness/layout.h"
+
+namespace attnfuzz {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+int64_t element_bytes(DType d) { return d == DType::f32 ? 4 : 2; }
+
+// Whether any input the backend reads has a batch, head or row stride or an offset (in bytes)
+// that is not a multiple of `bytes`.
+bool has_unaligned_rows(const Case& c, int64_t bytes) {
+  const int64_t e = element_bytes(c.dtype);
+  for (TensorRole r : {TensorRole::q, TensorRole::k, TensorRole::v, TensorRole::d_out}) {
+    const Placement p = place(c.layouts, r, c.shape);
+    for (int64_t v : {p.strides[0], p.strides[1], p.strides[2], p.offset})
+      if ((v * e) % bytes != 0) return true;
+  }
+  return false;
+}
+
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(' '), b = s.find_last_not_of(' ');
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+// "name(arg)" -> {name, arg}; a bare name has no argument.
+std::pair<std::string, std::string> split_term(const std::string& term) {
+  const auto open = term.find('(');
+  if (open == std::string::npos) return {term, ""};
+  if (term.back() != ')') throw std::invalid_argument("predicate term '" + term + "': missing ')'");
+  return {term.substr(0, open), term.substr(open + 1, term.size() - open - 2)};
+}
+
+CasePredicate parse_term(const std::string& term) {
+  const auto [name, arg] = split_term(term);
+  if (name == "always" && arg.empty()) return [](const Case&) { return true; };
+  if (name == "unaligned_rows") {
+    int64_t bytes = 0;
+    try {
+      size_t used = 0;
+      bytes = std::stoll(arg, &used);
+      if (used != arg.size()) bytes = 0;
+    } catch (const std::exception&) {
+    }
+    if (bytes <= 0) throw std::invalid_argument("predicate term '" + term + "': unaligned_rows takes a positive byte count");
+    return [bytes](const Case& c) { return has_unaligned_rows(c, bytes); };
+  }
+  if (name == "dtype") {
+    std::vector<DType> dtypes;
+    size_t start = 0;
+    for (size_t bar = arg.find('|');; bar = arg.find('|', start)) {
+      const std::string one = arg.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+      try {
+        dtypes.push_back(dtype_from_string(one));
+      } catch (const std::invalid_argument&) {
+        throw std::invalid_argument("predicate term '" + term + "': unknown dtype '" + one + "'");
+      }
+      if (bar == std::string::npos) break;
+      start = bar + 1;
+    }
+    return [dtypes](const Case& c) { return std::find(dtypes.begin(), dtypes.end(), c.dtype) != dtypes.end(); };
+  }
+  throw std::invalid_argument("predicate term '" + term + "': unknown (known: unaligned_rows(N), dtype(a|b), always)");
+}
+
+// "*" (any), one value, or alternatives "a|b".
+bool field_matches(const std::string& pattern, const std::string& value) {
+  if (pattern == "*") return true;
+  size_t start = 0;
+  for (;;) {
+    const size_t bar = pattern.find('|', start);
+    if (pattern.compare(start, bar == std::string::npos ? std::string::npos : bar - start, value) == 0) return true;
+    if (bar == std::string::npos) return false;
+    start = bar + 1;
+  }
+}
+
+KnownDeviation load_one(const std::string& path) {
+  const json j = parse_strict_json(read_input_file(path));
+  KnownDeviation k;
+  k.path = path;
+  k.repro = repro_from_json(j);
+  k.id = fs::path(path).stem().string();
+  k.pattern = k.repro.finding.signature;
+  k.when = "always";
+  if (j.contains("known")) {
+    const json& known = j.at("known");
+    if (!known.is_object()) throw CaseError("known", "expected an object");
+    k.id = known.value("id", k.id);
+    if (known.contains("covers")) {
+      const json& covers = known.at("covers");
+      k.pattern.backend = covers.value("backend", k.pattern.backend);
+      k.pattern.composition = covers.value("composition", k.pattern.composition);
+      k.pattern.tensor = covers.value("tensor", k.pattern.tensor);
+      const std::string cls = covers.value("class", to_string(k.pattern.cls));
+      if (cls == "*") {
+        k.any_class = true;
+      } else {
+        const auto parsed = finding_class_from_string(cls);
+        if (!parsed) throw CaseError("known.covers.class", "unknown class '" + cls + "'");
+        k.pattern.cls = *parsed;
+      }
+    }
+    k.when = known.value("when", k.when);
+  }
+  try {
+    k.predicate = parse_case_predicate(k.when);
+  } catch (const std::invalid_argument& e) {
+    throw CaseError("known.when", e.what());
+  }
+  return k;
+}
+
+bool is_reproducer(const std::string& path) {
+  try {
+    const json j = parse_strict_json(read_input_file(path));
+    return j.is_object() && j.value("format", "") == kReproFormat;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+CasePredicate parse_case_predicate(const std::string& text) {
+  std::vector<CasePredicate> terms;
+  const std::string sep = " and ";
+  size_t start = 0;
+  for (;;) {
+    const size_t at = text.find(sep, start);
+    const std::string term = trim(text.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (term.empty()) throw std::invalid_argument("predicate '" + text + "': empty term");
+    terms.push_back(parse_term(term));
+    if (at == std::string::npos) break;
+    start = at + sep.size();
+  }
+  return [terms](const Case& c) { return std::all_of(terms.begin(), terms.end(), [&](const CasePredicate& t) { return t(c); }); };
+}
+
+bool KnownDeviation::covers(const Reproducer& finding) const {
+  const Signature& s = finding.finding.signature;
+  return field_matches(pattern.backend, s.backend) && field_matches(pattern.composition, s.composition) &&
+         field_matches(pattern.tensor, s.tensor) && (any_class || pattern.cls == s.cls) && predicate(finding.c);
+}
+
+KnownFindings KnownFindings::load(const std::vector<std::string>& paths) {
+  KnownFindings out;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    std::vector<std::string> files;
+    if (fs::is_directory(p, ec)) {
+      for (const auto& e : fs::recursive_directory_iterator(p, ec))
+        if (e.is_regular_file() && e.path().extension() == ".json" && is_reproducer(e.path().string())) files.push_back(e.path().string());
+      std::sort(files.begin(), files.end());
+    } else if (fs::exists(p, ec)) {
+      files.push_back(p);
+    } else {
+      throw std::runtime_error("--known " + p + ": no such file or directory");
+    }
+    for (const auto& f : files) {
+      try {
+        out.known_.push_back(load_one(f));
+      } catch (const std::exception& e) {
+        throw std::runtime_error("--known " + f + ": " + e.what());
+      }
+    }
+  }
+  return out;
+}
+
+const KnownDeviation* KnownFindings::covering(const Reproducer& finding) const {
+  for (const auto& k : known_)
+    if (k.covers(finding)) return &k;
+  return nullptr;
+}
+
+}  // namespace attnfuzz

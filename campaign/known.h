@@ -1,0 +1,62 @@
+#pragma once
+// Known deviations: reproducers of findings already triaged (docs/findings/repro/). A campaign
+// given them (`--known PATH`) counts a finding they cover as known instead of recording it as
+// new, so a new bug does not drown among re-findings of an old one.
+//
+// A known deviation covers a finding when
+//   - the finding's bucket matches its pattern: backend/composition/tensor/class, each field
+//     the reproducer's own, "*" (any) or alternatives "a|b", and
+//   - the finding's case meets its predicate (every case, when it has none).
+// Both come from the reproducer's optional "known" object (triage metadata, added after the
+// finding was recorded, so outside its record_checksum):
+//
+//   "known": {"id": "F-1",
+//             "covers": {"backend": "torch.cudnn|torch.sdpa.cudnn", "composition": "*", "tensor": "*", "class": "*"},
+//             "when": "unaligned_rows(16)"}
+//
+// Without it the id is the file's stem, the pattern the reproducer's own bucket, and the
+// predicate "always". Predicates are terms joined by " and ":
+//   unaligned_rows(N)   some input (Q, K, V, dO) has a batch, head or row stride or an offset that is
+//                       not a multiple of N bytes (a view of a padded buffer, say)
+//   dtype(a|b|...)      the case's dtype is one of these (fp32, fp16, bf16)
+//   always
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "campaign/repro.h"
+#include "harness/case.h"
+
+namespace attnfuzz {
+
+using CasePredicate = std::function<bool(const Case&)>;
+
+// Throws std::invalid_argument, naming the term, for a predicate it cannot parse.
+CasePredicate parse_case_predicate(const std::string& text);
+
+struct KnownDeviation {
+  std::string id, path;
+  Reproducer repro;
+  Signature pattern;  // backend/composition/tensor/class; "*" matches any (dtype, mask unused)
+  bool any_class = false;
+  std::string when;  // the predicate's text ("always" when none)
+  CasePredicate predicate;
+
+  bool covers(const Reproducer& finding) const;
+};
+
+class KnownFindings {
+ public:
+  // Every reproducer in these files and directories (recursively, *.json; minimized ones
+  // included). Throws std::runtime_error naming the file that is not a usable reproducer.
+  static KnownFindings load(const std::vector<std::string>& paths);
+  // The first known deviation covering the finding, or nullptr.
+  const KnownDeviation* covering(const Reproducer& finding) const;
+  const std::vector<KnownDeviation>& all() const { return known_; }
+  bool empty() const { return known_.empty(); }
+
+ private:
+  std::vector<KnownDeviation> known_;
+};
+
+}  // namespace attnfuzz

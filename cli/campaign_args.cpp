@@ -1,0 +1,144 @@
+// The flags `campaign` and `check` share, and the campaign run they describe.
+#include "cli/campaign_args.h"
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <ctime>
+#include <sstream>
+
+#include "campaign/report.h"
+#include "cli/commands.h"
+#include "cli/coverage_output.h"
+#include "generators/random_case.h"
+#include "generators/shrink.h"
+#include "harness/rng.h"
+#include "oracles/registry.h"
+
+namespace attnfuzz::cli {
+
+std::vector<std::string> worker_argv(const std::vector<std::string>& backends) {
+  return {self_executable(), "worker", "--backends", fmt::format("{}", fmt::join(backends, ","))};
+}
+
+namespace {
+
+std::vector<std::string> resolve_backends(const std::vector<std::string>& given) {
+  return given.empty() ? default_backend_names() : given;
+}
+
+// The default mix: random cases of every kind, in the size tier of --tier (generators/domain.h;
+// the CPU default `small` keeps Sq, Skv <= 64 for throughput and reaches every kernel head dim).
+Case campaign_case(uint64_t seed, uint64_t index, const RandomCaseOptions& g) {
+  return random_case(splitmix64(seed ^ splitmix64(index)), g);
+}
+
+RandomCaseOptions tier_options(const std::string& tier, int64_t max_seq) {
+  const auto t = domain::tier_from_name(tier);
+  if (!t) throw std::invalid_argument("--tier takes toy, small or real, got '" + tier + "'");
+  RandomCaseOptions g = RandomCaseOptions::for_tier(*t);
+  if (max_seq > 0) g.max_seq = max_seq;
+  return g;
+}
+
+}  // namespace
+
+CampaignOptions to_options(const CampaignArgs& a) {
+  CampaignOptions o;
+  o.seed = a.seed;
+  o.budget_seconds = a.seconds;
+  o.budget_cases = a.cases;
+  const auto slash = a.shard.find('/');
+  if (slash == std::string::npos) throw std::invalid_argument("--shard takes i/N");
+  o.shard = std::stoi(a.shard.substr(0, slash));
+  o.shards = std::stoi(a.shard.substr(slash + 1));
+  o.out_dir = a.out;
+  // --resume continues with the backends the campaign recorded, unless others are named
+  // (and then run_campaign refuses them if they differ).
+  const std::vector<std::string> recorded = a.resume && !a.out.empty() && a.backends.empty() ? recorded_backends(a.out) : std::vector<std::string>{};
+  o.backends = recorded.empty() ? resolve_backends(a.backends) : recorded;
+  if (o.out_dir.empty()) {
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+    o.out_dir = std::string("attnfuzz-runs/") + stamp;
+  }
+  o.resume = a.resume;
+  o.jobs = a.jobs;
+  std::stringstream ss(a.devices);
+  for (std::string d; std::getline(ss, d, ',');)
+    if (!d.empty()) o.devices.push_back(d);
+  o.timeout_seconds = a.timeout;
+  o.minimize = !a.no_minimize;
+  o.quiet = a.quiet;
+  const uint64_t seed = a.seed;
+  const RandomCaseOptions gen = tier_options(a.tier, a.max_seq);
+  o.make_case = [seed, gen](uint64_t g) { return campaign_case(seed, g, gen); };
+  o.candidates = shrink_candidates;
+  o.size = case_size;
+  o.worker_argv = worker_argv(o.backends);
+  o.known = KnownFindings::load(a.known);
+  return o;
+}
+
+void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
+  cmd->add_option("--seed", a.seed, "campaign seed (the case stream is a function of it)");
+  cmd->add_option("--backends", a.backends, "backends (default: every CPU backend here)")->delimiter(',');
+  cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)");
+  cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams");
+  cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, 256));
+  cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
+  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");
+  cmd->add_option("--tier", a.tier, "size tier of generated cases: toy, small (default) or real (docs/fuzzing.md)");
+  cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
+  cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
+  cmd->add_flag("--quiet", a.quiet, "no progress lines");
+  cmd->add_option("--known", a.known,
+                  "reproducers of known deviations (files or directories, e.g. docs/findings/repro): findings they cover are "
+                  "counted as known, not recorded")
+      ->delimiter(',');
+}
+
+int campaign_command(const CampaignArgs& a, bool* untested) {
+  CampaignOptions o;
+  try {
+    o = to_options(a);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    return kExitBadInput;
+  }
+  fmt::print("campaign  seed {} shard {} backends {} -> {}\n", o.seed, a.shard, fmt::join(o.backends, ","), o.out_dir);
+  std::fflush(stdout);
+  CampaignSummary s;
+  try {
+    s = run_campaign(o);
+  } catch (const BackendLoadError& e) {
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    return kExitBadInput;
+  }
+  fmt::print("done      {} cases in {:.1f} s ({:.1f} cases/s), {} finding(s)\n", s.cases, s.seconds,
+             s.seconds > 0 ? static_cast<double>(s.cases) / s.seconds : 0.0, s.signatures.size());
+  for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
+  if (!o.known.empty()) {
+    uint64_t known = 0;
+    for (const auto& [id, n] : s.known) known += n;
+    fmt::print("known     {} finding(s) covered by {} known deviation(s), not recorded\n", known, o.known.all().size());
+    for (const auto& [id, n] : s.known) fmt::print("  {}  {}\n", id, n);
+  }
+  print_coverage(s.coverage);
+  try {
+    fmt::print("report    {}\n", write_report(o.out_dir, finding_profile));
+  } catch (const std::exception& e) {  // a full disk, say: the findings are recorded, the report is not
+    std::fflush(stdout);
+    fmt::print(stderr, "attnfuzz: report: {}\n", e.what());
+    return kExitBadInput;
+  }
+  if (untested) *untested = !s.coverage.untested().empty();
+  return s.signatures.empty() ? kExitOk : kExitDivergence;
+}
+
+}  // namespace attnfuzz::cli

@@ -1,0 +1,39 @@
+#pragma once
+// What `campaign` and `check` share: their flags, the campaign those flags describe, and
+// running it with the summary lines both print.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "campaign/campaign.h"
+#include "generators/domain.h"
+
+namespace attnfuzz::cli {
+
+struct CampaignArgs {
+  uint64_t seed = 1;
+  double seconds = 30;
+  uint64_t cases = 0;
+  std::string shard = "0/1";
+  std::vector<std::string> backends;
+  std::string out;  // default: attnfuzz-runs/<UTC time>
+  bool resume = false, no_minimize = false, quiet = false;
+  int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::string devices;
+  double timeout = 30;
+  std::string tier = domain::tier_name(domain::kDefaultCpuTier);
+  int64_t max_seq = 0;  // 0: the tier's
+  std::vector<std::string> known;  // reproducers of known deviations (files or directories)
+};
+
+void add_campaign_flags(CLI::App* cmd, CampaignArgs& a);
+// Throws std::invalid_argument / std::runtime_error on a bad flag or an unreadable --known.
+CampaignOptions to_options(const CampaignArgs& a);
+// Runs the campaign and prints its summary; the exit code. `untested`, when given, is set
+// when some backend ran no case.
+int campaign_command(const CampaignArgs& a, bool* untested = nullptr);
+
+}  // namespace attnfuzz::cli

@@ -1,0 +1,201 @@
+// `attnfuzz replay`: re-runs reproducers, each in a fresh isolated worker, and says which
+// still fail and which are fixed; `--known` reads them as known deviations.
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "campaign/junit.h"
+#include "campaign/known.h"
+#include "campaign/minimize.h"
+#include "campaign/worker_protocol.h"
+#include "cli/commands.h"
+#include "harness/case_json.h"
+#include "harness/errors.h"
+#include "harness/inputs.h"
+#include "harness/json_input.h"
+
+namespace attnfuzz::cli {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A path named on the command line is a reproducer, or an error. Inside a directory, .json
+// files of the project's other formats (cases, summaries, campaign state) are skipped;
+// everything else (a truncated, empty or unknown file) is judged, and so an error.
+struct ReplayInput {
+  std::string path;
+  bool named = false;  // given on the command line, not found in a directory
+};
+
+std::vector<ReplayInput> collect_repros(const std::vector<std::string>& paths, std::vector<std::string>& missing) {
+  std::vector<ReplayInput> out;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
+      std::vector<ReplayInput> found;
+      for (const auto& e : fs::recursive_directory_iterator(p, ec))
+        if (e.is_regular_file() && e.path().extension() == ".json") found.push_back({e.path().string(), false});
+      std::sort(found.begin(), found.end(), [](const ReplayInput& a, const ReplayInput& b) { return a.path < b.path; });
+      out.insert(out.end(), found.begin(), found.end());
+    } else if (fs::exists(p, ec)) {
+      out.push_back({p, true});
+    } else {
+      missing.push_back(p);
+    }
+  }
+  return out;
+}
+
+// Another attnfuzz format that a directory of reproducers may hold beside them.
+bool other_known_format(const std::string& text) {
+  try {
+    const json j = json::parse(text);
+    const auto f = j.is_object() ? j.find("format") : j.end();
+    if (f == j.end() || !f->is_string()) return false;
+    const std::string format = f->get<std::string>();
+    return format == kCaseFormat || format == "attnfuzz-summary/1" || format == "attnfuzz-campaign-state/1";
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+struct ReplayArgs {
+  std::vector<std::string> paths, backends;
+  std::string junit;
+  double timeout = 60;
+  bool known = false;  // the paths are known deviations: say which still fail and which are fixed
+};
+
+int replay_command(const ReplayArgs& a) {
+  const std::vector<std::string>& paths = a.paths;
+  const std::vector<std::string>& backends_override = a.backends;
+  const std::string& junit = a.junit;
+  const double timeout = a.timeout;
+  // With --known, each reproducer is named by its known deviation's id.
+  std::map<std::string, std::string> known_id;  // path -> id
+  if (a.known) {
+    try {
+      const KnownFindings known = KnownFindings::load(paths);
+      for (const auto& k : known.all()) known_id[k.path] = k.id;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "attnfuzz: {}\n", e.what());
+      return kExitBadInput;
+    }
+  }
+  auto label = [&](const std::string& path) {
+    const auto it = known_id.find(path);
+    return it == known_id.end() ? path : "known " + it->second + "  " + path;
+  };
+  std::vector<JUnitCase> cases;
+  int failing = 0, fixed = 0, errors = 0, skipped = 0, legacy = 0, bad_inputs = 0;
+  std::vector<std::string> missing;
+  const std::vector<ReplayInput> inputs = collect_repros(paths, missing);
+  for (const auto& m : missing) {
+    fmt::print("ERROR     {}: no such file or directory\n", m);
+    cases.push_back({"replay", m, "no such file or directory", ""});
+    ++errors;
+    ++bad_inputs;
+  }
+  for (const auto& [path, named] : inputs) {
+    Reproducer r;
+    try {
+      const std::string text = read_input_file(path);
+      if (!named && other_known_format(text)) {
+        ++skipped;  // a case, a summary or a state file beside the reproducers
+        continue;
+      }
+      r = parse_repro(text);
+    } catch (const CaseError& e) {
+      fmt::print("ERROR     {}: {}\n", path, e.what());
+      cases.push_back({"replay", path, std::string("unreadable: ") + e.what(), ""});
+      ++errors;
+      ++bad_inputs;
+      continue;
+    }
+    if (r.legacy_checksum) {
+      ++legacy;
+      fmt::print("note      {}: written before record_checksum: only its inputs can be verified\n", path);
+    }
+    const uint64_t sum = checksum(generate_inputs(r.c));
+    // Old crash and timeout reproducers recorded no input checksum (zero); new ones always do.
+    if ((r.input_checksum || !r.legacy_checksum) && sum != r.input_checksum) {
+      fmt::print("ERROR     {}: input checksum {:016x} differs from the recorded {:016x}; not judged\n", path, sum, r.input_checksum);
+      cases.push_back({"replay", path, "input checksum differs from the recorded one", ""});
+      ++errors;
+      ++bad_inputs;
+      continue;
+    }
+    const std::vector<std::string> names = backends_override.empty() ? r.backends : backends_override;
+    WorkerProcess w(worker_argv(names), {});
+    const Signature& sig = r.finding.signature;
+    WorkerRequest req;
+    req.c = r.c;
+    req.check_determinism = needs_determinism(sig);
+    const WorkerCall call = call_worker(w, req, timeout);
+    bool still = false;
+    if (call.status != WorkerProcess::Reply::Status::ok) {
+      const FindingClass died = call.status == WorkerProcess::Reply::Status::timed_out ? FindingClass::timeout : FindingClass::crash;
+      still = sig.cls == died;
+      if (!still) {
+        fmt::print("ERROR     {}: the worker died ({}) while replaying\n", label(path), call.detail);
+        cases.push_back({"replay", path, "worker died: " + call.detail, ""});
+        ++errors;
+        continue;
+      }
+    } else {
+      if (call.reply.error) {
+        fmt::print("ERROR     {}: {}\n", label(path), *call.reply.error);
+        cases.push_back({"replay", path, *call.reply.error, ""});
+        ++errors;
+        continue;
+      }
+      for (const auto& f : call.reply.findings)
+        if (f.finding.signature == sig) still = true;
+    }
+    if (still) {
+      ++failing;
+      fmt::print("FAILING   {}  {}\n", label(path), sig.to_string());
+      cases.push_back({"replay", path, "still failing: " + sig.to_string(), ""});
+    } else {
+      ++fixed;
+      fmt::print("fixed     {}  {}\n", label(path), sig.to_string());
+      cases.push_back({"replay", path, "", "fixed: " + sig.to_string()});
+    }
+  }
+  fmt::print("{} still failing, {} fixed, {} errors, {} files skipped (not reproducers){}\n", failing, fixed, errors, skipped,
+             legacy ? fmt::format(", {} legacy (inputs verified only)", legacy) : std::string());
+  if (!junit.empty()) write_file_atomic(junit, junit_xml("attnfuzz.replay", cases));
+  // A finding still failing, or a replay that went wrong, is 1; otherwise a file that is no
+  // reproducer, an edited one or one whose inputs differ is bad input, 2.
+  // With --known, a known deviation still failing is what is expected: only errors count.
+  if (a.known) {
+    fmt::print("known deviations: {} still failing, {} fixed (remove those from the known list)\n", failing, fixed);
+    if (errors > bad_inputs) return kExitDivergence;
+    return bad_inputs ? kExitBadInput : kExitOk;
+  }
+  if (failing || errors > bad_inputs) return kExitDivergence;
+  return bad_inputs ? kExitBadInput : kExitOk;
+}
+
+}  // namespace
+
+void add_replay_command(CLI::App& app, int& exit_code) {
+  auto ra = std::make_shared<ReplayArgs>();
+  CLI::App* replay = app.add_subcommand("replay", "Re-run reproducers: still failing / fixed; non-zero exit on any divergence");
+  replay->add_option("paths", ra->paths, "reproducer files or directories")->required();
+  replay->add_option("--backends", ra->backends, "override the recorded backends")->delimiter(',');
+  replay->add_option("--junit", ra->junit, "JUnit XML output");
+  replay->add_option("--timeout", ra->timeout, "watchdog per reproducer, seconds");
+  replay->add_flag("--known", ra->known,
+                   "the paths are known deviations (campaign --known): say which still fail and which are fixed; exit 0 unless a "
+                   "replay went wrong");
+  replay->callback([ra, &exit_code] { exit_code = replay_command(*ra); });
+}
+
+}  // namespace attnfuzz::cli

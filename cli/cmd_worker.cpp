@@ -1,0 +1,44 @@
+// The hidden `attnfuzz worker`: serves the worker protocol (campaign/worker_protocol.h) for a
+// campaign, `replay` or the isolated minimizer, with this build's backends and CPU oracles.
+#include <fmt/core.h>
+
+#include <memory>
+#include <optional>
+
+#include "campaign/worker_protocol.h"
+#include "cli/commands.h"
+#include "oracles/provenance.h"
+#include "oracles/registry.h"
+
+namespace attnfuzz::cli {
+namespace {
+
+int worker_command(const std::vector<std::string>& names) {
+  // The protocol runs over the descriptors WorkerProcess set up; stdout is already stderr.
+  set_backend_threads(1);
+  std::optional<WorkerChannel> channel;
+  try {
+    channel.emplace(WorkerChannel::from_environment());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attnfuzz: worker: {}\n", e.what());
+    return kExitBadInput;
+  }
+  WorkerServices services;
+  services.make_backend = [](const std::string& name) { return make_backend(name); };
+  services.oracles = default_oracles();
+  services.environment = environment;
+  services.gpu_health = gpu_health;
+  serve_worker(*channel, names, services);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_worker_command(CLI::App& app, int& exit_code) {
+  auto names = std::make_shared<std::vector<std::string>>();
+  CLI::App* worker = app.add_subcommand("worker", "")->group("");  // hidden: spawned by campaign/replay/minimize
+  worker->add_option("--backends", *names)->delimiter(',');
+  worker->callback([names, &exit_code] { exit_code = worker_command(*names); });
+}
+
+}  // namespace attnfuzz::cli

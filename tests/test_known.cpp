@@ -1,0 +1,84 @@
+// Known deviations (campaign/known.h): predicates, patterns, and the recorded F-* reproducers
+// of docs/findings/repro/ loaded as known deviations that cover their own findings.
+#include <gtest/gtest.h>
+
+#include "campaign/known.h"
+
+namespace attnfuzz {
+namespace {
+
+Case aligned_case() {
+  Case c;
+  c.shape.batch = 1;
+  c.shape.heads_q = 2;
+  c.shape.heads_kv = 2;
+  c.shape.seq_q = 8;
+  c.shape.seq_kv = 8;
+  c.shape.head_dim_qk = 16;
+  c.shape.head_dim_v = 16;
+  c.dtype = DType::f16;
+  return c;
+}
+
+TEST(KnownPredicate, UnalignedRowsLooksAtEveryInputsStridesAndOffset) {
+  const CasePredicate unaligned = parse_case_predicate("unaligned_rows(16)");
+  Case c = aligned_case();
+  EXPECT_FALSE(unaligned(c));  // 16 fp16 elements per row: 32 bytes
+  c.layouts[TensorRole::k].row_padding = 3;  // rows of 19 elements: 38 bytes
+  EXPECT_TRUE(unaligned(c));
+  c = aligned_case();
+  c.layouts[TensorRole::d_out].offset = 1;
+  EXPECT_TRUE(unaligned(c));
+  c = aligned_case();
+  c.layouts[TensorRole::o].offset = 1;  // an output: not what the predicate is about
+  EXPECT_FALSE(unaligned(c));
+  c = aligned_case();
+  c.layouts[TensorRole::q].row_padding = 8;  // 24 elements, 48 bytes: aligned
+  EXPECT_FALSE(unaligned(c));
+  EXPECT_TRUE(parse_case_predicate("unaligned_rows(32)")(c));  // 48 is no multiple of 32
+}
+
+TEST(KnownPredicate, TermsCombineAndBadOnesAreRefusedByName) {
+  Case c = aligned_case();
+  c.layouts[TensorRole::v].offset = 3;
+  EXPECT_TRUE(parse_case_predicate("unaligned_rows(16) and dtype(fp16|bf16)")(c));
+  EXPECT_FALSE(parse_case_predicate("unaligned_rows(16) and dtype(fp32)")(c));
+  EXPECT_TRUE(parse_case_predicate("always")(c));
+  for (const char* bad : {"", "unaligned_rows(0)", "unaligned_rows(x)", "dtype(fp8)", "sometimes", "unaligned_rows(16", "always and "}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW(parse_case_predicate(bad), std::invalid_argument);
+  }
+}
+
+Reproducer finding(const std::string& backend, const std::string& tensor, FindingClass cls, const Case& c) {
+  Reproducer r;
+  r.c = c;
+  r.finding.signature = {backend, "single", tensor, cls, "fp16", "none"};
+  return r;
+}
+
+TEST(KnownFindings, TheRecordedDeviationsCoverTheirOwnFindingsAndOnlyOnUnalignedRows) {
+  const KnownFindings known = KnownFindings::load({ATTNFUZZ_SOURCE_DIR "/docs/findings/repro"});
+  ASSERT_GE(known.all().size(), 5u);
+  for (const auto& k : known.all()) {
+    SCOPED_TRACE(k.path);
+    EXPECT_TRUE(k.covers(k.repro)) << "a known deviation covers the finding it was recorded from";
+    EXPECT_EQ(k.when, "unaligned_rows(16)");
+  }
+  Case unaligned = aligned_case();
+  unaligned.layouts[TensorRole::q].row_padding = 1;
+  const Case aligned = aligned_case();
+  const KnownDeviation* k = known.covering(finding("torch.cudnn", "dK", FindingClass::nan_inf, unaligned));
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->id, "F-1");
+  EXPECT_NE(known.covering(finding("torch.sdpa.cudnn", "O", FindingClass::mismatch, unaligned)), nullptr);
+  EXPECT_EQ(known.covering(finding("torch.cudnn", "dK", FindingClass::nan_inf, aligned)), nullptr) << "aligned rows: a new bug";
+  EXPECT_EQ(known.covering(finding("cudnn", "dK", FindingClass::nan_inf, unaligned)), nullptr) << "another backend: a new bug";
+}
+
+TEST(KnownFindings, AMissingPathIsAnError) {
+  EXPECT_THROW(KnownFindings::load({"/nonexistent/known"}), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace attnfuzz
