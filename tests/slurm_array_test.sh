@@ -52,7 +52,7 @@ echo "cluster up in $(( $(date +%s) - start )) s"
 mutants=$(dirname "$bin")/mutants
 backends="torch.math,plugin:$mutants/libattnfuzz_mutant_masked_rows_nan.so,plugin:$mutants/libattnfuzz_mutant_causal_align.so"
 seed=7 shards=4 per_shard=20
-common=(--jobs 1 --quiet --backends "$backends")
+common=(--tier toy --jobs 1 --quiet --backends "$backends")  # toy: small cases, fast
 
 mkdir "$tmp/array" && cd "$tmp/array" || exit 1
 job=$(ATTNFUZZ=$bin SEED=$seed SECONDS_BUDGET=600 SHARD_PREFIX=shard \
