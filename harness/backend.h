@@ -1,6 +1,6 @@
 #pragma once
-// The interface every implementation under test plugs in through (DESIGN.md,
-// "Implementations under test"). The harness depends on this header only.
+// The interface every implementation under test plugs in through (docs/semantics.md,
+// "The backend interface"). The harness depends on this header only.
 #include <memory>
 #include <optional>
 #include <stdexcept>

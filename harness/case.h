@@ -1,6 +1,6 @@
 #pragma once
 // The Case: a complete, serializable description of one attention problem
-// (DESIGN.md, "The problem space"). Everything a backend computes, and every
+// (docs/semantics.md, "The problem space"). Everything a backend computes, and every
 // input value, follows from a Case alone.
 #include <cstdint>
 #include <optional>
@@ -35,7 +35,7 @@ struct ValueDist {
   bool operator==(const ValueDist&) const = default;
 };
 
-// How the result is computed from backend calls (DESIGN.md, "composition").
+// How the result is computed from backend calls (docs/semantics.md, "Compositions").
 struct Composition {
   enum class Kind {
     single,          // one call over the whole problem

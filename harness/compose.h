@@ -3,7 +3,8 @@
 // at every leaf, forward and backward. Parts over disjoint keys are merged through
 // their LSEs (harness/merge.h); query parts are concatenated. The result is
 // comparable with the single call over the whole problem: equality of the two is
-// the metamorphic relation that exposes LSE-gradient bugs (DESIGN.md).
+// the metamorphic relation that exposes LSE-gradient bugs (docs/semantics.md,
+// "The metamorphic relation"; the dLSE adapter: "The dLSE adapter").
 #include <stdexcept>
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 #pragma once
 // Numerics contracts: how a backend declares it computes, per input dtype
-// (DESIGN.md, "Numerics contracts and precision fingerprints").
+// (docs/semantics.md, "Numerics contracts and precision fingerprints").
 #include <optional>
 #include <string>
 #include <string_view>

@@ -1,6 +1,6 @@
 #pragma once
 // The error model: per output element, the rounding error a correct implementation
-// under a numerics contract is expected to make (DESIGN.md, "Tolerance": the floor must
+// under a numerics contract is expected to make (docs/semantics.md, "Tolerance": the floor must
 // model where rounding really happens). The tolerance rule (harness/tolerance.h) uses it
 // to distribute the baselines' measured error over elements, rows, tiles and heads.
 //

@@ -1,6 +1,6 @@
 #pragma once
 // Memory layouts: where each tensor of an attention call lives in its buffer, one
-// layout per tensor (DESIGN.md, "The problem space"). Values never depend on the
+// layout per tensor (docs/semantics.md, "Layouts and packed views"). Values never depend on the
 // layout: element (b, h, s, d) has the same value in every layout.
 //
 // place() is the one function that turns a layout into strides, a base offset and the
@@ -13,7 +13,7 @@
 //   offset     = layout.offset
 //   extent     = offset + size(x1) * stride(x1)    (whole blocks: the last row's padding too)
 //
-// Packed groups (DESIGN.md: "packed-QKV views of one buffer") are views of one
+// Packed groups (docs/semantics.md, "Layouts and packed views") are views of one
 // [B][S][n][H][w + row_padding] buffer, laid out by the group's first member's row
 // padding and offset (the members' own orders and paddings do not apply):
 //

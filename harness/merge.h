@@ -1,6 +1,6 @@
 #pragma once
 // Merging partial attention results over disjoint key sets through their LSEs
-// (DESIGN.md, "Merging"), forward and backward, in float64. These are the
+// (docs/semantics.md, "Merging"), forward and backward, in float64. These are the
 // reference merge functions; the composition engine uses them between backend calls.
 #include <vector>
 

@@ -1,5 +1,5 @@
 #pragma once
-// The tolerance rule, in one place (DESIGN.md, "Tolerance"; docs/verdicts.md derives it).
+// The tolerance rule, in one place (docs/semantics.md, "Tolerance"; docs/verdicts.md derives it).
 // Every verdict prints it.
 //
 // For each output tensor X (O, LSE, dQ, dK, dV) and each element e, the expected rounding

@@ -1,7 +1,7 @@
 #pragma once
 // Verdicts: per tensor, the error against float64, the tolerance bound, a precision
-// fingerprint; and the findings, each with its divergence signature (DESIGN.md,
-// "Oracles and verdicts").
+// fingerprint; and the findings, each with its divergence signature (docs/verdicts.md,
+// "Findings and their classes"; docs/semantics.md, "Numerics contracts and precision fingerprints").
 #include <map>
 #include <optional>
 #include <string>

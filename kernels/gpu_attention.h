@@ -1,7 +1,7 @@
 #pragma once
 // The GPU oracle computations (kernels/gpu_attention.cu), behind a plain C++ interface so
 // that code compiled by the C++ compiler never sees CUDA headers:
-//  - the float64 reference: DESIGN.md's formulas in float64 with fused multiply-adds;
+//  - the float64 reference: docs/semantics.md ("Forward", "Backward") in float64 with fused multiply-adds;
 //  - the contract baselines: oracles/emulated.cpp's naive computation under a contract,
 //    the same rounding points and the same accumulation order (forward or reversed).
 // Both compute every (batch, head) as a sequence of tiled matrix products over per-head

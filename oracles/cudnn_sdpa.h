@@ -1,6 +1,6 @@
 #pragma once
 // The `cudnn` backend: cuDNN's fused SDPA, forward and backward, through the cuDNN
-// frontend's graph API (DESIGN.md, "Implementations under test").
+// frontend's graph API (docs/semantics.md, "Implementations under test"; docs/gpu.md).
 //
 // cuDNN has no arbitrary mask input, so every Problem's dense mask is mapped onto
 // cuDNN's native masking when some native configuration reproduces it exactly

@@ -1,5 +1,5 @@
 #pragma once
-// The float64 reference (Eigen): DESIGN.md's formulas, matrix products per
+// The float64 reference (Eigen): docs/semantics.md ("Forward", "Backward"), matrix products per
 // (batch, head). It is the yardstick every other backend is measured against.
 #include <Eigen/Dense>
 
