@@ -99,13 +99,13 @@ Reproducer death_finding(const Case& c, const WorkerCall& reply, int64_t index, 
   r.case_index = index;
   Signature& s = r.finding.signature;
   s.backend = reply.last_progress.empty() ? "worker" : reply.last_progress;
-  s.composition = "-";
-  s.tensor = "-";
+  s.composition = Signature::kNoComposition;
+  s.tensor = Signature::kNoTensor;
   s.cls = reply.status == WorkerProcess::Reply::Status::timed_out ? FindingClass::timeout : FindingClass::crash;
   // A death has no tensor or composition; the mask is left out too, so one crash site
   // is one finding per dtype rather than one per mask the stream happens to hit.
   s.dtype = std::string(to_string(c.dtype));
-  s.mask = "-";
+  s.mask = Signature::kAnyMask;
   r.finding.detail = reply.detail;
   r.environment = environment;
   // The worker died before it could report the inputs' checksum: the same regeneration here.
@@ -136,7 +136,7 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
     if (coverage) {
       const std::string why = to_string(d.finding.signature.cls) + ": " + call.detail;
       if (call.last_progress.empty()) coverage->add_case_error("the worker died before running any backend: " + why);
-      else coverage->add_case({{call.last_progress, "-", Outcome::errored, why}});
+      else coverage->add_case({{call.last_progress, Signature::kNoComposition, Outcome::errored, why}});
     }
     return {d};
   }

@@ -65,7 +65,8 @@ WorkerCall call_worker(WorkerProcess& w, const WorkerRequest& req, double timeou
 // What the worker needs from the layers above the pipeline (the CLI wires them up).
 struct WorkerServices {
   std::function<std::unique_ptr<Backend>(const std::string& name)> make_backend;
-  OracleSet oracles;
+  // The oracle set for a case through these backends (the GPU set for GPU backends, say).
+  std::function<OracleSet(const std::vector<Backend*>& backends, const Case& c)> oracles;
   std::function<std::map<std::string, std::string>()> environment;
   std::function<std::optional<std::string>()> gpu_health;
 };

@@ -57,7 +57,7 @@ int minimize_command(const MinimizeOptions& opt) {
   fmt::print("signature {}\n", sig.to_string());
   // A GPU fault can leave this process's CUDA context unusable, and every later candidate
   // would then "reproduce" it: on a GPU each candidate is judged in an isolated worker.
-  const bool on_gpu = std::any_of(backends.begin(), backends.end(), [](const Backend* b) { return b->device() != "cpu"; });
+  const bool on_gpu = std::any_of(backends.begin(), backends.end(), [](const Backend* b) { return b->on_gpu(); });
   std::optional<WorkerProcess> proc;
   CampaignOptions isolation;  // the worker's argv and watchdog
   isolation.backends = used;

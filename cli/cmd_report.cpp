@@ -16,28 +16,23 @@ namespace attnfuzz::cli {
 
 std::optional<ErrorProfile> finding_profile(const Reproducer& r) {
   const Signature& sig = r.finding.signature;
-  if (sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout || sig.tensor == "-") return std::nullopt;
-  std::unique_ptr<Backend> be;
-  for (const auto& name : r.backends) {
-    try {
-      auto b = make_backend(name);
-      if (b->name() == sig.backend) be = std::move(b);
-    } catch (const std::exception&) {
-    }
-  }
-  if (!be) return std::nullopt;
+  if (sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout || !sig.names_a_tensor()) return std::nullopt;
+  // A picture is a courtesy: a finding whose backends cannot load here gets none, and the
+  // report says so (campaign/report.cpp), like any other re-run that fails.
   try {
+    const BackendSet loaded = make_backends(r.backends, WhenUnavailable::skip);
+    Backend* be = nullptr;
+    for (Backend* b : loaded.pointers())
+      if (b->name() == sig.backend) be = b;
+    if (!be) return std::nullopt;
     const Inputs in = generate_inputs(r.c);
     ReferenceBackend ref;
     const Composition comp = sig.composition == "single" ? Composition{} : r.c.composition;
     const ComposedResult want = run_composition(ref, r.c, in, Composition{});
     const ComposedResult got = run_composition(*be, r.c, in, comp);
-    const std::map<std::string, std::pair<const Tensor*, const Tensor*>> t{
-        {"O", {&got.fwd.o, &want.fwd.o}}, {"LSE", {&got.fwd.lse, &want.fwd.lse}}, {"dQ", {&got.grads.dq, &want.grads.dq}},
-        {"dK", {&got.grads.dk, &want.grads.dk}}, {"dV", {&got.grads.dv, &want.grads.dv}}};
-    auto it = t.find(sig.tensor);
-    if (it == t.end()) return std::nullopt;
-    const Tensor &a = *it->second.first, &b = *it->second.second;
+    const std::optional<Output> output = output_from_string(sig.tensor);
+    if (!output) return std::nullopt;
+    const Tensor &a = got[*output], &b = want[*output];
     ErrorProfile p;
     p.tensor = sig.tensor;
     const int64_t S = a.shape[2], D = a.shape.size() > 3 ? a.shape[3] : 1;

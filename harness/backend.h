@@ -17,6 +17,8 @@ class Backend {
   virtual std::string name() const = 0;
   virtual std::string version() const { return {}; }
   virtual std::string device() const { return "cpu"; }
+  // Whether it computes on a GPU: its faults can outlive the call, and it runs isolated.
+  bool on_gpu() const { return device() != "cpu"; }
   // How the backend computes for inputs of this dtype; nothing when the dtype is unsupported.
   virtual std::optional<Contract> contract(DType d) const { return natural_contract(d); }
   // Whether fully masked rows follow the convention (O = 0, LSE = -inf, zero gradients).

@@ -11,6 +11,7 @@
 
 #include "harness/backend.h"
 #include "harness/case.h"
+#include "harness/error_model.h"
 #include "harness/inputs.h"
 
 namespace attnfuzz {
@@ -27,6 +28,9 @@ struct ComposedResult {
   int backend_calls = 0;
   bool dlse_added_by_harness = false;  // the backend ignores dLSE; the engine added the term
   std::vector<std::string> notes;
+
+  // The output `t` (O, LSE, dQ, dK, dV: harness/error_model.h).
+  const Tensor& operator[](Output t) const;
 };
 
 // Throws UnsupportedError when a leaf is not supported by the backend (with its reason);

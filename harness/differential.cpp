@@ -21,10 +21,6 @@ bool needs_lse(const Composition& c) {
   return false;
 }
 
-std::array<const Tensor*, 5> tensors_of(const ComposedResult& r) {
-  return {&r.fwd.o, &r.fwd.lse, &r.grads.dq, &r.grads.dk, &r.grads.dv};
-}
-
 // Rows of [B][Hq][Sq] whose reference LSE is -inf (fully masked).
 std::vector<uint8_t> masked_rows(const ComposedResult& ref) {
   std::vector<uint8_t> rows(ref.fwd.lse.numel());
@@ -94,9 +90,9 @@ class DifferentialSession::Impl {
     if (!(c_.composition == Composition{})) comps.push_back(c_.composition);
     for (const auto& comp : comps) {
       run_one(be, comp);
-      if (be.device() == "cpu" || report_.gpu_error || !opt_.gpu_health) continue;
+      if (!be.on_gpu() || report_.gpu_error || !opt_.gpu_health) continue;
       if (auto err = opt_.gpu_health()) {
-        add(be.name(), composition_class(comp), "-", FindingClass::backend_error, "the GPU is unusable after this backend ran: " + *err);
+        add(be.name(), composition_class(comp), Signature::kNoTensor, FindingClass::backend_error, "the GPU is unusable after this backend ran: " + *err);
         report_.gpu_error = true;
       }
     }
@@ -140,7 +136,7 @@ class DifferentialSession::Impl {
       const RoundingUnits u = rounding_units(k, c_.dtype, lse_unit);
       std::array<Tensor, 5> sig;
       for (Output t : kOutputs)
-        sig[static_cast<size_t>(t)] = model_sigma(t, (*terms_)[t], *tensors_of(ref_)[static_cast<size_t>(t)], u);
+        sig[static_cast<size_t>(t)] = model_sigma(t, (*terms_)[t], ref_[t], u);
       it = sigmas_.emplace(key, std::move(sig)).first;
     }
     return &it->second;
@@ -149,7 +145,7 @@ class DifferentialSession::Impl {
   static bool q_indexed(Output t) { return t == Output::O || t == Output::LSE || t == Output::dQ; }
 
   ErrorStats error_of(const Tensor& t, Output o) const {
-    return compare(t, *tensors_of(ref_)[static_cast<size_t>(o)], q_indexed(o) ? &skip_ : nullptr);
+    return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr);
   }
 
   void add(const std::string& backend, const std::string& comp, const std::string& tensor, FindingClass cls, std::string detail,
@@ -170,32 +166,17 @@ class DifferentialSession::Impl {
     return run;
   }
 
+  // One backend through one composition: the skip policy, the run, then each check.
   void run_one(Backend& be, const Composition& comp) {
     BackendRun run = describe_run(be, comp);
-    const std::string comp_class = run.composition_class;
-    const bool on_gpu = be.device() != "cpu";
-    if (on_gpu && report_.gpu_error) {
-      // A CUDA error is sticky: whatever runs on the device after it fails too, and would be
-      // blamed for the first one's fault.
-      run.skipped = true;
-      run.skip_reason = "not run: an earlier GPU error in this process may have left the device unusable";
-      report_.runs.push_back(std::move(run));
-      return;
-    }
     const auto contract = be.contract(c_.dtype);
-    if (!contract) {
+    if (const auto why = why_not_run(be, comp, contract)) {
       run.skipped = true;
-      run.skip_reason = "dtype " + std::string(to_string(c_.dtype)) + " not supported";
+      run.skip_reason = *why;
       report_.runs.push_back(std::move(run));
       return;
     }
     run.contract = std::string(to_string(*contract));
-    if (needs_lse(comp) && !be.returns_lse()) {
-      run.skipped = true;
-      run.skip_reason = "returns no LSE, so its parts cannot be merged";
-      report_.runs.push_back(std::move(run));
-      return;
-    }
     ComposedResult r;
     try {
       r = run_composition(be, c_, in_, comp);
@@ -205,8 +186,8 @@ class DifferentialSession::Impl {
       report_.runs.push_back(std::move(run));
       return;
     } catch (const std::exception& e) {
-      add(run.backend, comp_class, "-", FindingClass::backend_error, e.what());
-      report_.gpu_error = report_.gpu_error || on_gpu;
+      add(run.backend, run.composition_class, Signature::kNoTensor, FindingClass::backend_error, e.what());
+      report_.gpu_error = report_.gpu_error || be.on_gpu();
       run.skipped = true;
       run.skip_reason = std::string("error: ") + e.what();
       report_.runs.push_back(std::move(run));
@@ -214,37 +195,61 @@ class DifferentialSession::Impl {
     }
     run.notes = r.notes;
     run.backend_calls = r.backend_calls;
-    if (opt_.check_determinism) {
-      try {
-        const ComposedResult again = run_composition(be, c_, in_, comp);
-        for (Output t : kOutputs) {
-          const size_t i = static_cast<size_t>(t);
-          if (t == Output::LSE && !be.returns_lse()) continue;
-          if (!bitwise_equal(*tensors_of(r)[i], *tensors_of(again)[i]))
-            add(run.backend, comp_class, to_string(t), FindingClass::nondeterministic, "two runs on identical inputs differ bitwise");
-        }
-      } catch (const std::exception& e) {
-        add(run.backend, comp_class, "-", FindingClass::backend_error, std::string("second run: ") + e.what());
-        report_.gpu_error = report_.gpu_error || on_gpu;
-      }
-    }
-    for (const auto* counts : {&r.fwd.unwritten, &r.grads.unwritten})
-      for (const auto& [tensor, n] : *counts)
-        if (n) add(run.backend, comp_class, tensor, FindingClass::unwritten, std::to_string(n) + " elements never written", {{"count", double(n)}});
-
-    if (be.masked_rows_zero()) {
-      for (Output t : {Output::O, Output::LSE, Output::dQ}) {
-        if (t == Output::LSE && !be.returns_lse()) continue;
-        const size_t bad = convention_breaks(*tensors_of(r)[static_cast<size_t>(t)], skip_, t == Output::LSE);
-        if (bad)
-          add(run.backend, comp_class, to_string(t), FindingClass::semantic,
-              std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{"rows", double(bad)}});
-      }
-    } else if (std::any_of(skip_.begin(), skip_.end(), [](uint8_t x) { return x != 0; })) {
-      run.notes.push_back("fully masked rows not compared: the backend does not follow the O = 0 / LSE = -inf convention");
-    }
+    if (opt_.check_determinism) check_determinism(be, comp, r, run);
+    check_all_written(r, run);
+    check_masked_rows(be, r, run);
     judge_numbers(be, *contract, comp, r, run);
     report_.runs.push_back(std::move(run));
+  }
+
+  // Why the backend does not run this composition here, or nothing when it does.
+  std::optional<std::string> why_not_run(const Backend& be, const Composition& comp, const std::optional<Contract>& contract) const {
+    // A CUDA error is sticky: whatever runs on the device after it fails too, and would be
+    // blamed for the first one's fault.
+    if (be.on_gpu() && report_.gpu_error) return "not run: an earlier GPU error in this process may have left the device unusable";
+    if (!contract) return "dtype " + std::string(to_string(c_.dtype)) + " not supported";
+    if (needs_lse(comp) && !be.returns_lse()) return "returns no LSE, so its parts cannot be merged";
+    return std::nullopt;
+  }
+
+  // A second run on identical inputs must give identical bits.
+  void check_determinism(Backend& be, const Composition& comp, const ComposedResult& r, const BackendRun& run) {
+    try {
+      const ComposedResult again = run_composition(be, c_, in_, comp);
+      for (Output t : kOutputs) {
+        if (t == Output::LSE && !be.returns_lse()) continue;
+        if (!bitwise_equal(r[t], again[t]))
+          add(run.backend, run.composition_class, to_string(t), FindingClass::nondeterministic, "two runs on identical inputs differ bitwise");
+      }
+    } catch (const std::exception& e) {
+      add(run.backend, run.composition_class, Signature::kNoTensor, FindingClass::backend_error, std::string("second run: ") + e.what());
+      report_.gpu_error = report_.gpu_error || be.on_gpu();
+    }
+  }
+
+  // Every output element must have been written (the harness poisons them first).
+  void check_all_written(const ComposedResult& r, const BackendRun& run) {
+    for (const auto* counts : {&r.fwd.unwritten, &r.grads.unwritten})
+      for (const auto& [tensor, n] : *counts)
+        if (n)
+          add(run.backend, run.composition_class, tensor, FindingClass::unwritten, std::to_string(n) + " elements never written",
+              {{"count", double(n)}});
+  }
+
+  // Fully masked rows follow the convention (O = 0, LSE = -inf, no gradient) when the backend says so.
+  void check_masked_rows(const Backend& be, const ComposedResult& r, BackendRun& run) {
+    if (!be.masked_rows_zero()) {
+      if (std::any_of(skip_.begin(), skip_.end(), [](uint8_t x) { return x != 0; }))
+        run.notes.push_back("fully masked rows not compared: the backend does not follow the O = 0 / LSE = -inf convention");
+      return;
+    }
+    for (Output t : {Output::O, Output::LSE, Output::dQ}) {
+      if (t == Output::LSE && !be.returns_lse()) continue;
+      const size_t bad = convention_breaks(r[t], skip_, t == Output::LSE);
+      if (bad)
+        add(run.backend, run.composition_class, to_string(t), FindingClass::semantic,
+            std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{"rows", double(bad)}});
+    }
   }
 
   // Every output against the float64 reference under the rule (harness/tolerance.h).
@@ -265,10 +270,10 @@ class DifferentialSession::Impl {
         continue;
       }
       JudgeInput in;
-      in.impl = tensors_of(r)[i];
-      in.ref = tensors_of(ref_)[i];
-      in.baseline_fwd = tensors_of(base_fwd)[i];
-      in.baseline_rev = tensors_of(base_rev)[i];
+      in.impl = &r[t];
+      in.ref = &ref_[t];
+      in.baseline_fwd = &base_fwd[t];
+      in.baseline_rev = &base_rev[t];
       in.sigma = sigmas ? &(*sigmas)[i] : nullptr;
       in.skip_rows = q_indexed(t) ? &skip_ : nullptr;
       in.tiny = t == Output::LSE ? 0.0 : smallest_subnormal(c_.dtype);
@@ -278,7 +283,7 @@ class DifferentialSession::Impl {
         std::vector<std::pair<Contract, double>> rungs;
         std::map<Contract, double> maxes;
         for (Contract k : fingerprint_ladder(c_.dtype)) {
-          const ErrorStats e = error_of(*tensors_of(emulation(k, false, comp, takes_dlse))[i], t);
+          const ErrorStats e = error_of(emulation(k, false, comp, takes_dlse)[t], t);
           rungs.emplace_back(k, e.rms);
           maxes[k] = e.max_abs;
         }

@@ -5,6 +5,12 @@
 
 namespace attnfuzz {
 
+std::optional<Output> output_from_string(std::string_view name) {
+  for (Output t : kOutputs)
+    if (name == to_string(t)) return t;
+  return std::nullopt;
+}
+
 const char* to_string(Output t) {
   switch (t) {
     case Output::O: return "O";

@@ -34,6 +34,8 @@
 //   sigma^2 = u_lse^2 * (1 + LSE^2) / 3 + u_acc^2 * L / 6 + (u_acc^2 + u_in^2) * score^2
 // with score = sqrt(sum_j P_ij^2 s_ij^2) and u_lse the backend's declared LSE accuracy.
 #include <array>
+#include <optional>
+#include <string_view>
 
 #include "harness/contract.h"
 #include "harness/dtype.h"
@@ -45,6 +47,7 @@ namespace attnfuzz {
 enum class Output { O, LSE, dQ, dK, dV };
 inline constexpr std::array<Output, 5> kOutputs{Output::O, Output::LSE, Output::dQ, Output::dK, Output::dV};
 const char* to_string(Output t);
+std::optional<Output> output_from_string(std::string_view name);
 
 struct TermTensors {
   Tensor operand, stored, score;  // shaped like the output

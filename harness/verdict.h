@@ -29,6 +29,11 @@ std::string to_string(FindingClass c);
 std::optional<FindingClass> finding_class_from_string(const std::string& s);
 
 struct Signature {
+  // What a finding about no tensor (a backend error, a death) or no composition (a death) or
+  // no mask (a death: one finding per dtype, not per mask) records in that field.
+  static constexpr const char* kNoTensor = "-";
+  static constexpr const char* kNoComposition = "-";
+  static constexpr const char* kAnyMask = "-";
   std::string backend, composition, tensor;
   FindingClass cls = FindingClass::mismatch;
   std::string dtype, mask;
@@ -37,6 +42,7 @@ struct Signature {
   static std::string pair(const std::string& a, const std::string& b) { return a + "~" + b; }
   // The backends the finding is about: one, or the two of a consistency pair.
   std::vector<std::string> blamed_backends() const;
+  bool names_a_tensor() const { return tensor != kNoTensor; }
   bool operator==(const Signature&) const = default;
   auto operator<=>(const Signature&) const = default;
 };

@@ -206,7 +206,7 @@ TEST(LayoutJson, InputsAndRecordedChecksumsDoNotDependOnLayouts) {
   namespace fs = std::filesystem;
   int files = 0;
   // Not corpus/fuzz/: the parser fuzzer's inputs are malformed on purpose.
-  for (const char* sub : {"corpus", "corpus/repro", "docs/findings/repro"})
+  for (const char* sub : {"corpus", "corpus/repro", "docs/findings/repro", "docs/findings/fixed"})
     for (const auto& e : fs::directory_iterator(fs::path(ATTNFUZZ_SOURCE_DIR) / sub)) {
       if (e.path().extension() != ".json") continue;
       SCOPED_TRACE(e.path().string());

@@ -109,7 +109,7 @@ class ServerOverPipes : public ::testing::Test {
         if (name == "scaled_output") return std::make_unique<ScaledOutput>();
         throw std::runtime_error("backend '" + name + "' is not available here: test");
       };
-      s.oracles = default_oracles();
+      s.oracles = [](const std::vector<Backend*>&, const Case&) { return default_oracles(); };
       s.environment = [] { return std::map<std::string, std::string>{{"where", "test"}}; };
       serve_worker(channel, names_, s);
     });
