@@ -1,7 +1,9 @@
 #include "oracles/registry.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 
@@ -217,6 +219,55 @@ std::optional<OracleDevice> oracle_device_from_string(std::string_view s) {
   return std::nullopt;
 }
 
+const char* to_string(OracleDevice d) { return d == OracleDevice::cuda ? "cuda" : "cpu"; }
+
+namespace {
+constexpr const char* kOracleDeviceEnv = "ATTNFUZZ_ORACLE_DEVICE";
+}
+
+void set_oracle_device_override(const std::string& name) {
+  if (name != "auto" && !oracle_device_from_string(name))
+    throw std::invalid_argument("--oracle-device takes auto, cpu or cuda, got '" + name + "'");
+  ::setenv(kOracleDeviceEnv, name.c_str(), 1);
+}
+
+std::optional<OracleDevice> oracle_device_override() {
+  const char* v = std::getenv(kOracleDeviceEnv);
+  return v ? oracle_device_from_string(v) : std::nullopt;
+}
+
+OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, std::optional<OracleDevice> forced, std::string* why) {
+  auto say = [why](std::string s) {
+    if (why) *why = std::move(s);
+  };
+  if (forced) {
+    say("--oracle-device " + std::string(to_string(*forced)));
+    return *forced;
+  }
+  const auto on_gpu = std::find_if(backends.begin(), backends.end(), [](const Backend* b) { return b->device() != "cpu"; });
+  if (on_gpu == backends.end()) {
+    say("every backend runs on the CPU");
+    return OracleDevice::cpu;
+  }
+#if ATTNFUZZ_HAVE_CUDA_KERNELS
+  std::string unavailable;
+  if (cuda_kernels_available(&unavailable)) {
+    say((*on_gpu)->name() + " runs on " + (*on_gpu)->device());
+    return OracleDevice::cuda;
+  }
+  say((*on_gpu)->name() + " runs on " + (*on_gpu)->device() + ", but the GPU oracles cannot run here: " + unavailable);
+#else
+  say((*on_gpu)->name() + " runs on " + (*on_gpu)->device() + ", but this build has no CUDA kernels");
+#endif
+  return OracleDevice::cpu;
+}
+
+OracleSet oracles_for(const std::vector<Backend*>& backends, OracleDevice* chosen, std::string* why) {
+  const OracleDevice d = choose_oracle_device(backends, oracle_device_override(), why);
+  if (chosen) *chosen = d;
+  return make_oracles(d);
+}
+
 OracleSet make_oracles(OracleDevice device) {
   OracleSet o;
   if (device == OracleDevice::cpu) {
@@ -230,6 +281,8 @@ OracleSet make_oracles(OracleDevice device) {
     static CudaReference64Backend reference;
     o.reference = &reference;
     o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<CudaEmulatedBackend>(c, reversed); };
+    o.error_terms = [](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) { return cuda_error_terms(p, f, d_out, d_lse); };
+    return o;
 #else
     throw std::runtime_error("the GPU oracles cannot run here: this build has no CUDA kernels (configure the gpu preset)");
 #endif

@@ -27,13 +27,26 @@ std::unique_ptr<Backend> make_backend(const std::string& name);
 BackendInfo describe_backend(const Backend& b);
 // The float64 reference and the emulated baselines the verdicts need, on the CPU.
 OracleSet default_oracles();
-// Where the float64 reference and the contract baselines run: the CPU (Eigen and
-// oracles/emulated.cpp) or the GPU (kernels/: cuda.reference64, cuda.emulated.*). The
-// tolerance magnitudes are computed on the CPU either way. Throws std::runtime_error,
+// Where the float64 reference, the contract baselines and the error model's magnitudes run:
+// the CPU (Eigen, oracles/emulated.cpp, oracles/error_terms.cpp) or the GPU (kernels/:
+// cuda.reference64, cuda.emulated.*, kernels/gpu_error_terms.cu). Throws std::runtime_error,
 // with the reason, when the GPU set cannot run here.
 enum class OracleDevice { cpu, cuda };
 std::optional<OracleDevice> oracle_device_from_string(std::string_view s);
+const char* to_string(OracleDevice d);
 OracleSet make_oracles(OracleDevice device);
+
+// Which set judges a case's backends. `forced` (--oracle-device cpu|cuda) wins; otherwise
+// (auto) the GPU set when some backend runs on a GPU (Backend::device() != "cpu") and the
+// GPU set can run here, else the CPU set. *why (optional) gets the reason, for `run` to print.
+OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, std::optional<OracleDevice> forced, std::string* why = nullptr);
+// --oracle-device for every command: "auto", "cpu" or "cuda" (std::invalid_argument
+// otherwise). Kept in the environment (ATTNFUZZ_ORACLE_DEVICE) so the worker processes of
+// campaign, check, replay and minimize inherit it.
+void set_oracle_device_override(const std::string& name);
+std::optional<OracleDevice> oracle_device_override();
+// choose_oracle_device with the override, then make_oracles: what every command judges with.
+OracleSet oracles_for(const std::vector<Backend*>& backends, OracleDevice* chosen = nullptr, std::string* why = nullptr);
 // Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
 // use 1: the parallelism is one worker process per core.
 void set_backend_threads(int n);
