@@ -126,6 +126,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
+  cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
 
 // `untested`, when given, is set when some backend ran no case.
@@ -323,12 +325,17 @@ int worker_command(const std::vector<std::string>& names) {
       }
     }
   };
-  const OracleSet oracles = default_oracles();
+  OracleSet oracles;  // chosen once the backends are loaded (oracles/registry.h, choose_oracle_device)
   std::string body;
   while (channel->next_request(body)) {
     if (!loaded) {
       load_backends();
       loaded = true;
+      try {
+        oracles = oracles_for(backends);
+      } catch (const std::exception& e) {
+        if (load_error.empty()) load_error = e.what();
+      }
     }
     json reply;
     try {
@@ -506,6 +513,8 @@ void add_campaign_commands(CLI::App& app, int& exit_code) {
   replay->add_option("--backends", ra->backends, "override the recorded backends")->delimiter(',');
   replay->add_option("--junit", ra->junit, "JUnit XML output");
   replay->add_option("--timeout", ra->timeout, "watchdog per reproducer, seconds");
+  replay->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   replay->callback([ra, &exit_code] { exit_code = replay_command(ra->paths, ra->backends, ra->junit, ra->timeout); });
 
   auto wb = std::make_shared<std::vector<std::string>>();

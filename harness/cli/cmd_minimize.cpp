@@ -53,7 +53,7 @@ int minimize_command(const MinimizeOptions& opt) {
                r.finding.signature.backend);
     return kExitBadInput;
   }
-  const OracleSet oracles = default_oracles();
+  const OracleSet oracles = oracles_for(backends);
   const Signature& sig = r.finding.signature;
   fmt::print("signature {}\n", sig.to_string());
   ShrinkReport rep;
@@ -111,6 +111,8 @@ void add_minimize_command(CLI::App& app, int& exit_code) {
   cmd->add_option("finding", opt->path, "reproducer JSON (attnfuzz-repro/1)")->required();
   cmd->add_option("--out", opt->out, "where to write the minimized reproducer (default: FINDING.min.json)");
   cmd->add_option("--backends", opt->backends, "backends to load (default: those recorded in the finding)")->delimiter(',');
+  cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->callback([opt, &exit_code] { exit_code = minimize_command(*opt); });
 }
 
