@@ -89,7 +89,7 @@ void compare(const Case& c, Coverage& cov) {
   cov.gqa += c.shape.group() > 1;
   cov.dims_differ += c.shape.head_dim_qk != c.shape.head_dim_v;
   cov.dlse += c.d_lse.kind != ValueDist::Kind::zero;
-  cov.masked += c.mask.kind != MaskExpr::Kind::none;
+  cov.masked += c.mask.kind != MaskExpr::Kind::all;
   cov.nonzero_stored += max_abs(want[Output::dK].stored.data) > 0;
 }
 
