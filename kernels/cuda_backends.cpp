@@ -8,15 +8,6 @@
 namespace attnfuzz {
 namespace {
 
-// Whether the mask can differ between (b, h) planes: only a random leaf depends on b and h
-// (harness/mask.cpp, visible()).
-bool varies_by_head(const MaskExpr& m) {
-  if (m.kind == MaskExpr::Kind::random) return true;
-  for (const auto& a : m.args)
-    if (varies_by_head(a)) return true;
-  return false;
-}
-
 // The Problem's tensors as the kernels take them. The dense mask is [B][Hq][Sq][Skv]; when
 // every (b, h) plane is the same (every mask kind but random ones) only one plane travels.
 gpu::HostAttention host_attention(const Problem& p) {

@@ -71,12 +71,11 @@ __device__ __forceinline__ double factor(const ScoreBuffers& s, Factor f, int64_
   }
 }
 
-// The right-hand side of a row product, [B*Hkv][Skv][D] (V or K): squared, plain, or
-// [V^2 | V | 1] (2D + 1 columns: w^2 V^2, w^2 V and rowsum(w^2) in one pass).
-enum class RowRhs { squared, plain, squared_plain_one };
-// What a row product's sums become: O.operand; the three parts of O.score; dQ.operand or
-// dQ.score; dQ.via (the four parts, from |P_c K| and the row errors e_k).
-enum class RowOut { root, parts, scaled_root, via };
+// The right-hand side of a row product, [B*Hkv][Skv][D] (V or K): squared or plain.
+enum class RowRhs { squared, plain };
+// What a row product's sums become: O.operand; dQ.operand or dQ.score; dQ.via (the four
+// parts, from |P_c K| and the row errors e_k).
+enum class RowOut { root, scaled_root, via };
 
 // out[zq][i][c] = f(sum_j X[z][i][j] Y[zk][j][c]), X a per-score factor.
 struct RowProduct {
@@ -98,9 +97,8 @@ struct RowProduct {
   int outer = 1;
   __device__ double a(int z, int, int64_t i, int64_t j) const { return factor(s, x, (static_cast<int64_t>(z) * rows + i) * depth + j); }
   __device__ double b(int z, int, int64_t j, int64_t c) const {
-    if (rhs == RowRhs::squared_plain_one && c == 2 * y_dim) return 1.0;
-    const double v = y[((h.first_q + z) / h.group * depth + j) * y_dim + c % y_dim];
-    return rhs == RowRhs::plain || (rhs == RowRhs::squared_plain_one && c >= y_dim) ? v : v * v;
+    const double v = y[((h.first_q + z) / h.group * depth + j) * y_dim + c];
+    return rhs == RowRhs::plain ? v : v * v;
   }
   __device__ bool skip_tile(int, int, int64_t, int64_t) const { return false; }
   __device__ bool skip_chunk(int z, int, int64_t r0, int64_t, int64_t k0) const { return m.tile_empty(h.first_q + z, r0 / kTile, k0 / kTile); }
@@ -109,7 +107,6 @@ struct RowProduct {
     const int64_t row = (h.first_q + z) * rows + i;
     switch (kind) {
       case RowOut::root: out[row * cols + c] = root(v); break;
-      case RowOut::parts: out[row * cols + c] = v; break;
       case RowOut::scaled_root: out[row * cols + c] = scale * root(v); break;
       case RowOut::via:
         for (int k = 0; k < 4; ++k) via[k][row * cols + c] = scale * (d_err[k * rows_q_total + row] * fabs(v));
@@ -190,17 +187,37 @@ __global__ void score_terms(ScoreBuffers s, const double* lse, MaskView m, Heads
   }
 }
 
-// [w^2 V^2 | w^2 V | rowsum w^2] -> O.score and LSE.score, for the chunk's rows.
-__global__ void o_score_terms(const double* parts, const double* o, double* o_score, double* lse_score, int64_t row0, int64_t rows,
-                              int64_t dim_v) {
-  const int64_t n = rows * dim_v;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = row0 + e / dim_v, d = e % dim_v;
-    const double* pr = parts + r * (2 * dim_v + 1);
-    const double w2v2 = pr[d], w2v = pr[dim_v + d], w2sum = pr[2 * dim_v], od = o[r * dim_v + d];
-    o_score[r * dim_v + d] = root(w2v2 - 2.0 * (od * w2v) + w2sum * (od * od));
-    if (d == 0) lse_score[r] = sqrt(w2sum);
+// O.score_id = sqrt(sum_j w_ij^2 (V_jd - O_id)^2), summed as written: expanding the square
+// cancels to rounding noise where V is near constant or a row sees one key. LSE.score_i =
+// sqrt(sum_j w_ij^2). A block: 8 rows x 32 columns d, keys 32 at a time through shared memory
+// (8 rows and 32 keys never straddle a 64 x 64 mask tile, so hidden tiles are skipped whole).
+constexpr int kScoreRows = 8, kScoreKeys = 32;
+__global__ void __launch_bounds__(kScoreRows * 32) o_score_terms(ScoreBuffers s, const double* v, const double* o, double* o_score,
+                                                                 double* lse_score, MaskView m, Heads h, int64_t dim_v) {
+  __shared__ double w2s[kScoreRows][kScoreKeys];
+  __shared__ double vs[kScoreKeys][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int z = blockIdx.z;
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * 32 + tx, i0 = static_cast<int64_t>(blockIdx.y) * kScoreRows, i = i0 + ty;
+  const int64_t zq = h.first_q + z, zk = zq / h.group;
+  const bool live = i < m.sq && d < dim_v;
+  const double od = live ? o[(zq * m.sq + i) * dim_v + d] : 0.0;
+  double acc = 0, w2sum = 0;
+  for (int64_t j0 = 0; j0 < m.skv; j0 += kScoreKeys) {
+    if (m.tile_empty(zq, i0 / kTile, j0 / kTile)) continue;  // the same for the whole block
+    const int64_t jj = j0 + tx;
+    const int64_t e = (static_cast<int64_t>(z) * m.sq + i) * m.skv + jj;
+    w2s[ty][tx] = i < m.sq && jj < m.skv ? sq(s.p[e] * s.sens[e]) : 0.0;
+    for (int r = ty; r < kScoreKeys; r += kScoreRows)
+      vs[r][tx] = j0 + r < m.skv && d < dim_v ? v[(zk * m.skv + j0 + r) * dim_v + d] : 0.0;
+    __syncthreads();
+    for (int k = 0; k < kScoreKeys; ++k) acc = fma(w2s[ty][k], sq(vs[k][tx] - od), acc);
+    if (blockIdx.x == 0 && tx == 0)
+      for (int k = 0; k < kScoreKeys; ++k) w2sum += w2s[ty][k];
+    __syncthreads();
   }
+  if (live) o_score[(zq * m.sq + i) * dim_v + d] = sqrt(acc);
+  if (blockIdx.x == 0 && tx == 0 && i < m.sq) lse_score[zq * m.sq + i] = sqrt(w2sum);
 }
 
 // Per row: D - g, and the row errors e_k of D from O's error parts.
@@ -251,7 +268,7 @@ void product(const G& g, int64_t z_count) {
 struct DeviceTerms {
   DeviceBuffer<double> q, k, v, o, lse, d_out, d_lse;
   DeviceBuffer<double> operand[5], score[5], stored_dk, stored_dv, via_dq[4], via_dk[4];
-  DeviceBuffer<double> o_parts, d_minus_g, d_err;
+  DeviceBuffer<double> d_minus_g, d_err;
 };
 
 }  // namespace
@@ -294,7 +311,6 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     d.stored_dk = DeviceBuffer<double>(n(rows_kv * a.dim_qk));
     d.stored_dv = DeviceBuffer<double>(n(rows_kv * a.dim_v));
   }
-  d.o_parts = DeviceBuffer<double>(n(rows_q * (2 * a.dim_v + 1)));
   d.d_minus_g = DeviceBuffer<double>(n(rows_q));
   d.d_err = DeviceBuffer<double>(n(4 * rows_q));
   double* via_dq[4] = {d.via_dq[0].get(), d.via_dq[1].get(), d.via_dq[2].get(), d.via_dq[3].get()};
@@ -341,11 +357,9 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     product(RowProduct{s, Factor::p2, d.v.get(), RowRhs::squared, a.dim_v, RowOut::root, 1.0, d.operand[o_idx].get(), nullptr, nullptr,
                        rows_q, m, h, a.seq_q, a.dim_v, a.seq_kv},
             heads);
-    product(RowProduct{s, Factor::w2, d.v.get(), RowRhs::squared_plain_one, a.dim_v, RowOut::parts, 1.0, d.o_parts.get(), nullptr, nullptr,
-                       rows_q, m, h, a.seq_q, 2 * a.dim_v + 1, a.seq_kv},
-            heads);
-    o_score_terms<<<grid_for(rows * a.dim_v, kThreads), kThreads>>>(d.o_parts.get(), d.o.get(), d.score[o_idx].get(), d.score[lse_idx].get(),
-                                                                     row0, rows, a.dim_v);
+    o_score_terms<<<dim3(static_cast<unsigned>((a.dim_v + 31) / 32), static_cast<unsigned>((a.seq_q + kScoreRows - 1) / kScoreRows),
+                         static_cast<unsigned>(heads)),
+                    dim3(32, kScoreRows)>>>(s, d.v.get(), d.o.get(), d.score[o_idx].get(), d.score[lse_idx].get(), m, h, a.dim_v);
     AF_CUDA(cudaGetLastError());
     row_errors<<<grid_for(rows, 128), 128>>>(d.d_out.get(), d.o.get(), d.operand[o_idx].get(), d.score[o_idx].get(), d.d_lse.get(),
                                              d.d_minus_g.get(), d.d_err.get(), row0, rows, rows_q, a.dim_v, o_length);

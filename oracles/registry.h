@@ -36,17 +36,24 @@ std::optional<OracleDevice> oracle_device_from_string(std::string_view s);
 const char* to_string(OracleDevice d);
 OracleSet make_oracles(OracleDevice device);
 
-// Which set judges a case's backends. `forced` (--oracle-device cpu|cuda) wins; otherwise
-// (auto) the GPU set when some backend runs on a GPU (Backend::device() != "cpu") and the
-// GPU set can run here, else the CPU set. *why (optional) gets the reason, for `run` to print.
-OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, std::optional<OracleDevice> forced, std::string* why = nullptr);
+// Which set judges a case of `shape` for `backends`. `forced` (--oracle-device cpu|cuda)
+// wins; otherwise (auto) the GPU set when some backend runs on a GPU (Backend::device() !=
+// "cpu"), the case is large enough for the GPU set to be the faster (kGpuOracleMinWork) and
+// the GPU set can run here, else the CPU set. *why (optional) gets the reason, for `run`.
+OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, const Shape& shape, std::optional<OracleDevice> forced,
+                                  std::string* why = nullptr);
+// B * Hq * Sq * Skv * max(Dqk, Dv) below which auto keeps the CPU set: a case costs the GPU set
+// about 20 calls of a millisecond or more each (launches, copies, syncs; more with a dozen
+// campaign workers sharing the GPU), the CPU set about 20 ns per unit of this product
+// (docs/gpu.md, "Choosing it": the toy mix ran 3x faster on the CPU set).
+inline constexpr double kGpuOracleMinWork = 1 << 22;
 // --oracle-device for every command: "auto", "cpu" or "cuda" (std::invalid_argument
 // otherwise). Kept in the environment (ATTNFUZZ_ORACLE_DEVICE) so the worker processes of
 // campaign, check, replay and minimize inherit it.
 void set_oracle_device_override(const std::string& name);
 std::optional<OracleDevice> oracle_device_override();
 // choose_oracle_device with the override, then make_oracles: what every command judges with.
-OracleSet oracles_for(const std::vector<Backend*>& backends, OracleDevice* chosen = nullptr, std::string* why = nullptr);
+OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, OracleDevice* chosen = nullptr, std::string* why = nullptr);
 // Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
 // use 1: the parallelism is one worker process per core.
 void set_backend_threads(int n);

@@ -325,17 +325,11 @@ int worker_command(const std::vector<std::string>& names) {
       }
     }
   };
-  OracleSet oracles;  // chosen once the backends are loaded (oracles/registry.h, choose_oracle_device)
   std::string body;
   while (channel->next_request(body)) {
     if (!loaded) {
       load_backends();
       loaded = true;
-      try {
-        oracles = oracles_for(backends);
-      } catch (const std::exception& e) {
-        if (load_error.empty()) load_error = e.what();
-      }
     }
     json reply;
     try {
@@ -350,6 +344,7 @@ int worker_command(const std::vector<std::string>& names) {
       }
       if (!load_error.empty()) throw std::runtime_error(load_error);
       const Case c = case_from_json(req.at("case"));
+      const OracleSet oracles = oracles_for(backends, c.shape);  // per case: oracles/registry.h, choose_oracle_device
       DiffOptions opt;
       opt.fingerprint_all = false;
       opt.check_determinism = req.value("determinism", true);

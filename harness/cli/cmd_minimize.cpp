@@ -53,7 +53,7 @@ int minimize_command(const MinimizeOptions& opt) {
                r.finding.signature.backend);
     return kExitBadInput;
   }
-  const OracleSet oracles = oracles_for(backends);
+  const OracleSet oracles = oracles_for(backends, r.c.shape);
   const Signature& sig = r.finding.signature;
   fmt::print("signature {}\n", sig.to_string());
   ShrinkReport rep;

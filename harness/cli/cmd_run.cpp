@@ -121,7 +121,7 @@ int run(const RunOptions& opt) {
   OracleDevice oracle_device = OracleDevice::cpu;
   std::string why_device;
   try {
-    oracles = oracles_for(backends, &oracle_device, &why_device);
+    oracles = oracles_for(backends, c.shape, &oracle_device, &why_device);
   } catch (const std::runtime_error& e) {
     fmt::print(stderr, "attnfuzz: --oracle-device: {}\n", e.what());
     return kExitBadInput;
