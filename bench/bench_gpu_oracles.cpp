@@ -17,6 +17,7 @@
 
 #include "harness/inputs.h"
 #include "kernels/cuda_backends.h"
+#include "oracles/error_terms.h"
 #include "oracles/reference.h"
 
 namespace {
@@ -99,6 +100,16 @@ void bench_case(int64_t heads, int64_t seq, bool causal, int reps, int64_t eigen
   }
   std::printf("  %-34s wall %9.2f ms (forward + backward)\n", "cuda.emulated.bf16", median(ew));
 
+  std::vector<Sample> terms;
+  for (int r = 0; r < reps + 1; ++r) {
+    Sample x;
+    t0 = Clock::now();
+    const ErrorTerms e = cuda_error_terms(p, f, in.d_out, in.d_lse, &x.t);
+    x.wall = ms_since(t0);
+    terms.push_back(x);
+  }
+  report("cuda error terms", terms);
+
   if (eigen_heads <= 0) return;
   const Case sub = real_case(eigen_heads, seq, causal);
   const Inputs sin = generate_inputs(sub);
@@ -113,6 +124,18 @@ void bench_case(int64_t heads, int64_t seq, bool causal, int reps, int64_t eigen
               eigen_ms, eigen_ms * static_cast<double>(heads) / static_cast<double>(eigen_heads) / 1000.0, static_cast<long long>(heads));
   std::printf("  cuda.reference64 vs Eigen (max |diff| / max |ref|): O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n", rel_diff(gf.o, ef.o),
               rel_diff(gf.lse, ef.lse), rel_diff(gg.dq, eg.dq), rel_diff(gg.dk, eg.dk), rel_diff(gg.dv, eg.dv));
+  if (seq > 2048) return;  // the CPU terms take minutes a head there
+  t0 = Clock::now();
+  const ErrorTerms cpu_terms = reference_error_terms(sp, ef, sin.d_out, sin.d_lse);
+  const double cpu_terms_ms = ms_since(t0);
+  const ErrorTerms gpu_terms = cuda_error_terms(sp, ef, sin.d_out, sin.d_lse);
+  double worst = 0;
+  for (Output o : kOutputs)
+    for (auto part : {&TermTensors::operand, &TermTensors::score, &TermTensors::stored})
+      if (!(o == Output::O && part == &TermTensors::score)) worst = std::max(worst, rel_diff(gpu_terms[o].*part, cpu_terms[o].*part));
+  std::printf("  error terms on the CPU (oracles/error_terms.cpp), %lld head(s) %9.2f ms -> %.1f s for all heads; GPU vs CPU max rel. %.2e\n",
+              static_cast<long long>(eigen_heads), cpu_terms_ms, cpu_terms_ms * static_cast<double>(heads) / static_cast<double>(eigen_heads) / 1000.0,
+              worst);
 }
 
 }  // namespace

@@ -42,9 +42,11 @@ case "$mode" in
   oracles)
     # The GPU oracle set (kernels/): its gpu tests, its benchmark at real sizes, and
     # compute-sanitizer (memcheck, racecheck) over a small run of every kernel.
-    "$bin/test_gpu_oracles" > "$OUT/test_gpu_oracles.log" 2>&1
-    echo "test_gpu_oracles: exit $?"
-    grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) |coverage|%|Failure|Expected|differs|outside" "$OUT/test_gpu_oracles.log" | head -120
+    for t in test_gpu_oracles test_gpu_error_terms; do
+      "$bin/$t" > "$OUT/$t.log" 2>&1
+      echo "$t: exit $?"
+      grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) |coverage|cases:|%|Failure|Expected|differs|outside" "$OUT/$t.log" | head -120
+    done
     "$bin/bench_gpu_oracles" "$@" 2>&1 | tee "$OUT/bench_gpu_oracles.log"
     for tool in memcheck racecheck; do
       compute-sanitizer --tool "$tool" "$bin/bench_gpu_oracles" --quick > "$OUT/sanitizer-$tool.log" 2>&1

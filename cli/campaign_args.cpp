@@ -94,6 +94,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
+  cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--known", a.known,
                   "reproducers of known deviations (files or directories, e.g. docs/findings/repro): findings they cover are "
                   "counted as known, not recorded")

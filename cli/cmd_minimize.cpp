@@ -68,7 +68,7 @@ int minimize_command(const MinimizeOptions& opt) {
     const double timeout = sig.cls == FindingClass::timeout ? 2.0 : 120.0;
     judge = isolated_judge(*proc, isolation, needs_determinism(sig), timeout);
   } else {
-    judge = in_process_judge(backends, default_oracles(), needs_determinism(sig));
+    judge = in_process_judge(backends, oracles_for(backends, r.c.shape), needs_determinism(sig));
   }
   if (!signature_holds(judge, r.c, sig)) {
     fmt::print("the signature does not reproduce on the original case: nothing to minimize\n");
@@ -101,6 +101,8 @@ void add_minimize_command(CLI::App& app, int& exit_code) {
   cmd->add_option("finding", opt->path, "reproducer JSON (attnfuzz-repro/1)")->required();
   cmd->add_option("--out", opt->out, "where to write the minimized reproducer (default: FINDING.min.json)");
   cmd->add_option("--backends", opt->backends, "backends to load (default: those recorded in the finding)")->delimiter(',');
+  cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->callback([opt, &exit_code] { exit_code = minimize_command(*opt); });
 }
 

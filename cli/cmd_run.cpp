@@ -59,10 +59,9 @@ struct RunOptions {
   uint64_t memory_budget_mib = 8192;
   bool no_determinism = false;
   std::string record_dir;
-  std::string reference = "cpu";  // where the float64 reference and the contract baselines run
 };
 
-void print_report(const Case& c, const DiffReport& r, const std::string& reference) {
+void print_report(const Case& c, const DiffReport& r, OracleDevice reference) {
   fmt::print("shape     {}  dtype={}  scale={:.6g}{}\n", describe_shape(c.shape), to_string(c.dtype), c.effective_scale(),
              c.softcap ? fmt::format("  softcap={:g}", *c.softcap) : std::string());
   fmt::print("mask      {}\n", describe(c.mask));
@@ -71,7 +70,7 @@ void print_report(const Case& c, const DiffReport& r, const std::string& referen
   fmt::print("inputs    checksum {:016x}\n", r.input_checksum);
   fmt::print("rule      {}\n", r.rule.describe());
   fmt::print("errors against the float64 reference ({}, single call); baseline: naive computation under the backend's contract ({})\n\n",
-             reference == "cuda" ? "cuda.reference64" : "Eigen", reference == "cuda" ? "cuda.emulated.*" : "CPU");
+             reference == OracleDevice::cuda ? "cuda.reference64" : "Eigen", reference == OracleDevice::cuda ? "cuda.emulated.*" : "CPU");
   fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<8} {:<7} {}\n", "backend", "composition", "contract",
              "out", "rms", "bound", "max_abs", "bound", "rel_fro", "looks", "verdict", "worst block: error/sigma' (limit)");
   for (const auto& run : r.runs) {
@@ -113,10 +112,12 @@ int run(const RunOptions& opt) {
   for (const auto& why : loaded.skipped) fmt::print(stderr, "attnfuzz: skipping {}\n", why);
   const std::vector<Backend*> backends = loaded.pointers();
   OracleSet oracles;
+  OracleDevice oracle_device = OracleDevice::cpu;
+  std::string why_device;
   try {
-    oracles = make_oracles(*oracle_device_from_string(opt.reference));
+    oracles = oracles_for(backends, c.shape, &oracle_device, &why_device);
   } catch (const std::runtime_error& e) {
-    fmt::print(stderr, "attnfuzz: --reference {}: {}\n", opt.reference, e.what());
+    fmt::print(stderr, "attnfuzz: --oracle-device: {}\n", e.what());
     return kExitBadInput;
   }
   DiffOptions dopt;
@@ -128,6 +129,7 @@ int run(const RunOptions& opt) {
       return kExitBadInput;
     }
   fmt::print("case      {}\n", opt.case_path);
+  fmt::print("oracles   {} ({})\n", to_string(oracle_device), why_device);
   std::fflush(stdout);
   dopt.on_backend = [](const std::string& b) { running_backend = b; };
   static const bool handler_installed = std::atexit(exit_inside_backend) == 0 && std::at_quick_exit(exit_inside_backend) == 0;
@@ -135,7 +137,7 @@ int run(const RunOptions& opt) {
   backends_running = true;
   const DiffReport report = run_differential(c, backends, oracles, dopt);
   backends_running = false;
-  print_report(c, report, opt.reference);
+  print_report(c, report, oracle_device);
   if (!opt.record_dir.empty() && !report.findings.empty()) {
     std::set<std::string> seen;
     for (const auto& f : report.findings) {
@@ -171,10 +173,11 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->delimiter(',');
   cmd->add_option("--memory-budget-mib", opt->memory_budget_mib, "refuse cases that need more host memory than this");
   cmd->add_flag("--no-determinism-check", opt->no_determinism, "run each backend once instead of twice");
-  cmd->add_option("--reference", opt->reference,
-                  "where the float64 reference and the contract baselines run: cpu (Eigen, oracles/emulated.cpp) or cuda "
-                  "(the project's kernels: cuda.reference64, cuda.emulated.*; needs a GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  for (const char* flag : {"--oracle-device", "--reference"})  // --reference: the earlier name
+    cmd->add_option_function<std::string>(flag, set_oracle_device_override,
+                                          "where the float64 reference, the baselines and the error terms run: auto (default: cuda when a "
+                                          "backend runs on a GPU), cpu or cuda (docs/gpu.md)")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory");
   cmd->callback([opt, &exit_code] { exit_code = run(*opt); });
 }

@@ -25,8 +25,8 @@ int worker_command(const std::vector<std::string>& names) {
   }
   WorkerServices services;
   services.make_backend = [](const std::string& name) { return make_backend(name); };
-  const OracleSet cpu = default_oracles();
-  services.oracles = [cpu](const std::vector<Backend*>&, const Case&) { return cpu; };
+  // Per case: the GPU set for GPU backends at sizes where it pays (oracles/registry.h, choose_oracle_device).
+  services.oracles = [](const std::vector<Backend*>& backends, const Case& c) { return oracles_for(backends, c.shape); };
   services.environment = environment;
   services.gpu_health = gpu_health;
   serve_worker(*channel, names, services);

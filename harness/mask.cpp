@@ -149,6 +149,11 @@ void validate_mask(const MaskExpr& m, int64_t sq, int64_t skv, const std::string
   }
 }
 
+bool varies_by_head(const MaskExpr& m) {
+  if (m.kind == MaskExpr::Kind::random) return true;
+  return std::any_of(m.args.begin(), m.args.end(), [](const MaskExpr& a) { return varies_by_head(a); });
+}
+
 bool visible(const MaskExpr& m, int64_t b, int64_t h, int64_t q, int64_t kv, int64_t sq, int64_t skv) {
   using K = MaskExpr::Kind;
   switch (m.kind) {

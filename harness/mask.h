@@ -64,6 +64,8 @@ void validate_mask(const MaskExpr& m, int64_t sq, int64_t skv, const std::string
 
 // Whether query q may attend to key kv in batch b, query head h.
 bool visible(const MaskExpr& m, int64_t b, int64_t h, int64_t q, int64_t kv, int64_t sq, int64_t skv);
+// Whether visible() can differ between (b, h): only a random leaf depends on them.
+bool varies_by_head(const MaskExpr& m);
 
 enum class TileClass { fully_masked, fully_visible, partial };
 // Classifies the tile [q0, q1) x [k0, k1) of batch b, head h. Structured leaves

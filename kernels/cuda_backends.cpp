@@ -3,17 +3,10 @@
 #include <chrono>
 #include <cstring>
 
+#include "kernels/gpu_error_terms.h"
+
 namespace attnfuzz {
 namespace {
-
-// Whether the mask can differ between (b, h) planes: only a random leaf depends on b and h
-// (harness/mask.cpp, visible()).
-bool varies_by_head(const MaskExpr& m) {
-  if (m.kind == MaskExpr::Kind::random) return true;
-  for (const auto& a : m.args)
-    if (varies_by_head(a)) return true;
-  return false;
-}
 
 // The Problem's tensors as the kernels take them. The dense mask is [B][Hq][Sq][Skv]; when
 // every (b, h) plane is the same (every mask kind but random ones) only one plane travels.
@@ -64,6 +57,40 @@ Gradients run_backward(const Problem& p, const gpu::Numerics& n, const Forward& 
 }  // namespace
 
 bool cuda_kernels_available(std::string* why) { return gpu::device_available(why); }
+
+ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse, gpu::Timing* t) {
+  const auto t0 = Clock::now();
+  const Shape& s = p.shape;
+  const std::vector<int64_t> oq{s.batch, s.heads_q, s.seq_q, s.head_dim_v}, lq{s.batch, s.heads_q, s.seq_q},
+      qq{s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, kk{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk},
+      vv{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
+  // Shapes and lengths as oracles/error_terms.cpp makes them.
+  ErrorTerms e;
+  const double kv = static_cast<double>(s.seq_kv), q_group = static_cast<double>(s.seq_q * s.group());
+  e[Output::O] = TermTensors{Tensor(oq), Tensor(oq), Tensor(oq), kv};
+  e[Output::LSE] = TermTensors{Tensor(lq), Tensor(lq), Tensor(lq), kv};
+  e[Output::dQ] = TermTensors{Tensor(qq), Tensor(qq), Tensor(qq), kv, Tensor(qq), Tensor(qq), Tensor(qq), Tensor(qq)};
+  e[Output::dK] = TermTensors{Tensor(kk), Tensor(kk), Tensor(kk), q_group, Tensor(kk), Tensor(kk), Tensor(kk), Tensor(kk)};
+  e[Output::dV] = TermTensors{Tensor(vv), Tensor(vv), Tensor(vv), q_group};
+  gpu::HostErrorTerms out;
+  for (Output o : kOutputs) {
+    const auto i = static_cast<size_t>(o);
+    out.operand[i] = e[o].operand.ptr();
+    out.score[i] = e[o].score.ptr();
+  }
+  out.stored_dk = e[Output::dK].stored.ptr();
+  out.stored_dv = e[Output::dV].stored.ptr();
+  for (Output o : {Output::dQ, Output::dK}) {
+    double** via = o == Output::dQ ? out.via_dq : out.via_dk;
+    TermTensors& tt = e[o];
+    via[0] = tt.via_op.ptr(), via[1] = tt.via_st.ptr(), via[2] = tt.via_acc.ptr(), via[3] = tt.via_sc.ptr();
+  }
+  const gpu::HostAttention a = host_attention(p);
+  const double host_ms = ms_since(t0);
+  gpu::error_terms(a, fwd.o.ptr(), fwd.lse.ptr(), d_out.ptr(), d_lse.ptr(), out, t);
+  if (t) t->host_ms = host_ms, t->release_ms = ms_since(t0) - host_ms - t->upload_ms - t->compute_ms - t->download_ms;
+  return e;
+}
 
 std::string CudaReference64Backend::version() const { return "attnfuzz kernels float64 (" + gpu::device_description() + ")"; }
 

@@ -5,12 +5,18 @@
 #include <string>
 
 #include "harness/backend.h"
+#include "harness/error_model.h"
 #include "kernels/gpu_attention.h"
 
 namespace attnfuzz {
 
 // Whether a CUDA device can run the project's kernels here, or why not.
 bool cuda_kernels_available(std::string* why);
+
+// The error model's magnitudes on the GPU (kernels/gpu_error_terms.h): the same TermTensors
+// as oracles/error_terms.cpp's reference_error_terms, for OracleSet::error_terms. `t` gets
+// where the time went (host: the output tensors and the mask's plane check).
+ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse, gpu::Timing* t = nullptr);
 
 // The float64 reference on the GPU: same semantics as ReferenceBackend (oracles/reference.h).
 class CudaReference64Backend final : public Backend {

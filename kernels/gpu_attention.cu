@@ -28,62 +28,10 @@
 #include <vector>
 
 #include "kernels/gpu_attention.h"
+#include "kernels/device_common.cuh"
 
 namespace attnfuzz::gpu {
 namespace {
-
-constexpr int kTile = 64;     // output tile edge, and the mask's tile edge
-constexpr int kChunk = 16;    // reduction terms staged per step
-constexpr int kThreads = 256;  // 16 x 16 threads, 4 x 4 outputs each
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-#define AF_CUDA(x) check((x), #x)
-
-template <class T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n_) AF_CUDA(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
-  }
-  ~DeviceBuffer() {
-    if (p_) cudaFree(p_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    return *this;
-  }
-  T* get() const { return p_; }
-  size_t size() const { return n_; }
-  void upload(const T* h) {
-    if (n_) AF_CUDA(cudaMemcpy(p_, h, n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void download(T* h) const {
-    if (n_) AF_CUDA(cudaMemcpy(h, p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_ = 0;
-};
-
-// The Sq x Skv scratch buffers (scores, dP), kept from call to call: allocating and freeing
-// gigabytes costs milliseconds each time. Grows to the largest request; at most the memory
-// budget of chunk_heads per buffer.
-template <class T>
-T* scratch(int slot, size_t n) {
-  thread_local DeviceBuffer<T> buffers[2];
-  if (buffers[slot].size() < n) {
-    buffers[slot] = DeviceBuffer<T>();  // free the old one first
-    buffers[slot] = DeviceBuffer<T>(n);
-  }
-  return buffers[slot].get();
-}
 
 // ---- arithmetic: explicitly rounded operations (nvcc would contract a * b + c) ----
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
@@ -106,10 +54,7 @@ __device__ __forceinline__ T neg_inf() {
   return -static_cast<T>(INFINITY);
 }
 
-// The reference: one fused multiply-add. The contract baselines: a rounded product, then a rounded sum.
-struct FusedMac {
-  __device__ static __forceinline__ double mac(double acc, double a, double b) { return fma(a, b, acc); }
-};
+// The contract baselines: a rounded product, then a rounded sum (FusedMac: device_common.cuh).
 struct RoundedMac {
   template <class T>
   __device__ static __forceinline__ T mac(T acc, T a, T b) {
@@ -146,116 +91,6 @@ __device__ __forceinline__ double stored(T x, DType d, bool keep) {
     default: return f;
   }
 }
-
-// ---- the mask: dense planes, and per 64 x 64 tile whether it is empty, partial or full ----
-enum : uint8_t { kTileEmpty = 0, kTilePartial = 1, kTileFull = 2 };
-
-struct MaskView {
-  const uint8_t* dense;  // [planes][Sq][Skv]
-  const uint8_t* tiles;  // [planes][tiles_q][tiles_kv]
-  bool one_plane;
-  int64_t sq, skv, tiles_q, tiles_kv;
-  __device__ bool visible(int64_t zq, int64_t i, int64_t j) const {
-    return dense[((one_plane ? 0 : zq) * sq + i) * skv + j] != 0;
-  }
-  __device__ bool tile_empty(int64_t zq, int64_t ti, int64_t tj) const {
-    return tiles[((one_plane ? 0 : zq) * tiles_q + ti) * tiles_kv + tj] == kTileEmpty;
-  }
-};
-
-__global__ void classify_tiles(MaskView m) {
-  const int64_t tj = blockIdx.x, ti = blockIdx.y, plane = blockIdx.z;
-  int visible = 0, total = 0;
-  for (int e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
-    const int64_t i = ti * kTile + e / kTile, j = tj * kTile + e % kTile;
-    if (i < m.sq && j < m.skv) {
-      ++total;
-      visible += m.dense[(plane * m.sq + i) * m.skv + j] != 0;
-    }
-  }
-  const int v = __syncthreads_count(visible > 0);
-  const int full = __syncthreads_count(visible == total);
-  if (threadIdx.x == 0)
-    const_cast<uint8_t*>(m.tiles)[(plane * m.tiles_q + ti) * m.tiles_kv + tj] =
-        v == 0 ? kTileEmpty : (full == static_cast<int>(blockDim.x) ? kTileFull : kTilePartial);
-}
-
-// ---- the tiled product ----
-// G describes one product: C[z][r][c] = fold over o < outer of sum_k A(z, o, r, k) B(z, o, k, c),
-// with A and B already rounded as operands; a_kcontig / b_ccontig say which index of each is
-// contiguous in memory (for coalesced staging).
-template <class T, class Mac, class G>
-__global__ void __launch_bounds__(kThreads) tile_gemm(G g, bool reversed) {
-  __shared__ T as[kChunk][kTile + 1];
-  __shared__ T bs[kChunk][kTile + 1];
-  const int t = threadIdx.x, tx = t % 16, ty = t / 16;
-  const int z = blockIdx.z;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t steps = (g.depth + kChunk - 1) / kChunk;
-  T total[4][4];
-#pragma unroll
-  for (int a = 0; a < 4; ++a)
-#pragma unroll
-    for (int b = 0; b < 4; ++b) total[a][b] = T(0);
-  for (int o = 0; o < g.outer; ++o) {
-    if (g.skip_tile(z, o, r0, c0)) continue;
-    T acc[4][4];
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) acc[a][b] = T(0);
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t k0 = (reversed ? steps - 1 - s : s) * kChunk;
-      if (g.skip_chunk(z, o, r0, c0, k0)) continue;
-#pragma unroll
-      for (int rep = 0; rep < 4; ++rep) {
-        const int kk = G::a_kcontig ? t % kChunk : t / kTile + 4 * rep;
-        const int r = G::a_kcontig ? t / kChunk + 16 * rep : t % kTile;
-        const int64_t gr = r0 + r, gk = k0 + kk;
-        as[kk][r] = gr < g.rows && gk < g.depth ? g.a(z, o, gr, gk) : T(0);
-      }
-#pragma unroll
-      for (int rep = 0; rep < 4; ++rep) {
-        const int kk = G::b_ccontig ? t / kTile + 4 * rep : t % kChunk;
-        const int c = G::b_ccontig ? t % kTile : t / kChunk + 16 * rep;
-        const int64_t gc = c0 + c, gk = k0 + kk;
-        bs[kk][c] = gc < g.cols && gk < g.depth ? g.b(z, o, gk, gc) : T(0);
-      }
-      __syncthreads();
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        const int kk = reversed ? kChunk - 1 - i : i;
-        T av[4], bv[4];
-#pragma unroll
-        for (int a = 0; a < 4; ++a) av[a] = as[kk][ty + 16 * a];
-#pragma unroll
-        for (int b = 0; b < 4; ++b) bv[b] = bs[kk][tx + 16 * b];
-#pragma unroll
-        for (int a = 0; a < 4; ++a)
-#pragma unroll
-          for (int b = 0; b < 4; ++b) acc[a][b] = Mac::mac(acc[a][b], av[a], bv[b]);
-      }
-      __syncthreads();
-    }
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) total[a][b] = g.fold(total[a][b], acc[a][b], o);
-  }
-#pragma unroll
-  for (int a = 0; a < 4; ++a)
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int64_t r = r0 + ty + 16 * a, c = c0 + tx + 16 * b;
-      if (r < g.rows && c < g.cols) g.store(z, r, c, total[a][b]);
-    }
-}
-
-// Indices inside one chunk of heads: zq is a query head (b * Hq + h) counted from the chunk's
-// first, zk = zq / group its kv head; `first_q` turns them into whole-problem indices.
-struct Heads {
-  int64_t first_q, group;
-};
 
 // S_pre = scale * Q K^T  (z: query head; rows i, cols j, depth d)
 template <class T>
@@ -474,42 +309,25 @@ __global__ void lse_out(const T* lse, double* out, int64_t n) {
   if (e < n) out[e] = static_cast<double>(lse[e]);  // fp32 LSE under a contract, float64 otherwise
 }
 
-int grid_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 1 << 20)); }
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-template <class T, class Mac, class G>
-void launch_product(const G& g, int64_t z_count, bool reversed) {
-  const dim3 grid(static_cast<unsigned>((g.cols + kTile - 1) / kTile), static_cast<unsigned>((g.rows + kTile - 1) / kTile),
-                  static_cast<unsigned>(z_count));
-  tile_gemm<T, Mac, G><<<grid, kThreads>>>(g, reversed);
-  AF_CUDA(cudaGetLastError());
-}
 
 // Everything one call keeps on the device: inputs in the working type, the mask and its tiles.
 template <class T>
 struct DeviceProblem {
   const HostAttention& a;
   Numerics n;
-  int64_t group, rows_q, tiles_q, tiles_kv, planes;
+  int64_t group, rows_q;
   DeviceBuffer<T> q, k, v;
-  DeviceBuffer<uint8_t> mask, tiles;
+  DeviceMask mask;
 
   DeviceProblem(const HostAttention& a_, const Numerics& n_)
-      : a(a_), n(n_), group(a.heads_q / a.heads_kv), rows_q(a.batch * a.heads_q * a.seq_q), tiles_q((a.seq_q + kTile - 1) / kTile),
-        tiles_kv((a.seq_kv + kTile - 1) / kTile), planes(a.mask_one_plane ? 1 : a.batch * a.heads_q) {
+      : a(a_), n(n_), group(a.heads_q / a.heads_kv), rows_q(a.batch * a.heads_q * a.seq_q), mask(a) {
     upload_operand(q, a.q, rows_q * a.dim_qk);
     upload_operand(k, a.k, a.batch * a.heads_kv * a.seq_kv * a.dim_qk);
     upload_operand(v, a.v, a.batch * a.heads_kv * a.seq_kv * a.dim_v);
-    mask = DeviceBuffer<uint8_t>(static_cast<size_t>(planes * a.seq_q * a.seq_kv));
-    mask.upload(a.mask);
-    tiles = DeviceBuffer<uint8_t>(static_cast<size_t>(planes * tiles_q * tiles_kv));
-    classify_tiles<<<dim3(static_cast<unsigned>(tiles_kv), static_cast<unsigned>(tiles_q), static_cast<unsigned>(planes)), kThreads>>>(view());
-    AF_CUDA(cudaGetLastError());
   }
 
-  MaskView view() const { return {mask.get(), tiles.get(), a.mask_one_plane, a.seq_q, a.seq_kv, tiles_q, tiles_kv}; }
+  MaskView view() const { return mask.view(); }
   Cap cap() const { return {a.softcap.has_value(), a.softcap.value_or(1.0)}; }
   bool keep() const { return n.reference64 || n.contract == Contract::fp64; }
 

@@ -65,9 +65,11 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       // O = P V.
       const Mat o_operand = root(p2 * v2);
       MMap(t[Output::O].operand.at(b, h, 0), s.seq_q, s.head_dim_v) = o_operand;
-      // dO_id from score errors: sum_j dP_ij (V_jd - O_id) with dP_ij = P_ij e_ij.
-      const Mat o_score_sq = root(w2 * v2 - 2.0 * o.cwiseProduct(w2 * v) + Mat(w2.rowwise().sum().asDiagonal() * squared(o)));
-      const Mat& o_score = o_score_sq;
+      // dO_id from score errors: sum_j dP_ij (V_jd - O_id) with dP_ij = P_ij e_ij, its square
+      // summed as written: expanding it (w2 V^2 - 2 O w2 V + ...) cancels to rounding noise
+      // where V is near constant or a row sees one key.
+      Mat o_score(s.seq_q, s.head_dim_v);
+      for (int64_t i = 0; i < s.seq_q; ++i) o_score.row(i) = (w2.row(i) * (v.rowwise() - o.row(i)).cwiseAbs2()).cwiseSqrt();
       MMap(t[Output::O].score.at(b, h, 0), s.seq_q, s.head_dim_v) = o_score;
       // LSE = log sum exp S.
       Eigen::Map<Eigen::VectorXd>(t[Output::LSE].score.at(b, h, 0), s.seq_q) = w2.rowwise().sum().cwiseSqrt();

@@ -1,8 +1,13 @@
 #include "oracles/registry.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <stdexcept>
+
+#include <malloc.h>
 
 #include "oracles/emulated.h"
 #include "oracles/error_terms.h"
@@ -212,6 +217,79 @@ std::optional<OracleDevice> oracle_device_from_string(std::string_view s) {
   return std::nullopt;
 }
 
+const char* to_string(OracleDevice d) { return d == OracleDevice::cuda ? "cuda" : "cpu"; }
+
+namespace {
+constexpr const char* kOracleDeviceEnv = "ATTNFUZZ_ORACLE_DEVICE";
+}
+
+void set_oracle_device_override(const std::string& name) {
+  if (name != "auto" && !oracle_device_from_string(name))
+    throw std::invalid_argument("--oracle-device takes auto, cpu or cuda, got '" + name + "'");
+  ::setenv(kOracleDeviceEnv, name.c_str(), 1);
+}
+
+std::optional<OracleDevice> oracle_device_override() {
+  const char* v = std::getenv(kOracleDeviceEnv);
+  return v ? oracle_device_from_string(v) : std::nullopt;
+}
+
+OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, const Shape& shape, std::optional<OracleDevice> forced,
+                                  std::string* why) {
+  auto say = [why](std::string s) {
+    if (why) *why = std::move(s);
+  };
+  if (forced) {
+    say("--oracle-device " + std::string(to_string(*forced)));
+    return *forced;
+  }
+  const auto on_gpu = std::find_if(backends.begin(), backends.end(), [](const Backend* b) { return b->device() != "cpu"; });
+  if (on_gpu == backends.end()) {
+    say("every backend runs on the CPU");
+    return OracleDevice::cpu;
+  }
+  const double work = static_cast<double>(shape.batch * shape.heads_q) * static_cast<double>(shape.seq_q * shape.seq_kv) *
+                      static_cast<double>(std::max(shape.head_dim_qk, shape.head_dim_v));
+  if (work < kGpuOracleMinWork) {
+    say((*on_gpu)->name() + " runs on " + (*on_gpu)->device() + ", but the case is small: the CPU set judges it faster");
+    return OracleDevice::cpu;
+  }
+#if ATTNFUZZ_HAVE_CUDA_KERNELS
+  std::string unavailable;
+  if (cuda_kernels_available(&unavailable)) {
+    say((*on_gpu)->name() + " runs on " + (*on_gpu)->device());
+    return OracleDevice::cuda;
+  }
+  say((*on_gpu)->name() + " runs on " + (*on_gpu)->device() + ", but the GPU oracles cannot run here: " + unavailable);
+#else
+  say((*on_gpu)->name() + " runs on " + (*on_gpu)->device() + ", but this build has no CUDA kernels");
+#endif
+  return OracleDevice::cpu;
+}
+
+OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, OracleDevice* chosen, std::string* why) {
+  const OracleDevice d = choose_oracle_device(backends, shape, oracle_device_override(), why);
+  if (chosen) *chosen = d;
+  return make_oracles(d);
+}
+
+#if ATTNFUZZ_HAVE_CUDA_KERNELS
+// The GPU set moves hundreds of MB a case through float64 host tensors (inputs, outputs, the
+// error terms). glibc serves blocks above its mmap threshold (32 MiB at most) with fresh
+// mappings and unmaps them on free, so every such tensor page-faults again when filled
+// (measured at S=4096, H=16: 765 of the error terms' 1010 ms). Served from the heap and kept
+// there instead, freed tensors are reused without faults. Process-wide; the process keeps its
+// peak heap.
+static void keep_freed_host_memory() {
+  static const bool done = [] {
+    ::mallopt(M_MMAP_MAX, 0);
+    ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+    return true;
+  }();
+  (void)done;
+}
+#endif
+
 OracleSet make_oracles(OracleDevice device) {
   OracleSet o;
   if (device == OracleDevice::cpu) {
@@ -222,9 +300,12 @@ OracleSet make_oracles(OracleDevice device) {
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
     std::string why;
     if (!cuda_kernels_available(&why)) throw std::runtime_error("the GPU oracles cannot run here: " + why);
+    keep_freed_host_memory();
     static CudaReference64Backend reference;
     o.reference = &reference;
     o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<CudaEmulatedBackend>(c, reversed); };
+    o.error_terms = [](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) { return cuda_error_terms(p, f, d_out, d_lse); };
+    return o;
 #else
     throw std::runtime_error("the GPU oracles cannot run here: this build has no CUDA kernels (configure the gpu preset)");
 #endif

@@ -39,13 +39,33 @@ enum class WhenUnavailable { fail, skip };
 BackendSet make_backends(const std::vector<std::string>& names, WhenUnavailable when = WhenUnavailable::fail);
 // The float64 reference and the emulated baselines the verdicts need, on the CPU.
 OracleSet default_oracles();
-// Where the float64 reference and the contract baselines run: the CPU (Eigen and
-// oracles/emulated.cpp) or the GPU (kernels/: cuda.reference64, cuda.emulated.*). The
-// tolerance magnitudes are computed on the CPU either way. Throws std::runtime_error,
+// Where the float64 reference, the contract baselines and the error model's magnitudes run:
+// the CPU (Eigen, oracles/emulated.cpp, oracles/error_terms.cpp) or the GPU (kernels/:
+// cuda.reference64, cuda.emulated.*, kernels/gpu_error_terms.cu). Throws std::runtime_error,
 // with the reason, when the GPU set cannot run here.
 enum class OracleDevice { cpu, cuda };
 std::optional<OracleDevice> oracle_device_from_string(std::string_view s);
+const char* to_string(OracleDevice d);
 OracleSet make_oracles(OracleDevice device);
+
+// Which set judges a case of `shape` for `backends`. `forced` (--oracle-device cpu|cuda)
+// wins; otherwise (auto) the GPU set when some backend runs on a GPU (Backend::device() !=
+// "cpu"), the case is large enough for the GPU set to be the faster (kGpuOracleMinWork) and
+// the GPU set can run here, else the CPU set. *why (optional) gets the reason, for `run`.
+OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, const Shape& shape, std::optional<OracleDevice> forced,
+                                  std::string* why = nullptr);
+// B * Hq * Sq * Skv * max(Dqk, Dv) below which auto keeps the CPU set: a case costs the GPU set
+// about 20 calls of a millisecond or more each (launches, copies, syncs; more with a dozen
+// campaign workers sharing the GPU), the CPU set about 20 ns per unit of this product
+// (docs/gpu.md, "Choosing it": the toy mix ran 3x faster on the CPU set).
+inline constexpr double kGpuOracleMinWork = 1 << 22;
+// --oracle-device for every command: "auto", "cpu" or "cuda" (std::invalid_argument
+// otherwise). Kept in the environment (ATTNFUZZ_ORACLE_DEVICE) so the worker processes of
+// campaign, check, replay and minimize inherit it.
+void set_oracle_device_override(const std::string& name);
+std::optional<OracleDevice> oracle_device_override();
+// choose_oracle_device with the override, then make_oracles: what every command judges with.
+OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, OracleDevice* chosen = nullptr, std::string* why = nullptr);
 // Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
 // use 1: the parallelism is one worker process per core.
 void set_backend_threads(int n);

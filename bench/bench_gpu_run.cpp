@@ -1,0 +1,156 @@
+// Where the time of one `attnfuzz run` goes (docs/gpu.md, "Speed"): the case through
+// run_differential in this process, as `run` judges it, with every oracle and backend call
+// timed through a wrapper. The rest of the session's wall time is host work: the inputs and the
+// dense mask, the error model's sigma, the verdicts and fingerprints, the GPU health checks.
+//   build/gpu/bench/bench_gpu_run CASE.json --backends torch.flash,cudnn [--oracle-device cpu|cuda]
+//                                 [--reps N] [--no-determinism-check]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness/case_json.h"
+#include "harness/differential.h"
+#include "harness/inputs.h"
+#include "oracles/registry.h"
+
+namespace {
+
+using namespace attnfuzz;
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Milliseconds per role over one session: "reference", "baselines", "error terms", "backends".
+std::map<std::string, double>& ledger() {
+  static std::map<std::string, double> m;
+  return m;
+}
+
+// A backend whose calls are added to the ledger under `role`; everything else passes through.
+class Timed final : public Backend {
+ public:
+  Timed(std::shared_ptr<Backend> inner, std::string role) : inner_(std::move(inner)), role_(std::move(role)) {}
+  std::string name() const override { return inner_->name(); }
+  std::string version() const override { return inner_->version(); }
+  std::string device() const override { return inner_->device(); }
+  std::optional<Contract> contract(DType d) const override { return inner_->contract(d); }
+  bool masked_rows_zero() const override { return inner_->masked_rows_zero(); }
+  bool returns_lse() const override { return inner_->returns_lse(); }
+  double lse_unit_roundoff(DType d) const override { return inner_->lse_unit_roundoff(d); }
+  std::optional<std::string> unsupported_reason(const Problem& p) const override { return inner_->unsupported_reason(p); }
+  bool backward_takes_dlse() const override { return inner_->backward_takes_dlse(); }
+  Forward forward(const Problem& p) override {
+    const auto t0 = Clock::now();
+    Forward f = inner_->forward(p);
+    ledger()[role_] += ms_since(t0);
+    return f;
+  }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    const auto t0 = Clock::now();
+    Gradients g = inner_->backward(p, f, d_out, d_lse);
+    ledger()[role_] += ms_since(t0);
+    return g;
+  }
+
+ private:
+  std::shared_ptr<Backend> inner_;
+  std::string role_;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ",") + x;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string case_path, device = "cuda";
+  std::vector<std::string> names;
+  int reps = 5;
+  bool determinism = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--backends" && i + 1 < argc) names = split(argv[++i]);
+    else if (a == "--oracle-device" && i + 1 < argc) device = argv[++i];
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--no-determinism-check") determinism = false;
+    else if (case_path.empty() && a[0] != '-') case_path = a;
+    else {
+      std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (case_path.empty() || names.empty() || !oracle_device_from_string(device)) {
+    std::fprintf(stderr, "%s: a case, --backends and --oracle-device cpu|cuda are needed\n", argv[0]);
+    return 2;
+  }
+  const Case c = load_case_file(case_path);
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;
+  try {
+    for (const auto& n : names) {
+      owned.push_back(std::make_unique<Timed>(std::shared_ptr<Backend>(make_backend(n)), "backends"));
+      backends.push_back(owned.back().get());
+    }
+  } catch (const std::exception& e) {
+    std::printf("SKIPPED: %s\n", e.what());
+    return 0;
+  }
+  OracleSet base;
+  try {
+    base = make_oracles(*oracle_device_from_string(device));
+  } catch (const std::exception& e) {
+    std::printf("SKIPPED: %s\n", e.what());
+    return 0;
+  }
+  Timed reference(std::shared_ptr<Backend>(base.reference, [](Backend*) {}), "reference");
+  OracleSet timed;
+  timed.reference = &reference;
+  timed.emulate = [&base](Contract k, bool reversed) -> std::unique_ptr<Backend> {
+    return std::make_unique<Timed>(std::shared_ptr<Backend>(base.emulate(k, reversed)), "baselines");
+  };
+  timed.error_terms = [&base](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
+    const auto t0 = Clock::now();
+    ErrorTerms e = base.error_terms(p, f, d_out, d_lse);
+    ledger()["error terms"] += ms_since(t0);
+    return e;
+  };
+  DiffOptions opt;
+  opt.check_determinism = determinism;
+  opt.gpu_health = gpu_health;
+  std::printf("case %s, backends %s, oracles %s, determinism check %s\n", case_path.c_str(), join(names).c_str(), device.c_str(),
+              determinism ? "on" : "off");
+  for (int r = 0; r < reps + 1; ++r) {
+    ledger().clear();
+    auto t0 = Clock::now();
+    const Inputs in = generate_inputs(c);
+    const Problem p = full_problem(c, in);
+    const double inputs_ms = ms_since(t0);  // what the session repeats before its first call
+    if (p.q.numel() == 0) return 1;
+    t0 = Clock::now();
+    const DiffReport rep = run_differential(c, backends, timed, opt);
+    const double total = ms_since(t0);
+    double accounted = inputs_ms;
+    for (const auto& [k, v] : ledger()) accounted += v;
+    std::printf("%s total %8.1f ms: inputs+mask %6.1f, reference %6.1f, error terms %6.1f, baselines %6.1f, backends %6.1f, "
+                "other host work %6.1f; %zu finding(s)\n",
+                r == 0 ? "first" : "warm ", total, inputs_ms, ledger()["reference"], ledger()["error terms"], ledger()["baselines"],
+                ledger()["backends"], total - accounted, rep.findings.size());
+  }
+  return 0;
+}

@@ -1,0 +1,221 @@
+#pragma once
+// What the project's CUDA kernels share (kernels/gpu_attention.cu, kernels/gpu_error_terms.cu):
+// device buffers, the Sq x Skv scratch kept between calls, the mask's 64 x 64 tile map and the
+// one tiled matrix-product kernel every product goes through. Included by .cu files only; its
+// definitions have internal linkage (one copy per kernel file).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/gpu_attention.h"
+
+namespace attnfuzz::gpu {
+namespace {
+
+constexpr int kTile = 64;     // output tile edge, and the mask's tile edge
+constexpr int kChunk = 16;    // reduction terms staged per step
+constexpr int kThreads = 256;  // 16 x 16 threads, 4 x 4 outputs each
+constexpr int kScratchSlots = 8;  // Sq x Skv buffers a computation may hold at once
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+#define AF_CUDA(x) check((x), #x)
+
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_) AF_CUDA(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
+  }
+  ~DeviceBuffer() {
+    if (p_) cudaFree(p_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+  void upload(const T* h) {
+    if (n_) AF_CUDA(cudaMemcpy(p_, h, n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void download(T* h) const {
+    if (n_) AF_CUDA(cudaMemcpy(h, p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// The Sq x Skv scratch buffers (scores, dP), kept from call to call: allocating and freeing
+// gigabytes costs milliseconds each time. Grows to the largest request; at most the memory
+// budget of chunk_heads per buffer.
+template <class T>
+T* scratch(int slot, size_t n) {
+  thread_local DeviceBuffer<T> buffers[kScratchSlots];
+  if (buffers[slot].size() < n) {
+    buffers[slot] = DeviceBuffer<T>();  // free the old one first
+    buffers[slot] = DeviceBuffer<T>(n);
+  }
+  return buffers[slot].get();
+}
+
+// The float64 products: one fused multiply-add per term.
+struct FusedMac {
+  __device__ static __forceinline__ double mac(double acc, double a, double b) { return fma(a, b, acc); }
+};
+
+// ---- the mask: dense planes, and per 64 x 64 tile whether it is empty, partial or full ----
+enum : uint8_t { kTileEmpty = 0, kTilePartial = 1, kTileFull = 2 };
+
+struct MaskView {
+  const uint8_t* dense;  // [planes][Sq][Skv]
+  const uint8_t* tiles;  // [planes][tiles_q][tiles_kv]
+  bool one_plane;
+  int64_t sq, skv, tiles_q, tiles_kv;
+  __device__ bool visible(int64_t zq, int64_t i, int64_t j) const {
+    return dense[((one_plane ? 0 : zq) * sq + i) * skv + j] != 0;
+  }
+  __device__ bool tile_empty(int64_t zq, int64_t ti, int64_t tj) const {
+    return tiles[((one_plane ? 0 : zq) * tiles_q + ti) * tiles_kv + tj] == kTileEmpty;
+  }
+};
+
+__global__ void classify_tiles(MaskView m) {
+  const int64_t tj = blockIdx.x, ti = blockIdx.y, plane = blockIdx.z;
+  int visible = 0, total = 0;
+  for (int e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
+    const int64_t i = ti * kTile + e / kTile, j = tj * kTile + e % kTile;
+    if (i < m.sq && j < m.skv) {
+      ++total;
+      visible += m.dense[(plane * m.sq + i) * m.skv + j] != 0;
+    }
+  }
+  const int v = __syncthreads_count(visible > 0);
+  const int full = __syncthreads_count(visible == total);
+  if (threadIdx.x == 0)
+    const_cast<uint8_t*>(m.tiles)[(plane * m.tiles_q + ti) * m.tiles_kv + tj] =
+        v == 0 ? kTileEmpty : (full == static_cast<int>(blockDim.x) ? kTileFull : kTilePartial);
+}
+
+// The dense mask on the device (one plane when every (b, h) shares it) and its tile map.
+struct DeviceMask {
+  DeviceBuffer<uint8_t> dense, tiles;
+  MaskView v;
+  explicit DeviceMask(const HostAttention& a) {
+    const int64_t planes = a.mask_one_plane ? 1 : a.batch * a.heads_q;
+    const int64_t tiles_q = (a.seq_q + kTile - 1) / kTile, tiles_kv = (a.seq_kv + kTile - 1) / kTile;
+    dense = DeviceBuffer<uint8_t>(static_cast<size_t>(planes * a.seq_q * a.seq_kv));
+    dense.upload(a.mask);
+    tiles = DeviceBuffer<uint8_t>(static_cast<size_t>(planes * tiles_q * tiles_kv));
+    v = {dense.get(), tiles.get(), a.mask_one_plane, a.seq_q, a.seq_kv, tiles_q, tiles_kv};
+    classify_tiles<<<dim3(static_cast<unsigned>(tiles_kv), static_cast<unsigned>(tiles_q), static_cast<unsigned>(planes)), kThreads>>>(v);
+    AF_CUDA(cudaGetLastError());
+  }
+  MaskView view() const { return v; }
+};
+
+// Indices inside one chunk of heads: zq is a query head (b * Hq + h) counted from the chunk's
+// first, zk = zq / group its kv head; `first_q` turns them into whole-problem indices.
+struct Heads {
+  int64_t first_q, group;
+};
+
+
+// ---- the tiled product ----
+// G describes one product: C[z][r][c] = fold over o < outer of sum_k A(z, o, r, k) B(z, o, k, c),
+// with A and B already rounded as operands; a_kcontig / b_ccontig say which index of each is
+// contiguous in memory (for coalesced staging).
+template <class T, class Mac, class G>
+__global__ void __launch_bounds__(kThreads) tile_gemm(G g, bool reversed) {
+  __shared__ T as[kChunk][kTile + 1];
+  __shared__ T bs[kChunk][kTile + 1];
+  const int t = threadIdx.x, tx = t % 16, ty = t / 16;
+  const int z = blockIdx.z;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t steps = (g.depth + kChunk - 1) / kChunk;
+  T total[4][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) total[a][b] = T(0);
+  for (int o = 0; o < g.outer; ++o) {
+    if (g.skip_tile(z, o, r0, c0)) continue;
+    T acc[4][4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) acc[a][b] = T(0);
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t k0 = (reversed ? steps - 1 - s : s) * kChunk;
+      if (g.skip_chunk(z, o, r0, c0, k0)) continue;
+#pragma unroll
+      for (int rep = 0; rep < 4; ++rep) {
+        const int kk = G::a_kcontig ? t % kChunk : t / kTile + 4 * rep;
+        const int r = G::a_kcontig ? t / kChunk + 16 * rep : t % kTile;
+        const int64_t gr = r0 + r, gk = k0 + kk;
+        as[kk][r] = gr < g.rows && gk < g.depth ? g.a(z, o, gr, gk) : T(0);
+      }
+#pragma unroll
+      for (int rep = 0; rep < 4; ++rep) {
+        const int kk = G::b_ccontig ? t / kTile + 4 * rep : t % kChunk;
+        const int c = G::b_ccontig ? t % kTile : t / kChunk + 16 * rep;
+        const int64_t gc = c0 + c, gk = k0 + kk;
+        bs[kk][c] = gc < g.cols && gk < g.depth ? g.b(z, o, gk, gc) : T(0);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {
+        const int kk = reversed ? kChunk - 1 - i : i;
+        T av[4], bv[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) av[a] = as[kk][ty + 16 * a];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) bv[b] = bs[kk][tx + 16 * b];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+          for (int b = 0; b < 4; ++b) acc[a][b] = Mac::mac(acc[a][b], av[a], bv[b]);
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) total[a][b] = g.fold(total[a][b], acc[a][b], o);
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int64_t r = r0 + ty + 16 * a, c = c0 + tx + 16 * b;
+      if (r < g.rows && c < g.cols) g.store(z, r, c, total[a][b]);
+    }
+}
+
+int grid_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 1 << 20)); }
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+template <class T, class Mac, class G>
+void launch_product(const G& g, int64_t z_count, bool reversed) {
+  const dim3 grid(static_cast<unsigned>((g.cols + kTile - 1) / kTile), static_cast<unsigned>((g.rows + kTile - 1) / kTile),
+                  static_cast<unsigned>(z_count));
+  tile_gemm<T, Mac, G><<<grid, kThreads>>>(g, reversed);
+  AF_CUDA(cudaGetLastError());
+}
+
+}  // namespace
+}  // namespace attnfuzz::gpu

@@ -1,0 +1,41 @@
+#pragma once
+// The error model's magnitudes (harness/error_model.h) on the GPU, in float64: the formulas of
+// oracles/error_terms.cpp, term for term, computed per chunk of query heads over Sq x Skv
+// device buffers with the tiled product of kernels/device_common.cuh. Plain C++ interface, as
+// kernels/gpu_attention.h (no CUDA header reaches the harness).
+//
+// Per query head, with P the reference probabilities, s_ij the score sensitivity and
+// P_c = P (1 - tanh^2) under a softcap (P without):
+//   s_ij   = scale sqrt(Dqk/3 ((QK^T)_ij^2 / 3 + (Q^2 K^2^T)_ij / 2)) + |S_ij| + |LSE_i|
+//   w      = P s,  dS = P_c (dP - (D - g)),  dS2 = dS^2 + (P_c dP)^2 + (P_c (D - g))^2
+//   wd     = |dS| s + P_c sqrt(Dv/3 (dP^2 / 3 + (dO^2 V^2^T) / 2))
+//   O:   operand = sqrt(P^2 V^2), score_id = sqrt(sum_j w_ij^2 (V_jd - O_id)^2)
+//   LSE: score = sqrt(rowsum(w^2))
+//   dQ:  operand = scale sqrt(dS2 K^2), score = scale sqrt(wd^2 K^2), via_k = scale e_k |P_c K|
+//   dK:  operand^2 = scale^2 sum_group dS2^T Q^2, score^2 = scale^2 sum_group wd^2^T Q^2,
+//        via_k^2 = scale^2 sum_group P_c^2^T (e_k^2 Q^2), stored^2 = scale^2 sum_group (dS^T Q)^2
+//   dV:  operand^2 = sum_group P^2^T dO^2, score^2 = sum_group w^2^T dO^2, stored^2 = sum_group (P^T dO)^2
+// with e_k (k = op, st, acc, sc) the row errors of D = rowsum(dO O) from O's error parts:
+//   sqrt(rowsum(dO^2 X^2)) for X = O.operand, O, sqrt(L/3 (O^2/3 + O.operand^2/2)), O.score.
+#include "kernels/gpu_attention.h"
+
+namespace attnfuzz::gpu {
+
+// Where the results go: host arrays shaped as oracles/error_terms.cpp's TermTensors, indexed
+// by harness/error_model.h's Output order (O, LSE, dQ, dK, dV). LSE's operand and the
+// `stored` terms of O and dQ are zero and not written; stored_dk and stored_dv only when the
+// GQA group has more than one head.
+struct HostErrorTerms {
+  double* operand[5] = {};
+  double* score[5] = {};
+  double* stored_dk = nullptr;
+  double* stored_dv = nullptr;
+  double* via_dq[4] = {};  // op, st, acc, sc
+  double* via_dk[4] = {};
+};
+
+// o, lse: the float64 reference forward of `a`; d_out: [B][Hq][Sq][Dv]; d_lse: [B][Hq][Sq].
+void error_terms(const HostAttention& a, const double* o, const double* lse, const double* d_out, const double* d_lse,
+                 const HostErrorTerms& out, Timing* t = nullptr);
+
+}  // namespace attnfuzz::gpu

@@ -1,0 +1,137 @@
+// The error model's magnitudes on the GPU (kernels/gpu_error_terms.cu, label gpu) against
+// oracles/error_terms.cpp on random cases: every TermTensors tensor within 1e-10 of the CPU
+// one, relative to the tensor's largest element. Without a usable GPU the tests report
+// themselves skipped, with the reason.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "generators/random_case.h"
+#include "harness/case_json.h"
+#include "harness/inputs.h"
+#include "kernels/cuda_backends.h"
+#include "oracles/error_terms.h"
+#include "oracles/reference.h"
+
+namespace attnfuzz {
+namespace {
+
+#define REQUIRE_GPU()                                                         \
+  do {                                                                        \
+    std::string why_;                                                         \
+    if (!cuda_kernels_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
+  } while (0)
+
+constexpr double kTolerance = 1e-10;
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// max |got - want| / max(max |want|, `floor`) (0 when both are all zero). `floor` is the
+// size of the terms where a tensor is a signed sum that can cancel to rounding noise.
+double relative_difference(const Tensor& got, const Tensor& want, double floor, std::string* problem) {
+  if (got.shape != want.shape) {
+    *problem = "shape differs";
+    return INFINITY;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < want.numel(); ++i) {
+    if (!std::isfinite(got.data[i]) || !std::isfinite(want.data[i])) *problem = "not finite at " + std::to_string(i);
+    worst = std::max(worst, std::fabs(got.data[i] - want.data[i]));
+  }
+  const double scale = std::max(max_abs(want.data), floor);
+  return scale == 0 ? (worst == 0 ? 0 : INFINITY) : worst / scale;
+}
+
+struct Coverage {
+  int cases = 0, softcap = 0, gqa = 0, dims_differ = 0, dlse = 0, masked = 0, nonzero_stored = 0;
+  double worst = 0;
+  std::string worst_where;
+};
+
+void compare(const Case& c, Coverage& cov) {
+  const Inputs in = generate_inputs(c);
+  const Problem p = full_problem(c, in);
+  const Forward ref = reference_forward(p);
+  const ErrorTerms want = reference_error_terms(p, ref, in.d_out, in.d_lse);
+  const ErrorTerms got = cuda_error_terms(p, ref, in.d_out, in.d_lse);
+  for (Output o : kOutputs) {
+    const TermTensors &g = got[o], &w = want[o];
+    EXPECT_EQ(g.length, w.length) << to_string(o);
+    const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> parts[] = {
+        {"operand", {&g.operand, &w.operand}}, {"stored", {&g.stored, &w.stored}}, {"score", {&g.score, &w.score}},
+        {"via_op", {&g.via_op, &w.via_op}},    {"via_st", {&g.via_st, &w.via_st}}, {"via_acc", {&g.via_acc, &w.via_acc}},
+        {"via_sc", {&g.via_sc, &w.via_sc}}};
+    for (const auto& [part, tensors] : parts) {
+      std::string problem;
+      // `stored` sums signed per-head partials (dS^T Q, P^T dO): where dS is rounding noise
+      // (near-constant V, no dLSE) so is the partial; its terms are bounded by the operand's.
+      const double floor = std::string(part) == "stored" ? max_abs(w.operand.data) : 0.0;
+      const double rel = relative_difference(*tensors.first, *tensors.second, floor, &problem);
+      const std::string where = std::string(to_string(o)) + "." + part;
+      EXPECT_TRUE(problem.empty()) << where << ": " << problem << "\n" << write_case(c);
+      EXPECT_LE(rel, kTolerance) << where << " differs from oracles/error_terms.cpp\n" << write_case(c);
+      if (rel > cov.worst) cov.worst = rel, cov.worst_where = where;
+    }
+  }
+  ++cov.cases;
+  cov.softcap += c.softcap.has_value();
+  cov.gqa += c.shape.group() > 1;
+  cov.dims_differ += c.shape.head_dim_qk != c.shape.head_dim_v;
+  cov.dlse += c.d_lse.kind != ValueDist::Kind::zero;
+  cov.masked += c.mask.kind != MaskExpr::Kind::all;
+  cov.nonzero_stored += max_abs(want[Output::dK].stored.data) > 0;
+}
+
+void print(const Coverage& cov) {
+  std::cout << "  " << cov.cases << " cases: softcap " << cov.softcap << ", GQA/MQA " << cov.gqa << ", Dqk != Dv " << cov.dims_differ
+            << ", dLSE " << cov.dlse << ", masked " << cov.masked << "; worst " << cov.worst << " (" << cov.worst_where << ")\n";
+}
+
+TEST(GpuErrorTerms, MatchTheCpuTermsOnRandomCases) {
+  REQUIRE_GPU();
+  RandomCaseOptions opt;
+  opt.max_seq = 160;
+  opt.max_dim = 80;
+  opt.max_group = 4;
+  Coverage cov;
+  for (uint64_t i = 0; i < 80; ++i) compare(random_case(9'300'000 + i, opt), cov);
+  print(cov);
+  // The draw must reach what the formulas branch on.
+  EXPECT_GE(cov.softcap, 5);
+  EXPECT_GE(cov.gqa, 10);
+  EXPECT_GE(cov.dims_differ, 10);
+  EXPECT_GE(cov.dlse, 10);
+  EXPECT_GE(cov.masked, 20);
+  EXPECT_GE(cov.nonzero_stored, 10);
+}
+
+// Several 64 x 64 tiles, whole groups across a chunk, a softcap, Dqk != Dv, fully masked rows.
+TEST(GpuErrorTerms, MatchTheCpuTermsAcrossTiles) {
+  REQUIRE_GPU();
+  Coverage cov;
+  Case c;
+  c.seed = 31;
+  c.dtype = DType::bf16;
+  c.shape = {2, 8, 2, 200, 150, 96, 40};  // Sq > Skv, bottom-right: the first rows see no key
+  c.mask = MaskExpr::causal_mask(Align::bottom_right);
+  c.softcap = 5.0;
+  c.d_lse = ValueDist{};
+  compare(c, cov);
+  c.seed = 32;
+  c.shape = {1, 4, 4, 257, 130, 128, 128};
+  c.mask = MaskExpr::causal_mask(Align::top_left);
+  c.softcap.reset();
+  compare(c, cov);
+  print(cov);
+}
+
+}  // namespace
+}  // namespace attnfuzz
