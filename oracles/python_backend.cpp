@@ -229,6 +229,15 @@ class PythonBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_python_backend(const std::string& spec) { return std::make_unique<PythonBackend>(parse_adapter_spec(spec)); }
+std::unique_ptr<Backend> make_python_backend(const std::string& spec) {
+  const AdapterSpec parsed = parse_adapter_spec(spec);
+  try {
+    return std::make_unique<PythonBackend>(parsed);
+  } catch (const std::runtime_error& e) {
+    // A worker that cannot start, an adapter that cannot load, another protocol: the user's
+    // backend name is wrong for this machine, as with a plugin that cannot load (exit 2).
+    throw std::invalid_argument(e.what());
+  }
+}
 
 }  // namespace attnfuzz

@@ -21,8 +21,8 @@
 
 namespace attnfuzz {
 
-// spec: the part after "py:". Throws std::invalid_argument for a malformed spec and
-// std::runtime_error (with the reason) when the worker cannot start or speaks another protocol.
+// spec: the part after "py:". Throws std::invalid_argument, with the reason, for a malformed
+// spec, a worker that cannot start, an adapter that cannot load, or another protocol version.
 std::unique_ptr<Backend> make_python_backend(const std::string& spec);
 
 }  // namespace attnfuzz
