@@ -28,10 +28,11 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? std::string(v) : fallback;
 }
 
-double call_timeout_s() {
-  const char* v = std::getenv("ATTNFUZZ_PY_TIMEOUT_S");
+// Seconds one request may take (a first torch.compile included); start-up (imports) has its own.
+double seconds_from_env(const char* name, double fallback) {
+  const char* v = std::getenv(name);
   const double t = v ? std::atof(v) : 0.0;
-  return t > 0 ? t : 300.0;
+  return t > 0 ? t : fallback;
 }
 
 bool is_dir(const std::string& p) {
@@ -189,7 +190,8 @@ class PythonBackend final : public Backend {
 
   nlohmann::json exchange(const nlohmann::json& req, const std::string& what, bool hello) {
     const std::string who = hello ? "python backend 'py:" + spec_.text + "'" : name();
-    const auto reply = worker_->request(req.dump(), call_timeout_s());
+    const auto reply = worker_->request(req.dump(), hello ? seconds_from_env("ATTNFUZZ_PY_START_TIMEOUT_S", 300)
+                                                          : seconds_from_env("ATTNFUZZ_PY_TIMEOUT_S", 300));
     using S = WorkerProcess::Reply::Status;
     if (reply.status != S::ok) {
       std::string msg = who + ": the Python worker " + (reply.status == S::timed_out ? "hung" : "died") + " during " + what + " (" +

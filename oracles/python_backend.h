@@ -9,7 +9,8 @@
 // dLSE and masked-row flags, supports with a reason.
 //
 // A Python exception is an error of the call, with the traceback's last lines. A crash or a
-// hang of the Python process (ATTNFUZZ_PY_TIMEOUT_S, 300 s by default) is an error naming how it
+// hang of the Python process (ATTNFUZZ_PY_TIMEOUT_S per call, ATTNFUZZ_PY_START_TIMEOUT_S for the
+// start-up; 300 s each by default) is an error naming how it
 // ended; the worker is restarted for the next call. Inside a campaign the error is a finding.
 //
 // Which Python: ATTNFUZZ_PYTHON, else the venv ci/setup.sh made (.deps/pyenv), else python3.
