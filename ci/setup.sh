@@ -68,7 +68,7 @@ fi
 # CUDA libraries: import torch loads them even on a CPU) from PyPI; the torch wheel itself comes
 # from .deps/wheels when the step above left it there.
 JAX_VERSION=${ATTNFUZZ_JAX_VERSION:-0.10.2}
-NUMPY_VERSION=${ATTNFUZZ_NUMPY_VERSION:-2.4.6}
+NUMPY_VERSION=${ATTNFUZZ_NUMPY_VERSION:-2.3.5}  # 2.4 breaks Triton 3.6's interpreter (the Triton adapter's CPU test)
 stamp="$deps/pyenv/.attnfuzz-pyenv-$TORCH_VERSION-$JAX_VERSION-$NUMPY_VERSION"
 if [ ! -f "$stamp" ]; then
   echo "setup: creating the Python env of the py: backends (torch $TORCH_VERSION, jax $JAX_VERSION CPU) in $deps/pyenv"

@@ -21,7 +21,7 @@ sys.exit(0 if "```python\n" + code + "```" in doc else 1)
 PY
 
 py=attnfuzz_py.adapters
-correct="py:$py.minimal:Minimal,py:$py.flex:FlexEager,py:$py.sdpa:Sdpa?kernel=math,py:$py.sdpa:Sdpa?kernel=flash,py:$py.jax_sdpa:JaxSdpa"
+correct="py:$py.minimal:Minimal,py:$py.flex:FlexEager,py:$py.sdpa:Sdpa?kernel=math,py:$py.sdpa:Sdpa?kernel=flash,py:$py.jax_sdpa:JaxSdpa,py:$py.triton_flash:TritonFlash?device=cpu"
 # 2. No false alarm: the bundled cases and generated toy cases (masks, GQA, layouts, dtypes, softcap).
 "$bin" generate --seed 7 --count 3 --tier toy --out "$work/cases" >/dev/null || fail "generate"
 for c in "$src/corpus/seed-flex-lse-merge.json" "$src/corpus/gqa-bf16-kv-split.json" "$work"/cases/*.json; do
@@ -29,7 +29,16 @@ for c in "$src/corpus/seed-flex-lse-merge.json" "$src/corpus/gqa-bf16-kv-split.j
   rc=$?
   [ $rc = 0 ] || { fail "correct adapters on $(basename "$c"): exit $rc"; grep -E "FAIL|error|finding" "$work/out.txt" | head -5; }
   grep -q "py.flex_eager .* ok " "$work/out.txt" || fail "flex_eager did not run on $(basename "$c")"
+  cp "$work/out.txt" "$work/correct-$(basename "$c" .json).txt"
 done
+
+# The Triton example kernel ran (interpreted; fp32 and fp16) on the seed case, JAX where installed.
+grep -q "py.triton_flash.interpreted .*dK .* ok " "$work/correct-seed-flex-lse-merge.txt" || fail "the Triton adapter did not run on the seed case"
+if "$ATTNFUZZ_PYTHON" -c "import jax" 2>/dev/null; then
+  grep -q "py.jax.xla .*dQ .* ok " "$work/correct-seed-flex-lse-merge.txt" || fail "the JAX adapter did not run on the seed case"
+else
+  echo "note: no JAX in $ATTNFUZZ_PYTHON: the JAX adapter declined every case (visibly)"
+fi
 
 # 3. Planted bugs are flagged, faults are clear errors.
 expect() {  # expect ADAPTER EXIT_CODE PATTERN [env...]
