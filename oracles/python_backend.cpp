@@ -1,7 +1,9 @@
 #include "oracles/python_backend.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,10 +42,24 @@ bool is_dir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// execve does not search PATH: a bare name ("python3") is looked up here, as a shell would.
+std::string resolve_program(const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) return name;
+  const std::string path = env_or("PATH", "/usr/local/bin:/usr/bin:/bin");
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find(':', start), path.size());
+    const std::string candidate = path.substr(start, end - start) + "/" + name;
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return name;  // not found: the start-up fails and says which interpreter it tried
+}
+
 // The interpreter runs a tiny bootstrap: the package directory first on sys.path (the user's
 // PYTHONPATH and the current directory still follow, for their own adapters), then the worker.
 std::vector<std::string> worker_argv(const AdapterSpec& spec, const std::string& shm_path) {
-  const std::string python = env_or("ATTNFUZZ_PYTHON", ATTNFUZZ_PYTHON_DEFAULT);
+  const std::string python = resolve_program(env_or("ATTNFUZZ_PYTHON", ATTNFUZZ_PYTHON_DEFAULT));
   const std::string pkg = env_or("ATTNFUZZ_PY_PACKAGE_DIR", ATTNFUZZ_PY_PACKAGE_DIR);
   if (pkg.empty() || !is_dir(pkg + "/attnfuzz_py"))
     throw std::runtime_error("python backend 'py:" + spec.text + "': no attnfuzz_py package in '" + pkg +

@@ -140,6 +140,8 @@ class FlexCompiled(FlexEager):
         """Runs fn with the eager-fallback warning watched; time goes to compile_s or run_s."""
         from torch._dynamo.utils import counters
         graphs = counters["stats"]["unique_graphs"]
+        # FlexAttention warns once per process; forget that it did, so every eager run shows.
+        getattr(fa, "_WARNINGS_SHOWN", set()).discard("flex_attention_performance")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t0 = time.perf_counter()
