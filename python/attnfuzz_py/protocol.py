@@ -75,7 +75,7 @@ class Channel:
             view = view[n:]
 
 
-_NUMPY_TYPES = {"fp32": np.float32, "fp16": np.float16, "u8": np.uint8, "bf16": np.uint16}
+_DTYPES = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "u8": np.dtype(np.uint8), "bf16": np.dtype(np.uint16)}
 
 
 class SharedMemory:
@@ -90,15 +90,16 @@ class SharedMemory:
         if size > self._size:
             # The old mapping is dropped, not closed: views of it may still be alive.
             self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self._bytes = np.frombuffer(self._map, np.uint8)  # views of an array are cheaper than of the mmap
             self._size = size
 
     def view(self, desc) -> np.ndarray:
         """A zero-copy numpy view of one tensor: {offset, dtype, shape, strides}.
 
         bf16 is viewed as uint16 bits (numpy has no bfloat16); see tensors.as_torch."""
-        dt = np.dtype(_NUMPY_TYPES[desc["dtype"]])
-        strides = tuple(s * dt.itemsize for s in desc["strides"])
-        shape = tuple(desc["shape"])
-        if any(n == 0 for n in shape):
+        dt = _DTYPES[desc["dtype"]]
+        shape = desc["shape"]
+        if 0 in shape:
             return np.zeros(shape, dt)
-        return np.ndarray(shape, dt, buffer=self._map, offset=desc["offset"], strides=strides)
+        n = dt.itemsize
+        return np.ndarray(shape, dt, buffer=self._bytes, offset=desc["offset"], strides=[s * n for s in desc["strides"]])
