@@ -53,7 +53,17 @@ void BM_Backward(benchmark::State& st) {
   for (auto _ : st) benchmark::DoNotOptimize(b.backward(p, f, in.d_out, in.d_lse));
 }
 
+// The floor of a bridge call: one small request and its reply (supports), no tensor.
+void BM_SupportsRoundTrip(benchmark::State& st) {
+  const Case c = bench_case(false);
+  const Inputs in = generate_inputs(c);
+  const Problem p = full_problem(c, in);
+  Backend& b = backend(true);
+  for (auto _ : st) benchmark::DoNotOptimize(b.unsupported_reason(p));
+}
+
 }  // namespace
 
+BENCHMARK(BM_SupportsRoundTrip)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Forward)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"python", "large"})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Backward)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"python", "large"})->Unit(benchmark::kMillisecond);
