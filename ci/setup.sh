@@ -8,6 +8,9 @@
 #   LibTorch:        the C++ part of the PyPI `torch` wheel (pinned to the GPU machine's 2.11.0),
 #                    unpacked into .deps/torch. The wheel's libtorch_cpu.so needs libcudart and
 #                    libcupti at load time even on the CPU: their PyPI wheels go to .deps/nvidia.
+#   Python env:      .deps/pyenv, a venv for the py: backends (docs/python-backends.md): torch
+#                    for Python from the same 2.11.0 wheel (kept in .deps/wheels, downloaded once
+#                    for both), numpy, and JAX for the CPU, all pinned.
 #   cuDNN frontend:  the header-only C++ graph API from the PyPI `nvidia-cudnn-frontend` wheel
 #                    (the `cudnn` backend, ATTNFUZZ_WITH_CUDA builds), its include/ unpacked into
 #                    .deps/cudnn_frontend/include. cuDNN itself comes with the CUDA install.
@@ -18,7 +21,7 @@ TORCH_VERSION=${ATTNFUZZ_TORCH_VERSION:-2.11.0}
 CUDNN_FRONTEND_VERSION=${ATTNFUZZ_CUDNN_FRONTEND_VERSION:-1.32.0}
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
-pkgs=(build-essential cmake ninja-build git unzip python3 python3-pip
+pkgs=(build-essential cmake ninja-build git unzip python3 python3-pip python3-venv
       librapidcheck-dev libeigen3-dev libcli11-dev nlohmann-json3-dev libfmt-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev chromium time python3
       slurmctld slurmd slurm-client munge)
@@ -34,8 +37,8 @@ mkdir -p "$deps"
 stamp="$deps/torch/.attnfuzz-torch-$TORCH_VERSION"
 if [ ! -f "$stamp" ]; then
   echo "setup: fetching LibTorch $TORCH_VERSION from the PyPI torch wheel (about 530 MB)"
-  dl=$(mktemp -d)
-  trap 'rm -rf "$dl"' EXIT
+  dl="$deps/wheels"  # kept: the Python env below installs the same torch wheel
+  mkdir -p "$dl"
   pip_cmd=(python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$dl")
   "${pip_cmd[@]}" "torch==$TORCH_VERSION"
   "${pip_cmd[@]}" "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cupti==13.0.*"
@@ -63,4 +66,19 @@ if [ ! -f "$stamp" ]; then
   rm -rf "$fe_dl"
   touch "$stamp"
 fi
-echo "setup: ready (LibTorch $TORCH_VERSION in $deps/torch, cuDNN frontend $CUDNN_FRONTEND_VERSION in $deps/cudnn_frontend)"
+# The py: backends' Python (docs/python-backends.md). pip resolves torch's own dependencies (its
+# CUDA libraries: import torch loads them even on a CPU) from PyPI; the torch wheel itself comes
+# from .deps/wheels when the step above left it there.
+JAX_VERSION=${ATTNFUZZ_JAX_VERSION:-0.10.2}
+NUMPY_VERSION=${ATTNFUZZ_NUMPY_VERSION:-2.3.5}  # 2.4 breaks Triton 3.6's interpreter (the Triton adapter's CPU test)
+stamp="$deps/pyenv/.attnfuzz-pyenv-$TORCH_VERSION-$JAX_VERSION-$NUMPY_VERSION"
+if [ ! -f "$stamp" ]; then
+  echo "setup: creating the Python env of the py: backends (torch $TORCH_VERSION, jax $JAX_VERSION CPU) in $deps/pyenv"
+  rm -rf "$deps/pyenv"
+  python3 -m venv "$deps/pyenv"
+  mkdir -p "$deps/wheels"
+  "$deps/pyenv/bin/python" -m pip install --quiet --find-links "$deps/wheels" \
+    "torch==$TORCH_VERSION" "numpy==$NUMPY_VERSION" "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION"
+  touch "$stamp"
+fi
+echo "setup: ready (LibTorch $TORCH_VERSION in $deps/torch, cuDNN frontend $CUDNN_FRONTEND_VERSION in $deps/cudnn_frontend, Python env in $deps/pyenv)"

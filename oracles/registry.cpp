@@ -13,6 +13,7 @@
 #include "oracles/error_terms.h"
 #include "oracles/plugin.h"
 #include "oracles/plugin_cuda.h"
+#include "oracles/python_backend.h"
 #include "oracles/reference.h"
 #if ATTNFUZZ_HAVE_TORCH
 #include "oracles/torch_oracle.h"
@@ -160,6 +161,7 @@ std::vector<BackendInfo> list_backends() {
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name.rfind("plugin:", 0) == 0) return load_plugin(name.substr(7));
+  if (name.rfind("py:", 0) == 0) return make_python_backend(name.substr(3));  // docs/python-backends.md
   std::string known;
   for (const auto& e : entries()) {
     known += (known.empty() ? "" : ", ") + e.name;
@@ -168,7 +170,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
     if (!e.available(&why)) throw std::runtime_error("backend '" + name + "' is not available here: " + why);
     return e.make();
   }
-  throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ", or plugin:/path/lib.so)");
+  throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ", or plugin:/path/lib.so, or py:MODULE:CLASS)");
 }
 
 std::vector<Backend*> BackendSet::pointers() const {

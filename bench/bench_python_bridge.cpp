@@ -1,0 +1,69 @@
+// The Python bridge's cost per backend call (docs/python-backends.md, "Speed"): the same
+// no-op kernel in process (bench/noop_plugin.c, a plugin) and through the bridge
+// (bench/noop_adapter.py, py:noop_adapter:NoOp), forward and backward, at a toy size and a
+// large one. Both paths convert each tensor once each way (float64 <-> the case dtype at its
+// layout); the bridge adds the request, the worker's views and its one copy of each result.
+//   build/cpu/bench/bench_python_bridge
+#include <benchmark/benchmark.h>
+#include <stdlib.h>
+
+#include <memory>
+#include <string>
+
+#include "harness/inputs.h"
+#include "oracles/registry.h"
+
+namespace {
+
+using namespace attnfuzz;
+
+Case bench_case(bool large) {
+  Case c;
+  c.seed = 1;
+  c.dtype = large ? DType::bf16 : DType::f32;
+  c.shape = large ? Shape{1, 8, 8, 2048, 2048, 128, 128} : Shape{1, 1, 1, 16, 16, 16, 16};
+  c.mask = MaskExpr::causal_mask(Align::top_left);
+  c.d_lse = ValueDist{};
+  return c;
+}
+
+Backend& backend(bool python) {
+  static std::unique_ptr<Backend> plugin = make_backend(std::string("plugin:") + ATTNFUZZ_NOOP_PLUGIN);
+  static std::unique_ptr<Backend> bridge = [] {
+    ::setenv("PYTHONPATH", ATTNFUZZ_BENCH_DIR, 1);
+    return make_backend("py:noop_adapter:NoOp");
+  }();
+  return python ? *bridge : *plugin;
+}
+
+void BM_Forward(benchmark::State& st) {
+  const Case c = bench_case(st.range(1) != 0);
+  const Inputs in = generate_inputs(c);
+  const Problem p = full_problem(c, in);
+  Backend& b = backend(st.range(0) != 0);
+  for (auto _ : st) benchmark::DoNotOptimize(b.forward(p));
+}
+
+void BM_Backward(benchmark::State& st) {
+  const Case c = bench_case(st.range(1) != 0);
+  const Inputs in = generate_inputs(c);
+  const Problem p = full_problem(c, in);
+  Backend& b = backend(st.range(0) != 0);
+  const Forward f = b.forward(p);
+  for (auto _ : st) benchmark::DoNotOptimize(b.backward(p, f, in.d_out, in.d_lse));
+}
+
+// The floor of a bridge call: one small request and its reply (supports), no tensor.
+void BM_SupportsRoundTrip(benchmark::State& st) {
+  const Case c = bench_case(false);
+  const Inputs in = generate_inputs(c);
+  const Problem p = full_problem(c, in);
+  Backend& b = backend(true);
+  for (auto _ : st) benchmark::DoNotOptimize(b.unsupported_reason(p));
+}
+
+}  // namespace
+
+BENCHMARK(BM_SupportsRoundTrip)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Forward)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"python", "large"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Backward)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"python", "large"})->Unit(benchmark::kMillisecond);

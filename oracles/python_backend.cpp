@@ -1,0 +1,262 @@
+#include "oracles/python_backend.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <stdexcept>
+
+#include "harness/worker.h"
+#include "oracles/python_bridge_protocol.h"
+#include "oracles/shared_tensors.h"
+
+#ifndef ATTNFUZZ_PYTHON_DEFAULT
+#define ATTNFUZZ_PYTHON_DEFAULT "python3"
+#endif
+#ifndef ATTNFUZZ_PY_PACKAGE_DIR
+#define ATTNFUZZ_PY_PACKAGE_DIR ""
+#endif
+
+namespace attnfuzz {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// Seconds one request may take (a first torch.compile included); start-up (imports) has its own.
+double seconds_from_env(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  const double t = v ? std::atof(v) : 0.0;
+  return t > 0 ? t : fallback;
+}
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// execve does not search PATH: a bare name ("python3") is looked up here, as a shell would.
+std::string resolve_program(const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) return name;
+  const std::string path = env_or("PATH", "/usr/local/bin:/usr/bin:/bin");
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find(':', start), path.size());
+    const std::string candidate = path.substr(start, end - start) + "/" + name;
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return name;  // not found: the start-up fails and says which interpreter it tried
+}
+
+// The interpreter runs a tiny bootstrap: the package directory first on sys.path (the user's
+// PYTHONPATH and the current directory still follow, for their own adapters), then the worker.
+std::vector<std::string> worker_argv(const AdapterSpec& spec, const std::string& shm_path) {
+  const std::string python = resolve_program(env_or("ATTNFUZZ_PYTHON", ATTNFUZZ_PYTHON_DEFAULT));
+  const std::string pkg = env_or("ATTNFUZZ_PY_PACKAGE_DIR", ATTNFUZZ_PY_PACKAGE_DIR);
+  if (pkg.empty() || !is_dir(pkg + "/attnfuzz_py"))
+    throw std::runtime_error("python backend 'py:" + spec.text + "': no attnfuzz_py package in '" + pkg +
+                             "' (set ATTNFUZZ_PY_PACKAGE_DIR to the repository's python/ folder)");
+  return {python, "-u", "-X", "faulthandler", "-c",
+          "import sys; sys.path.insert(0, sys.argv[1]); from attnfuzz_py.worker import main; main(sys.argv[2:])", pkg, shm_path};
+}
+
+class PythonBackend final : public Backend {
+ public:
+  explicit PythonBackend(AdapterSpec spec) : spec_(std::move(spec)) {
+    worker_.emplace(worker_argv(spec_, arena_.path_for_peer()), std::vector<std::string>{});
+    hello();
+  }
+  ~PythonBackend() override {
+    if (stats_.count("compile_s") || stats_.count("fallbacks")) {
+      std::string line;
+      for (const auto& [k, v] : stats_) line += " " + k + "=" + std::to_string(v);
+      std::fprintf(stderr, "%s: stats%s\n", name().c_str(), line.c_str());
+    }
+  }
+
+  std::string name() const override { return "py." + info_.value("name", spec_.cls); }
+  std::string version() const override { return info_.value("version", ""); }
+  std::string device() const override { return info_.value("device", "cpu"); }
+  std::optional<Contract> contract(DType d) const override {
+    auto it = contracts_.find(d);
+    return it == contracts_.end() ? std::nullopt : std::optional<Contract>(it->second);
+  }
+  bool masked_rows_zero() const override { return info_.value("masked_rows_zero", true); }
+  bool returns_lse() const override { return info_.value("returns_lse", true); }
+  bool backward_takes_dlse() const override { return info_.value("backward_takes_dlse", true); }
+
+  std::optional<std::string> unsupported_reason(const Problem& p) const override {
+    if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the adapter's contract";
+    auto req = bridge_request("supports");
+    req["problem"] = problem_json(p);
+    const auto r = const_cast<PythonBackend*>(this)->call(req, "supports");
+    if (r.contains("reason") && r["reason"].is_string()) return r["reason"].get<std::string>();
+    return std::nullopt;
+  }
+
+  Forward forward(const Problem& p) override {
+    using R = TensorRole;
+    const ShmType dt = shm_type(p.dtype);
+    ShmLayout mem(arena_);
+    const ShmTensor q = mem.add("q", R::q, place(p.layouts, R::q, p.shape), dt);
+    const ShmTensor k = mem.add("k", R::k, place(p.layouts, R::k, p.shape), dt);
+    const ShmTensor v = mem.add("v", R::v, place(p.layouts, R::v, p.shape), dt);
+    const ShmTensor o = mem.add("o", R::o, place(p.layouts, R::o, p.shape), dt);
+    const ShmTensor lse = mem.add("lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
+    const ShmTensor mask = add_mask(mem, p);
+    shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
+    shm_poison(arena_, o), shm_poison(arena_, lse);
+    copy_mask(mask, p);
+    auto req = bridge_request("forward");
+    req["problem"] = problem_json(p);
+    req["tensors"] = tensors_json(mem);
+    req["shm_size"] = arena_.size();
+    add_stats(call(req, "forward"));
+    Forward f;
+    f.o = shm_load(arena_, o, &f.unwritten["O"]);
+    // Without returns_lse the LSE is not compared (harness/backend.h): not read back either.
+    f.lse = returns_lse() ? shm_load(arena_, lse, &f.unwritten["LSE"]) : Tensor({p.shape.batch, p.shape.heads_q, p.shape.seq_q});
+    return f;
+  }
+
+  Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override {
+    using R = TensorRole;
+    const ShmType dt = shm_type(p.dtype);
+    ShmLayout mem(arena_);
+    const ShmTensor q = mem.add("q", R::q, place(p.layouts, R::q, p.shape), dt);
+    const ShmTensor k = mem.add("k", R::k, place(p.layouts, R::k, p.shape), dt);
+    const ShmTensor v = mem.add("v", R::v, place(p.layouts, R::v, p.shape), dt);
+    const ShmTensor o = mem.add("o", R::o, place(p.layouts, R::o, p.shape), dt);
+    const ShmTensor lse = mem.add("lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
+    const ShmTensor d_o = mem.add("d_out", R::d_out, place(p.layouts, R::d_out, p.shape), dt);
+    std::optional<ShmTensor> g;  // dLSE, laid out as LSE; only for adapters that honour it (as in the C ABI)
+    if (backward_takes_dlse()) g = mem.add("d_lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
+    const ShmTensor dq = mem.add("d_q", R::d_q, place(p.layouts, R::d_q, p.shape), dt);
+    const ShmTensor dk = mem.add("d_k", R::d_k, place(p.layouts, R::d_k, p.shape), dt);
+    const ShmTensor dv = mem.add("d_v", R::d_v, place(p.layouts, R::d_v, p.shape), dt);
+    const ShmTensor mask = add_mask(mem, p);
+    shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
+    shm_store(arena_, o, fwd.o), shm_store(arena_, lse, fwd.lse), shm_store(arena_, d_o, d_out);
+    if (g) shm_store(arena_, *g, d_lse);
+    shm_poison(arena_, dq), shm_poison(arena_, dk), shm_poison(arena_, dv);
+    copy_mask(mask, p);
+    auto req = bridge_request("backward");
+    req["problem"] = problem_json(p);
+    req["tensors"] = tensors_json(mem);
+    req["shm_size"] = arena_.size();
+    add_stats(call(req, "backward"));
+    Gradients out;
+    out.dq = shm_load(arena_, dq, &out.unwritten["dQ"]);
+    out.dk = shm_load(arena_, dk, &out.unwritten["dK"]);
+    out.dv = shm_load(arena_, dv, &out.unwritten["dV"]);
+    return out;
+  }
+
+ private:
+  static ShmType shm_type(DType d) { return d == DType::f32 ? ShmType::f32 : d == DType::f16 ? ShmType::f16 : ShmType::bf16; }
+
+  // The dense mask, [B][Hq][Sq][Skv] contiguous bytes (1 = visible).
+  static ShmTensor add_mask(ShmLayout& mem, const Problem& p) {
+    Placement pl;
+    pl.ndim = 4;
+    pl.sizes = {p.shape.batch, p.shape.heads_q, p.shape.seq_q, p.shape.seq_kv};
+    pl.strides = {p.shape.heads_q * p.shape.seq_q * p.shape.seq_kv, p.shape.seq_q * p.shape.seq_kv, p.shape.seq_kv, 1};
+    pl.extent = static_cast<int64_t>(p.mask.size());
+    pl.buffer = TensorRole::q;
+    return mem.add("mask", TensorRole::q, pl, ShmType::u8);
+  }
+  void copy_mask(const ShmTensor& m, const Problem& p) {
+    if (!p.mask.empty()) std::memcpy(arena_.at(m.buffer), p.mask.data(), p.mask.size());
+  }
+
+  void hello() {
+    auto req = bridge_request("hello");
+    req["module"] = spec_.module;
+    req["class"] = spec_.cls;
+    req["options"] = spec_.options;
+    const auto r = exchange(req, "start-up", /*hello=*/true);
+    const int theirs = r.value("protocol", -1);
+    if (theirs != kPythonBridgeProtocol)
+      throw std::runtime_error("python backend 'py:" + spec_.text + "': its attnfuzz_py speaks bridge protocol " + std::to_string(theirs) +
+                               ", this attnfuzz speaks " + std::to_string(kPythonBridgeProtocol) +
+                               " (use the python/ package of the same attnfuzz checkout)");
+    info_ = r;
+    contracts_.clear();
+    for (auto it = r["contracts"].begin(); it != r["contracts"].end(); ++it) {
+      const auto c = contract_from_string(it.value().get<std::string>());
+      if (!c) throw std::runtime_error("python backend 'py:" + spec_.text + "': unknown contract '" + it.value().get<std::string>() + "'");
+      contracts_[dtype_from_string(it.key())] = *c;
+    }
+    hello_pid_ = worker_->pid();
+  }
+
+  // One request; a worker restarted after a crash is greeted again first.
+  nlohmann::json call(nlohmann::json& req, const std::string& what) {
+    if (worker_->pid() != hello_pid_) hello();
+    return exchange(req, what, false);
+  }
+
+  nlohmann::json exchange(const nlohmann::json& req, const std::string& what, bool hello) {
+    const std::string who = hello ? "python backend 'py:" + spec_.text + "'" : name();
+    const auto reply = worker_->request(req.dump(), hello ? seconds_from_env("ATTNFUZZ_PY_START_TIMEOUT_S", 300)
+                                                          : seconds_from_env("ATTNFUZZ_PY_TIMEOUT_S", 300));
+    using S = WorkerProcess::Reply::Status;
+    if (reply.status != S::ok) {
+      std::string msg = who + ": the Python worker " + (reply.status == S::timed_out ? "hung" : "died") + " during " + what + " (" +
+                        reply.detail + ")";
+      if (hello && reply.detail.find("status 127") != std::string::npos)
+        msg += "; is the interpreter '" + env_or("ATTNFUZZ_PYTHON", ATTNFUZZ_PYTHON_DEFAULT) + "' there (ATTNFUZZ_PYTHON)?";
+      throw std::runtime_error(msg);
+    }
+    nlohmann::json r;
+    try {
+      r = nlohmann::json::parse(reply.body);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(who + ": malformed reply to " + what + ": " + e.what());
+    }
+    if (!r.value("ok", false)) {
+      std::string msg = who + ": " + what + " failed in Python: " + r.value("error", std::string("no message"));
+      const std::string tb = r.value("traceback", std::string());
+      if (!tb.empty()) msg += "\n" + tb;
+      throw std::runtime_error(msg);
+    }
+    return r;
+  }
+
+  void add_stats(const nlohmann::json& r) {
+    if (!r.contains("stats") || !r["stats"].is_object()) return;
+    for (auto it = r["stats"].begin(); it != r["stats"].end(); ++it)
+      if (it.value().is_number()) stats_[it.key()] += it.value().get<double>();
+  }
+
+  AdapterSpec spec_;
+  SharedArena arena_;
+  std::optional<WorkerProcess> worker_;
+  pid_t hello_pid_ = -1;
+  nlohmann::json info_;
+  std::map<DType, Contract> contracts_;
+  std::map<std::string, double> stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_python_backend(const std::string& spec) {
+  const AdapterSpec parsed = parse_adapter_spec(spec);
+  try {
+    return std::make_unique<PythonBackend>(parsed);
+  } catch (const std::runtime_error& e) {
+    // A worker that cannot start, an adapter that cannot load, another protocol: the user's
+    // backend name is wrong for this machine, as with a plugin that cannot load (exit 2).
+    throw std::invalid_argument(e.what());
+  }
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,86 @@
+"""The adapter base class: what a Python kernel implements to be tested by attnfuzz.
+
+An adapter declares what the C plugin ABI's af_plugin declares (docs/plugins.md) and computes
+one attention call forward (O, LSE) or backward (dQ, dK, dV), on tensors in the logical
+[B][H][S][D] order ([B][H][S] for LSE and dLSE), as DESIGN.md's formulas say.
+"""
+import numpy as np
+
+
+class Problem:
+    """One attention call (the C ABI's af_problem).
+
+    batch, heads_q, heads_kv, seq_q, seq_kv, head_dim_qk, head_dim_v: the shape of this call
+    dtype: "fp32", "fp16" or "bf16" (of Q, K, V, dO, O, dQ, dK, dV; LSE and dLSE are float32)
+    scale: the softmax scale; softcap: None or c (S = c * tanh(S / c))
+    mask_expr: the case's mask expression (dict), in full_seq_q x full_seq_kv coordinates,
+      evaluated at (q + q_offset, kv + kv_offset) and and-ed with `restrictions` (bands)
+    mask: the same mask materialized, numpy uint8 [B][Hq][Sq][Skv], 1 = visible
+      (None in supports(), which sees the problem without tensors)
+    """
+
+    def __init__(self, fields: dict, mask=None):
+        self.__dict__.update(fields)
+        self.mask_expr = fields["mask"]
+        self.mask = mask
+
+    @property
+    def group(self):
+        """Query heads per kv head (GQA): query head h reads kv head h // group."""
+        return self.heads_q // self.heads_kv
+
+    def mask_mod(self, device="cpu"):
+        """The mask as a FlexAttention mask_mod in this call's coordinates (None: all visible)."""
+        from .masks import mask_mod_for
+        return mask_mod_for(self, device)
+
+    def dense_mask(self, device="cpu"):
+        """The harness's dense mask as a torch bool tensor [B][Hq][Sq][Skv] on `device`."""
+        import torch
+        return torch.from_numpy(np.ascontiguousarray(self.mask)).to(device=device, dtype=torch.bool)
+
+    def torch_dtype(self):
+        import torch
+        return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[self.dtype]
+
+
+class Adapter:
+    """Subclass it, set the declarations, implement forward and backward.
+
+    Tensors arrive as torch tensors (tensors = "torch") on `device`, or as numpy arrays
+    (tensors = "numpy"; bf16 as ml_dtypes.bfloat16 where that package is there). They are
+    zero-copy views of attnfuzz's shared memory on the CPU (on CUDA, one copy with the same
+    strides): any strides, offsets and packed views the case asks for. Never write to them.
+    Return results in the logical shapes; attnfuzz rounds them to the case dtype (LSE to float32).
+    """
+
+    name = "unnamed"          # the backend is called py.<name>
+    version = ""
+    device = "cpu"            # "cpu" or "cuda"
+    tensors = "torch"         # or "numpy"
+    # Numerics contract per supported dtype: fp64, fp32, tf32, fp16, bf16 (docs/plugins.md).
+    contracts = {"fp32": "fp32"}
+    backward_takes_dlse = True   # backward honours d_lse (else it gets None and attnfuzz adds the term)
+    masked_rows_zero = True      # fully masked rows: O = 0, LSE = -inf, zero gradients
+    returns_lse = True           # forward returns the LSE (else return None for it)
+
+    def __init__(self, **options):
+        """Options come from the backend name: py:MODULE:CLASS?key=value&... (strings)."""
+        if options:
+            raise ValueError(f"{type(self).__name__} takes no options, got {sorted(options)}")
+
+    def supports(self, p: Problem):
+        """None when this adapter can run p, else the reason (a string). p.mask is None here."""
+        return None
+
+    def forward(self, p: Problem, q, k, v):
+        """Returns (O [B][Hq][Sq][Dv], LSE [B][Hq][Sq] natural log, or None without returns_lse)."""
+        raise NotImplementedError
+
+    def backward(self, p: Problem, q, k, v, o, lse, d_o, d_lse):
+        """Returns (dQ, dK, dV). d_lse is None unless backward_takes_dlse."""
+        raise NotImplementedError
+
+    def stats(self):
+        """Numbers to add up over the run (compile seconds, say); reported by attnfuzz at exit."""
+        return {}

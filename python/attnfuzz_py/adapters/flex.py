@@ -1,0 +1,173 @@
+"""FlexAttention (torch.nn.attention.flex_attention) as attnfuzz backends: eager and compiled.
+
+    py:attnfuzz_py.adapters.flex:FlexEager[?device=cuda]
+    py:attnfuzz_py.adapters.flex:FlexCompiled[?device=cuda]
+
+The case's mask expression becomes a mask_mod (attnfuzz_py.masks) and a BlockMask; a softcap
+becomes a score_mod; GQA uses enable_gqa; the LSE comes from return_aux=AuxRequest(lse=True).
+The backward is autograd through flex_attention with grad_outputs (dO, dLSE): the gradient
+that flows into the LSE is exactly what the FlexAttention seed bug mishandled.
+
+On the CPU (torch 2.11): flex_attention refuses inputs that require grad ("does not support
+backward on CPU"), but its eager implementation has a device-generic dense backward, the same
+one CUDA eager runs. FlexEager lifts that one guard for its backward (and says so in its
+version string). torch.compile(flex_attention) on the CPU runs inference only and returns no
+LSE, so FlexCompiled declines the CPU with that reason.
+
+Recompiles: torch.compile specializes on every new shape, dtype and mask, and after its recompile
+limit (8) silently falls back to eager. FlexCompiled raises the limits to 2^20 (static shapes,
+so each shape is compiled for itself, as users get by default), makes hitting a limit an error
+(fail_on_recompile_limit_hit), compiles with fullgraph=True (a graph break is an error), and
+watches every call for FlexAttention's "called without torch.compile()" warning: a fallback is
+reported as an error of the call, never tested as "compiled". Compile time (calls that compiled)
+is counted apart from run time, in stats().
+"""
+import contextlib
+import time
+import warnings
+
+import torch
+import torch.nn.attention.flex_attention as fa
+
+from attnfuzz_py import Adapter
+from attnfuzz_py.masks import contains_random, dense_from_mask_mod
+
+_EAGER_WARNING = "flex_attention called without torch.compile"
+_SELF_CHECK_LIMIT = 1 << 22  # mask elements up to which the mask_mod is checked against the dense mask
+
+
+@contextlib.contextmanager
+def _cpu_backward_allowed():
+    """Lifts flex_attention's "no backward on CPU" guard, and nothing else it checks."""
+    original = fa._validate_device
+
+    def validate(query, key, value):
+        if query.device.type != "cpu":
+            original(query, key, value)
+    fa._validate_device = validate
+    try:
+        yield
+    finally:
+        fa._validate_device = original
+
+
+class FlexEager(Adapter):
+    name = "flex_eager"
+    contracts = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
+    backward_takes_dlse = True
+    masked_rows_zero = True
+
+    def __init__(self, device=None):
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.name = type(self).name + (".cuda" if self.device == "cuda" else "")
+        self.version = f"torch {torch.__version__}" + (", eager dense backward on CPU" if self.device == "cpu" else "")
+        self._fn = fa.flex_attention
+
+    def supports(self, p):
+        if self.device == "cuda" and not torch.cuda.is_available():
+            return "no CUDA device visible to this Python"
+        if min(p.seq_q, p.seq_kv, p.batch) == 0:
+            return "FlexAttention needs at least one query and one key"
+        return None
+
+    def _block_mask(self, p):
+        mask_mod = p.mask_mod(self.device)
+        if p.mask is not None and p.mask.size <= _SELF_CHECK_LIMIT:
+            got = dense_from_mask_mod(mask_mod, p.batch, p.heads_q, p.seq_q, p.seq_kv, self.device).cpu().numpy()
+            if (got != p.mask.astype(bool)).any():
+                raise RuntimeError("attnfuzz_py.masks: the mask_mod disagrees with the harness's dense mask (a bridge bug)")
+        if mask_mod is None:
+            return None
+        per_head = contains_random(p.mask_expr)
+        return fa.create_block_mask(mask_mod, p.batch if per_head else None, p.heads_q if per_head else None,
+                                    p.seq_q, p.seq_kv, device=self.device)
+
+    def _attend(self, p, q, k, v):
+        score_mod = None
+        if p.softcap is not None:
+            c = p.softcap
+
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return c * torch.tanh(score / c)
+        out, aux = self._call(self._fn, q, k, v, score_mod=score_mod, block_mask=self._block_mask(p), scale=p.scale,
+                              enable_gqa=p.group > 1, return_aux=fa.AuxRequest(lse=True))
+        return out, aux.lse
+
+    def _call(self, fn, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    def forward(self, p, q, k, v):
+        with torch.no_grad():
+            return self._attend(p, q, k, v)
+
+    def backward(self, p, q, k, v, o, lse, d_o, d_lse):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        guard = _cpu_backward_allowed() if self.device == "cpu" else contextlib.nullcontext()
+        with guard:
+            out, out_lse = self._attend(p, q, k, v)
+        return self._grad([out, out_lse], [q, k, v], [d_o.to(out.dtype), d_lse.to(out_lse.dtype)])
+
+    def _grad(self, outputs, inputs, grads):
+        return torch.autograd.grad(outputs, inputs, grads, allow_unused=True)
+
+
+def _raise_compile_limits():
+    cfg = torch._dynamo.config
+    for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(cfg, knob):
+            setattr(cfg, knob, 1 << 20)
+    if hasattr(cfg, "fail_on_recompile_limit_hit"):
+        cfg.fail_on_recompile_limit_hit = True
+
+
+class FlexCompiled(FlexEager):
+    name = "flex_compiled"
+
+    def __init__(self, device=None):
+        super().__init__(device)
+        self.version = f"torch {torch.__version__}, torch.compile(fullgraph, static shapes, recompile limit 2^20)"
+        _raise_compile_limits()
+        self._fn = torch.compile(fa.flex_attention, fullgraph=True, dynamic=False)
+        self._stats = {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}
+        self._backward_seen = set()
+
+    def supports(self, p):
+        if self.device == "cpu":
+            return "torch.compile(flex_attention) on CPU runs inference only, without LSE (torch 2.11): use device=cuda"
+        return super().supports(p)
+
+    def _timed(self, compiled_if, fn):
+        """Runs fn with the eager-fallback warning watched; time goes to compile_s or run_s."""
+        from torch._dynamo.utils import counters
+        graphs = counters["stats"]["unique_graphs"]
+        # FlexAttention warns once per process; forget that it did, so every eager run shows.
+        getattr(fa, "_WARNINGS_SHOWN", set()).discard("flex_attention_performance")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t0 = time.perf_counter()
+            out = fn()
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+        if any(_EAGER_WARNING in str(w.message) for w in caught):
+            self._stats["fallbacks"] += 1
+            raise RuntimeError("torch.compile(flex_attention) fell back to eager: this call did not test the compiled kernel")
+        compiled = counters["stats"]["unique_graphs"] > graphs or compiled_if
+        self._stats["compiles" if compiled else "run_s"] += 1 if compiled else dt
+        if compiled:
+            self._stats["compile_s"] += dt
+        return out
+
+    def _call(self, fn, *args, **kwargs):
+        return self._timed(False, lambda: fn(*args, **kwargs))
+
+    def _grad(self, outputs, inputs, grads):
+        # The backward graph is compiled on the first backward of each forward graph.
+        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
+        first = key not in self._backward_seen
+        self._backward_seen.add(key)
+        return self._timed(first, lambda: torch.autograd.grad(outputs, inputs, grads, allow_unused=True))
+
+    def stats(self):
+        out, self._stats = self._stats, {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}
+        return out

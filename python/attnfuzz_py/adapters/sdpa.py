@@ -1,0 +1,61 @@
+"""torch.nn.functional.scaled_dot_product_attention with one kernel forced, from Python: a
+parity check against the LibTorch C++ backends (torch.sdpa.*, oracles/torch_sdpa*.cpp).
+
+    py:attnfuzz_py.adapters.sdpa:Sdpa?kernel=math|flash|efficient|cudnn[&device=cuda]
+
+Like the C++ backends: the mask as an additive float mask (0 visible, -inf masked), no LSE from
+the public API, backward through autograd from dO only (no dLSE), and for the flash kernel K and
+V repeated per group (dK, dV summed back by autograd); fully masked rows follow the convention
+with the math kernel only. On the CPU, math and flash exist.
+"""
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from attnfuzz_py import Adapter
+
+_KERNELS = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+class Sdpa(Adapter):
+    contracts = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
+    returns_lse = False
+    backward_takes_dlse = False
+
+    def __init__(self, kernel="math", device="cpu"):
+        if kernel not in _KERNELS:
+            raise ValueError(f"kernel must be one of {sorted(_KERNELS)}, got '{kernel}'")
+        self.kernel, self.device = kernel, device
+        self.name = f"sdpa.{kernel}" + (".cuda" if device == "cuda" else "")
+        self.version = f"torch {torch.__version__}"
+        self.masked_rows_zero = kernel == "math"
+
+    def supports(self, p):
+        if self.device == "cuda" and not torch.cuda.is_available():
+            return "no CUDA device visible to this Python"
+        if self.device == "cpu" and self.kernel in ("efficient", "cudnn"):
+            return f"the {self.kernel} kernel runs on CUDA only"
+        if p.softcap is not None:
+            return "SDPA has no softcap"
+        if self.kernel == "flash" and p.head_dim_qk != p.head_dim_v:
+            return "the flash kernel needs Dqk == Dv"
+        return None
+
+    def _attend(self, p, q, k, v):
+        mask = torch.zeros(p.mask.shape, dtype=q.dtype, device=q.device).masked_fill(~p.dense_mask(q.device), float("-inf"))
+        gqa = p.group > 1
+        if gqa and self.kernel != "math":
+            k, v = k.repeat_interleave(p.group, 1), v.repeat_interleave(p.group, 1)
+            gqa = False
+        with sdpa_kernel([_KERNELS[self.kernel]]):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=p.scale, enable_gqa=gqa)
+
+    def forward(self, p, q, k, v):
+        with torch.no_grad():
+            return self._attend(p, q, k, v), None
+
+    def backward(self, p, q, k, v, o, lse, d_o, d_lse):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        out = self._attend(p, q, k, v)
+        return torch.autograd.grad([out], [q, k, v], [d_o.to(out.dtype)], allow_unused=True)

@@ -1,0 +1,45 @@
+"""Shared-memory views to the tensors an adapter receives, and its results back into them."""
+import numpy as np
+
+
+def as_torch(view: np.ndarray, dtype: str):
+    """A zero-copy torch view of a numpy view of the shared memory (bf16 from its uint16 bits)."""
+    import torch
+    t = torch.from_numpy(view) if view.size else torch.from_numpy(np.ascontiguousarray(view))
+    return t.view(torch.bfloat16) if dtype == "bf16" else t
+
+
+def as_numpy(view: np.ndarray, dtype: str):
+    """The numpy view itself; bf16 as ml_dtypes.bfloat16 (zero-copy) where that package is there."""
+    if dtype != "bf16":
+        return view
+    try:
+        import ml_dtypes
+    except ImportError as e:
+        raise RuntimeError("bf16 tensors in numpy need the ml_dtypes package") from e
+    return view.view(ml_dtypes.bfloat16)
+
+
+def to_device(t, device: str):
+    """The tensor on `device` with the same strides (one copy), so kernels still see the
+    case's layout there; on the CPU, the view itself."""
+    if device == "cpu":
+        return t
+    import torch
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+    out.copy_(t)
+    return out
+
+
+def write_result(view: np.ndarray, dtype: str, result, what: str, framework: str):
+    """Copies a result into its shared-memory view: one copy, rounding to the view's dtype."""
+    shape = tuple(view.shape)
+    got = tuple(getattr(result, "shape", ()))
+    if got != shape:
+        raise ValueError(f"{what} has shape {list(got)}, expected {list(shape)}")
+    if view.size == 0:
+        return
+    if framework == "torch" and not isinstance(result, np.ndarray):
+        as_torch(view, dtype).copy_(result.detach())
+    else:
+        np.copyto(as_numpy(view, dtype), np.asarray(result), casting="unsafe")

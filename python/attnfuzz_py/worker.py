@@ -1,0 +1,114 @@
+"""The Python worker behind a py: backend (oracles/python_backend.h): started once by attnfuzz,
+it loads one adapter and answers hello, supports, forward and backward until attnfuzz closes
+the pipe. An exception is answered as an error with the traceback's last lines; the worker
+goes on with the next request.
+"""
+import importlib
+import json
+import platform
+import sys
+import time
+import traceback
+
+from . import protocol
+from .adapter import Adapter, Problem
+from .tensors import as_numpy, as_torch, to_device, write_result
+
+_TRACEBACK_LINES = 12
+
+
+class _Worker:
+    def __init__(self, shm_path):
+        self.shm = protocol.SharedMemory(shm_path)
+        self.adapter = None
+
+    def hello(self, r):
+        module = importlib.import_module(r["module"])
+        cls = getattr(module, r["class"], None)
+        if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+            raise TypeError(f"{r['module']}:{r['class']} is not an attnfuzz_py.Adapter subclass")
+        a = cls(**r.get("options", {}))
+        self.adapter = a
+        # Read at reply time: the number this package really speaks.
+        return {"protocol": protocol.PROTOCOL_VERSION, "name": a.name, "version": a.version or "",
+                "device": a.device, "contracts": dict(a.contracts), "backward_takes_dlse": bool(a.backward_takes_dlse),
+                "masked_rows_zero": bool(a.masked_rows_zero), "returns_lse": bool(a.returns_lse),
+                "python": platform.python_version()}
+
+    def _inputs(self, r, names):
+        self.shm.ensure(r["shm_size"])
+        views = {n: self.shm.view(d) for n, d in r["tensors"].items()}
+        p = Problem(r["problem"], views.get("mask"))
+        a = self.adapter
+        dtypes = {n: d["dtype"] for n, d in r["tensors"].items()}
+
+        def convert(n):
+            if n not in views:
+                return None
+            if a.tensors == "numpy":
+                return as_numpy(views[n], dtypes[n])
+            return to_device(as_torch(views[n], dtypes[n]), a.device)
+        return p, views, dtypes, [convert(n) for n in names]
+
+    def _write(self, views, dtypes, outputs):
+        for name, value in outputs:
+            write_result(views[name], dtypes[name], value, f"{self.adapter.name}: {name}", self.adapter.tensors)
+
+    def forward(self, r):
+        p, views, dtypes, (q, k, v) = self._inputs(r, ["q", "k", "v"])
+        o, lse = self.adapter.forward(p, q, k, v)
+        if lse is None and self.adapter.returns_lse:
+            raise ValueError("forward returned no LSE, but the adapter declares returns_lse")
+        self._write(views, dtypes, [("o", o)] + ([("lse", lse)] if lse is not None else []))
+        return {}
+
+    def backward(self, r):
+        names = ["q", "k", "v", "o", "lse", "d_out", "d_lse"]
+        p, views, dtypes, ins = self._inputs(r, names)
+        dq, dk, dv = self.adapter.backward(p, *ins)
+        self._write(views, dtypes, [("d_q", dq), ("d_k", dk), ("d_v", dv)])
+        return {}
+
+    def handle(self, r):
+        if r.get("protocol") != protocol.PROTOCOL_VERSION:
+            raise RuntimeError(f"attnfuzz speaks bridge protocol {r.get('protocol')}, this attnfuzz_py speaks "
+                               f"{protocol.PROTOCOL_VERSION}")
+        op = r["op"]
+        if op == "hello":
+            return self.hello(r)
+        if self.adapter is None:
+            raise RuntimeError(f"'{op}' before hello")
+        if op == "supports":
+            reason = self.adapter.supports(Problem(r["problem"]))
+            return {"reason": None if reason is None else str(reason)}
+        if op in ("forward", "backward"):
+            t0 = time.perf_counter()
+            out = getattr(self, op)(r)
+            stats = {"python_s": time.perf_counter() - t0}
+            stats.update(self.adapter.stats() or {})
+            out["stats"] = stats
+            return out
+        raise ValueError(f"unknown request '{op}'")
+
+
+def _error(e):
+    lines = traceback.format_exception(type(e), e, e.__traceback__)
+    text = "".join(lines).rstrip().splitlines()
+    return {"ok": False, "protocol": protocol.PROTOCOL_VERSION, "error": f"{type(e).__name__}: {e}".splitlines()[0][:2000],
+            "traceback": "\n".join(text[-_TRACEBACK_LINES:])}
+
+
+def main(argv):
+    channel = protocol.Channel()
+    worker = _Worker(argv[0])
+    while True:
+        req = channel.next_request()
+        if req is None:
+            return
+        try:
+            reply = worker.handle(json.loads(req))
+            reply["ok"] = True
+        except Exception as e:  # noqa: BLE001 - every error goes back to attnfuzz
+            reply = _error(e)
+        sys.stdout.flush()
+        channel.reply(json.dumps(reply).encode())

@@ -1,0 +1,71 @@
+"""Adapters with planted faults, for tests/python_bridge_test.sh: each must be caught."""
+import os
+import time
+
+import torch
+
+import attnfuzz_py.protocol
+from attnfuzz_py.adapters.minimal import Minimal
+
+
+class ScaledO(Minimal):
+    """O off by 10%: a forward bug."""
+    name = "scaled_o"
+
+    def forward(self, p, q, k, v):
+        o, lse = super().forward(p, q, k, v)
+        return 1.1 * o, lse
+
+
+class IgnoresDlse(Minimal):
+    """Declares backward_takes_dlse but drops dLSE: the FlexAttention seed bug."""
+    name = "ignores_dlse"
+
+    def backward(self, p, q, k, v, o, lse, d_o, d_lse):
+        return super().backward(p, q, k, v, o, lse, d_o, torch.zeros_like(d_lse))
+
+
+class Raises(Minimal):
+    name = "raises"
+
+    def forward(self, p, q, k, v):
+        raise ValueError("planted error in forward")
+
+
+class Crashes(Minimal):
+    name = "crashes"
+
+    def forward(self, p, q, k, v):
+        os.abort()
+
+
+class Hangs(Minimal):
+    name = "hangs"
+
+    def forward(self, p, q, k, v):
+        time.sleep(3600)
+
+
+class WrongShape(Minimal):
+    """Returns O in the wrong shape: refused, never written past."""
+    name = "wrong_shape"
+
+    def forward(self, p, q, k, v):
+        o, lse = super().forward(p, q, k, v)
+        return o[:, :, :-1], lse
+
+
+class Declines(Minimal):
+    name = "declines"
+
+    def supports(self, p):
+        return "planted: declines every problem"
+
+
+# A package of another protocol version: attnfuzz must refuse it at start-up.
+class OtherProtocol(Minimal):
+    name = "other_protocol"
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        attnfuzz_py.protocol.PROTOCOL_VERSION = 999
