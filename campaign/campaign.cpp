@@ -20,7 +20,7 @@
 #include "harness/inputs.h"
 #include "harness/json_input.h"
 #include "campaign/minimize.h"
-#include "campaign/worker.h"
+#include "harness/worker.h"
 #include "campaign/worker_protocol.h"
 
 namespace attnfuzz {

@@ -1,6 +1,6 @@
 #pragma once
 // Campaigns: a time- or count-budgeted loop over generated cases, each run in an isolated
-// worker process (campaign/worker.h), findings deduplicated by signature and recorded
+// worker process (harness/worker.h), findings deduplicated by signature and recorded
 // atomically, progress on the terminal, resumable after a kill, sharded deterministically.
 #include <cstdint>
 #include <functional>
@@ -13,7 +13,7 @@
 #include "campaign/coverage.h"
 #include "campaign/known.h"
 #include "campaign/minimize.h"
-#include "campaign/worker.h"
+#include "harness/worker.h"
 #include "campaign/repro.h"
 
 namespace attnfuzz {

@@ -1,8 +1,8 @@
 #pragma once
 // The worker protocol, both halves: the typed messages a campaign (or `replay`, or the
 // isolated minimizer) exchanges with an isolated worker process, their encoding, the
-// client's call and the server's loop. The bytes travel in frames (campaign/worker_frame.h)
-// over the pipes of campaign/worker.h.
+// client's call and the server's loop. The bytes travel in frames (harness/worker_frame.h)
+// over the pipes of harness/worker.h.
 //
 //   request  {"op": "probe"}                                  load every backend, say which
 //            {"op": "run", "case": {...}, "determinism": b}   the differential of one case
@@ -19,7 +19,7 @@
 
 #include "campaign/coverage.h"
 #include "campaign/repro.h"
-#include "campaign/worker.h"
+#include "harness/worker.h"
 #include "harness/backend.h"
 #include "harness/case.h"
 #include "harness/oracle_set.h"

@@ -13,7 +13,7 @@
 #include "harness/errors.h"
 #include "campaign/campaign.h"
 #include "campaign/minimize.h"
-#include "campaign/worker.h"
+#include "harness/worker.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {

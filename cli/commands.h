@@ -21,7 +21,7 @@ inline constexpr int kExitInternal = 3;
 inline constexpr int kExitUntested = 4;
 
 void add_run_command(CLI::App& app, int& exit_code);
-// How to start this binary as an isolated worker running these backends (campaign/worker.h).
+// How to start this binary as an isolated worker running these backends (harness/worker.h).
 std::vector<std::string> worker_argv(const std::vector<std::string>& backends);
 // Re-runs a recorded finding for the report's pictures.
 std::optional<ErrorProfile> finding_profile(const Reproducer& r);

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "campaign/worker_frame.h"
+#include "harness/worker_frame.h"
 
 namespace attnfuzz {
 namespace {

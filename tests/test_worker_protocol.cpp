@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "campaign/worker_frame.h"
+#include "harness/worker_frame.h"
 #include "campaign/worker_protocol.h"
 #include "oracles/reference.h"
 #include "oracles/registry.h"

@@ -1,5 +1,5 @@
 #pragma once
-// The framing of the worker protocol (campaign/worker.h, campaign/worker_protocol.h). A backend runs inside the worker
+// The framing of the worker protocol (harness/worker.h, campaign/worker_protocol.h). A backend runs inside the worker
 // and may write anything to any descriptor it finds, so every message is a frame that
 // garbage cannot imitate by accident:
 //

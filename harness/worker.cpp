@@ -1,4 +1,4 @@
-#include "campaign/worker.h"
+#include "harness/worker.h"
 
 #include <fcntl.h>
 #include <poll.h>

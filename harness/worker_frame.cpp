@@ -1,4 +1,4 @@
-#include "campaign/worker_frame.h"
+#include "harness/worker_frame.h"
 
 #include <cstdio>
 
