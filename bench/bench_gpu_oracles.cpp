@@ -120,8 +120,9 @@ void bench_case(int64_t heads, int64_t seq, bool causal, int reps, int64_t eigen
   const double eigen_ms = ms_since(t0);
   const Forward gf = ref64.forward(sp);
   const Gradients gg = ref64.backward(sp, gf, sin.d_out, sin.d_lse);
-  std::printf("  Eigen reference forward + backward, %lld head(s) %9.2f ms  -> %.1f s for all %lld heads\n", static_cast<long long>(eigen_heads),
-              eigen_ms, eigen_ms * static_cast<double>(heads) / static_cast<double>(eigen_heads) / 1000.0, static_cast<long long>(heads));
+  std::printf("  Eigen reference forward + backward, %lld head(s) %9.2f ms  -> %.1f s for all %lld heads\n",
+              static_cast<long long>(eigen_heads), eigen_ms,
+              eigen_ms * static_cast<double>(heads) / static_cast<double>(eigen_heads) / 1000.0, static_cast<long long>(heads));
   std::printf("  cuda.reference64 vs Eigen (max |diff| / max |ref|): O %.2e  LSE %.2e  dQ %.2e  dK %.2e  dV %.2e\n", rel_diff(gf.o, ef.o),
               rel_diff(gf.lse, ef.lse), rel_diff(gg.dq, eg.dq), rel_diff(gg.dk, eg.dk), rel_diff(gg.dv, eg.dv));
   if (seq > 2048) return;  // the CPU terms take minutes a head there
@@ -133,9 +134,10 @@ void bench_case(int64_t heads, int64_t seq, bool causal, int reps, int64_t eigen
   for (Output o : kOutputs)
     for (auto part : {&TermTensors::operand, &TermTensors::score, &TermTensors::stored})
       if (!(o == Output::O && part == &TermTensors::score)) worst = std::max(worst, rel_diff(gpu_terms[o].*part, cpu_terms[o].*part));
-  std::printf("  error terms on the CPU (oracles/error_terms.cpp), %lld head(s) %9.2f ms -> %.1f s for all heads; GPU vs CPU max rel. %.2e\n",
-              static_cast<long long>(eigen_heads), cpu_terms_ms, cpu_terms_ms * static_cast<double>(heads) / static_cast<double>(eigen_heads) / 1000.0,
-              worst);
+  std::printf(
+      "  error terms on the CPU (oracles/error_terms.cpp), %lld head(s) %9.2f ms -> %.1f s for all heads; GPU vs CPU max rel. %.2e\n",
+      static_cast<long long>(eigen_heads), cpu_terms_ms,
+      cpu_terms_ms * static_cast<double>(heads) / static_cast<double>(eigen_heads) / 1000.0, worst);
 }
 
 }  // namespace
@@ -146,9 +148,12 @@ int main(int argc, char** argv) {
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (a == "--eigen-heads" && i + 1 < argc) eigen_heads = std::atoll(argv[++i]);
-    else if (a == "--quick") quick = true;
+    if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (a == "--eigen-heads" && i + 1 < argc)
+      eigen_heads = std::atoll(argv[++i]);
+    else if (a == "--quick")
+      quick = true;
     else {
       std::fprintf(stderr, "usage: %s [--reps N] [--eigen-heads N] [--quick]\n", argv[0]);
       return 2;

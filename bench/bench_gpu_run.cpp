@@ -85,11 +85,16 @@ int main(int argc, char** argv) {
   bool determinism = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--backends" && i + 1 < argc) names = split(argv[++i]);
-    else if (a == "--oracle-device" && i + 1 < argc) device = argv[++i];
-    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (a == "--no-determinism-check") determinism = false;
-    else if (case_path.empty() && a[0] != '-') case_path = a;
+    if (a == "--backends" && i + 1 < argc)
+      names = split(argv[++i]);
+    else if (a == "--oracle-device" && i + 1 < argc)
+      device = argv[++i];
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (a == "--no-determinism-check")
+      determinism = false;
+    else if (case_path.empty() && a[0] != '-')
+      case_path = a;
     else {
       std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check]\n", argv[0]);
       return 2;
@@ -147,10 +152,11 @@ int main(int argc, char** argv) {
     const double total = ms_since(t0);
     double accounted = inputs_ms;
     for (const auto& [k, v] : ledger()) accounted += v;
-    std::printf("%s total %8.1f ms: inputs+mask %6.1f, reference %6.1f, error terms %6.1f, baselines %6.1f, backends %6.1f, "
-                "other host work %6.1f; %zu finding(s)\n",
-                r == 0 ? "first" : "warm ", total, inputs_ms, ledger()["reference"], ledger()["error terms"], ledger()["baselines"],
-                ledger()["backends"], total - accounted, rep.findings.size());
+    std::printf(
+        "%s total %8.1f ms: inputs+mask %6.1f, reference %6.1f, error terms %6.1f, baselines %6.1f, backends %6.1f, "
+        "other host work %6.1f; %zu finding(s)\n",
+        r == 0 ? "first" : "warm ", total, inputs_ms, ledger()["reference"], ledger()["error terms"], ledger()["baselines"],
+        ledger()["backends"], total - accounted, rep.findings.size());
   }
   return 0;
 }

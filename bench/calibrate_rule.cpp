@@ -30,15 +30,24 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     const std::string a = argv[i];
-    if (a == "--cases") cases = std::stoull(next());
-    else if (a == "--seed") seed = std::stoull(next());
-    else if (a == "--max-seq") rc.max_seq = std::stoll(next());
-    else if (a == "--max-dim") rc.max_dim = std::stoll(next());
-    else if (a == "--backends") backends_arg = next();
-    else if (a == "--dtype") rc.dtypes = {dtype_from_string(next())};
-    else if (a == "--verbose") verbose = true;
+    if (a == "--cases")
+      cases = std::stoull(next());
+    else if (a == "--seed")
+      seed = std::stoull(next());
+    else if (a == "--max-seq")
+      rc.max_seq = std::stoll(next());
+    else if (a == "--max-dim")
+      rc.max_dim = std::stoll(next());
+    else if (a == "--backends")
+      backends_arg = next();
+    else if (a == "--dtype")
+      rc.dtypes = {dtype_from_string(next())};
+    else if (a == "--verbose")
+      verbose = true;
     else {
-      std::fprintf(stderr, "usage: bench_calibrate_rule [--cases N] [--seed S] [--max-seq N] [--max-dim N] [--dtype D] --backends a,b [--verbose]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_calibrate_rule [--cases N] [--seed S] [--max-seq N] [--max-dim N] [--dtype D] --backends a,b [--verbose]\n");
       return 2;
     }
   }
@@ -52,7 +61,7 @@ int main(int argc, char** argv) {
   const OracleSet oracles = default_oracles();
   DiffOptions opt;
   opt.check_determinism = false;
-  std::map<std::string, double> margin;                     // granularity -> max ratio/limit
+  std::map<std::string, double> margin;                         // granularity -> max ratio/limit
   std::map<std::string, std::pair<double, std::string>> worst;  // granularity -> (margin, where)
   uint64_t with_findings = 0, runs = 0;
   for (uint64_t n = 0; n < cases; ++n) {
@@ -71,8 +80,9 @@ int main(int argc, char** argv) {
     }
     if (!r.findings.empty()) {
       ++with_findings;
-      for (const auto& f : r.findings) std::printf("finding (case seed %llu): %s  %s\n", static_cast<unsigned long long>(seed * 1000003 + n),
-                                                   f.signature.to_string().c_str(), f.detail.c_str());
+      for (const auto& f : r.findings)
+        std::printf("finding (case seed %llu): %s  %s\n", static_cast<unsigned long long>(seed * 1000003 + n),
+                    f.signature.to_string().c_str(), f.detail.c_str());
       if (verbose) std::printf("%s\n", write_case(c).c_str());
     }
   }

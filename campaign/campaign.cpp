@@ -13,15 +13,15 @@
 #include <set>
 #include <thread>
 
-#include "harness/case_json.h"
 #include "campaign/dir_lock.h"
 #include "campaign/finding_store.h"
+#include "campaign/minimize.h"
+#include "campaign/worker_protocol.h"
+#include "harness/case_json.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/json_input.h"
-#include "campaign/minimize.h"
 #include "harness/worker.h"
-#include "campaign/worker_protocol.h"
 
 namespace attnfuzz {
 namespace fs = std::filesystem;
@@ -135,15 +135,19 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
     Reproducer d = death_finding(c, call, index, o.backends);
     if (coverage) {
       const std::string why = to_string(d.finding.signature.cls) + ": " + call.detail;
-      if (call.last_progress.empty()) coverage->add_case_error("the worker died before running any backend: " + why);
-      else coverage->add_case({{call.last_progress, Signature::kNoComposition, Outcome::errored, why}});
+      if (call.last_progress.empty())
+        coverage->add_case_error("the worker died before running any backend: " + why);
+      else
+        coverage->add_case({{call.last_progress, Signature::kNoComposition, Outcome::errored, why}});
     }
     return {d};
   }
   const WorkerReply& reply = call.reply;
   if (coverage) {
-    if (reply.error) coverage->add_case_error(*reply.error);
-    else coverage->add_case(reply.runs);
+    if (reply.error)
+      coverage->add_case_error(*reply.error);
+    else
+      coverage->add_case(reply.runs);
   }
   if (reply.restart) w.restart();
   if (!reply.environment.empty()) {
@@ -183,7 +187,8 @@ std::string rate_line(uint64_t cases, double secs, const CampaignOptions& o, uin
                       const Coverage& coverage) {
   char left[64];
   if (o.budget_cases)  // a count budget (check): what is left is cases
-    std::snprintf(left, sizeof left, "%llu cases left", static_cast<unsigned long long>(o.budget_cases > next_k ? o.budget_cases - next_k : 0));
+    std::snprintf(left, sizeof left, "%llu cases left",
+                  static_cast<unsigned long long>(o.budget_cases > next_k ? o.budget_cases - next_k : 0));
   else
     std::snprintf(left, sizeof left, "%.0f s left", std::max(0.0, o.budget_seconds - secs));
   char buf[256];
@@ -220,8 +225,9 @@ std::vector<std::string> probe_backends(const CampaignOptions& o) {
   const WorkerCall call = call_worker(proc, probe, std::max(60.0, 2 * o.timeout_seconds));
   if (call.malformed_reply) throw BackendLoadError(one_line("loading the backends: " + call.detail));
   if (call.status != WorkerProcess::Reply::Status::ok)
-    throw BackendLoadError(one_line("loading " + (call.last_progress.empty() ? std::string("the backends") : call.last_progress) +
-                                    (call.status == WorkerProcess::Reply::Status::timed_out ? " hung" : " killed the worker: " + call.detail)));
+    throw BackendLoadError(
+        one_line("loading " + (call.last_progress.empty() ? std::string("the backends") : call.last_progress) +
+                 (call.status == WorkerProcess::Reply::Status::timed_out ? " hung" : " killed the worker: " + call.detail)));
   if (call.reply.error) throw BackendLoadError(one_line(*call.reply.error));
   return call.reply.backends;
 }
@@ -311,8 +317,10 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           const bool determinism = o.determinism_every <= 1 || g % static_cast<uint64_t>(o.determinism_every) == 0;
           std::map<std::string, uint64_t> case_known;
           for (const auto& r : run_case(proc, c, static_cast<int64_t>(g), determinism, o, &case_coverage)) {
-            if (const KnownDeviation* known = o.known.covering(r)) ++case_known[known->id];
-            else store.record(r);
+            if (const KnownDeviation* known = o.known.covering(r))
+              ++case_known[known->id];
+            else
+              store.record(r);
           }
           {
             std::lock_guard<std::mutex> lock(flight_m);
@@ -347,8 +355,8 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
       coverage = coverage_now(completed_prefix());
     }
     const double secs = elapsed();
-    const bool finished = (o.budget_cases && next_k.load() >= o.budget_cases && completed_prefix() >= o.budget_cases) ||
-                          secs >= o.budget_seconds || stop;
+    const bool finished =
+        (o.budget_cases && next_k.load() >= o.budget_cases && completed_prefix() >= o.budget_cases) || secs >= o.budget_seconds || stop;
     if (!o.quiet && (tty || secs - last_line >= 5.0)) {
       const std::string line = rate_line(done.load(), secs, o, next_k.load(), store.by_class(), coverage);
       std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line.c_str());
@@ -362,7 +370,8 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   CampaignSummary s;
   s.coverage = checkpoint();
   if (!o.quiet)
-    std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n", rate_line(done.load(), elapsed(), o, next_k.load(), store.by_class(), s.coverage).c_str());
+    std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n",
+                 rate_line(done.load(), elapsed(), o, next_k.load(), store.by_class(), s.coverage).c_str());
 
   s.cases = done.load();
   s.next_index = completed_prefix();

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "harness/case.h"
 #include "campaign/coverage.h"
 #include "campaign/known.h"
 #include "campaign/minimize.h"
-#include "harness/worker.h"
 #include "campaign/repro.h"
+#include "harness/case.h"
+#include "harness/worker.h"
 
 namespace attnfuzz {
 
@@ -79,7 +79,9 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
 Judge isolated_judge(WorkerProcess& w, const CampaignOptions& opt, bool check_determinism, double timeout_seconds);
 Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& opt, ShrinkReport* report = nullptr);
 // The global index of the k-th case of a shard.
-inline uint64_t global_case_index(uint64_t k, int shard, int shards) { return k * static_cast<uint64_t>(shards) + static_cast<uint64_t>(shard); }
+inline uint64_t global_case_index(uint64_t k, int shard, int shards) {
+  return k * static_cast<uint64_t>(shards) + static_cast<uint64_t>(shard);
+}
 
 // Summary as JSON (sorted, no timestamps: two identical runs give identical bytes).
 std::string summary_json(const CampaignSummary& s, const CampaignOptions& opt);

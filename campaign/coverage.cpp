@@ -24,14 +24,18 @@ json counts_json(const CoverageCounts& c, size_t top) {
   std::vector<std::pair<std::string, ReasonCount>> v;
   uint64_t other = 0;  // reasons beyond the top ones, here or in a summary read back
   for (const auto& [k, rc] : c.reasons) {
-    if (k == kOtherReasons) other += rc.count;
-    else v.emplace_back(k, rc);
+    if (k == kOtherReasons)
+      other += rc.count;
+    else
+      v.emplace_back(k, rc);
   }
   std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.count > b.second.count; });
   json reasons = json::array();
   for (size_t i = 0; i < v.size(); ++i) {
-    if (i < top) reasons.push_back({{"reason", v[i].first}, {"count", v[i].second.count}, {"example", v[i].second.example}});
-    else other += v[i].second.count;
+    if (i < top)
+      reasons.push_back({{"reason", v[i].first}, {"count", v[i].second.count}, {"example", v[i].second.example}});
+    else
+      other += v[i].second.count;
   }
   if (other) reasons.push_back({{"reason", kOtherReasons}, {"count", other}, {"example", ""}});
   j["reasons"] = reasons;
@@ -55,9 +59,12 @@ CoverageCounts counts_from_json(const json& j) {
 
 const char* to_string(Outcome o) {
   switch (o) {
-    case Outcome::ran: return "ran";
-    case Outcome::skipped: return "skipped";
-    case Outcome::errored: return "errored";
+    case Outcome::ran:
+      return "ran";
+    case Outcome::skipped:
+      return "skipped";
+    case Outcome::errored:
+      return "errored";
   }
   return "?";
 }
@@ -123,9 +130,15 @@ std::string reason_group(const std::string& reason) {
 
 void CoverageCounts::add(Outcome o, const std::string& reason) {
   switch (o) {
-    case Outcome::ran: ++ran; return;
-    case Outcome::skipped: ++skipped; break;
-    case Outcome::errored: ++errored; break;
+    case Outcome::ran:
+      ++ran;
+      return;
+    case Outcome::skipped:
+      ++skipped;
+      break;
+    case Outcome::errored:
+      ++errored;
+      break;
   }
   const std::string full = reason.empty() ? "(no reason given)" : reason.substr(0, reason.find('\n')).substr(0, 400);
   ReasonCount& rc = reasons[reason_group(full)];
@@ -154,8 +167,10 @@ void Coverage::add_case(const std::vector<RunOutcome>& runs) {
     by_composition_[r.backend][r.composition].add(r.outcome, r.reason);
     auto it = per_backend.find(r.backend);
     auto rank = [](Outcome o) { return o == Outcome::errored ? 2 : o == Outcome::ran ? 1 : 0; };
-    if (it == per_backend.end()) per_backend.emplace(r.backend, std::make_pair(r.outcome, r.reason));
-    else if (rank(r.outcome) > rank(it->second.first)) it->second = {r.outcome, r.reason};
+    if (it == per_backend.end())
+      per_backend.emplace(r.backend, std::make_pair(r.outcome, r.reason));
+    else if (rank(r.outcome) > rank(it->second.first))
+      it->second = {r.outcome, r.reason};
   }
   for (const auto& [b, o] : per_backend) backends_[b].add(o.first, o.second);
 }

@@ -32,8 +32,10 @@ bool FindingStore::record(const Reproducer& r, const std::string& minimized) {
   const std::string file = dir_ + "/" + bucket_file_name(r.finding.signature);
   write_file_atomic(file, write_repro(r));
   std::error_code ec;
-  if (!minimized.empty()) fs::copy_file(minimized, minimized_name(file), fs::copy_options::overwrite_existing);
-  else fs::remove(minimized_name(file), ec);
+  if (!minimized.empty())
+    fs::copy_file(minimized, minimized_name(file), fs::copy_options::overwrite_existing);
+  else
+    fs::remove(minimized_name(file), ec);
   known_[key] = {r.case_index, r.finding.signature};
   return true;
 }

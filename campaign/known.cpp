@@ -51,8 +51,7 @@ CasePredicate parse_term(const std::string& term) {
       size_t used = 0;
       bytes = std::stoll(arg, &used);
       if (used != arg.size()) bytes = 0;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     if (bytes <= 0) throw std::invalid_argument("predicate term '" + term + "': unaligned_rows takes a positive byte count");
     return [bytes](const Case& c) { return has_unaligned_rows(c, bytes); };
   }

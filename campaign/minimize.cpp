@@ -4,8 +4,8 @@
 
 namespace attnfuzz {
 
-ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps, const CandidateFn& candidates,
-                    const SizeFn& size, int max_attempts) {
+ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps, const CandidateFn& candidates, const SizeFn& size,
+                    int max_attempts) {
   ShrinkReport r;
   r.minimized = c;
   r.size_before = size(c);
@@ -50,8 +50,8 @@ Judge in_process_judge(const std::vector<Backend*>& backends, const OracleSet& o
 
 Reproducer minimize(const Reproducer& r, const Judge& judge, const CandidateFn& candidates, const SizeFn& size, ShrinkReport* report) {
   const Signature& sig = r.finding.signature;
-  const ShrinkReport rep =
-      shrink(r.c, [&](const Case& c) { return signature_holds(judge, c, sig); }, candidates, size, minimize_attempts(sig));
+  const ShrinkReport rep = shrink(
+      r.c, [&](const Case& c) { return signature_holds(judge, c, sig); }, candidates, size, minimize_attempts(sig));
   Reproducer out = r;
   out.c = rep.minimized;
   for (const auto& f : judge(out.c))

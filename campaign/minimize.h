@@ -4,9 +4,9 @@
 #include <functional>
 #include <vector>
 
+#include "campaign/repro.h"
 #include "harness/backend.h"
 #include "harness/differential.h"
-#include "campaign/repro.h"
 
 namespace attnfuzz {
 
@@ -22,8 +22,8 @@ struct ShrinkReport {
 
 // Greedy: takes the first candidate (smaller by `size`) for which `keeps` holds and repeats
 // until none does. Deterministic for a given case and predicate.
-ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps, const CandidateFn& candidates,
-                    const SizeFn& size, int max_attempts = 5000);
+ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps, const CandidateFn& candidates, const SizeFn& size,
+                    int max_attempts = 5000);
 
 // A judge: the findings a case produces now, in this process or in an isolated worker
 // (campaign/campaign.h). The minimizer is one loop over whichever it is given.

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "harness/case_json.h"
 #include "campaign/coverage.h"
+#include "harness/case_json.h"
 
 namespace attnfuzz {
 namespace fs = std::filesystem;
@@ -19,11 +19,16 @@ namespace {
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else if (c == '"')
+      o += "&quot;";
+    else
+      o += c;
   }
   return o;
 }
@@ -122,7 +127,8 @@ std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
   if (fs::exists(run_dir + "/findings"))
     for (const auto& e : fs::directory_iterator(run_dir + "/findings")) {
       const std::string p = e.path().string();
-      if (e.path().extension() == ".json" && p.find(".min.json") == std::string::npos && p.find(".tmp.") == std::string::npos) files.push_back(p);
+      if (e.path().extension() == ".json" && p.find(".min.json") == std::string::npos && p.find(".tmp.") == std::string::npos)
+        files.push_back(p);
     }
   std::sort(files.begin(), files.end());
 
@@ -132,10 +138,12 @@ std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
     << "font-size:13px;text-align:left}th{background:#eee}.finding{border:1px solid #bbb;border-radius:6px;padding:12px;margin:16px 0}"
     << "pre{background:#f4f4f4;padding:8px;overflow:auto;max-height:240px;font-size:12px}.cls{font-weight:bold;color:#b02020}"
     << ".pics{display:flex;gap:16px;flex-wrap:wrap}"
-    << ".warn{background:#fde2e2;border:2px solid #b02020;padding:8px;font-weight:bold}.untested td{background:#fde2e2}</style></head><body>";
+    << ".warn{background:#fde2e2;border:2px solid #b02020;padding:8px;font-weight:bold}.untested "
+       "td{background:#fde2e2}</style></head><body>";
   h << "<h1>attnfuzz report</h1><p>Run directory: <code>" << esc(run_dir) << "</code></p>";
   h << "<h2>Summary</h2><table><tr><th>cases</th><td>" << summary.value("cases", 0) << "</td></tr>";
-  h << "<tr><th>seed / shard</th><td>" << summary.value("seed", uint64_t{0}) << " / " << esc(summary.value("shard", std::string("-"))) << "</td></tr>";
+  h << "<tr><th>seed / shard</th><td>" << summary.value("seed", uint64_t{0}) << " / " << esc(summary.value("shard", std::string("-")))
+    << "</td></tr>";
   h << "<tr><th>backends</th><td>";
   if (summary.contains("backends"))
     for (const auto& b : summary["backends"]) h << esc(b.get<std::string>()) << "<br>";
@@ -146,21 +154,21 @@ std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
   h << "</table>";
   if (summary.contains("coverage")) h << coverage_html(Coverage::from_json(summary["coverage"]));
 
-  h << "<h2>Findings</h2><table><tr><th>#</th><th>backend</th><th>composition</th><th>tensor</th><th>class</th><th>dtype</th><th>mask</th><th>minimized shape</th></tr>";
+  h << "<h2>Findings</h2><table><tr><th>#</th><th>backend</th><th>composition</th><th>tensor</th><th>class</th><th>dtype</th><th>mask</"
+       "th><th>minimized shape</th></tr>";
   std::vector<std::pair<std::string, Reproducer>> shown;
   for (const auto& f : files) {
     const std::string min = f.substr(0, f.size() - 5) + ".min.json";
     try {
       const Reproducer r = load_repro(fs::exists(min) ? min : f);
       shown.emplace_back(fs::exists(min) ? min : f, r);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
   for (size_t i = 0; i < shown.size(); ++i) {
     const Signature& s = shown[i].second.finding.signature;
-    h << "<tr><td><a href='#f" << i << "'>" << i + 1 << "</a></td><td>" << esc(s.backend) << "</td><td>" << esc(s.composition) << "</td><td>"
-      << esc(s.tensor) << "</td><td class='cls'>" << esc(to_string(s.cls)) << "</td><td>" << esc(s.dtype) << "</td><td>" << esc(s.mask)
-      << "</td><td>" << esc(describe_shape(shown[i].second.c.shape)) << "</td></tr>";
+    h << "<tr><td><a href='#f" << i << "'>" << i + 1 << "</a></td><td>" << esc(s.backend) << "</td><td>" << esc(s.composition)
+      << "</td><td>" << esc(s.tensor) << "</td><td class='cls'>" << esc(to_string(s.cls)) << "</td><td>" << esc(s.dtype) << "</td><td>"
+      << esc(s.mask) << "</td><td>" << esc(describe_shape(shown[i].second.c.shape)) << "</td></tr>";
   }
   h << "</table>";
   for (size_t i = 0; i < shown.size(); ++i) {

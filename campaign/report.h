@@ -13,7 +13,7 @@
 namespace attnfuzz {
 
 struct ErrorProfile {
-  std::vector<double> abs_errors;  // every element of the diverging tensor
+  std::vector<double> abs_errors;   // every element of the diverging tensor
   std::vector<double> by_position;  // max error per sequence position (q for O/LSE/dQ, kv for dK/dV)
   std::vector<double> by_feature;   // max error per head-dimension index
   double bound_max = 0;             // the tolerance rule's bound on the max error

@@ -18,8 +18,8 @@ using nlohmann::json;
 
 namespace {
 json signature_json(const Signature& s) {
-  return {{"backend", s.backend}, {"composition", s.composition}, {"tensor", s.tensor},
-          {"class", to_string(s.cls)}, {"dtype", s.dtype},           {"mask", s.mask}};
+  return {{"backend", s.backend}, {"composition", s.composition}, {"tensor", s.tensor}, {"class", to_string(s.cls)}, {"dtype", s.dtype},
+          {"mask", s.mask}};
 }
 
 std::string hex16(uint64_t v) {
@@ -48,8 +48,11 @@ json repro_to_json(const Reproducer& r) {
   j["format"] = kReproFormat;
   j["case"] = to_json(r.c);
   j["backends"] = r.backends;
-  j["finding"] = {{"signature", signature_json(r.finding.signature)}, {"key", r.finding.signature.to_string()},
-                  {"detail", r.finding.detail}, {"metrics", r.finding.metrics}, {"rule", r.rule}};
+  j["finding"] = {{"signature", signature_json(r.finding.signature)},
+                  {"key", r.finding.signature.to_string()},
+                  {"detail", r.finding.detail},
+                  {"metrics", r.finding.metrics},
+                  {"rule", r.rule}};
   j["input_checksum"] = hex16(r.input_checksum);
   j["record_checksum"] = hex16(record_checksum(j["case"], j["backends"], r.finding.signature, hex16(r.input_checksum)));
   if (!r.minimized_from.empty()) j["minimized_from"] = r.minimized_from;
@@ -119,8 +122,9 @@ Reproducer repro_from_json(const json& j) {
     const json backends = j.contains("backends") ? j.at("backends") : json(nullptr);
     const std::string want = hex16(record_checksum(j.at("case"), backends, r.finding.signature, input_hex));
     if (!rec->is_string() || rec->get<std::string>() != want)
-      throw CaseError("record_checksum", "does not match the reproducer's case, backends, finding and input checksum: "
-                                         "the file was edited after it was written");
+      throw CaseError("record_checksum",
+                      "does not match the reproducer's case, backends, finding and input checksum: "
+                      "the file was edited after it was written");
   }
   return r;
 }

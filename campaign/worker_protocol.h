@@ -19,10 +19,10 @@
 
 #include "campaign/coverage.h"
 #include "campaign/repro.h"
-#include "harness/worker.h"
 #include "harness/backend.h"
 #include "harness/case.h"
 #include "harness/oracle_set.h"
+#include "harness/worker.h"
 
 namespace attnfuzz {
 
@@ -33,7 +33,7 @@ struct WorkerRequest {
 };
 
 struct WorkerReply {
-  std::optional<std::string> error;  // the request could not be served (a backend did not load, a bad case)
+  std::optional<std::string> error;   // the request could not be served (a backend did not load, a bad case)
   std::vector<std::string> backends;  // probe: the names the loaded backends report
   std::vector<Reproducer> findings;   // run
   std::vector<RunOutcome> runs;       // run: what ran, was skipped or errored
@@ -52,9 +52,9 @@ WorkerReply decode_reply(const std::string& body);
 struct WorkerCall {
   WorkerProcess::Reply::Status status = WorkerProcess::Reply::Status::ok;
   bool malformed_reply = false;  // an intact frame whose body is no reply (status crashed)
-  std::string detail;         // how the worker died, or why its reply was unreadable
-  std::string last_progress;  // the backend it was running when it died
-  WorkerReply reply;          // when status is ok
+  std::string detail;            // how the worker died, or why its reply was unreadable
+  std::string last_progress;     // the backend it was running when it died
+  WorkerReply reply;             // when status is ok
 };
 // Sends one request and waits at most timeout_s. An intact frame with a malformed body
 // counts as a crash (the worker is restarted: its state is unknown).

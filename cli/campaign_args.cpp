@@ -24,9 +24,7 @@ std::vector<std::string> worker_argv(const std::vector<std::string>& backends) {
 
 namespace {
 
-std::vector<std::string> resolve_backends(const std::vector<std::string>& given) {
-  return given.empty() ? default_backend_names() : given;
-}
+std::vector<std::string> resolve_backends(const std::vector<std::string>& given) { return given.empty() ? default_backend_names() : given; }
 
 // The default mix: random cases of every kind, in the size tier of --tier (generators/domain.h;
 // the CPU default `small` keeps Sq, Skv <= 64 for throughput and reaches every kernel head dim).
@@ -56,7 +54,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.out_dir = a.out;
   // --resume continues with the backends the campaign recorded, unless others are named
   // (and then run_campaign refuses them if they differ).
-  const std::vector<std::string> recorded = a.resume && !a.out.empty() && a.backends.empty() ? recorded_backends(a.out) : std::vector<std::string>{};
+  const std::vector<std::string> recorded =
+      a.resume && !a.out.empty() && a.backends.empty() ? recorded_backends(a.out) : std::vector<std::string>{};
   o.backends = recorded.empty() ? resolve_backends(a.backends) : recorded;
   if (o.out_dir.empty()) {
     char stamp[32];

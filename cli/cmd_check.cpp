@@ -37,7 +37,8 @@ void add_check_command(CLI::App& app, int& exit_code) {
     std::vector<JUnitCase> cases;
     std::ifstream in(ch->c.out + "/summary.json");
     const json s = json::parse(in);
-    for (const auto& sig : s.at("signatures")) cases.push_back({"attnfuzz.check", sig.get<std::string>(), "divergence: " + sig.get<std::string>(), ""});
+    for (const auto& sig : s.at("signatures"))
+      cases.push_back({"attnfuzz.check", sig.get<std::string>(), "divergence: " + sig.get<std::string>(), ""});
     cases.push_back({"attnfuzz.check", "cases=" + std::to_string(s.value("cases", 0)), "", ""});
     // Known deviations pass the check and are shown: a passing test case each, its count as output.
     if (s.contains("known_findings"))

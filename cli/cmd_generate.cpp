@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli/commands.h"
 #include "generators/random_case.h"
 #include "harness/case_json.h"
-#include "cli/commands.h"
 
 namespace attnfuzz::cli {
 

@@ -6,11 +6,11 @@
 #include <iterator>
 #include <memory>
 
+#include "campaign/repro.h"
+#include "cli/commands.h"
 #include "generators/fuzz_decode.h"
 #include "harness/case_json.h"
-#include "cli/commands.h"
 #include "harness/differential.h"
-#include "campaign/repro.h"
 #include "oracles/provenance.h"
 #include "oracles/registry.h"
 

@@ -93,7 +93,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
       }
     }
     signatures = store.signatures();
-    json s{{"format", "attnfuzz-summary/1"}, {"merged_shards", shards},     {"cases", cases},
+    json s{{"format", "attnfuzz-summary/1"},        {"merged_shards", shards},  {"cases", cases},
            {"findings_by_class", store.by_class()}, {"signatures", signatures}, {"coverage", coverage.to_json()}};
     if (!known.empty()) s["known_findings"] = known;
     write_file_atomic(out + "/summary.json", s.dump(2) + "\n");

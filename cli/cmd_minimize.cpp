@@ -8,11 +8,11 @@
 #include <memory>
 #include <optional>
 
-#include "generators/shrink.h"
-#include "cli/commands.h"
-#include "harness/errors.h"
 #include "campaign/campaign.h"
 #include "campaign/minimize.h"
+#include "cli/commands.h"
+#include "generators/shrink.h"
+#include "harness/errors.h"
 #include "harness/worker.h"
 #include "oracles/registry.h"
 

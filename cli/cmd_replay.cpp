@@ -193,7 +193,9 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   replay->add_option("--backends", ra->backends, "override the recorded backends")->delimiter(',');
   replay->add_option("--junit", ra->junit, "JUnit XML output");
   replay->add_option("--timeout", ra->timeout, "watchdog per reproducer, seconds");
-  replay->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
+  replay
+      ->add_option_function<std::string>("--oracle-device", set_oracle_device_override,
+                                         "oracles: auto (default), cpu or cuda (docs/gpu.md)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   replay->add_flag("--known", ra->known,
                    "the paths are known deviations (campaign --known): say which still fail and which are fixed; exit 0 unless a "

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <memory>
 
+#include "campaign/report.h"
 #include "cli/commands.h"
 #include "harness/compose.h"
 #include "harness/inputs.h"
-#include "campaign/report.h"
 #include "oracles/reference.h"
 #include "oracles/registry.h"
 

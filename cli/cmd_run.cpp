@@ -16,11 +16,11 @@
 #include <optional>
 #include <set>
 
-#include "harness/case_json.h"
+#include "campaign/repro.h"
 #include "cli/commands.h"
+#include "harness/case_json.h"
 #include "harness/differential.h"
 #include "harness/errors.h"
-#include "campaign/repro.h"
 #include "oracles/provenance.h"
 #include "oracles/registry.h"
 
@@ -71,8 +71,8 @@ void print_report(const Case& c, const DiffReport& r, OracleDevice reference) {
   fmt::print("rule      {}\n", r.rule.describe());
   fmt::print("errors against the float64 reference ({}, single call); baseline: naive computation under the backend's contract ({})\n\n",
              reference == OracleDevice::cuda ? "cuda.reference64" : "Eigen", reference == OracleDevice::cuda ? "cuda.emulated.*" : "CPU");
-  fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<8} {:<7} {}\n", "backend", "composition", "contract",
-             "out", "rms", "bound", "max_abs", "bound", "rel_fro", "looks", "verdict", "worst block: error/sigma' (limit)");
+  fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<8} {:<7} {}\n", "backend", "composition", "contract", "out",
+             "rms", "bound", "max_abs", "bound", "rel_fro", "looks", "verdict", "worst block: error/sigma' (limit)");
   for (const auto& run : r.runs) {
     if (run.skipped) {
       fmt::print("{:<22} {:<32} skipped: {}\n", run.backend, run.composition, run.skip_reason);
@@ -187,8 +187,8 @@ void add_list_command(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code] {
     for (const auto& b : list_backends()) {
       if (b.available)
-        fmt::print("{:<22} {:<5} {:<30} {:<42} {}\n    {} {}\n", b.name, b.device, b.contracts, b.conventions, b.version,
-                   b.description, "");
+        fmt::print("{:<22} {:<5} {:<30} {:<42} {}\n    {} {}\n", b.name, b.device, b.contracts, b.conventions, b.version, b.description,
+                   "");
       else
         fmt::print("{:<22} unavailable: {}\n    {}\n", b.name, b.unavailable_reason, b.description);
     }

@@ -11,7 +11,8 @@ void print_coverage(const Coverage& c) {
   for (const auto& [b, n] : c.backends()) {
     std::string comps;
     if (auto it = c.compositions().find(b); it != c.compositions().end())
-      for (const auto& [comp, k] : it->second) comps += fmt::format("{}{} {}/{}/{}", comps.empty() ? "" : ", ", comp, k.ran, k.skipped, k.errored);
+      for (const auto& [comp, k] : it->second)
+        comps += fmt::format("{}{} {}/{}/{}", comps.empty() ? "" : ", ", comp, k.ran, k.skipped, k.errored);
     fmt::print("coverage  {}: {} ran, {} skipped, {} errored ({})\n", b, n.ran, n.skipped, n.errored, comps.empty() ? "-" : comps);
   }
   std::fflush(stdout);
@@ -23,7 +24,8 @@ std::vector<JUnitCase> coverage_junit_cases(const Coverage& c) {
   for (const auto& [b, n] : c.backends()) {
     std::string text = fmt::format("ran {}, skipped {}, errored {} (cases)", n.ran, n.skipped, n.errored);
     if (auto it = c.compositions().find(b); it != c.compositions().end())
-      for (const auto& [comp, k] : it->second) text += fmt::format("\n{}: ran {}, skipped {}, errored {}", comp, k.ran, k.skipped, k.errored);
+      for (const auto& [comp, k] : it->second)
+        text += fmt::format("\n{}: ran {}, skipped {}, errored {}", comp, k.ran, k.skipped, k.errored);
     for (const auto& [group, rc] : c.top_reasons(b, 5)) text += fmt::format("\n{}x {}", rc.count, rc.example);
     std::string failure;
     if (n.ran == 0) {

@@ -27,16 +27,19 @@ struct Bounds {
 
 inline constexpr Bounds bounds(SizeTier t) {
   switch (t) {
-    case SizeTier::toy: return {2, 2, 3, 24, 16};
-    case SizeTier::small: return {2, 2, 4, 64, 256};
-    case SizeTier::real: return {2, 4, 4, 4096, 256};
+    case SizeTier::toy:
+      return {2, 2, 3, 24, 16};
+    case SizeTier::small:
+      return {2, 2, 4, 64, 256};
+    case SizeTier::real:
+      return {2, 4, 4, 4096, 256};
   }
   return {2, 2, 3, 24, 16};
 }
 
 inline constexpr SizeTier kDefaultCpuTier = SizeTier::small;  // campaigns, `attnfuzz generate`
-inline constexpr SizeTier kTestTier = SizeTier::toy;           // RandomCaseOptions{}: fast unit tests
-inline constexpr SizeTier kFuzzTier = SizeTier::small;          // the libFuzzer decoder (CPU, under ASan)
+inline constexpr SizeTier kTestTier = SizeTier::toy;          // RandomCaseOptions{}: fast unit tests
+inline constexpr SizeTier kFuzzTier = SizeTier::small;        // the libFuzzer decoder (CPU, under ASan)
 
 inline const char* tier_name(SizeTier t) { return t == SizeTier::toy ? "toy" : t == SizeTier::small ? "small" : "real"; }
 inline std::optional<SizeTier> tier_from_name(std::string_view s) {

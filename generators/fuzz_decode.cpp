@@ -61,11 +61,21 @@ Case decode_case(const uint8_t* data, size_t size) {
   if (r.flag()) c.softcap = 1.0 + static_cast<double>(r.range(0, 60));
   auto dist = [&](ValueDist& d) {
     switch (r.range(0, 5)) {
-      case 1: d = {ValueDist::Kind::uniform, 0, 1, 0, 0}; break;
-      case 2: d = {ValueDist::Kind::large_logit, 0, 8, 0, 0}; break;
-      case 3: d = {ValueDist::Kind::near_constant, 0.1, r.flag() ? 0.0 : 1e-3, 0, 0}; break;
-      case 4: d = {ValueDist::Kind::outliers, 0, 1, 0.05, 20}; break;
-      default: d = ValueDist{}; break;
+      case 1:
+        d = {ValueDist::Kind::uniform, 0, 1, 0, 0};
+        break;
+      case 2:
+        d = {ValueDist::Kind::large_logit, 0, 8, 0, 0};
+        break;
+      case 3:
+        d = {ValueDist::Kind::near_constant, 0.1, r.flag() ? 0.0 : 1e-3, 0, 0};
+        break;
+      case 4:
+        d = {ValueDist::Kind::outliers, 0, 1, 0.05, 20};
+        break;
+      default:
+        d = ValueDist{};
+        break;
     }
   };
   dist(c.q), dist(c.k), dist(c.v);
@@ -85,7 +95,7 @@ Case decode_case(const uint8_t* data, size_t size) {
   c.seed = r.range(0, UINT64_MAX);
   SplitMix gen(detail_seed);
   const uint64_t mask_kind = r.range(0, 3);
-  c.mask = mask_kind == 0 ? MaskExpr::all_visible()
+  c.mask = mask_kind == 0   ? MaskExpr::all_visible()
            : mask_kind == 1 ? MaskExpr::causal_mask(r.flag() ? Align::bottom_right : Align::top_left)
                             : random_mask(gen, s.seq_q, s.seq_kv, mask_kind == 2 ? 2 : 0);
   if (r.flag()) c.composition = random_composition(gen, s.seq_q, s.seq_kv);
@@ -93,13 +103,16 @@ Case decode_case(const uint8_t* data, size_t size) {
   // layout, or one per tensor with packings. A packing makes the shape allow it (qkv: one
   // head count, Skv = Sq, Dv = Dqk; kv: Dv = Dqk), so mutations reach packed views often.
   switch (r.range(0, 2)) {
-    case 1: c.layouts = Layouts::uniform(decode_tensor_layout(r)); break;
+    case 1:
+      c.layouts = Layouts::uniform(decode_tensor_layout(r));
+      break;
     case 2:
       for (TensorRole role : kAllTensorRoles) c.layouts[role] = decode_tensor_layout(r);
       c.layouts.inputs = decode_packing(r, s);
       c.layouts.grads = decode_packing(r, s);
       break;
-    default: break;
+    default:
+      break;
   }
   c.mask = fit_mask(c.mask, s.seq_q, s.seq_kv);
   c.composition = fit_composition(c.composition, s.seq_q, s.seq_kv);

@@ -5,9 +5,7 @@
 namespace attnfuzz {
 
 uint64_t SplitMix::next() { return splitmix64(s_++); }
-int64_t SplitMix::range(int64_t lo, int64_t hi) {
-  return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-}
+int64_t SplitMix::range(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1)); }
 double SplitMix::unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
 
 namespace {
@@ -27,8 +25,10 @@ MaskExpr random_mask(SplitMix& r, int64_t sq, int64_t skv, int depth) {
   const int64_t choice = r.range(0, depth < 2 ? 9 : 6);
   MaskExpr m;
   switch (choice) {
-    case 0: return MaskExpr::all_visible();
-    case 1: return MaskExpr::causal_mask(random_align(r));
+    case 0:
+      return MaskExpr::all_visible();
+    case 1:
+      return MaskExpr::causal_mask(random_align(r));
     case 2: {
       const int64_t left = r.chance(0.2) ? -1 : r.range(0, std::max<int64_t>(sq, skv));
       const int64_t right = r.chance(0.2) ? -1 : r.range(0, 4);
@@ -64,7 +64,8 @@ MaskExpr random_mask(SplitMix& r, int64_t sq, int64_t skv, int depth) {
       m.density = r.chance(0.1) ? 0.0 : r.unit();
       m.seed = r.next();
       return m;
-    case 7: return MaskExpr::op(K::not_, {random_mask(r, sq, skv, depth + 1)});
+    case 7:
+      return MaskExpr::op(K::not_, {random_mask(r, sq, skv, depth + 1)});
     default: {
       std::vector<MaskExpr> args;
       const int64_t n = r.range(2, 3);
@@ -88,9 +89,16 @@ Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth) 
     return b;
   };
   switch (choice) {
-    case 0: return c;
-    case 1: c.kind = Composition::Kind::kv_split; c.bounds = cuts(skv); break;
-    case 2: c.kind = Composition::Kind::q_split; c.bounds = cuts(sq); break;
+    case 0:
+      return c;
+    case 1:
+      c.kind = Composition::Kind::kv_split;
+      c.bounds = cuts(skv);
+      break;
+    case 2:
+      c.kind = Composition::Kind::q_split;
+      c.bounds = cuts(sq);
+      break;
     default:
       c.kind = Composition::Kind::mask_partition;
       c.window_left = r.range(0, std::max<int64_t>(sq, skv));
@@ -121,7 +129,8 @@ int64_t random_head_dim(SplitMix& r, int64_t max) {
 TensorLayout random_tensor_layout(SplitMix& r) {
   TensorLayout l;
   // Half the tensors keep the common BHSD/BSHD orders, the rest any order of B, H, S.
-  l.order = r.chance(0.5) ? (r.chance(0.5) ? TensorLayout::Order::bhsd : TensorLayout::Order::bshd) : r.pick(std::vector<TensorLayout::Order>(kAllOrders.begin(), kAllOrders.end()));
+  l.order = r.chance(0.5) ? (r.chance(0.5) ? TensorLayout::Order::bhsd : TensorLayout::Order::bshd)
+                          : r.pick(std::vector<TensorLayout::Order>(kAllOrders.begin(), kAllOrders.end()));
   if (r.chance(0.25)) l.row_padding = r.range(1, domain::kMaxRowPadding);
   if (r.chance(0.2)) l.head_padding = r.range(1, domain::kMaxHeadPadding);
   if (r.chance(0.3)) l.offset = r.pick(std::vector<int64_t>(domain::kOffsets.begin(), domain::kOffsets.end()));
@@ -183,11 +192,27 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
   auto dist = [&]() {
     ValueDist d;
     switch (r.range(0, 5)) {
-      case 0: d.kind = ValueDist::Kind::uniform; break;
-      case 1: d.kind = ValueDist::Kind::large_logit; d.sigma = 4.0 + 4.0 * r.unit(); break;
-      case 2: d.kind = ValueDist::Kind::near_constant; d.mean = 0.1; d.sigma = r.chance(0.5) ? 0.0 : 1e-3; break;
-      case 3: d.kind = ValueDist::Kind::outliers; d.fraction = 0.05; d.magnitude = 20.0; break;
-      default: d.sigma = 0.5 + r.unit(); d.mean = r.chance(0.2) ? 1.0 : 0.0; break;
+      case 0:
+        d.kind = ValueDist::Kind::uniform;
+        break;
+      case 1:
+        d.kind = ValueDist::Kind::large_logit;
+        d.sigma = 4.0 + 4.0 * r.unit();
+        break;
+      case 2:
+        d.kind = ValueDist::Kind::near_constant;
+        d.mean = 0.1;
+        d.sigma = r.chance(0.5) ? 0.0 : 1e-3;
+        break;
+      case 3:
+        d.kind = ValueDist::Kind::outliers;
+        d.fraction = 0.05;
+        d.magnitude = 20.0;
+        break;
+      default:
+        d.sigma = 0.5 + r.unit();
+        d.mean = r.chance(0.2) ? 1.0 : 0.0;
+        break;
     }
     return d;
   };

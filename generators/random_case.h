@@ -31,7 +31,9 @@ class SplitMix {
   double unit();                          // [0, 1)
   bool chance(double p) { return unit() < p; }
   template <class T>
-  const T& pick(const std::vector<T>& v) { return v[static_cast<size_t>(range(0, static_cast<int64_t>(v.size()) - 1))]; }
+  const T& pick(const std::vector<T>& v) {
+    return v[static_cast<size_t>(range(0, static_cast<int64_t>(v.size()) - 1))];
+  }
 
  private:
   uint64_t s_;

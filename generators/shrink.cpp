@@ -111,7 +111,8 @@ std::vector<MaskExpr> simpler_masks(const MaskExpr& m) {
         out.push_back(two);
       }
       break;
-    default: break;
+    default:
+      break;
   }
   return out;
 }
@@ -158,13 +159,17 @@ MaskExpr fit_mask(const MaskExpr& m, int64_t sq, int64_t skv) {
       f.segments_kv = fit_segments(m.segments_kv, skv);
       break;
     case K::block_sparse: {
-      const size_t nq = static_cast<size_t>((sq + m.block_q - 1) / m.block_q), nk = static_cast<size_t>((skv + m.block_kv - 1) / m.block_kv);
+      const size_t nq = static_cast<size_t>((sq + m.block_q - 1) / m.block_q),
+                   nk = static_cast<size_t>((skv + m.block_kv - 1) / m.block_kv);
       f.rows.resize(nq, std::string(nk, '1'));
       for (auto& r : f.rows) r.resize(nk, '1');
       break;
     }
-    case K::prefix_lm: f.prefix = std::min(m.prefix, skv); break;
-    default: break;
+    case K::prefix_lm:
+      f.prefix = std::min(m.prefix, skv);
+      break;
+    default:
+      break;
   }
   for (auto& a : f.args) a = fit_mask(a, sq, skv);
   return f;

@@ -74,7 +74,8 @@ void check_composition(const Composition& c, const Shape& s, const std::string& 
       break;
   }
   if (!c.children.empty() && c.children.size() != 1 && c.children.size() != parts)
-    throw CaseError(field + ".children", "expected 0, 1 or " + std::to_string(parts) + " children, got " + std::to_string(c.children.size()));
+    throw CaseError(field + ".children",
+                    "expected 0, 1 or " + std::to_string(parts) + " children, got " + std::to_string(c.children.size()));
   for (size_t i = 0; i < c.children.size(); ++i)
     check_composition(c.children[i], s, field + ".children[" + std::to_string(i) + "]", depth + 1);
 }
@@ -157,9 +158,9 @@ uint64_t estimate_host_bytes(const Case& c) {
   elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})));
   elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_q, s.seq_q})));
   uint64_t bytes = sat_mul(sat_mul(elems, 8), kCopies);
-  bytes = sat_add(bytes, prod({s.batch, s.heads_q, s.seq_q, s.seq_kv}));        // dense mask, 1 byte each
-  bytes = sat_add(bytes, sat_mul(4 * 8, prod({s.seq_q, s.seq_kv})));          // S, P, dP, dS of one head
-  bytes = sat_add(bytes, composition_cost(c, c.composition).bytes);            // the composition's parts
+  bytes = sat_add(bytes, prod({s.batch, s.heads_q, s.seq_q, s.seq_kv}));  // dense mask, 1 byte each
+  bytes = sat_add(bytes, sat_mul(4 * 8, prod({s.seq_q, s.seq_kv})));      // S, P, dP, dS of one head
+  bytes = sat_add(bytes, composition_cost(c, c.composition).bytes);       // the composition's parts
   // Laid-out copies a backend gets, at most 8 bytes an element. place()'s extent is at most
   // offset + 3 * B * H * S * (w + row_padding + head_padding) (3: a packed group); bounded
   // here with saturating arithmetic, since place() itself assumes sizes that fit.
@@ -183,18 +184,19 @@ void validate(const Case& c, const Limits& limits) {
   check_dim(s.head_dim_qk, "head_dim_qk", 1);
   check_dim(s.head_dim_v, "head_dim_v", 1);
   if (s.heads_q % s.heads_kv != 0)
-    throw CaseError("shape.heads_kv", "heads_q (" + std::to_string(s.heads_q) + ") is not a multiple of heads_kv (" +
-                                          std::to_string(s.heads_kv) + ")");
+    throw CaseError("shape.heads_kv",
+                    "heads_q (" + std::to_string(s.heads_q) + ") is not a multiple of heads_kv (" + std::to_string(s.heads_kv) + ")");
   // Expression size and composition work first: both are cheap to count, and the memory
   // estimate walks the composition.
   if (mask_depth(c.mask) > kMaxMaskDepth) throw CaseError("mask", "mask expressions nest at most 16 deep");
   if (const uint64_t n = mask_size(c.mask); n > kMaxMaskSize)
-    throw CaseError("mask", "expression of " + std::to_string(n) + " nodes and segments, over the limit of " + std::to_string(kMaxMaskSize));
+    throw CaseError("mask",
+                    "expression of " + std::to_string(n) + " nodes and segments, over the limit of " + std::to_string(kMaxMaskSize));
   check_composition(c.composition, s, "composition", 0);
   const CompositionCost cost = composition_cost(c, c.composition);
   if (cost.leaf_calls > kMaxLeafCalls)
     throw CaseError("composition", (cost.leaf_calls == std::numeric_limits<uint64_t>::max() ? std::string("more than 2^64")
-                                                                                               : std::to_string(cost.leaf_calls)) +
+                                                                                            : std::to_string(cost.leaf_calls)) +
                                        " backend calls, over the limit of " + std::to_string(kMaxLeafCalls));
   const uint64_t single_work = composition_cost(c, Composition{}).work;
   const uint64_t work_limit = std::max(sat_mul(single_work, kCompositionWorkFactor), kCompositionWorkFloor);
@@ -227,22 +229,32 @@ void validate(const Case& c, const Limits& limits) {
 
 std::string to_string(Composition::Kind k) {
   switch (k) {
-    case Composition::Kind::single: return "single";
-    case Composition::Kind::kv_split: return "kv_split";
-    case Composition::Kind::q_split: return "q_split";
-    case Composition::Kind::mask_partition: return "mask_partition";
+    case Composition::Kind::single:
+      return "single";
+    case Composition::Kind::kv_split:
+      return "kv_split";
+    case Composition::Kind::q_split:
+      return "q_split";
+    case Composition::Kind::mask_partition:
+      return "mask_partition";
   }
   return "?";
 }
 
 std::string to_string(ValueDist::Kind k) {
   switch (k) {
-    case ValueDist::Kind::normal: return "normal";
-    case ValueDist::Kind::uniform: return "uniform";
-    case ValueDist::Kind::large_logit: return "large_logit";
-    case ValueDist::Kind::near_constant: return "near_constant";
-    case ValueDist::Kind::outliers: return "outliers";
-    case ValueDist::Kind::zero: return "zero";
+    case ValueDist::Kind::normal:
+      return "normal";
+    case ValueDist::Kind::uniform:
+      return "uniform";
+    case ValueDist::Kind::large_logit:
+      return "large_logit";
+    case ValueDist::Kind::near_constant:
+      return "near_constant";
+    case ValueDist::Kind::outliers:
+      return "outliers";
+    case ValueDist::Kind::zero:
+      return "zero";
   }
   return "?";
 }

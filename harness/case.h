@@ -44,7 +44,7 @@ struct Composition {
     mask_partition,  // the mask cut into a band (window) and the rest, merged through LSEs
   };
   Kind kind = Kind::single;
-  std::vector<int64_t> bounds;  // kv_split / q_split: interior cut points, strictly increasing
+  std::vector<int64_t> bounds;                // kv_split / q_split: interior cut points, strictly increasing
   int64_t window_left = 0, window_right = 0;  // mask_partition: the local band (-1 = unbounded)
   Align window_align = Align::top_left;
   // Sub-compositions: none (every part a single call), one (applied to every part)
@@ -57,7 +57,7 @@ struct Case {
   uint64_t seed = 0;
   Shape shape;
   DType dtype = DType::f32;
-  Layouts layouts;  // per tensor, how it is laid out in memory handed to a backend (harness/layout.h)
+  Layouts layouts;                // per tensor, how it is laid out in memory handed to a backend (harness/layout.h)
   std::optional<double> scale;    // default 1/sqrt(head_dim_qk)
   std::optional<double> softcap;  // S = c * tanh(S / c)
   MaskExpr mask;
@@ -79,10 +79,10 @@ struct Limits {
 // Fixed limits on what one case may ask for (docs/case-format.md, "Limits"), so that a small
 // file cannot demand unbounded time: the mask is evaluated at every (q, kv) of every call, and
 // a nested composition multiplies its calls.
-inline constexpr uint64_t kMaxMaskSize = 4096;    // mask nodes plus document segments
-inline constexpr int kMaxMaskDepth = 17;          // a leaf is 1: 16 levels of nesting below the root
-inline constexpr uint64_t kMaxLeafCalls = 4096;   // backend calls of one pass over the composition
-inline constexpr uint64_t kCompositionWorkFactor = 64;         // its work, relative to the single call's,
+inline constexpr uint64_t kMaxMaskSize = 4096;                        // mask nodes plus document segments
+inline constexpr int kMaxMaskDepth = 17;                              // a leaf is 1: 16 levels of nesting below the root
+inline constexpr uint64_t kMaxLeafCalls = 4096;                       // backend calls of one pass over the composition
+inline constexpr uint64_t kCompositionWorkFactor = 64;                // its work, relative to the single call's,
 inline constexpr uint64_t kCompositionWorkFloor = uint64_t{1} << 26;  // or this much, whichever is larger
 
 // What evaluating a composition costs, computed without running it. Work is counted in

@@ -104,8 +104,11 @@ MaskExpr mask_from(const json& j, const std::string& path, int depth) {
   m.kind = mask_kind_from(r.string("kind"), r.field("kind"));
   using K = MaskExpr::Kind;
   switch (m.kind) {
-    case K::all: break;
-    case K::causal: m.align = align_from(r.string("align", "top_left"), r.field("align")); break;
+    case K::all:
+      break;
+    case K::causal:
+      m.align = align_from(r.string("align", "top_left"), r.field("align"));
+      break;
     case K::sliding_window:
       m.align = align_from(r.string("align", "top_left"), r.field("align"));
       m.left = r.integer("left");
@@ -141,7 +144,8 @@ MaskExpr mask_from(const json& j, const std::string& path, int depth) {
       if (!args.is_array()) throw CaseError(r.field("args"), "expected an array of mask expressions");
       // Refused before building anything; validate() bounds the whole expression (case.h).
       if (args.size() > kMaxMaskSize) throw CaseError(r.field("args"), "more than " + std::to_string(kMaxMaskSize) + " arguments");
-      for (size_t i = 0; i < args.size(); ++i) m.args.push_back(mask_from(args[i], r.field("args") + "[" + std::to_string(i) + "]", depth + 1));
+      for (size_t i = 0; i < args.size(); ++i)
+        m.args.push_back(mask_from(args[i], r.field("args") + "[" + std::to_string(i) + "]", depth + 1));
       break;
     }
   }
@@ -236,7 +240,8 @@ json layouts_to_json(const Layouts& l) {
   for (TensorRole role : kAllTensorRoles) {
     const TensorLayout& t = l[role];
     if (t == TensorLayout{}) continue;
-    j[role_name(role)] = json{{"order", order_name(t.order)}, {"row_padding", t.row_padding}, {"head_padding", t.head_padding}, {"offset", t.offset}};
+    j[role_name(role)] =
+        json{{"order", order_name(t.order)}, {"row_padding", t.row_padding}, {"head_padding", t.head_padding}, {"offset", t.offset}};
   }
   if (l.inputs != Packing::none || l.grads != Packing::none)
     j["packing"] = json{{"inputs", packing_name(l.inputs)}, {"grads", packing_name(l.grads)}};
@@ -253,13 +258,33 @@ json to_json(const MaskExpr& m) {
   using K = MaskExpr::Kind;
   json j{{"kind", to_string(m.kind)}};
   switch (m.kind) {
-    case K::all: break;
-    case K::causal: j["align"] = align_name(m.align); break;
-    case K::sliding_window: j["align"] = align_name(m.align); j["left"] = m.left; j["right"] = m.right; break;
-    case K::document: j["segments_q"] = m.segments_q; j["segments_kv"] = m.segments_kv; break;
-    case K::prefix_lm: j["align"] = align_name(m.align); j["prefix"] = m.prefix; break;
-    case K::block_sparse: j["block_q"] = m.block_q; j["block_kv"] = m.block_kv; j["rows"] = m.rows; break;
-    case K::random: j["density"] = m.density; j["seed"] = m.seed; break;
+    case K::all:
+      break;
+    case K::causal:
+      j["align"] = align_name(m.align);
+      break;
+    case K::sliding_window:
+      j["align"] = align_name(m.align);
+      j["left"] = m.left;
+      j["right"] = m.right;
+      break;
+    case K::document:
+      j["segments_q"] = m.segments_q;
+      j["segments_kv"] = m.segments_kv;
+      break;
+    case K::prefix_lm:
+      j["align"] = align_name(m.align);
+      j["prefix"] = m.prefix;
+      break;
+    case K::block_sparse:
+      j["block_q"] = m.block_q;
+      j["block_kv"] = m.block_kv;
+      j["rows"] = m.rows;
+      break;
+    case K::random:
+      j["density"] = m.density;
+      j["seed"] = m.seed;
+      break;
     case K::and_:
     case K::or_:
     case K::not_: {
@@ -290,7 +315,7 @@ json to_json(const Case& c) {
   json j;
   j["format"] = kCaseFormat;
   j["seed"] = c.seed;
-  j["shape"] = json{{"batch", s.batch}, {"heads_q", s.heads_q}, {"heads_kv", s.heads_kv}, {"seq_q", s.seq_q},
+  j["shape"] = json{{"batch", s.batch},   {"heads_q", s.heads_q},         {"heads_kv", s.heads_kv},    {"seq_q", s.seq_q},
                     {"seq_kv", s.seq_kv}, {"head_dim_qk", s.head_dim_qk}, {"head_dim_v", s.head_dim_v}};
   j["dtype"] = std::string(to_string(c.dtype));
   // The old one-layout key while it can say it, so such cases stay readable by older builds.

@@ -11,11 +11,16 @@ namespace attnfuzz {
 
 const Tensor& ComposedResult::operator[](Output t) const {
   switch (t) {
-    case Output::O: return fwd.o;
-    case Output::LSE: return fwd.lse;
-    case Output::dQ: return grads.dq;
-    case Output::dK: return grads.dk;
-    case Output::dV: return grads.dv;
+    case Output::O:
+      return fwd.o;
+    case Output::LSE:
+      return fwd.lse;
+    case Output::dQ:
+      return grads.dq;
+    case Output::dK:
+      return grads.dk;
+    case Output::dV:
+      return grads.dv;
   }
   throw std::logic_error("unknown output");
 }

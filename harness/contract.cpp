@@ -4,11 +4,16 @@ namespace attnfuzz {
 
 std::string_view to_string(Contract c) {
   switch (c) {
-    case Contract::fp64: return "fp64";
-    case Contract::fp32: return "fp32";
-    case Contract::tf32: return "tf32";
-    case Contract::fp16: return "fp16";
-    case Contract::bf16: return "bf16";
+    case Contract::fp64:
+      return "fp64";
+    case Contract::fp32:
+      return "fp32";
+    case Contract::tf32:
+      return "tf32";
+    case Contract::fp16:
+      return "fp16";
+    case Contract::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -21,29 +26,40 @@ std::optional<Contract> contract_from_string(std::string_view s) {
 
 int operand_mantissa_bits(Contract c) {
   switch (c) {
-    case Contract::fp64: return 52;
-    case Contract::fp32: return 23;
-    case Contract::tf32: return 10;
-    case Contract::fp16: return 10;
-    case Contract::bf16: return 7;
+    case Contract::fp64:
+      return 52;
+    case Contract::fp32:
+      return 23;
+    case Contract::tf32:
+      return 10;
+    case Contract::fp16:
+      return 10;
+    case Contract::bf16:
+      return 7;
   }
   return 23;
 }
 
 Contract natural_contract(DType d) {
   switch (d) {
-    case DType::f32: return Contract::fp32;
-    case DType::f16: return Contract::fp16;
-    case DType::bf16: return Contract::bf16;
+    case DType::f32:
+      return Contract::fp32;
+    case DType::f16:
+      return Contract::fp16;
+    case DType::bf16:
+      return Contract::bf16;
   }
   return Contract::fp32;
 }
 
 std::vector<Contract> fingerprint_ladder(DType d) {
   switch (d) {
-    case DType::f32: return {Contract::fp32, Contract::tf32, Contract::bf16};
-    case DType::f16: return {Contract::fp32, Contract::fp16};
-    case DType::bf16: return {Contract::fp32, Contract::tf32, Contract::bf16};
+    case DType::f32:
+      return {Contract::fp32, Contract::tf32, Contract::bf16};
+    case DType::f16:
+      return {Contract::fp32, Contract::fp16};
+    case DType::bf16:
+      return {Contract::fp32, Contract::tf32, Contract::bf16};
   }
   return {Contract::fp32};
 }

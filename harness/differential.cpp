@@ -92,7 +92,8 @@ class DifferentialSession::Impl {
       run_one(be, comp);
       if (!be.on_gpu() || report_.gpu_error || !opt_.gpu_health) continue;
       if (auto err = opt_.gpu_health()) {
-        add(be.name(), composition_class(comp), Signature::kNoTensor, FindingClass::backend_error, "the GPU is unusable after this backend ran: " + *err);
+        add(be.name(), composition_class(comp), Signature::kNoTensor, FindingClass::backend_error,
+            "the GPU is unusable after this backend ran: " + *err);
         report_.gpu_error = true;
       }
     }
@@ -135,8 +136,7 @@ class DifferentialSession::Impl {
     if (it == sigmas_.end()) {
       const RoundingUnits u = rounding_units(k, c_.dtype, lse_unit);
       std::array<Tensor, 5> sig;
-      for (Output t : kOutputs)
-        sig[static_cast<size_t>(t)] = model_sigma(t, (*terms_)[t], ref_[t], u);
+      for (Output t : kOutputs) sig[static_cast<size_t>(t)] = model_sigma(t, (*terms_)[t], ref_[t], u);
       it = sigmas_.emplace(key, std::move(sig)).first;
     }
     return &it->second;
@@ -144,9 +144,7 @@ class DifferentialSession::Impl {
 
   static bool q_indexed(Output t) { return t == Output::O || t == Output::LSE || t == Output::dQ; }
 
-  ErrorStats error_of(const Tensor& t, Output o) const {
-    return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr);
-  }
+  ErrorStats error_of(const Tensor& t, Output o) const { return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr); }
 
   void add(const std::string& backend, const std::string& comp, const std::string& tensor, FindingClass cls, std::string detail,
            std::map<std::string, double> metrics = {}) {
@@ -219,7 +217,8 @@ class DifferentialSession::Impl {
       for (Output t : kOutputs) {
         if (t == Output::LSE && !be.returns_lse()) continue;
         if (!bitwise_equal(r[t], again[t]))
-          add(run.backend, run.composition_class, to_string(t), FindingClass::nondeterministic, "two runs on identical inputs differ bitwise");
+          add(run.backend, run.composition_class, to_string(t), FindingClass::nondeterministic,
+              "two runs on identical inputs differ bitwise");
       }
     } catch (const std::exception& e) {
       add(run.backend, run.composition_class, Signature::kNoTensor, FindingClass::backend_error, std::string("second run: ") + e.what());
@@ -295,9 +294,15 @@ class DifferentialSession::Impl {
         if (v.print.label == "coarser" && v.tensor_ratio > 1.0) v.pass = false;
       }
       if (!v.pass) {
-        std::map<std::string, double> m{{"rms", v.err.rms},           {"max_abs", v.err.max_abs},     {"bound_rms", v.bound_rms},
-                                        {"bound_max", v.bound_max},   {"baseline_rms", v.baseline.rms}, {"baseline_max", v.baseline.max_abs},
-                                        {"worst_ratio", v.worst.ratio}, {"worst_limit", v.worst.limit}, {"kappa", v.kappa}};
+        std::map<std::string, double> m{{"rms", v.err.rms},
+                                        {"max_abs", v.err.max_abs},
+                                        {"bound_rms", v.bound_rms},
+                                        {"bound_max", v.bound_max},
+                                        {"baseline_rms", v.baseline.rms},
+                                        {"baseline_max", v.baseline.max_abs},
+                                        {"worst_ratio", v.worst.ratio},
+                                        {"worst_limit", v.worst.limit},
+                                        {"kappa", v.kappa}};
         const std::string where = v.worst.granularity + " " + v.worst.where + ": " + fmt_double(v.worst.ratio) + " sigma' (limit " +
                                   fmt_double(v.worst.limit) + ")";
         if (v.err.nonfinite_mismatch) {
@@ -334,9 +339,9 @@ class DifferentialSession::Impl {
           if (!u.compared || !v.compared || !u.pass || !v.pass || !u.print.rung || !v.print.rung || u.print.rung == v.print.rung) continue;
           const double ratio = std::max(u.err.rms, v.err.rms) / std::max(std::min(u.err.rms, v.err.rms), 1e-300);
           if (ratio < opt_.rule.fingerprint_band) continue;
-          add(Signature::pair(x.backend, y.backend), x.composition_class, u.tensor,
-              FindingClass::consistency,
-              "both declare " + x.contract + "; " + x.backend + " computes like " + u.print.label + ", " + y.backend + " like " + v.print.label,
+          add(Signature::pair(x.backend, y.backend), x.composition_class, u.tensor, FindingClass::consistency,
+              "both declare " + x.contract + "; " + x.backend + " computes like " + u.print.label + ", " + y.backend + " like " +
+                  v.print.label,
               {{"rms_a", u.err.rms}, {"rms_b", v.err.rms}});
         }
       }

@@ -6,8 +6,8 @@
 // consistency). Produces a table and a list of findings with signatures.
 #include <array>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,8 +58,7 @@ struct DiffReport {
 // composition part of a divergence signature.
 std::string composition_class(const Composition& c);
 
-DiffReport run_differential(const Case& c, const std::vector<Backend*>& backends, const OracleSet& oracles,
-                            const DiffOptions& opt = {});
+DiffReport run_differential(const Case& c, const std::vector<Backend*>& backends, const OracleSet& oracles, const DiffOptions& opt = {});
 
 // One case's judging machinery, computed once: inputs, the float64 reference, its error
 // model and the baselines (cached per contract and composition). run_differential is one

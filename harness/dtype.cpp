@@ -8,9 +8,12 @@ namespace attnfuzz {
 
 std::string_view to_string(DType d) {
   switch (d) {
-    case DType::f32: return "fp32";
-    case DType::f16: return "fp16";
-    case DType::bf16: return "bf16";
+    case DType::f32:
+      return "fp32";
+    case DType::f16:
+      return "fp16";
+    case DType::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -24,18 +27,24 @@ DType dtype_from_string(std::string_view s) {
 
 double unit_roundoff(DType d) {
   switch (d) {
-    case DType::f32: return std::ldexp(1.0, -24);
-    case DType::f16: return std::ldexp(1.0, -11);
-    case DType::bf16: return std::ldexp(1.0, -8);
+    case DType::f32:
+      return std::ldexp(1.0, -24);
+    case DType::f16:
+      return std::ldexp(1.0, -11);
+    case DType::bf16:
+      return std::ldexp(1.0, -8);
   }
   return 0;
 }
 
 double smallest_subnormal(DType d) {
   switch (d) {
-    case DType::f32: return std::ldexp(1.0, -149);
-    case DType::f16: return std::ldexp(1.0, -24);
-    case DType::bf16: return std::ldexp(1.0, -133);
+    case DType::f32:
+      return std::ldexp(1.0, -149);
+    case DType::f16:
+      return std::ldexp(1.0, -24);
+    case DType::bf16:
+      return std::ldexp(1.0, -133);
   }
   return 0;
 }
@@ -92,9 +101,12 @@ float bf16_bits_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<u
 double round_to(DType d, double x) {
   const float f = static_cast<float>(x);
   switch (d) {
-    case DType::f32: return f;
-    case DType::f16: return half_bits_to_float(float_to_half_bits(f));
-    case DType::bf16: return bf16_bits_to_float(float_to_bf16_bits(f));
+    case DType::f32:
+      return f;
+    case DType::f16:
+      return half_bits_to_float(float_to_half_bits(f));
+    case DType::bf16:
+      return bf16_bits_to_float(float_to_bf16_bits(f));
   }
   return f;
 }

@@ -13,11 +13,16 @@ std::optional<Output> output_from_string(std::string_view name) {
 
 const char* to_string(Output t) {
   switch (t) {
-    case Output::O: return "O";
-    case Output::LSE: return "LSE";
-    case Output::dQ: return "dQ";
-    case Output::dK: return "dK";
-    case Output::dV: return "dV";
+    case Output::O:
+      return "O";
+    case Output::LSE:
+      return "LSE";
+    case Output::dQ:
+      return "dQ";
+    case Output::dK:
+      return "dK";
+    case Output::dV:
+      return "dV";
   }
   return "?";
 }
@@ -31,10 +36,18 @@ RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff) {
       u.operand = u.store = u.accumulate = std::ldexp(1.0, -53);
       u.lse = std::ldexp(1.0, -53);
       return u;
-    case Contract::fp32: u.operand = u32; break;
-    case Contract::tf32: u.operand = u.input = std::ldexp(1.0, -11); break;
-    case Contract::fp16: u.operand = unit_roundoff(DType::f16); break;
-    case Contract::bf16: u.operand = unit_roundoff(DType::bf16); break;
+    case Contract::fp32:
+      u.operand = u32;
+      break;
+    case Contract::tf32:
+      u.operand = u.input = std::ldexp(1.0, -11);
+      break;
+    case Contract::fp16:
+      u.operand = unit_roundoff(DType::f16);
+      break;
+    case Contract::bf16:
+      u.operand = unit_roundoff(DType::bf16);
+      break;
   }
   u.store = unit_roundoff(d);
   u.accumulate = u32;

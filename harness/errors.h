@@ -21,7 +21,8 @@ inline std::string message_safe(const std::string& text, size_t max_chars = 200)
 class CaseError : public std::runtime_error {
  public:
   CaseError(const std::string& field, const std::string& reason)
-      : std::runtime_error("invalid case: " + message_safe(field, 200) + ": " + message_safe(reason, 400)), field_(message_safe(field, 200)) {}
+      : std::runtime_error("invalid case: " + message_safe(field, 200) + ": " + message_safe(reason, 400)),
+        field_(message_safe(field, 200)) {}
   const std::string& field() const { return field_; }
 
  private:

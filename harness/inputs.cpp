@@ -9,7 +9,8 @@ namespace attnfuzz {
 double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index) {
   const uint32_t stream = static_cast<uint32_t>(id);
   switch (d.kind) {
-    case ValueDist::Kind::zero: return 0.0;
+    case ValueDist::Kind::zero:
+      return 0.0;
     case ValueDist::Kind::uniform: {
       const double u = uniform01(random_words(seed, stream, index, 3)[0]);
       return d.mean + d.sigma * (2.0 * u - 1.0);
@@ -21,7 +22,8 @@ double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index
     }
     case ValueDist::Kind::normal:
     case ValueDist::Kind::large_logit:
-    case ValueDist::Kind::near_constant: return d.mean + d.sigma * standard_normal(seed, stream, index);
+    case ValueDist::Kind::near_constant:
+      return d.mean + d.sigma * standard_normal(seed, stream, index);
   }
   return 0.0;
 }

@@ -41,8 +41,8 @@ std::string read_input_file(const std::string& path, uint64_t max_bytes) {
   if (S_ISDIR(st.st_mode)) throw CaseError("<file>", "'" + path + "' is a directory");
   if (!S_ISREG(st.st_mode)) throw CaseError("<file>", "'" + path + "' is not a regular file (a device, FIFO or socket)");
   if (static_cast<uint64_t>(st.st_size) > max_bytes)
-    throw CaseError("<file>", "'" + path + "' is " + mib(static_cast<uint64_t>(st.st_size)) + ", over the input size limit of " +
-                                  mib(max_bytes));
+    throw CaseError("<file>",
+                    "'" + path + "' is " + mib(static_cast<uint64_t>(st.st_size)) + ", over the input size limit of " + mib(max_bytes));
   // Clear O_NONBLOCK for the reads (harmless on regular files, but explicit).
   ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   std::string out;
@@ -66,7 +66,9 @@ json parse_strict_json(const std::string& text) {
   std::string duplicate;
   const json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
     switch (event) {
-      case json::parse_event_t::object_start: open_objects.emplace_back(); break;
+      case json::parse_event_t::object_start:
+        open_objects.emplace_back();
+        break;
       case json::parse_event_t::object_end:
         if (!open_objects.empty()) open_objects.pop_back();
         break;
@@ -74,7 +76,8 @@ json parse_strict_json(const std::string& text) {
         if (!open_objects.empty() && !open_objects.back().insert(parsed.get<std::string>()).second && duplicate.empty())
           duplicate = parsed.get<std::string>();
         break;
-      default: break;
+      default:
+        break;
     }
     return true;
   };

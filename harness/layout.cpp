@@ -13,12 +13,18 @@ constexpr std::array<const char*, 3> kPackingNames{"none", "qkv", "kv"};
 std::array<int, 3> order_dims(TensorLayout::Order o) {
   using O = TensorLayout::Order;
   switch (o) {
-    case O::bhsd: return {0, 1, 2};
-    case O::bshd: return {0, 2, 1};
-    case O::hbsd: return {1, 0, 2};
-    case O::hsbd: return {1, 2, 0};
-    case O::sbhd: return {2, 0, 1};
-    case O::shbd: return {2, 1, 0};
+    case O::bhsd:
+      return {0, 1, 2};
+    case O::bshd:
+      return {0, 2, 1};
+    case O::hbsd:
+      return {1, 0, 2};
+    case O::hsbd:
+      return {1, 2, 0};
+    case O::sbhd:
+      return {2, 0, 1};
+    case O::shbd:
+      return {2, 1, 0};
   }
   return {0, 1, 2};
 }
@@ -84,23 +90,31 @@ std::array<int64_t, 4> role_sizes(TensorRole r, const Shape& s, int32_t* ndim) {
   if (ndim) *ndim = r == R::lse ? 3 : 4;
   switch (r) {
     case R::q:
-    case R::d_q: return {s.batch, s.heads_q, s.seq_q, s.head_dim_qk};
+    case R::d_q:
+      return {s.batch, s.heads_q, s.seq_q, s.head_dim_qk};
     case R::k:
-    case R::d_k: return {s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk};
+    case R::d_k:
+      return {s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk};
     case R::v:
-    case R::d_v: return {s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
+    case R::d_v:
+      return {s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
     case R::d_out:
-    case R::o: return {s.batch, s.heads_q, s.seq_q, s.head_dim_v};
-    case R::lse: return {s.batch, s.heads_q, s.seq_q, 1};
+    case R::o:
+      return {s.batch, s.heads_q, s.seq_q, s.head_dim_v};
+    case R::lse:
+      return {s.batch, s.heads_q, s.seq_q, 1};
   }
   return {};
 }
 
 bool packing_applies(Packing packing, const Shape& s) {
   switch (packing) {
-    case Packing::none: return false;
-    case Packing::qkv: return s.heads_q == s.heads_kv && s.seq_q == s.seq_kv && s.head_dim_qk == s.head_dim_v;
-    case Packing::kv: return s.head_dim_qk == s.head_dim_v;
+    case Packing::none:
+      return false;
+    case Packing::qkv:
+      return s.heads_q == s.heads_kv && s.seq_q == s.seq_kv && s.head_dim_qk == s.head_dim_v;
+    case Packing::kv:
+      return s.head_dim_qk == s.head_dim_v;
   }
   return false;
 }

@@ -37,9 +37,9 @@ struct Shape;
 // The tensors of one attention call that live in memory a backend sees. dLSE is laid
 // out as LSE (a gradient shares its tensor's layout, as in PyTorch).
 enum class TensorRole { q, k, v, d_out, o, lse, d_q, d_k, d_v };
-inline constexpr std::array<TensorRole, 9> kAllTensorRoles{TensorRole::q,   TensorRole::k,   TensorRole::v,
-                                                           TensorRole::d_out, TensorRole::o, TensorRole::lse,
-                                                           TensorRole::d_q, TensorRole::d_k, TensorRole::d_v};
+inline constexpr std::array<TensorRole, 9> kAllTensorRoles{TensorRole::q,     TensorRole::k,   TensorRole::v,
+                                                           TensorRole::d_out, TensorRole::o,   TensorRole::lse,
+                                                           TensorRole::d_q,   TensorRole::d_k, TensorRole::d_v};
 // The case-format key ("q", "k", "v", "d_out", "o", "lse", "d_q", "d_k", "d_v").
 const char* role_name(TensorRole r);
 std::optional<TensorRole> role_from_name(std::string_view name);
@@ -85,8 +85,8 @@ struct Layouts {
 struct Placement {
   int32_t ndim = 4;
   std::array<int64_t, 4> sizes{}, strides{};
-  int64_t offset = 0;  // of element (0, 0, 0, 0) from the buffer's start, in elements
-  int64_t extent = 0;  // elements the buffer spans (shared by a packed group)
+  int64_t offset = 0;                 // of element (0, 0, 0, 0) from the buffer's start, in elements
+  int64_t extent = 0;                 // elements the buffer spans (shared by a packed group)
   TensorRole buffer = TensorRole::q;  // whose buffer: the tensor itself, or its packed group's first member
 
   int64_t numel() const;

@@ -41,16 +41,26 @@ bool random_visible(const MaskExpr& m, int64_t b, int64_t h, int64_t q, int64_t 
 
 std::string to_string(MaskExpr::Kind k) {
   switch (k) {
-    case MaskExpr::Kind::all: return "none";
-    case MaskExpr::Kind::causal: return "causal";
-    case MaskExpr::Kind::sliding_window: return "sliding_window";
-    case MaskExpr::Kind::document: return "document";
-    case MaskExpr::Kind::prefix_lm: return "prefix_lm";
-    case MaskExpr::Kind::block_sparse: return "block_sparse";
-    case MaskExpr::Kind::random: return "random";
-    case MaskExpr::Kind::and_: return "and";
-    case MaskExpr::Kind::or_: return "or";
-    case MaskExpr::Kind::not_: return "not";
+    case MaskExpr::Kind::all:
+      return "none";
+    case MaskExpr::Kind::causal:
+      return "causal";
+    case MaskExpr::Kind::sliding_window:
+      return "sliding_window";
+    case MaskExpr::Kind::document:
+      return "document";
+    case MaskExpr::Kind::prefix_lm:
+      return "prefix_lm";
+    case MaskExpr::Kind::block_sparse:
+      return "block_sparse";
+    case MaskExpr::Kind::random:
+      return "random";
+    case MaskExpr::Kind::and_:
+      return "and";
+    case MaskExpr::Kind::or_:
+      return "or";
+    case MaskExpr::Kind::not_:
+      return "not";
   }
   return "?";
 }
@@ -58,16 +68,22 @@ std::string to_string(MaskExpr::Kind k) {
 std::string describe(const MaskExpr& m) {
   const std::string al = m.align == Align::bottom_right ? "br" : "tl";
   switch (m.kind) {
-    case MaskExpr::Kind::all: return "none";
-    case MaskExpr::Kind::causal: return "causal_" + al;
+    case MaskExpr::Kind::all:
+      return "none";
+    case MaskExpr::Kind::causal:
+      return "causal_" + al;
     case MaskExpr::Kind::sliding_window:
       return "window_" + al + "(" + std::to_string(m.left) + "," + std::to_string(m.right) + ")";
-    case MaskExpr::Kind::document: return "document(" + std::to_string(m.segments_q.size()) + ")";
-    case MaskExpr::Kind::prefix_lm: return "prefix_lm_" + al + "(" + std::to_string(m.prefix) + ")";
+    case MaskExpr::Kind::document:
+      return "document(" + std::to_string(m.segments_q.size()) + ")";
+    case MaskExpr::Kind::prefix_lm:
+      return "prefix_lm_" + al + "(" + std::to_string(m.prefix) + ")";
     case MaskExpr::Kind::block_sparse:
       return "block_sparse(" + std::to_string(m.block_q) + "x" + std::to_string(m.block_kv) + ")";
-    case MaskExpr::Kind::random: return "random(" + std::to_string(m.density).substr(0, 4) + ")";
-    case MaskExpr::Kind::not_: return "!" + describe(m.args.at(0));
+    case MaskExpr::Kind::random:
+      return "random(" + std::to_string(m.density).substr(0, 4) + ")";
+    case MaskExpr::Kind::not_:
+      return "!" + describe(m.args.at(0));
     case MaskExpr::Kind::and_:
     case MaskExpr::Kind::or_: {
       std::string s = "(";
@@ -102,7 +118,8 @@ void validate_mask(const MaskExpr& m, int64_t sq, int64_t skv, const std::string
   using K = MaskExpr::Kind;
   switch (m.kind) {
     case K::all:
-    case K::causal: return;
+    case K::causal:
+      return;
     case K::sliding_window:
       if (m.left < -1 || m.right < -1) throw CaseError(field, "window bounds must be >= 0 or -1 (unbounded)");
       return;
@@ -115,8 +132,7 @@ void validate_mask(const MaskExpr& m, int64_t sq, int64_t skv, const std::string
         if (v < 0) throw CaseError(field + ".segments_kv", "segment lengths must be >= 0");
       const int64_t tq = saturating_sum(m.segments_q), tk = saturating_sum(m.segments_kv);
       if (tq != sq) throw CaseError(field + ".segments_q", "lengths sum to " + std::to_string(tq) + ", seq_q is " + std::to_string(sq));
-      if (tk != skv)
-        throw CaseError(field + ".segments_kv", "lengths sum to " + std::to_string(tk) + ", seq_kv is " + std::to_string(skv));
+      if (tk != skv) throw CaseError(field + ".segments_kv", "lengths sum to " + std::to_string(tk) + ", seq_kv is " + std::to_string(skv));
       return;
     }
     case K::prefix_lm:
@@ -157,17 +173,24 @@ bool varies_by_head(const MaskExpr& m) {
 bool visible(const MaskExpr& m, int64_t b, int64_t h, int64_t q, int64_t kv, int64_t sq, int64_t skv) {
   using K = MaskExpr::Kind;
   switch (m.kind) {
-    case K::all: return true;
-    case K::causal: return kv <= q + diagonal_offset(m.align, sq, skv);
-    case K::sliding_window: return in_window(kv - (q + diagonal_offset(m.align, sq, skv)), m.left, m.right);
+    case K::all:
+      return true;
+    case K::causal:
+      return kv <= q + diagonal_offset(m.align, sq, skv);
+    case K::sliding_window:
+      return in_window(kv - (q + diagonal_offset(m.align, sq, skv)), m.left, m.right);
     case K::document: {
       const int64_t sq_id = segment_of(m.segments_q, q);
       return sq_id >= 0 && sq_id == segment_of(m.segments_kv, kv);
     }
-    case K::prefix_lm: return kv < m.prefix || kv <= q + diagonal_offset(m.align, sq, skv);
-    case K::block_sparse: return m.rows[q / m.block_q][kv / m.block_kv] == '1';
-    case K::random: return random_visible(m, b, h, q, kv, skv);
-    case K::not_: return !visible(m.args[0], b, h, q, kv, sq, skv);
+    case K::prefix_lm:
+      return kv < m.prefix || kv <= q + diagonal_offset(m.align, sq, skv);
+    case K::block_sparse:
+      return m.rows[q / m.block_q][kv / m.block_kv] == '1';
+    case K::random:
+      return random_visible(m, b, h, q, kv, skv);
+    case K::not_:
+      return !visible(m.args[0], b, h, q, kv, sq, skv);
     case K::and_:
       for (const auto& a : m.args)
         if (!visible(a, b, h, q, kv, sq, skv)) return false;
@@ -197,9 +220,12 @@ TileClass fast_class(const MaskExpr& m, int64_t q0, int64_t q1, int64_t k0, int6
   const int64_t off = diagonal_offset(m.align, sq, skv);
   const int64_t lo = k0 - (q1 - 1 + off), hi = (k1 - 1) - (q0 + off);
   switch (m.kind) {
-    case K::all: return TileClass::fully_visible;
-    case K::causal: return band_class(lo, hi, -1, 0);
-    case K::sliding_window: return band_class(lo, hi, m.left, m.right);
+    case K::all:
+      return TileClass::fully_visible;
+    case K::causal:
+      return band_class(lo, hi, -1, 0);
+    case K::sliding_window:
+      return band_class(lo, hi, m.left, m.right);
     case K::random:
       if (m.density <= 0.0) return TileClass::fully_masked;
       if (m.density >= 1.0) return TileClass::fully_visible;
@@ -221,14 +247,14 @@ TileClass fast_class(const MaskExpr& m, int64_t q0, int64_t q1, int64_t k0, int6
       }
       return all_neutral ? (m.kind == K::and_ ? TileClass::fully_visible : TileClass::fully_masked) : TileClass::partial;
     }
-    default: return TileClass::partial;
+    default:
+      return TileClass::partial;
   }
 }
 
 }  // namespace
 
-TileClass classify_tile(const MaskExpr& m, int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0, int64_t k1,
-                        int64_t sq, int64_t skv) {
+TileClass classify_tile(const MaskExpr& m, int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t sq, int64_t skv) {
   if (q0 >= q1 || k0 >= k1) return TileClass::fully_masked;
   const TileClass fast = fast_class(m, q0, q1, k0, k1, sq, skv);
   if (fast != TileClass::partial) return fast;

@@ -35,11 +35,26 @@ struct MaskExpr {
   bool operator==(const MaskExpr&) const = default;
 
   static MaskExpr all_visible() { return {}; }
-  static MaskExpr causal_mask(Align a) { MaskExpr m; m.kind = Kind::causal; m.align = a; return m; }
-  static MaskExpr window(int64_t left, int64_t right, Align a) {
-    MaskExpr m; m.kind = Kind::sliding_window; m.left = left; m.right = right; m.align = a; return m;
+  static MaskExpr causal_mask(Align a) {
+    MaskExpr m;
+    m.kind = Kind::causal;
+    m.align = a;
+    return m;
   }
-  static MaskExpr op(Kind k, std::vector<MaskExpr> args) { MaskExpr m; m.kind = k; m.args = std::move(args); return m; }
+  static MaskExpr window(int64_t left, int64_t right, Align a) {
+    MaskExpr m;
+    m.kind = Kind::sliding_window;
+    m.left = left;
+    m.right = right;
+    m.align = a;
+    return m;
+  }
+  static MaskExpr op(Kind k, std::vector<MaskExpr> args) {
+    MaskExpr m;
+    m.kind = k;
+    m.args = std::move(args);
+    return m;
+  }
 };
 
 std::string to_string(MaskExpr::Kind k);
@@ -71,7 +86,6 @@ enum class TileClass { fully_masked, fully_visible, partial };
 // Classifies the tile [q0, q1) x [k0, k1) of batch b, head h. Structured leaves
 // answer from their geometry; random and block-sparse leaves are checked
 // exhaustively, so the answer is always exact.
-TileClass classify_tile(const MaskExpr& m, int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0, int64_t k1,
-                        int64_t sq, int64_t skv);
+TileClass classify_tile(const MaskExpr& m, int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t sq, int64_t skv);
 
 }  // namespace attnfuzz

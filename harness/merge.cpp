@@ -34,8 +34,7 @@ Forward merge_forward(const std::vector<Forward>& parts) {
   return out;
 }
 
-std::vector<PartGrad> merge_backward(const std::vector<Forward>& parts, const Forward& merged, const Tensor& d_out,
-                                     const Tensor& d_lse) {
+std::vector<PartGrad> merge_backward(const std::vector<Forward>& parts, const Forward& merged, const Tensor& d_out, const Tensor& d_lse) {
   const size_t rows = merged.lse.numel();
   const size_t d = rows ? merged.o.numel() / rows : 0;
   std::vector<PartGrad> grads;

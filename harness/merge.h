@@ -15,7 +15,6 @@ struct PartGrad {
   Tensor d_out, d_lse;
 };
 // dO_k = w_k dO;  dL_k = w_k * (rowsum(dO * O_k) - rowsum(dO * O) + dL).
-std::vector<PartGrad> merge_backward(const std::vector<Forward>& parts, const Forward& merged, const Tensor& d_out,
-                                     const Tensor& d_lse);
+std::vector<PartGrad> merge_backward(const std::vector<Forward>& parts, const Forward& merged, const Tensor& d_out, const Tensor& d_lse);
 
 }  // namespace attnfuzz

@@ -10,10 +10,10 @@
 namespace attnfuzz {
 
 struct ErrorStats {
-  double max_abs = 0;   // over elements where both are finite
-  double rel_fro = 0;   // ||a - r||_F / ||r||_F (||a - r||_F when r == 0)
+  double max_abs = 0;  // over elements where both are finite
+  double rel_fro = 0;  // ||a - r||_F / ||r||_F (||a - r||_F when r == 0)
   double mean_abs = 0;
-  double rms = 0;       // root mean square of the error
+  double rms = 0;          // root mean square of the error
   double ref_max_abs = 0;  // magnitude of the reference, for floors
   double ref_rms = 0;
   size_t nonfinite_mismatch = 0;  // NaN/Inf where the reference is finite, or a different infinity

@@ -4,8 +4,8 @@
 // whole problem's coordinates, with this call's offsets) and materialized.
 #include <cstdint>
 #include <map>
-#include <string>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "harness/case.h"
@@ -22,7 +22,7 @@ struct BandRestriction {
 };
 
 struct Problem {
-  Shape shape;         // of this call (seq_q, seq_kv may be a part of the case's)
+  Shape shape;  // of this call (seq_q, seq_kv may be a part of the case's)
   DType dtype = DType::f32;
   Layouts layouts;  // how backends that take raw memory receive each tensor (harness/layout.h)
   double scale = 1.0;

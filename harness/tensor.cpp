@@ -18,8 +18,7 @@ Tensor slice_seq(const Tensor& t, int64_t s0, int64_t s1) {
 }
 
 void place_seq(Tensor& dst, const Tensor& src, int64_t s0, bool accumulate) {
-  if (dst.shape.size() != src.shape.size() || s0 < 0 || s0 + src.shape[2] > dst.shape[2])
-    throw std::out_of_range("place_seq: bad range");
+  if (dst.shape.size() != src.shape.size() || s0 < 0 || s0 + src.shape[2] > dst.shape[2]) throw std::out_of_range("place_seq: bad range");
   const int64_t row = dst.shape.size() > 3 ? dst.shape[3] : 1;
   const int64_t n = src.shape[2] * row;
   for (int64_t b = 0; b < dst.shape[0]; ++b)

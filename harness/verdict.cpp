@@ -9,16 +9,26 @@ namespace attnfuzz {
 
 std::string to_string(FindingClass c) {
   switch (c) {
-    case FindingClass::mismatch: return "mismatch";
-    case FindingClass::contract_violation: return "contract_violation";
-    case FindingClass::nan_inf: return "nan_inf";
-    case FindingClass::semantic: return "semantic";
-    case FindingClass::nondeterministic: return "nondeterministic";
-    case FindingClass::unwritten: return "unwritten";
-    case FindingClass::consistency: return "consistency";
-    case FindingClass::backend_error: return "backend_error";
-    case FindingClass::crash: return "crash";
-    case FindingClass::timeout: return "timeout";
+    case FindingClass::mismatch:
+      return "mismatch";
+    case FindingClass::contract_violation:
+      return "contract_violation";
+    case FindingClass::nan_inf:
+      return "nan_inf";
+    case FindingClass::semantic:
+      return "semantic";
+    case FindingClass::nondeterministic:
+      return "nondeterministic";
+    case FindingClass::unwritten:
+      return "unwritten";
+    case FindingClass::consistency:
+      return "consistency";
+    case FindingClass::backend_error:
+      return "backend_error";
+    case FindingClass::crash:
+      return "crash";
+    case FindingClass::timeout:
+      return "timeout";
   }
   return "?";
 }

@@ -74,9 +74,9 @@ struct WorstBlock {
 struct TensorVerdict {
   std::string tensor;
   ErrorStats err, baseline;
-  double bound_rms = 0;  // the whole-tensor test in error units: limit(N) * rms(sigma')
-  double bound_max = 0;  // the per-element bound at the element with the largest error
-  double kappa = 0;      // the error model's scale fitted on the baselines
+  double bound_rms = 0;     // the whole-tensor test in error units: limit(N) * rms(sigma')
+  double bound_max = 0;     // the per-element bound at the element with the largest error
+  double kappa = 0;         // the error model's scale fitted on the baselines
   double tensor_ratio = 0;  // sqrt(sum err^2 / sum sigma'^2) over the whole tensor
   WorstBlock worst;
   // The largest ratio / limit per granularity (element, row, tile, head, tensor): the
@@ -90,12 +90,12 @@ struct TensorVerdict {
 // What judging one tensor needs, all shaped alike ([B][H][S][D] or [B][H][S]).
 struct JudgeInput {
   const Tensor* impl = nullptr;
-  const Tensor* ref = nullptr;                             // float64
-  const Tensor* baseline_fwd = nullptr;                    // the two naive computations
-  const Tensor* baseline_rev = nullptr;                    // under the declared contract
-  const Tensor* sigma = nullptr;                           // the error model (may be null: baselines only)
-  const std::vector<uint8_t>* skip_rows = nullptr;        // rows left out (fully masked)
-  double tiny = 0;                                         // the storage type's smallest subnormal
+  const Tensor* ref = nullptr;                      // float64
+  const Tensor* baseline_fwd = nullptr;             // the two naive computations
+  const Tensor* baseline_rev = nullptr;             // under the declared contract
+  const Tensor* sigma = nullptr;                    // the error model (may be null: baselines only)
+  const std::vector<uint8_t>* skip_rows = nullptr;  // rows left out (fully masked)
+  double tiny = 0;                                  // the storage type's smallest subnormal
 };
 // Applies the rule of harness/tolerance.h.
 TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const ToleranceRule& rule);

@@ -154,8 +154,10 @@ WorkerProcess::Reply WorkerProcess::request(const std::string& body, double time
     if (pr == 0) continue;
     if (off < msg.size() && (pfd[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
       const ssize_t n = ::write(to_child_, msg.data() + off, msg.size() - off);
-      if (n > 0) off += static_cast<size_t>(n);
-      else if (n < 0 && errno != EAGAIN && errno != EINTR) return died(Reply::Status::crashed);
+      if (n > 0)
+        off += static_cast<size_t>(n);
+      else if (n < 0 && errno != EAGAIN && errno != EINTR)
+        return died(Reply::Status::crashed);
     }
     if (pfd[0].revents & (POLLIN | POLLERR | POLLHUP)) {
       // Drain a bounded amount, then look at the frames and the watchdog again: a worker

@@ -57,9 +57,9 @@ std::optional<Frame> FrameReader::next() {
     if (buffer_.size() < kHeaderLen) return std::nullopt;
     uint64_t seq = 0, len = 0, sum = 0;
     const char kind = buffer_[kMagicLen];
-    const bool header_ok = (kind == 'Q' || kind == 'P' || kind == 'R') && buffer_[kMagicLen + 1] == ' ' &&
-                           parse_hex(buffer_, 6, 16, seq) && buffer_[22] == ' ' && parse_hex(buffer_, 23, 8, len) &&
-                           buffer_[31] == ' ' && parse_hex(buffer_, 32, 16, sum) && buffer_[48] == '\n' && len <= kMaxFramePayload;
+    const bool header_ok = (kind == 'Q' || kind == 'P' || kind == 'R') && buffer_[kMagicLen + 1] == ' ' && parse_hex(buffer_, 6, 16, seq) &&
+                           buffer_[22] == ' ' && parse_hex(buffer_, 23, 8, len) && buffer_[31] == ' ' && parse_hex(buffer_, 32, 16, sum) &&
+                           buffer_[48] == '\n' && len <= kMaxFramePayload;
     if (!header_ok) {
       drop(1);  // not a frame here: look for the next magic
       continue;

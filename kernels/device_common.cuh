@@ -17,9 +17,9 @@
 namespace attnfuzz::gpu {
 namespace {
 
-constexpr int kTile = 64;     // output tile edge, and the mask's tile edge
-constexpr int kChunk = 16;    // reduction terms staged per step
-constexpr int kThreads = 256;  // 16 x 16 threads, 4 x 4 outputs each
+constexpr int kTile = 64;         // output tile edge, and the mask's tile edge
+constexpr int kChunk = 16;        // reduction terms staged per step
+constexpr int kThreads = 256;     // 16 x 16 threads, 4 x 4 outputs each
 constexpr int kScratchSlots = 8;  // Sq x Skv buffers a computation may hold at once
 
 void check(cudaError_t e, const char* what) {
@@ -84,9 +84,7 @@ struct MaskView {
   const uint8_t* tiles;  // [planes][tiles_q][tiles_kv]
   bool one_plane;
   int64_t sq, skv, tiles_q, tiles_kv;
-  __device__ bool visible(int64_t zq, int64_t i, int64_t j) const {
-    return dense[((one_plane ? 0 : zq) * sq + i) * skv + j] != 0;
-  }
+  __device__ bool visible(int64_t zq, int64_t i, int64_t j) const { return dense[((one_plane ? 0 : zq) * sq + i) * skv + j] != 0; }
   __device__ bool tile_empty(int64_t zq, int64_t ti, int64_t tj) const {
     return tiles[((one_plane ? 0 : zq) * tiles_q + ti) * tiles_kv + tj] == kTileEmpty;
   }
@@ -131,7 +129,6 @@ struct DeviceMask {
 struct Heads {
   int64_t first_q, group;
 };
-
 
 // ---- the tiled product ----
 // G describes one product: C[z][r][c] = fold over o < outer of sum_k A(z, o, r, k) B(z, o, k, c),

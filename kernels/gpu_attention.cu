@@ -27,8 +27,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/gpu_attention.h"
 #include "kernels/device_common.cuh"
+#include "kernels/gpu_attention.h"
 
 namespace attnfuzz::gpu {
 namespace {
@@ -74,10 +74,14 @@ __device__ __forceinline__ float round_mantissa(float f, int bits) {
 __device__ __forceinline__ double operand(double x, Contract) { return x; }
 __device__ __forceinline__ float operand(float x, Contract c) {
   switch (c) {
-    case Contract::tf32: return round_mantissa(x, 10);
-    case Contract::fp16: return __half2float(__float2half_rn(x));
-    case Contract::bf16: return __bfloat162float(__float2bfloat16_rn(x));
-    default: return x;
+    case Contract::tf32:
+      return round_mantissa(x, 10);
+    case Contract::fp16:
+      return __half2float(__float2half_rn(x));
+    case Contract::bf16:
+      return __bfloat162float(__float2bfloat16_rn(x));
+    default:
+      return x;
   }
 }
 // An output stored in the case dtype (Numerics::store); `keep` for the reference and fp64.
@@ -86,9 +90,12 @@ __device__ __forceinline__ double stored(T x, DType d, bool keep) {
   if (keep) return static_cast<double>(x);
   const float f = static_cast<float>(x);
   switch (d) {
-    case DType::f16: return __half2float(__float2half_rn(f));
-    case DType::bf16: return __bfloat162float(__float2bfloat16_rn(f));
-    default: return f;
+    case DType::f16:
+      return __half2float(__float2half_rn(f));
+    case DType::bf16:
+      return __bfloat162float(__float2bfloat16_rn(f));
+    default:
+      return f;
   }
 }
 
@@ -148,7 +155,9 @@ struct RowProduct {
   __device__ T a(int z, int, int64_t i, int64_t j) const { return operand(x[(static_cast<int64_t>(z) * rows + i) * depth + j], contract); }
   __device__ T b(int z, int, int64_t j, int64_t d) const { return y[((h.first_q + z) / h.group * depth + j) * cols + d]; }
   __device__ bool skip_tile(int, int, int64_t, int64_t) const { return false; }
-  __device__ bool skip_chunk(int z, int, int64_t r0, int64_t, int64_t k0) const { return m.tile_empty(h.first_q + z, r0 / kTile, k0 / kTile); }
+  __device__ bool skip_chunk(int z, int, int64_t r0, int64_t, int64_t k0) const {
+    return m.tile_empty(h.first_q + z, r0 / kTile, k0 / kTile);
+  }
   __device__ T fold(T, T acc, int) const { return scaled ? mul_rn(scale, acc) : acc; }
   __device__ void store(int z, int64_t i, int64_t d, T v) const { out[((h.first_q + z) * rows + i) * cols + d] = stored(v, dtype, keep); }
 };
@@ -309,8 +318,6 @@ __global__ void lse_out(const T* lse, double* out, int64_t n) {
   if (e < n) out[e] = static_cast<double>(lse[e]);  // fp32 LSE under a contract, float64 otherwise
 }
 
-
-
 // Everything one call keeps on the device: inputs in the working type, the mask and its tiles.
 template <class T>
 struct DeviceProblem {
@@ -396,11 +403,11 @@ void forward_impl(const HostAttention& a, const Numerics& n, double* o, double* 
   for (int64_t first = 0; first < a.batch * a.heads_q; first += per_chunk) {
     const int64_t heads = std::min(per_chunk, a.batch * a.heads_q - first);
     dp.scores_and_lse(s, lse.get(), first, heads);
-    probabilities<T><<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s, lse.get(), dp.view(), Heads{first, dp.group},
-                                                                                   dp.cap(), heads);
+    probabilities<T>
+        <<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s, lse.get(), dp.view(), Heads{first, dp.group}, dp.cap(), heads);
     AF_CUDA(cudaGetLastError());
-    RowProduct<T> pv{s, dp.v.get(), out.get(), T(1), false, n.contract, n.dtype, dp.keep(), dp.view(), Heads{first, dp.group},
-                     a.seq_q, a.dim_v, a.seq_kv};
+    RowProduct<T> pv{s,       dp.v.get(), out.get(), T(1), false, n.contract, n.dtype, dp.keep(), dp.view(), Heads{first, dp.group},
+                     a.seq_q, a.dim_v,    a.seq_kv};
     dp.product(pv, heads);
   }
   lse_out<T><<<grid_for(dp.rows_q, kThreads), kThreads>>>(lse.get(), lse_d.get(), dp.rows_q);
@@ -444,18 +451,18 @@ void backward_impl(const HostAttention& a, const Numerics& n, const double* o_ho
     const Heads h{first, dp.group};
     dp.scores_and_lse(s, lse.get(), first, heads);
     dp.product(DpProduct<T>{d_out_op.get(), dp.v.get(), dpb, dp.view(), h, a.seq_q, a.seq_kv, a.dim_v}, heads);
-    score_gradients<T><<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s, dpb, lse.get(), delta.get(), d_lse.get(),
-                                                                                     dp.view(), h, dp.cap(), heads, n.reference64);
+    score_gradients<T><<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s, dpb, lse.get(), delta.get(), d_lse.get(), dp.view(),
+                                                                                     h, dp.cap(), heads, n.reference64);
     AF_CUDA(cudaGetLastError());
-    dp.product(RowProduct<T>{dpb, dp.k.get(), dq.get(), scale, true, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_q, a.dim_qk,
-                             a.seq_kv},
-               heads);
+    dp.product(
+        RowProduct<T>{dpb, dp.k.get(), dq.get(), scale, true, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_q, a.dim_qk, a.seq_kv},
+        heads);
     const int64_t kv_heads = heads / dp.group;
     dp.product(ColumnProduct<T>{dpb, dp.q.get(), dk.get(), scale, true, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_kv, a.dim_qk,
                                 a.seq_q, static_cast<int>(dp.group)},
                kv_heads);
-    dp.product(ColumnProduct<T>{s, d_out_op.get(), dv.get(), T(1), false, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_kv,
-                                a.dim_v, a.seq_q, static_cast<int>(dp.group)},
+    dp.product(ColumnProduct<T>{s, d_out_op.get(), dv.get(), T(1), false, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_kv, a.dim_v,
+                                a.seq_q, static_cast<int>(dp.group)},
                kv_heads);
   }
   AF_CUDA(cudaDeviceSynchronize());
@@ -501,8 +508,10 @@ std::string device_description() {
 void forward(const HostAttention& a, const Numerics& n, double* o, double* lse, Timing* t) {
   validate(a);
   const auto t0 = Clock::now();
-  if (n.reference64 || n.contract == Contract::fp64) forward_impl<double>(a, n, o, lse, t);
-  else forward_impl<float>(a, n, o, lse, t);
+  if (n.reference64 || n.contract == Contract::fp64)
+    forward_impl<double>(a, n, o, lse, t);
+  else
+    forward_impl<float>(a, n, o, lse, t);
   if (t) t->release_ms = ms_since(t0) - t->upload_ms - t->compute_ms - t->download_ms;
 }
 
@@ -510,8 +519,10 @@ void backward(const HostAttention& a, const Numerics& n, const double* o, const 
               double* dv, Timing* t) {
   validate(a);
   const auto t0 = Clock::now();
-  if (n.reference64 || n.contract == Contract::fp64) backward_impl<double>(a, n, o, d_out, d_lse, dq, dk, dv, t);
-  else backward_impl<float>(a, n, o, d_out, d_lse, dq, dk, dv, t);
+  if (n.reference64 || n.contract == Contract::fp64)
+    backward_impl<double>(a, n, o, d_out, d_lse, dq, dk, dv, t);
+  else
+    backward_impl<float>(a, n, o, d_out, d_lse, dq, dk, dv, t);
   if (t) t->release_ms = ms_since(t0) - t->upload_ms - t->compute_ms - t->download_ms;
 }
 

@@ -59,7 +59,7 @@ std::string device_description();
 // o: [B][Hq][Sq][Dv], lse: [B][Hq][Sq].
 void forward(const HostAttention& a, const Numerics& n, double* o, double* lse, Timing* t = nullptr);
 // o: the forward's output (for D = rowsum(dO * O)); d_out: [B][Hq][Sq][Dv]; d_lse: [B][Hq][Sq].
-void backward(const HostAttention& a, const Numerics& n, const double* o, const double* d_out, const double* d_lse, double* dq,
-              double* dk, double* dv, Timing* t = nullptr);
+void backward(const HostAttention& a, const Numerics& n, const double* o, const double* d_out, const double* d_lse, double* dq, double* dk,
+              double* dv, Timing* t = nullptr);
 
 }  // namespace attnfuzz::gpu

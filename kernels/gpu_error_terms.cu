@@ -60,14 +60,22 @@ struct PairProduct {
 enum class Factor { p, p2, w2, pc, pc2, ds, ds2, wd2 };
 __device__ __forceinline__ double factor(const ScoreBuffers& s, Factor f, int64_t e) {
   switch (f) {
-    case Factor::p: return s.p[e];
-    case Factor::p2: return sq(s.p[e]);
-    case Factor::w2: return sq(s.p[e] * s.sens[e]);
-    case Factor::pc: return s.pc[e];
-    case Factor::pc2: return sq(s.pc[e]);
-    case Factor::ds: return s.ds[e];
-    case Factor::ds2: return s.ds2[e];
-    default: return sq(s.wd[e]);
+    case Factor::p:
+      return s.p[e];
+    case Factor::p2:
+      return sq(s.p[e]);
+    case Factor::w2:
+      return sq(s.p[e] * s.sens[e]);
+    case Factor::pc:
+      return s.pc[e];
+    case Factor::pc2:
+      return sq(s.pc[e]);
+    case Factor::ds:
+      return s.ds[e];
+    case Factor::ds2:
+      return s.ds2[e];
+    default:
+      return sq(s.wd[e]);
   }
 }
 
@@ -101,13 +109,19 @@ struct RowProduct {
     return rhs == RowRhs::plain ? v : v * v;
   }
   __device__ bool skip_tile(int, int, int64_t, int64_t) const { return false; }
-  __device__ bool skip_chunk(int z, int, int64_t r0, int64_t, int64_t k0) const { return m.tile_empty(h.first_q + z, r0 / kTile, k0 / kTile); }
+  __device__ bool skip_chunk(int z, int, int64_t r0, int64_t, int64_t k0) const {
+    return m.tile_empty(h.first_q + z, r0 / kTile, k0 / kTile);
+  }
   __device__ double fold(double, double acc, int) const { return acc; }
   __device__ void store(int z, int64_t i, int64_t c, double v) const {
     const int64_t row = (h.first_q + z) * rows + i;
     switch (kind) {
-      case RowOut::root: out[row * cols + c] = root(v); break;
-      case RowOut::scaled_root: out[row * cols + c] = scale * root(v); break;
+      case RowOut::root:
+        out[row * cols + c] = root(v);
+        break;
+      case RowOut::scaled_root:
+        out[row * cols + c] = scale * root(v);
+        break;
       case RowOut::via:
         for (int k = 0; k < 4; ++k) via[k][row * cols + c] = scale * (d_err[k * rows_q_total + row] * fabs(v));
         break;
@@ -143,9 +157,12 @@ struct ColumnProduct {
     const int64_t row = (h.first_q + zq(z, o)) * depth + i;
     const double v = y[row * y_dim + c % y_dim];
     switch (rhs) {
-      case ColRhs::plain: return v;
-      case ColRhs::squared: return v * v;
-      default: return sq(d_err[(c / y_dim) * rows_q_total + row]) * (v * v);
+      case ColRhs::plain:
+        return v;
+      case ColRhs::squared:
+        return v * v;
+      default:
+        return sq(d_err[(c / y_dim) * rows_q_total + row]) * (v * v);
     }
   }
   __device__ bool skip_tile(int, int, int64_t, int64_t) const { return false; }
@@ -208,8 +225,7 @@ __global__ void __launch_bounds__(kScoreRows * 32) o_score_terms(ScoreBuffers s,
     const int64_t jj = j0 + tx;
     const int64_t e = (static_cast<int64_t>(z) * m.sq + i) * m.skv + jj;
     w2s[ty][tx] = i < m.sq && jj < m.skv ? sq(s.p[e] * s.sens[e]) : 0.0;
-    for (int r = ty; r < kScoreKeys; r += kScoreRows)
-      vs[r][tx] = j0 + r < m.skv && d < dim_v ? v[(zk * m.skv + j0 + r) * dim_v + d] : 0.0;
+    for (int r = ty; r < kScoreKeys; r += kScoreRows) vs[r][tx] = j0 + r < m.skv && d < dim_v ? v[(zk * m.skv + j0 + r) * dim_v + d] : 0.0;
     __syncthreads();
     for (int k = 0; k < kScoreKeys; ++k) acc = fma(w2s[ty][k], sq(vs[k][tx] - od), acc);
     if (blockIdx.x == 0 && tx == 0)
@@ -319,8 +335,13 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   via_dq_d.upload(via_dq);
   via_dk_d.upload(via_dk);
   // The single-array outputs of the column products: dK.operand, dK.score, dV.operand, dV.score, dK.stored, dV.stored.
-  double* const one_out[7] = {d.operand[dk_idx].get(), d.score[dk_idx].get(), d.operand[dv_idx].get(), d.score[dv_idx].get(),
-                              d.stored_dk.get(), d.stored_dv.get(), nullptr};
+  double* const one_out[7] = {d.operand[dk_idx].get(),
+                              d.score[dk_idx].get(),
+                              d.operand[dv_idx].get(),
+                              d.score[dv_idx].get(),
+                              d.stored_dk.get(),
+                              d.stored_dv.get(),
+                              nullptr};
   one_out_d.upload(one_out);
   AF_CUDA(cudaDeviceSynchronize());
   if (timing) timing->upload_ms = ms_since(t0);
@@ -333,12 +354,12 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   AF_CUDA(cudaMemGetInfo(&free_b, &total_b));
   const double budget = std::min(static_cast<double>(free_b) * 0.6, 8.0 * (1ull << 30));
   const double per_group = static_cast<double>(buffers * group) * static_cast<double>(a.seq_q * a.seq_kv) * sizeof(double);
-  const int64_t per_chunk =
-      std::min<int64_t>({std::max<int64_t>(1, static_cast<int64_t>(budget / per_group)), a.batch * a.heads_kv, std::max<int64_t>(1, 65535 / group)}) *
-      group;
+  const int64_t per_chunk = std::min<int64_t>({std::max<int64_t>(1, static_cast<int64_t>(budget / per_group)), a.batch * a.heads_kv,
+                                               std::max<int64_t>(1, 65535 / group)}) *
+                            group;
   const size_t plane = n(per_chunk * a.seq_q * a.seq_kv);
-  ScoreBuffers s{scratch<double>(0, plane), scratch<double>(1, plane), nullptr, scratch<double>(2, plane), scratch<double>(3, plane),
-                 scratch<double>(4, plane)};
+  ScoreBuffers s{scratch<double>(0, plane), scratch<double>(1, plane), nullptr,
+                 scratch<double>(2, plane), scratch<double>(3, plane), scratch<double>(4, plane)};
   s.pc = capped ? scratch<double>(5, plane) : s.p;
   const MaskView m = mask.view();
   const double scale = a.scale, scale2 = a.scale * a.scale;
@@ -376,8 +397,8 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     product(RowProduct{s, Factor::wd2, d.k.get(), RowRhs::squared, a.dim_qk, RowOut::scaled_root, scale, d.score[dq_idx].get(), nullptr,
                        nullptr, rows_q, m, h, a.seq_q, a.dim_qk, a.seq_kv},
             heads);
-    product(RowProduct{s, Factor::pc, d.k.get(), RowRhs::plain, a.dim_qk, RowOut::via, scale, nullptr, via_dq_d.get(), d.d_err.get(), rows_q,
-                       m, h, a.seq_q, a.dim_qk, a.seq_kv},
+    product(RowProduct{s, Factor::pc, d.k.get(), RowRhs::plain, a.dim_qk, RowOut::via, scale, nullptr, via_dq_d.get(), d.d_err.get(),
+                       rows_q, m, h, a.seq_q, a.dim_qk, a.seq_kv},
             heads);
     // dK and dV: sums over the group's heads.
     auto column = [&](Factor x, const double* y, ColRhs rhs, int64_t y_dim, bool square_each, double f, double* const* outs) {

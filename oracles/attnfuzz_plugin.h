@@ -44,10 +44,10 @@ typedef enum af_device { AF_CPU = 0, AF_CUDA = 1 } af_device;
 
 typedef struct af_tensor {
   void* data;
-  int32_t dtype;   /* af_dtype */
-  int32_t device;  /* af_device; for AF_CUDA, data is a device pointer on device_index */
+  int32_t dtype;  /* af_dtype */
+  int32_t device; /* af_device; for AF_CUDA, data is a device pointer on device_index */
   int32_t device_index;
-  int32_t ndim;    /* 4 for Q, K, V, O and gradients ([B][H][S][D]); 3 for LSE ([B][H][S]) */
+  int32_t ndim; /* 4 for Q, K, V, O and gradients ([B][H][S][D]); 3 for LSE ([B][H][S]) */
   int64_t shape[4];
   int64_t strides[4]; /* in elements, for the logical [B][H][S][D] (or [B][H][S]) indices */
 } af_tensor;
@@ -88,12 +88,11 @@ typedef struct af_plugin {
   const char* contract_json;
   /* 0 when the plugin can run the problem; otherwise the reason in msg. May be NULL (all supported). */
   int (*supports)(const af_problem* p, char* msg, size_t msg_len);
-  int (*forward)(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o,
-                 af_tensor* lse, char* msg, size_t msg_len);
+  int (*forward)(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o, af_tensor* lse, char* msg,
+                 size_t msg_len);
   /* d_lse is float32 [B][Hq][Sq]; plugins without AF_BACKWARD_TAKES_DLSE get NULL. */
-  int (*backward)(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, const af_tensor* o,
-                  const af_tensor* lse, const af_tensor* d_o, const af_tensor* d_lse, af_tensor* dq, af_tensor* dk,
-                  af_tensor* dv, char* msg, size_t msg_len);
+  int (*backward)(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, const af_tensor* o, const af_tensor* lse,
+                  const af_tensor* d_o, const af_tensor* d_lse, af_tensor* dq, af_tensor* dk, af_tensor* dv, char* msg, size_t msg_len);
 } af_plugin;
 
 typedef uint32_t (*af_abi_version_fn)(void);

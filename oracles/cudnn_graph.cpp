@@ -62,7 +62,11 @@ template <class Attributes>
 void set_mask(fe::graph::Graph& g, const GraphSpec& s, Attributes& a) {
   if (s.padding) {
     auto length = [&](const char* name, Uid uid) {
-      return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({s.batch, 1, 1, 1}).set_stride({1, 1, 1, 1})
+      return g.tensor(fe::graph::Tensor_attributes()
+                          .set_name(name)
+                          .set_uid(uid)
+                          .set_dim({s.batch, 1, 1, 1})
+                          .set_stride({1, 1, 1, 1})
                           .set_data_type(fe::DataType_t::INT32));
     };
     a.set_padding_mask(true).set_seq_len_q(length("seq_len_q", kSeqLenQ)).set_seq_len_kv(length("seq_len_kv", kSeqLenKv));
@@ -73,7 +77,9 @@ void set_mask(fe::graph::Graph& g, const GraphSpec& s, Attributes& a) {
   if (s.right_bound) a.set_diagonal_band_right_bound(static_cast<int>(*s.right_bound));
   if (s.bias) {
     const int64_t plane = s.seq_q * s.seq_kv;
-    a.set_bias(g.tensor(fe::graph::Tensor_attributes().set_name("bias").set_uid(kBias)
+    a.set_bias(g.tensor(fe::graph::Tensor_attributes()
+                            .set_name("bias")
+                            .set_uid(kBias)
                             .set_dim({s.bias_batch, s.bias_heads, s.seq_q, s.seq_kv})
                             .set_stride({s.bias_heads * plane, plane, s.seq_kv, 1})
                             .set_data_type(io_type(s.dtype))));
@@ -113,7 +119,11 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphSpec& s) {
   const std::vector<int64_t> o_dim{s.batch, s.heads_q, s.seq_q, s.dim_v};
   auto o = input(*g, "O", kO, o_dim, as_vector(s.o_stride));
   auto d_o = input(*g, "dO", kDO, o_dim, as_vector(s.d_o_stride));
-  auto stats = g->tensor(fe::graph::Tensor_attributes().set_name("Stats").set_uid(kStats).set_dim(stats_dim(s)).set_stride(stats_stride(s))
+  auto stats = g->tensor(fe::graph::Tensor_attributes()
+                             .set_name("Stats")
+                             .set_uid(kStats)
+                             .set_dim(stats_dim(s))
+                             .set_stride(stats_stride(s))
                              .set_data_type(fe::DataType_t::FLOAT));
   // Deterministic: the harness runs every backend twice and compares bitwise, and cuDNN's
   // default backward accumulates dQ with atomics.
@@ -264,7 +274,8 @@ void GraphCache::execute(const GraphSpec& spec, Pass pass, const DevicePointers&
   for (const auto& [uid, p] : pack)
     if (!p) throw std::logic_error("cuDNN SDPA: no device buffer for tensor uid " + std::to_string(uid));
 
-  if (impl_->workspace.bytes() < static_cast<size_t>(e.workspace_bytes)) impl_->workspace = DeviceBuffer(static_cast<size_t>(e.workspace_bytes));
+  if (impl_->workspace.bytes() < static_cast<size_t>(e.workspace_bytes))
+    impl_->workspace = DeviceBuffer(static_cast<size_t>(e.workspace_bytes));
   if (auto r = e.graph->execute(impl_->get_handle(), pack, impl_->workspace.get()); r.is_bad())
     throw std::runtime_error("cuDNN: execute: " + one_line(r.get_message()));
   // Copies back go through the (synchronous) legacy stream anyway; waiting here puts an
@@ -302,7 +313,8 @@ std::optional<std::string> probe_cudnn() {
   if (const size_t v = cudnnGetVersion(); v < 90000)
     return "cuDNN runtime " + std::to_string(v) + " is older than 9.0 (built against " + std::to_string(CUDNN_VERSION) + ")";
   cudnnHandle_t h = nullptr;
-  if (const cudnnStatus_t st = cudnnCreate(&h); st != CUDNN_STATUS_SUCCESS) return std::string("cudnnCreate failed: ") + cudnnGetErrorString(st);
+  if (const cudnnStatus_t st = cudnnCreate(&h); st != CUDNN_STATUS_SUCCESS)
+    return std::string("cudnnCreate failed: ") + cudnnGetErrorString(st);
   (void)cudnnDestroy(h);
   return std::nullopt;
 }
@@ -345,7 +357,11 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int num_options, const char* 
 nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t* size) {
   return call_nvrtc<decltype(nvrtcGetProgramLogSize)>("nvrtcGetProgramLogSize", prog, size);
 }
-nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char* log) { return call_nvrtc<decltype(nvrtcGetProgramLog)>("nvrtcGetProgramLog", prog, log); }
-nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t* size) { return call_nvrtc<decltype(nvrtcGetCUBINSize)>("nvrtcGetCUBINSize", prog, size); }
+nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char* log) {
+  return call_nvrtc<decltype(nvrtcGetProgramLog)>("nvrtcGetProgramLog", prog, log);
+}
+nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t* size) {
+  return call_nvrtc<decltype(nvrtcGetCUBINSize)>("nvrtcGetCUBINSize", prog, size);
+}
 nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char* cubin) { return call_nvrtc<decltype(nvrtcGetCUBIN)>("nvrtcGetCUBIN", prog, cubin); }
 }

@@ -24,11 +24,11 @@ struct GraphSpec {
   int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 1, seq_kv = 1, dim_qk = 8, dim_v = 8;
   Strides q_stride{}, k_stride{}, v_stride{}, o_stride{};
   Strides d_o_stride{}, d_q_stride{}, d_k_stride{}, d_v_stride{};  // each tensor its own layout
-  uint32_t scale_bits = 0;                     // the fp32 softmax scale's bit pattern
-  bool padding = false;                        // seq_len_q / seq_len_kv inputs [B,1,1,1] int32
+  uint32_t scale_bits = 0;                                         // the fp32 softmax scale's bit pattern
+  bool padding = false;                                            // seq_len_q / seq_len_kv inputs [B,1,1,1] int32
   std::optional<int64_t> left_bound, right_bound;
-  bool bottom_right = false;                   // diagonal alignment (only with a bound)
-  bool bias = false;                           // bias input [bias_batch, bias_heads, Sq, Skv], contiguous
+  bool bottom_right = false;  // diagonal alignment (only with a bound)
+  bool bias = false;          // bias input [bias_batch, bias_heads, Sq, Skv], contiguous
   int64_t bias_batch = 1, bias_heads = 1;
 
   float scale() const;

@@ -59,7 +59,8 @@ bool heads_agree(const Problem& p) {
   for (int64_t b = 0; b < s.batch; ++b) {
     const auto first = p.mask.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(b * s.heads_q) * plane);
     for (int64_t h = 1; h < s.heads_q; ++h)
-      if (!std::equal(first, first + static_cast<std::ptrdiff_t>(plane), first + static_cast<std::ptrdiff_t>(static_cast<size_t>(h) * plane)))
+      if (!std::equal(first, first + static_cast<std::ptrdiff_t>(plane),
+                      first + static_cast<std::ptrdiff_t>(static_cast<size_t>(h) * plane)))
         return false;
   }
   return true;
@@ -317,10 +318,7 @@ struct Selection {
 class DeviceCall {
  public:
   DeviceCall(const Problem& p, const Selection& sel)
-      : p_(p),
-        sel_(sel),
-        io_(p),
-        stats_(static_cast<size_t>(p.shape.batch * p.shape.heads_q * p.shape.seq_q) * sizeof(float)) {
+      : p_(p), sel_(sel), io_(p), stats_(static_cast<size_t>(p.shape.batch * p.shape.heads_q * p.shape.seq_q) * sizeof(float)) {
     using R = TensorRole;
     io_.upload({{R::q, &p.q}, {R::k, &p.k}, {R::v, &p.v}});
     io_.allocate({R::o});

@@ -16,11 +16,16 @@ struct Numerics {
 
   Acc op(double x) const {
     switch (contract) {
-      case Contract::fp64: return static_cast<Acc>(x);
-      case Contract::fp32: return static_cast<Acc>(static_cast<float>(x));
-      case Contract::tf32: return static_cast<Acc>(round_mantissa(static_cast<float>(x), 10));
-      case Contract::fp16: return static_cast<Acc>(round_to(DType::f16, x));
-      case Contract::bf16: return static_cast<Acc>(round_to(DType::bf16, x));
+      case Contract::fp64:
+        return static_cast<Acc>(x);
+      case Contract::fp32:
+        return static_cast<Acc>(static_cast<float>(x));
+      case Contract::tf32:
+        return static_cast<Acc>(round_mantissa(static_cast<float>(x), 10));
+      case Contract::fp16:
+        return static_cast<Acc>(round_to(DType::f16, x));
+      case Contract::bf16:
+        return static_cast<Acc>(round_to(DType::bf16, x));
     }
     return static_cast<Acc>(x);
   }

@@ -14,9 +14,7 @@ Mat squared(const Mat& m) { return m.cwiseProduct(m); }
 
 // Accumulation error scale of a dot product of n terms with result x and terms' RSS r:
 // sqrt(n/3 * (x^2/3 + r^2/2)) (harness/error_model.h, "L").
-Mat dot_error(const Mat& x, const Mat& rss, double n) {
-  return ((squared(x) / 3.0 + squared(rss) / 2.0) * (n / 3.0)).cwiseSqrt();
-}
+Mat dot_error(const Mat& x, const Mat& rss, double n) { return ((squared(x) / 3.0 + squared(rss) / 2.0) * (n / 3.0)).cwiseSqrt(); }
 
 }  // namespace
 
@@ -88,8 +86,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       // D is computed from the computed O: each part of O's error (per rounding unit) moves every dS of the row.
       const double o_len = static_cast<double>(s.seq_kv);
       const std::array<Eigen::VectorXd, 4> d_err{
-          do2.cwiseProduct(squared(o_operand)).rowwise().sum().cwiseSqrt(),
-          do2.cwiseProduct(squared(o)).rowwise().sum().cwiseSqrt(),
+          do2.cwiseProduct(squared(o_operand)).rowwise().sum().cwiseSqrt(), do2.cwiseProduct(squared(o)).rowwise().sum().cwiseSqrt(),
           (do2.cwiseProduct(squared(o) / 3.0 + squared(o_operand) / 2.0) * (o_len / 3.0)).rowwise().sum().cwiseSqrt(),
           do2.cwiseProduct(squared(o_score)).rowwise().sum().cwiseSqrt()};
       // dS's error from P's (score) error and from dP's fp32 accumulation over Dv.

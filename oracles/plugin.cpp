@@ -6,8 +6,8 @@
 #include <cstring>
 #include <list>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -25,9 +25,12 @@ constexpr uint16_t kPoisonBF16 = 0x7fa5u;
 
 int32_t af_dtype_of(DType d) {
   switch (d) {
-    case DType::f32: return AF_F32;
-    case DType::f16: return AF_F16;
-    case DType::bf16: return AF_BF16;
+    case DType::f32:
+      return AF_F32;
+    case DType::f16:
+      return AF_F16;
+    case DType::bf16:
+      return AF_BF16;
   }
   return AF_F32;
 }
@@ -81,7 +84,8 @@ struct Buffer {
   void store(const Tensor& src) {
     pl.for_each([&](size_t i, size_t off) {
       const float f = static_cast<float>(src.data[i]);
-      if (t.dtype == AF_F32) std::memcpy(base + off * 4, &f, 4);
+      if (t.dtype == AF_F32)
+        std::memcpy(base + off * 4, &f, 4);
       else {
         const uint16_t h = t.dtype == AF_F16 ? float_to_half_bits(f) : float_to_bf16_bits(f);
         std::memcpy(base + off * 2, &h, 2);
@@ -132,7 +136,10 @@ void to_host(DeviceArena& arena, Buffer& b) { arena.download(b.base, extent_byte
 std::string restrictions_json(const Problem& p) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& r : p.restrictions)
-    a.push_back({{"left", r.left}, {"right", r.right}, {"align", r.align == Align::bottom_right ? "bottom_right" : "top_left"}, {"inside", r.inside}});
+    a.push_back({{"left", r.left},
+                 {"right", r.right},
+                 {"align", r.align == Align::bottom_right ? "bottom_right" : "top_left"},
+                 {"inside", r.inside}});
   return a.dump();
 }
 
@@ -239,9 +246,24 @@ class PluginBackend final : public Backend {
       mask_json = p.mask_expr ? to_json(*p.mask_expr).dump() : R"({"kind":"none"})";
       restrictions = restrictions_json(p);
       const Shape& s = p.shape;
-      problem = {s.batch, s.heads_q, s.heads_kv, s.seq_q, s.seq_kv, s.head_dim_qk, s.head_dim_v, af_dtype_of(p.dtype),
-                 p.softcap ? 1 : 0, p.scale, p.softcap.value_or(0.0), mask_json.c_str(), restrictions.c_str(),
-                 p.q_offset, p.kv_offset, p.full_seq_q, p.full_seq_kv, p.mask.data()};
+      problem = {s.batch,
+                 s.heads_q,
+                 s.heads_kv,
+                 s.seq_q,
+                 s.seq_kv,
+                 s.head_dim_qk,
+                 s.head_dim_v,
+                 af_dtype_of(p.dtype),
+                 p.softcap ? 1 : 0,
+                 p.scale,
+                 p.softcap.value_or(0.0),
+                 mask_json.c_str(),
+                 restrictions.c_str(),
+                 p.q_offset,
+                 p.kv_offset,
+                 p.full_seq_q,
+                 p.full_seq_kv,
+                 p.mask.data()};
     }
   };
 
@@ -269,7 +291,8 @@ std::unique_ptr<Backend> load_plugin(const std::string& path) {
   const af_plugin* pl = get();
   if (!pl) fail("attnfuzz_plugin_get() returned NULL");
   if (pl->abi_version != version)
-    fail("af_plugin.abi_version is " + std::to_string(pl->abi_version) + " but attnfuzz_plugin_abi_version() returned " + std::to_string(version));
+    fail("af_plugin.abi_version is " + std::to_string(pl->abi_version) + " but attnfuzz_plugin_abi_version() returned " +
+         std::to_string(version));
   if (!pl->forward || !pl->backward) fail("af_plugin has no forward or backward entry point");
   return std::make_unique<PluginBackend>(path, h, pl);
 }

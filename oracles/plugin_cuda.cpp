@@ -68,8 +68,7 @@ void DeviceArena::download(void* base, size_t bytes) {
 
 void DeviceArena::synchronize(const std::string& after) {
   const cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess)
-    throw std::runtime_error("CUDA error after " + after + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw std::runtime_error("CUDA error after " + after + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
 #else  // no CUDA runtime in this build

@@ -64,8 +64,10 @@ std::vector<std::string> worker_argv(const AdapterSpec& spec, const std::string&
   if (pkg.empty() || !is_dir(pkg + "/attnfuzz_py"))
     throw std::runtime_error("python backend 'py:" + spec.text + "': no attnfuzz_py package in '" + pkg +
                              "' (set ATTNFUZZ_PY_PACKAGE_DIR to the repository's python/ folder)");
-  return {python, "-u", "-X", "faulthandler", "-c",
-          "import sys; sys.path.insert(0, sys.argv[1]); from attnfuzz_py.worker import main; main(sys.argv[2:])", pkg, shm_path};
+  return {python, "-u",
+          "-X",   "faulthandler",
+          "-c",   "import sys; sys.path.insert(0, sys.argv[1]); from attnfuzz_py.worker import main; main(sys.argv[2:])",
+          pkg,    shm_path};
 }
 
 class PythonBackend final : public Backend {
@@ -206,12 +208,12 @@ class PythonBackend final : public Backend {
 
   nlohmann::json exchange(const nlohmann::json& req, const std::string& what, bool hello) {
     const std::string who = hello ? "python backend 'py:" + spec_.text + "'" : name();
-    const auto reply = worker_->request(req.dump(), hello ? seconds_from_env("ATTNFUZZ_PY_START_TIMEOUT_S", 300)
-                                                          : seconds_from_env("ATTNFUZZ_PY_TIMEOUT_S", 300));
+    const auto reply = worker_->request(
+        req.dump(), hello ? seconds_from_env("ATTNFUZZ_PY_START_TIMEOUT_S", 300) : seconds_from_env("ATTNFUZZ_PY_TIMEOUT_S", 300));
     using S = WorkerProcess::Reply::Status;
     if (reply.status != S::ok) {
-      std::string msg = who + ": the Python worker " + (reply.status == S::timed_out ? "hung" : "died") + " during " + what + " (" +
-                        reply.detail + ")";
+      std::string msg =
+          who + ": the Python worker " + (reply.status == S::timed_out ? "hung" : "died") + " during " + what + " (" + reply.detail + ")";
       if (hello && reply.detail.find("status 127") != std::string::npos)
         msg += "; is the interpreter '" + env_or("ATTNFUZZ_PYTHON", ATTNFUZZ_PYTHON_DEFAULT) + "' there (ATTNFUZZ_PYTHON)?";
       throw std::runtime_error(msg);

@@ -37,20 +37,34 @@ nlohmann::json problem_json(const Problem& p) {
   const Shape& s = p.shape;
   nlohmann::json restrictions = nlohmann::json::array();
   for (const auto& r : p.restrictions)
-    restrictions.push_back({{"left", r.left}, {"right", r.right}, {"align", r.align == Align::bottom_right ? "bottom_right" : "top_left"},
+    restrictions.push_back({{"left", r.left},
+                            {"right", r.right},
+                            {"align", r.align == Align::bottom_right ? "bottom_right" : "top_left"},
                             {"inside", r.inside}});
-  return {{"batch", s.batch}, {"heads_q", s.heads_q}, {"heads_kv", s.heads_kv}, {"seq_q", s.seq_q}, {"seq_kv", s.seq_kv},
-          {"head_dim_qk", s.head_dim_qk}, {"head_dim_v", s.head_dim_v}, {"dtype", std::string(to_string(p.dtype))},
-          {"scale", p.scale}, {"softcap", p.softcap ? nlohmann::json(*p.softcap) : nlohmann::json(nullptr)},
-          {"mask", p.mask_expr ? to_json(*p.mask_expr) : nlohmann::json{{"kind", "none"}}}, {"restrictions", restrictions},
-          {"q_offset", p.q_offset}, {"kv_offset", p.kv_offset}, {"full_seq_q", p.full_seq_q}, {"full_seq_kv", p.full_seq_kv}};
+  return {{"batch", s.batch},
+          {"heads_q", s.heads_q},
+          {"heads_kv", s.heads_kv},
+          {"seq_q", s.seq_q},
+          {"seq_kv", s.seq_kv},
+          {"head_dim_qk", s.head_dim_qk},
+          {"head_dim_v", s.head_dim_v},
+          {"dtype", std::string(to_string(p.dtype))},
+          {"scale", p.scale},
+          {"softcap", p.softcap ? nlohmann::json(*p.softcap) : nlohmann::json(nullptr)},
+          {"mask", p.mask_expr ? to_json(*p.mask_expr) : nlohmann::json{{"kind", "none"}}},
+          {"restrictions", restrictions},
+          {"q_offset", p.q_offset},
+          {"kv_offset", p.kv_offset},
+          {"full_seq_q", p.full_seq_q},
+          {"full_seq_kv", p.full_seq_kv}};
 }
 
 nlohmann::json tensors_json(const ShmLayout& layout) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, t] : layout.tensors()) {
     const auto n = static_cast<size_t>(t.pl.ndim);
-    j[name] = {{"offset", t.first_element()}, {"dtype", shm_type_name(t.type)},
+    j[name] = {{"offset", t.first_element()},
+               {"dtype", shm_type_name(t.type)},
                {"shape", std::vector<int64_t>(t.pl.sizes.begin(), t.pl.sizes.begin() + static_cast<long>(n))},
                {"strides", std::vector<int64_t>(t.pl.strides.begin(), t.pl.strides.begin() + static_cast<long>(n))}};
   }

@@ -16,8 +16,8 @@
 #include "oracles/python_backend.h"
 #include "oracles/reference.h"
 #if ATTNFUZZ_HAVE_TORCH
-#include "oracles/torch_oracle.h"
 #include "oracles/torch_cuda_loader.h"
+#include "oracles/torch_oracle.h"
 #include "oracles/torch_sdpa.h"
 #include "oracles/torch_sdpa_cuda.h"
 #endif
@@ -87,14 +87,17 @@ std::vector<Entry> entries() {
   }
 #else
   const std::string no_torch = "this build has no LibTorch (configured with ATTNFUZZ_WITH_TORCH=OFF)";
-  for (const char* n : {"torch.f64", "torch.math", "torch.sdpa.math", "torch.sdpa.cpu_flash", "torch.f64.cuda", "torch.math.cuda",
-                        "torch.sdpa.math.cuda", "torch.flash", "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient",
-                        "torch.cudnn", "torch.sdpa.cudnn"})
-    e.push_back({n, "LibTorch backend", nullptr, [no_torch](std::string* why) { *why = no_torch; return false; }});
+  for (const char* n :
+       {"torch.f64", "torch.math", "torch.sdpa.math", "torch.sdpa.cpu_flash", "torch.f64.cuda", "torch.math.cuda", "torch.sdpa.math.cuda",
+        "torch.flash", "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient", "torch.cudnn", "torch.sdpa.cudnn"})
+    e.push_back({n, "LibTorch backend", nullptr, [no_torch](std::string* why) {
+                   *why = no_torch;
+                   return false;
+                 }});
 #endif
 #if ATTNFUZZ_HAVE_CUDNN
-  e.push_back({"cudnn", "cuDNN SDPA forward/backward graphs through the cuDNN frontend, CUDA",
-               [] { return make_cudnn_sdpa_backend(); }, [](std::string* why) { return cudnn_sdpa_available(why); }});
+  e.push_back({"cudnn", "cuDNN SDPA forward/backward graphs through the cuDNN frontend, CUDA", [] { return make_cudnn_sdpa_backend(); },
+               [](std::string* why) { return cudnn_sdpa_available(why); }});
 #else
   e.push_back({"cudnn", "cuDNN SDPA through the cuDNN frontend", nullptr, [](std::string* why) {
                  *why = "this build has no cuDNN backend (configure the gpu preset: ATTNFUZZ_WITH_CUDA=ON)";
@@ -105,9 +108,9 @@ std::vector<Entry> entries() {
   std::vector<std::pair<std::string, std::string>> gpu_oracles{{"cuda.reference64", "float64 reference, the project's CUDA kernels"}};
   for (Contract c : kEmulatedContracts)
     for (bool reversed : {false, true})
-      gpu_oracles.push_back({emulated_name("cuda.emulated.", c, reversed),
-                             "naive computation under the " + std::string(to_string(c)) + " contract" + (reversed ? ", reversed order" : "") +
-                                 ", the project's CUDA kernels"});
+      gpu_oracles.push_back({emulated_name("cuda.emulated.", c, reversed), "naive computation under the " + std::string(to_string(c)) +
+                                                                               " contract" + (reversed ? ", reversed order" : "") +
+                                                                               ", the project's CUDA kernels"});
   for (const auto& [name, what] : gpu_oracles) {
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
     e.push_back({name, what, [name = name]() -> std::unique_ptr<Backend> { return make_gpu_oracle(name); },
@@ -306,7 +309,9 @@ OracleSet make_oracles(OracleDevice device) {
     static CudaReference64Backend reference;
     o.reference = &reference;
     o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<CudaEmulatedBackend>(c, reversed); };
-    o.error_terms = [](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) { return cuda_error_terms(p, f, d_out, d_lse); };
+    o.error_terms = [](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
+      return cuda_error_terms(p, f, d_out, d_lse);
+    };
     return o;
 #else
     throw std::runtime_error("the GPU oracles cannot run here: this build has no CUDA kernels (configure the gpu preset)");

@@ -14,8 +14,8 @@ namespace attnfuzz {
 
 struct BackendInfo {
   std::string name, description, version, device;
-  std::string contracts;        // "fp32:fp32 fp16:fp16 bf16:bf16"
-  std::string conventions;      // dLSE in backward, LSE returned, masked-row convention
+  std::string contracts;    // "fp32:fp32 fp16:fp16 bf16:bf16"
+  std::string conventions;  // dLSE in backward, LSE returned, masked-row convention
   bool available = false;
   std::string unavailable_reason;
 };
@@ -65,7 +65,8 @@ inline constexpr double kGpuOracleMinWork = 1 << 22;
 void set_oracle_device_override(const std::string& name);
 std::optional<OracleDevice> oracle_device_override();
 // choose_oracle_device with the override, then make_oracles: what every command judges with.
-OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, OracleDevice* chosen = nullptr, std::string* why = nullptr);
+OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, OracleDevice* chosen = nullptr,
+                      std::string* why = nullptr);
 // Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
 // use 1: the parallelism is one worker process per core.
 void set_backend_threads(int n);

@@ -24,10 +24,14 @@ size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 const char* shm_type_name(ShmType t) {
   switch (t) {
-    case ShmType::f32: return "fp32";
-    case ShmType::f16: return "fp16";
-    case ShmType::bf16: return "bf16";
-    case ShmType::u8: return "u8";
+    case ShmType::f32:
+      return "fp32";
+    case ShmType::f16:
+      return "fp16";
+    case ShmType::bf16:
+      return "bf16";
+    case ShmType::u8:
+      return "u8";
   }
   return "?";
 }
@@ -79,10 +83,22 @@ void shm_store(SharedArena& arena, const ShmTensor& t, const Tensor& src) {
   t.pl.for_each([&](size_t i, size_t off) {
     const float f = static_cast<float>(src.data[i]);
     switch (t.type) {
-      case ShmType::f32: std::memcpy(base + off * 4, &f, 4); break;
-      case ShmType::f16: { const uint16_t h = float_to_half_bits(f); std::memcpy(base + off * 2, &h, 2); break; }
-      case ShmType::bf16: { const uint16_t h = float_to_bf16_bits(f); std::memcpy(base + off * 2, &h, 2); break; }
-      case ShmType::u8: base[off] = src.data[i] != 0; break;
+      case ShmType::f32:
+        std::memcpy(base + off * 4, &f, 4);
+        break;
+      case ShmType::f16: {
+        const uint16_t h = float_to_half_bits(f);
+        std::memcpy(base + off * 2, &h, 2);
+        break;
+      }
+      case ShmType::bf16: {
+        const uint16_t h = float_to_bf16_bits(f);
+        std::memcpy(base + off * 2, &h, 2);
+        break;
+      }
+      case ShmType::u8:
+        base[off] = src.data[i] != 0;
+        break;
     }
   });
 }

@@ -23,9 +23,12 @@ auto rethrow_plain(F&& f) -> decltype(f()) {
 
 inline at::ScalarType scalar_type(DType d) {
   switch (d) {
-    case DType::f32: return at::kFloat;
-    case DType::f16: return at::kHalf;
-    case DType::bf16: return at::kBFloat16;
+    case DType::f32:
+      return at::kFloat;
+    case DType::f16:
+      return at::kHalf;
+    case DType::bf16:
+      return at::kBFloat16;
   }
   return at::kFloat;
 }
@@ -52,7 +55,8 @@ inline at::Tensor view_at(const at::Tensor& storage, const Placement& pl) {
 
 // Zero-filled views of `roles` as a real caller lays them out: each in a buffer of its
 // extent, the members of a packed group views of one buffer.
-inline std::map<TensorRole, at::Tensor> laid_out_views(const Problem& p, std::initializer_list<TensorRole> roles, const at::TensorOptions& opts) {
+inline std::map<TensorRole, at::Tensor> laid_out_views(const Problem& p, std::initializer_list<TensorRole> roles,
+                                                       const at::TensorOptions& opts) {
   std::map<TensorRole, at::Tensor> buffers, views;
   for (TensorRole r : roles) {
     const Placement pl = place(p.layouts, r, p.shape);
@@ -129,20 +133,25 @@ class TorchMaskBuilder {
   at::Tensor eval(const MaskExpr& m) const {
     using K = MaskExpr::Kind;
     switch (m.kind) {
-      case K::all: return at::ones({1, 1, 1, 1}, at::kBool);
-      case K::causal: return kv_.le(q_ + offset(m.align));
-      case K::sliding_window: return band(m.left, m.right, m.align);
+      case K::all:
+        return at::ones({1, 1, 1, 1}, at::kBool);
+      case K::causal:
+        return kv_.le(q_ + offset(m.align));
+      case K::sliding_window:
+        return band(m.left, m.right, m.align);
       case K::document: {
         at::Tensor sq = segment_ids(m.segments_q, q_), sk = segment_ids(m.segments_kv, kv_);
         return sq.eq(sk).logical_and(sq.ge(0));
       }
-      case K::prefix_lm: return kv_.lt(m.prefix).logical_or(kv_.le(q_ + offset(m.align)));
+      case K::prefix_lm:
+        return kv_.lt(m.prefix).logical_or(kv_.le(q_ + offset(m.align)));
       case K::block_sparse: {
         std::vector<uint8_t> bits;
         for (const auto& row : m.rows)
           for (char ch : row) bits.push_back(ch == '1');
         at::Tensor grid = at::tensor(at::ArrayRef<uint8_t>(bits), at::kByte).view({static_cast<int64_t>(m.rows.size()), -1}).to(at::kBool);
-        return grid.index({at::floor_divide(q_, m.block_q).view({-1, 1}), at::floor_divide(kv_, m.block_kv).view({1, -1})}).view({1, 1, q_.numel(), kv_.numel()});
+        return grid.index({at::floor_divide(q_, m.block_q).view({-1, 1}), at::floor_divide(kv_, m.block_kv).view({1, -1})})
+            .view({1, 1, q_.numel(), kv_.numel()});
       }
       case K::random: {
         Problem leaf;
@@ -156,11 +165,13 @@ class TorchMaskBuilder {
         const Shape& s = p_.shape;
         return at::from_blob(leaf.mask.data(), {s.batch, s.heads_q, s.seq_q, s.seq_kv}, at::kByte).to(at::kBool).clone();
       }
-      case K::not_: return eval(m.args.at(0)).logical_not();
+      case K::not_:
+        return eval(m.args.at(0)).logical_not();
       case K::and_:
       case K::or_: {
         at::Tensor acc = eval(m.args.at(0));
-        for (size_t i = 1; i < m.args.size(); ++i) acc = m.kind == K::and_ ? acc.logical_and(eval(m.args[i])) : acc.logical_or(eval(m.args[i]));
+        for (size_t i = 1; i < m.args.size(); ++i)
+          acc = m.kind == K::and_ ? acc.logical_and(eval(m.args[i])) : acc.logical_or(eval(m.args[i]));
         return acc;
       }
     }

@@ -8,8 +8,8 @@
 //               scores and softmax accumulated in fp32, P rounded to the case
 //               dtype before P V (the contract of a fused FlashAttention kernel).
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "harness/backend.h"

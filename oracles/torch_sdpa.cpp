@@ -3,8 +3,8 @@
 //   torch.sdpa.cpu_flash  at::_scaled_dot_product_flash_attention_for_cpu (+ its backward; returns the LSE)
 // Neither backward takes a gradient for the LSE: the composition engine adds that term.
 #include <c10/core/GradMode.h>
-#include <cmath>
 #include <torch/csrc/autograd/autograd.h>
+#include <cmath>
 
 #include "oracles/torch_common.h"
 #include "oracles/torch_sdpa.h"
@@ -71,8 +71,8 @@ class TorchSdpaBackend final : public Backend {
       dk = g[1];
       dv = g[2];
     } else {
-      std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-          d_o, call.q, call.k_rep, call.v_rep, call.out, call.lse_raw, 0.0, false, call.mask, p.scale);
+      std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(d_o, call.q, call.k_rep, call.v_rep, call.out,
+                                                                                      call.lse_raw, 0.0, false, call.mask, p.scale);
       dk = sum_groups(dk, p.shape);
       dv = sum_groups(dv, p.shape);
     }

@@ -64,18 +64,24 @@ class WarningCollector final : public c10::WarningHandler {
 
 at::SDPBackend sdp_backend_of(CudaSdpaKernel k) {
   switch (k) {
-    case CudaSdpaKernel::flash: return at::SDPBackend::flash_attention;
-    case CudaSdpaKernel::efficient: return at::SDPBackend::efficient_attention;
-    case CudaSdpaKernel::cudnn: return at::SDPBackend::cudnn_attention;
+    case CudaSdpaKernel::flash:
+      return at::SDPBackend::flash_attention;
+    case CudaSdpaKernel::efficient:
+      return at::SDPBackend::efficient_attention;
+    case CudaSdpaKernel::cudnn:
+      return at::SDPBackend::cudnn_attention;
   }
   return at::SDPBackend::error;
 }
 
 const char* kernel_name(CudaSdpaKernel k) {
   switch (k) {
-    case CudaSdpaKernel::flash: return "flash";
-    case CudaSdpaKernel::efficient: return "efficient";
-    case CudaSdpaKernel::cudnn: return "cudnn";
+    case CudaSdpaKernel::flash:
+      return "flash";
+    case CudaSdpaKernel::efficient:
+      return "efficient";
+    case CudaSdpaKernel::cudnn:
+      return "cudnn";
   }
   return "?";
 }
@@ -134,9 +140,7 @@ class TorchCudaSdpaBackend final : public Backend {
  public:
   TorchCudaSdpaBackend(CudaSdpaKernel kernel, CudaSdpaEntry entry) : kernel_(kernel), entry_(entry) {}
 
-  std::string name() const override {
-    return std::string(entry_ == CudaSdpaEntry::op ? "torch." : "torch.sdpa.") + kernel_name(kernel_);
-  }
+  std::string name() const override { return std::string(entry_ == CudaSdpaEntry::op ? "torch." : "torch.sdpa.") + kernel_name(kernel_); }
   std::string version() const override { return "libtorch-" + torch_version(); }
   std::string device() const override { return "cuda"; }
   std::optional<Contract> contract(DType d) const override {
@@ -218,8 +222,10 @@ class TorchCudaSdpaBackend final : public Backend {
     }
     if (chosen == static_cast<int64_t>(sdp_backend_of(kernel_))) return std::nullopt;
     std::string why = std::string("LibTorch does not choose its ") + kernel_name(kernel_) + " kernel";
-    if (!warnings.text().empty()) why += ": " + warnings.text();
-    else if (!error.empty()) why += ": " + error;
+    if (!warnings.text().empty())
+      why += ": " + warnings.text();
+    else if (!error.empty())
+      why += ": " + error;
     return why;
   }
 

@@ -9,12 +9,12 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "campaign/repro.h"
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/json_input.h"
-#include "campaign/repro.h"
 
 namespace attnfuzz {
 namespace {
@@ -81,17 +81,19 @@ TEST(CaseJson, RejectsBadInputNamingTheField) {
             "mask.segments_kv");
   EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"mask":{"kind":"block_sparse","block_q":4,"block_kv":4,"rows":["1","1"]})")),
             "mask.rows");
-  EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"composition":{"kind":"kv_split","bounds":[5,2]})")),
-            "composition.bounds");
+  EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"composition":{"kind":"kv_split","bounds":[5,2]})")), "composition.bounds");
   EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"values":{"q":{"dist":"normal","sigma":-1}})")), "values.q.sigma");
 }
 
 TEST(CaseJson, RejectsHugeCasesBeforeAllocating) {
   // 10^12 elements in Q alone: refused by the memory estimate, which saturates instead of overflowing.
-  EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"batch":1000,"heads_q":1000,"seq_q":1000,"head_dim_qk":1000}})"),
-            "shape");
-  EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"batch":2147483648,"heads_q":2147483648,"seq_q":2147483648,"head_dim_qk":2147483648}})"),
-            "shape");
+  EXPECT_EQ(
+      rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"batch":1000,"heads_q":1000,"seq_q":1000,"head_dim_qk":1000}})"),
+      "shape");
+  EXPECT_EQ(
+      rejected_field(
+          R"({"format":"attnfuzz-case/1","seed":1,"shape":{"batch":2147483648,"heads_q":2147483648,"seq_q":2147483648,"head_dim_qk":2147483648}})"),
+      "shape");
   Case c;
   c.shape = {1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30};
   EXPECT_EQ(estimate_host_bytes(c), UINT64_MAX);
@@ -193,7 +195,8 @@ TEST(Limits, TheCompositionCountsInTheMemoryEstimate) {
 
 TEST(Limits, MaskExpressionSize) {
   auto and_of = [](size_t n) {
-    std::string s = R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":64,"head_dim_qk":8},"mask":{"kind":"and","args":[)";
+    std::string s =
+        R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":64,"head_dim_qk":8},"mask":{"kind":"and","args":[)";
     for (size_t i = 0; i < n; ++i) s += std::string(i ? "," : "") + R"({"kind":"causal"})";
     return s + "]}}";
   };
@@ -214,18 +217,21 @@ TEST(Limits, DuplicateKeysAreRejectedAtEveryLevel) {
   EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"seed":2,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})"), "<json>");
   EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":8,"seq_q":9,"head_dim_qk":8}})"), "<json>");
   EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8},
-      "mask":{"kind":"and","args":[{"kind":"causal","align":"top_left","align":"bottom_right"}]}})"), "<json>");
+      "mask":{"kind":"and","args":[{"kind":"causal","align":"top_left","align":"bottom_right"}]}})"),
+            "<json>");
   // The same key in sibling objects is fine.
   EXPECT_EQ(rejected_field(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8},
-      "mask":{"kind":"and","args":[{"kind":"causal"},{"kind":"causal"}]}})"), "");
+      "mask":{"kind":"and","args":[{"kind":"causal"},{"kind":"causal"}]}})"),
+            "");
 }
 
 TEST(Limits, QuotedInputIsCutInMessages) {
   const std::string huge(1 << 20, 'x');
-  for (const std::string& text : {R"({"format":")" + huge + R"(","seed":1})",
-                                  std::string(R"({"format":"attnfuzz-case/1","seed":1,"dtype":")") + huge + R"(","shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})",
-                                  std::string(R"({"format":"attnfuzz-case/1","seed":1,")") + huge + R"(":1,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})",
-                                  std::string(R"({"format":"attnfuzz-case/1","seed":1,"dtype":"a\nb","shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})")}) {
+  for (const std::string& text :
+       {R"({"format":")" + huge + R"(","seed":1})",
+        std::string(R"({"format":"attnfuzz-case/1","seed":1,"dtype":")") + huge + R"(","shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})",
+        std::string(R"({"format":"attnfuzz-case/1","seed":1,")") + huge + R"(":1,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})",
+        std::string(R"({"format":"attnfuzz-case/1","seed":1,"dtype":"a\nb","shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}})")}) {
     try {
       case_from_string(text);
       ADD_FAILURE() << "accepted";
@@ -293,8 +299,14 @@ TEST(ReproChecksum, AnyEditOfWhatDecidesTheReplayIsRefused) {
   using J = nlohmann::json;
   const std::vector<std::pair<std::string, std::function<void(J&)>>> edits = {
       {"seed", [](J& j) { j["case"]["seed"] = 2; }},
-      {"mask", [](J& j) { j["case"]["mask"] = J{{"kind", "causal"}}; }},
-      {"composition", [](J& j) { j["case"]["composition"] = J{{"kind", "kv_split"}, {"bounds", {4}}}; }},
+      {"mask",
+       [](J& j) {
+         j["case"]["mask"] = J{{"kind", "causal"}};
+       }},
+      {"composition",
+       [](J& j) {
+         j["case"]["composition"] = J{{"kind", "kv_split"}, {"bounds", {4}}};
+       }},
       {"backends", [](J& j) { j["backends"] = J::array({"reference"}); }},
       {"signature", [](J& j) { j["finding"]["signature"]["tensor"] = "dK"; }},
       {"input_checksum", [](J& j) { j["input_checksum"] = "0000000000000001"; }},
@@ -307,7 +319,8 @@ TEST(ReproChecksum, AnyEditOfWhatDecidesTheReplayIsRefused) {
   for (const auto& [name, f] : edits) EXPECT_THROW(parse_repro(edit(text, f).dump()), CaseError) << name;
   // What does not decide the replay may change (detail, environment, case index).
   EXPECT_NO_THROW(parse_repro(edit(text, [](J& j) { j["finding"]["detail"] = "reworded"; }).dump()));
-  for (const std::string& bad : std::vector<std::string>{"", "{", "[]", "null", text.substr(0, text.size() / 2)}) EXPECT_THROW(parse_repro(bad), CaseError) << bad;
+  for (const std::string& bad : std::vector<std::string>{"", "{", "[]", "null", text.substr(0, text.size() / 2)})
+    EXPECT_THROW(parse_repro(bad), CaseError) << bad;
 }
 
 TEST(ReproChecksum, ReproducersWrittenBeforeTheFieldStillLoadAsLegacy) {

@@ -124,8 +124,8 @@ TEST(Compose, DroppingDlseInsideAMergeIsVisible) {
   const ComposedResult single = run_composition(broken, c, in, Composition{});
   const ComposedResult merged = run_composition(broken, c, in);
   EXPECT_TRUE(all_close(single.grads.dq, want.grads.dq, 1e-12));  // dLSE = 0: the single call hides the bug
-  EXPECT_TRUE(all_close(merged.fwd.o, want.fwd.o, 1e-12));          // the forward matches
-  EXPECT_FALSE(all_close(merged.grads.dq, want.grads.dq, 1e-3));    // the gradients do not
+  EXPECT_TRUE(all_close(merged.fwd.o, want.fwd.o, 1e-12));        // the forward matches
+  EXPECT_FALSE(all_close(merged.grads.dq, want.grads.dq, 1e-3));  // the gradients do not
 }
 
 // A backend with another convention for rows with no visible key (LibTorch's cuDNN path
@@ -163,7 +163,7 @@ TEST(Compose, RowsWithNoVisibleKeyGetNoUpstreamGradientUnderAnotherConvention) {
   c.shape = {1, 2, 1, 24, 16, 8, 8};
   c.dtype = DType::f32;
   c.mask = MaskExpr::causal_mask(Align::bottom_right);  // Sq > Skv: the first 8 rows see nothing
-  c.d_lse = ValueDist{};                                 // non-zero dLSE too
+  c.d_lse = ValueDist{};                                // non-zero dLSE too
   const Inputs in = generate_inputs(c);
   OtherConvention be;
   ReferenceBackend ref;

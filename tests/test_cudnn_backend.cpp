@@ -21,10 +21,10 @@
 namespace attnfuzz {
 namespace {
 
-#define SKIP_WITHOUT_CUDNN()                                      \
-  do {                                                            \
-    std::string why_;                                             \
-    if (!cudnn_sdpa_available(&why_)) GTEST_SKIP() << why_;       \
+#define SKIP_WITHOUT_CUDNN()                                \
+  do {                                                      \
+    std::string why_;                                       \
+    if (!cudnn_sdpa_available(&why_)) GTEST_SKIP() << why_; \
   } while (0)
 
 std::vector<std::string> describe_all(const std::vector<CudnnMaskPlan>& plans) {
@@ -137,8 +137,7 @@ TEST(CudnnMaskPlanner, EveryPlanReproducesTheDenseMask) {
     EXPECT_EQ(plan_cudnn_mask(p), plans.front());
     for (const auto& plan : plans) {
       const size_t bad = model_mismatches(plan, p);
-      ASSERT_EQ(bad, 0u) << "problem " << n << " (" << describe(m) << "), plan " << plan.describe() << ": " << bad
-                         << " elements differ";
+      ASSERT_EQ(bad, 0u) << "problem " << n << " (" << describe(m) << "), plan " << plan.describe() << ": " << bad << " elements differ";
       if (plan.bias) continue;
       EXPECT_GE(plan.left_bound.value_or(1), 1) << plan.describe();
       EXPECT_GE(plan.right_bound.value_or(0), 0) << plan.describe();
@@ -165,10 +164,12 @@ TEST(CudnnMaskPlanner, EveryPlanReproducesTheDenseMask) {
 
 TEST(CudnnMaskPlanner, BiasBroadcastsOnlyWhatIsShared) {
   // Heads differ: per head; batches equal: broadcast over the batch.
-  const Problem per_head = mask_problem({2, 2, 1, 4, 4, 8, 8}, [](int64_t, int64_t h, int64_t i, int64_t j) { return (i + j + h) % 2 == 0; });
+  const Problem per_head =
+      mask_problem({2, 2, 1, 4, 4, 8, 8}, [](int64_t, int64_t h, int64_t i, int64_t j) { return (i + j + h) % 2 == 0; });
   const CudnnMaskPlan a = plan_cudnn_mask(per_head);
   EXPECT_TRUE(a.bias && a.bias_per_head && !a.bias_per_batch) << a.describe();
-  const Problem per_batch = mask_problem({2, 2, 1, 4, 4, 8, 8}, [](int64_t b, int64_t, int64_t i, int64_t j) { return (i * j + b) % 3 == 0; });
+  const Problem per_batch =
+      mask_problem({2, 2, 1, 4, 4, 8, 8}, [](int64_t b, int64_t, int64_t i, int64_t j) { return (i * j + b) % 3 == 0; });
   const CudnnMaskPlan c = plan_cudnn_mask(per_batch);
   EXPECT_TRUE(c.bias && !c.bias_per_head && c.bias_per_batch) << c.describe();
   EXPECT_EQ(cudnn_mask_plans(per_batch).size(), 1u);
@@ -218,13 +219,15 @@ std::vector<Mode> modes() {
       {"no_mask", {2, 4, 2, 48, 80, 64, 64}, MaskExpr::all_visible(), bhsd, "none"},
       {"causal_top_left", {1, 2, 2, 64, 64, 64, 64}, MaskExpr::causal_mask(Align::top_left), bshd, "causal_tl"},
       {"causal_bottom_right_sq_lt_skv", {1, 2, 1, 40, 96, 64, 64}, MaskExpr::causal_mask(Align::bottom_right), bhsd, "causal_br"},
-      {"causal_bottom_right_sq_gt_skv", {1, 2, 1, 96, 40, 64, 64}, MaskExpr::causal_mask(Align::bottom_right), bhsd,
-       "causal_br+padding"},
+      {"causal_bottom_right_sq_gt_skv", {1, 2, 1, 96, 40, 64, 64}, MaskExpr::causal_mask(Align::bottom_right), bhsd, "causal_br+padding"},
       {"sliding_window", {2, 2, 2, 64, 64, 32, 32}, MaskExpr::window(16, 0, Align::top_left), padded, "band_tl(left=17,right=0)"},
       {"band_bottom_right", {1, 2, 2, 48, 80, 64, 64}, MaskExpr::window(8, 2, Align::bottom_right), bhsd, "band_br(left=9,right=2)"},
       {"padding", {2, 2, 1, 64, 80, 64, 64}, padding_like(), bshd, "none+padding"},
-      {"padding_bottom_right", {1, 2, 2, 64, 80, 64, 64},
-       MaskExpr::op(K::and_, {padding_like(), MaskExpr::window(-1, 10, Align::top_left)}), bhsd, "causal_br+padding"},
+      {"padding_bottom_right",
+       {1, 2, 2, 64, 80, 64, 64},
+       MaskExpr::op(K::and_, {padding_like(), MaskExpr::window(-1, 10, Align::top_left)}),
+       bhsd,
+       "causal_br+padding"},
       {"random_mask_as_bias", {2, 2, 1, 48, 64, 64, 64}, random, bhsd, "bias[B,H]"},
       {"prefix_lm_as_bias", {1, 2, 2, 64, 64, 64, 64}, prefix, padded, "bias[1,1]"},
       {"gqa_causal", {2, 6, 2, 64, 64, 64, 64}, MaskExpr::causal_mask(Align::top_left), bhsd, "causal_tl"},
@@ -268,7 +271,8 @@ TEST_P(CudnnModes, MatchesTheReferenceOnTheExpectedPath) {
   if (auto why = be->unsupported_reason(p)) FAIL() << "cuDNN refused the case: " << *why << "\n" << write_case(c);
   const auto plan = cudnn_sdpa_selected_plan(*be, p);
   ASSERT_TRUE(plan.has_value());
-  EXPECT_EQ(plan->describe(), mode.plan) << "cuDNN refused the plans before it; all candidates: " << join(describe_all(cudnn_mask_plans(p)));
+  EXPECT_EQ(plan->describe(), mode.plan) << "cuDNN refused the plans before it; all candidates: "
+                                         << join(describe_all(cudnn_mask_plans(p)));
 
   const DiffReport r = run_differential(c, {be.get()}, default_oracles());
   for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
@@ -373,7 +377,8 @@ TEST(CudnnBackend, NoFindingOnRandomCases) {
       }
     validate(c);
     const DiffReport r = run_differential(c, {be.get()}, default_oracles());
-    for (const auto& f : r.findings) ADD_FAILURE() << "seed " << seed << ": " << f.signature.to_string() << " " << f.detail << "\n" << write_case(c);
+    for (const auto& f : r.findings)
+      ADD_FAILURE() << "seed " << seed << ": " << f.signature.to_string() << " " << f.detail << "\n" << write_case(c);
     for (const auto& run : r.runs) {
       if (run.skipped)
         ++skipped[run.skip_reason.substr(0, 160)];

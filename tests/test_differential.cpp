@@ -2,8 +2,8 @@
 // and correct backends produce no finding over thousands of random cases.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -60,8 +60,7 @@ TEST(Verdict, Tf32WhereFp32IsPromisedIsAContractViolationFingerprintedTf32) {
     EXPECT_EQ(f.signature.cls, FindingClass::contract_violation) << f.signature.to_string() << " " << f.detail;
     EXPECT_NE(f.detail.find("computes like tf32"), std::string::npos) << f.detail;
   }
-  for (const auto& t : r.runs[0].tensors)
-    EXPECT_EQ(t.print.label, "tf32") << t.tensor;
+  for (const auto& t : r.runs[0].tensors) EXPECT_EQ(t.print.label, "tf32") << t.tensor;
 }
 
 TEST(Verdict, HonestContractsPass) {
@@ -114,7 +113,8 @@ class NanMaskedRows final : public Backend {
     for (size_t r = 0; r < f.lse.numel(); ++r)
       if (std::isinf(f.lse.data[r])) {
         f.lse.data[r] = NAN;
-        for (int64_t d = 0; d < p.shape.head_dim_v; ++d) f.o.data[r * static_cast<size_t>(p.shape.head_dim_v) + static_cast<size_t>(d)] = NAN;
+        for (int64_t d = 0; d < p.shape.head_dim_v; ++d)
+          f.o.data[r * static_cast<size_t>(p.shape.head_dim_v) + static_cast<size_t>(d)] = NAN;
       }
     return f;
   }

@@ -45,7 +45,8 @@ TEST(Domain, CornersAreTileMultiplesAndTheirNeighbours) {
   EXPECT_FALSE(std::count(c.begin(), c.end(), 100));
   EXPECT_TRUE(std::is_sorted(c.begin(), c.end()));
   const std::vector<int64_t> d = domain::head_dim_menu(256);
-  for (int64_t x : {31, 32, 33, 79, 80, 81, 96, 127, 128, 129, 191, 192, 193, 255, 256}) EXPECT_TRUE(std::count(d.begin(), d.end(), x)) << x;
+  for (int64_t x : {31, 32, 33, 79, 80, 81, 96, 127, 128, 129, 191, 192, 193, 255, 256})
+    EXPECT_TRUE(std::count(d.begin(), d.end(), x)) << x;
   EXPECT_FALSE(std::count(d.begin(), d.end(), 257));
   EXPECT_TRUE(domain::head_dim_menu(16).empty());
 }

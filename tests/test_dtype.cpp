@@ -50,12 +50,29 @@ TEST(BFloat16, WideningAllBitPatternsInvertsNarrowing) {
 }
 
 std::vector<float> edge_floats() {
-  std::vector<float> v{0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.996f, 65520.0f, 65536.0f, 1e10f,
-                       std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                       std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
-                       std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(),
-                       std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(1.5f, -25), std::ldexp(1.0f, -26),
-                       std::ldexp(1.0f, -14), std::ldexp(1023.0f, -24), std::ldexp(1023.5f, -24), std::ldexp(3.0f, -26)};
+  std::vector<float> v{0.0f,
+                       -0.0f,
+                       1.0f,
+                       -1.0f,
+                       65504.0f,
+                       65519.996f,
+                       65520.0f,
+                       65536.0f,
+                       1e10f,
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::max(),
+                       std::numeric_limits<float>::min(),
+                       std::numeric_limits<float>::denorm_min(),
+                       std::ldexp(1.0f, -24),
+                       std::ldexp(1.0f, -25),
+                       std::ldexp(1.5f, -25),
+                       std::ldexp(1.0f, -26),
+                       std::ldexp(1.0f, -14),
+                       std::ldexp(1023.0f, -24),
+                       std::ldexp(1023.5f, -24),
+                       std::ldexp(3.0f, -26)};
   // Exact ties between neighbouring halfs and bfloat16s, and their neighbours.
   for (uint32_t h : {0x0001u, 0x0002u, 0x03ffu, 0x0400u, 0x3c00u, 0x3c01u, 0x7bfeu}) {
     const float a = half_bits_to_float(static_cast<uint16_t>(h)), b = half_bits_to_float(static_cast<uint16_t>(h + 1));
@@ -135,7 +152,7 @@ TEST(Rounding, RoundToIsIdempotentAndMonotone) {
 }
 
 TEST(Rounding, MantissaRoundingEmulatesTf32AndBf16) {
-  EXPECT_EQ(round_mantissa(1.0f + std::ldexp(1.0f, -11), 10), 1.0f);                           // tie to even
+  EXPECT_EQ(round_mantissa(1.0f + std::ldexp(1.0f, -11), 10), 1.0f);                             // tie to even
   EXPECT_EQ(round_mantissa(1.0f + 3 * std::ldexp(1.0f, -11), 10), 1.0f + std::ldexp(1.0f, -9));  // tie to even, up
   EXPECT_EQ(round_mantissa(1.0f + std::ldexp(1.0f, -23), 10), 1.0f);
   std::mt19937_64 rng(3);

@@ -35,8 +35,10 @@ TEST_P(GpuBackend, NoFindingOnRandomCases) {
     dopt.gpu_health = gpu_health;
     const DiffReport r = run_differential(c, {be.get()}, default_oracles(), dopt);
     for (const auto& run : r.runs) {
-      if (run.skipped) ++skip_reasons[run.skip_reason.substr(0, 160)];
-      else ++ran;
+      if (run.skipped)
+        ++skip_reasons[run.skip_reason.substr(0, 160)];
+      else
+        ++ran;
     }
     for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail << "\n" << write_case(c);
     if (r.gpu_error) {
@@ -50,10 +52,11 @@ TEST_P(GpuBackend, NoFindingOnRandomCases) {
   EXPECT_GE(ran, 30) << GetParam() << " ran too few cases to say anything";
 }
 
-INSTANTIATE_TEST_SUITE_P(Torch, GpuBackend, ::testing::Values("torch.f64.cuda", "torch.math.cuda", "torch.sdpa.math.cuda", "torch.flash",
-                                                          "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient",
-                                                          // Fails on LibTorch 2.11: docs/findings/ (cuDNN, unaligned rows).
-                                                          "torch.cudnn", "torch.sdpa.cudnn"),
+INSTANTIATE_TEST_SUITE_P(Torch, GpuBackend,
+                         ::testing::Values("torch.f64.cuda", "torch.math.cuda", "torch.sdpa.math.cuda", "torch.flash", "torch.sdpa.flash",
+                                           "torch.efficient", "torch.sdpa.efficient",
+                                           // Fails on LibTorch 2.11: docs/findings/ (cuDNN, unaligned rows).
+                                           "torch.cudnn", "torch.sdpa.cudnn"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

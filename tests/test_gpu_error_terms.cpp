@@ -20,9 +20,9 @@
 namespace attnfuzz {
 namespace {
 
-#define REQUIRE_GPU()                                                         \
-  do {                                                                        \
-    std::string why_;                                                         \
+#define REQUIRE_GPU()                                                       \
+  do {                                                                      \
+    std::string why_;                                                       \
     if (!cuda_kernels_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
   } while (0)
 

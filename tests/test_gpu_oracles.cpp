@@ -24,9 +24,9 @@
 namespace attnfuzz {
 namespace {
 
-#define REQUIRE_GPU()                                                         \
-  do {                                                                        \
-    std::string why_;                                                         \
+#define REQUIRE_GPU()                                                       \
+  do {                                                                      \
+    std::string why_;                                                       \
     if (!cuda_kernels_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
   } while (0)
 
@@ -179,10 +179,10 @@ void compare_reference(const Case& c, Coverage& cov) {
   const Gradients g = gpu.backward(p, f, in.d_out, in.d_lse);
   const Sensitivity terms = sensitivity(p, ref, in.d_out, in.d_lse, false);
   const std::tuple<const char*, const Tensor*, const Tensor*, const Tensor*> rows[] = {{"O", &f.o, &ref.o, &terms.o},
-                                                                                        {"LSE", &f.lse, &ref.lse, nullptr},
-                                                                                        {"dQ", &g.dq, &gref.dq, &terms.dq},
-                                                                                        {"dK", &g.dk, &gref.dk, &terms.dk},
-                                                                                        {"dV", &g.dv, &gref.dv, &terms.dv}};
+                                                                                       {"LSE", &f.lse, &ref.lse, nullptr},
+                                                                                       {"dQ", &g.dq, &gref.dq, &terms.dq},
+                                                                                       {"dK", &g.dk, &gref.dk, &terms.dk},
+                                                                                       {"dV", &g.dv, &gref.dv, &terms.dv}};
   for (const auto& [name, got, want, mag] : rows) {
     std::string problem;
     const double rel = relative_difference(*got, *want, mag, &problem);
@@ -219,8 +219,8 @@ TEST(GpuReference64, MatchesEigenOnRandomCases) {
   REQUIRE_GPU();
   Coverage cov;
   for (const Case& c : random_cases(120, 9'000'000)) compare_reference(c, cov);
-  std::cout << "  coverage: softcap " << cov.softcap << ", GQA/MQA " << cov.gqa << ", Dqk != Dv " << cov.dims_differ << ", dLSE " << cov.dlse
-            << ", fully masked rows " << cov.masked_rows << "; masks:";
+  std::cout << "  coverage: softcap " << cov.softcap << ", GQA/MQA " << cov.gqa << ", Dqk != Dv " << cov.dims_differ << ", dLSE "
+            << cov.dlse << ", fully masked rows " << cov.masked_rows << "; masks:";
   for (const auto& [k, n] : cov.masks) std::cout << " " << k << "=" << n;
   std::cout << "\n";
   // The random mix must actually exercise what the test claims to check.
@@ -236,11 +236,16 @@ TEST(GpuReference64, MatchesEigenOnRandomCases) {
 
 double unit_roundoff_of(Contract k) {
   switch (k) {
-    case Contract::fp64: return std::ldexp(1.0, -53);
-    case Contract::fp32: return std::ldexp(1.0, -24);
-    case Contract::tf32: return std::ldexp(1.0, -11);
-    case Contract::fp16: return std::ldexp(1.0, -11);
-    case Contract::bf16: return std::ldexp(1.0, -8);
+    case Contract::fp64:
+      return std::ldexp(1.0, -53);
+    case Contract::fp32:
+      return std::ldexp(1.0, -24);
+    case Contract::tf32:
+      return std::ldexp(1.0, -11);
+    case Contract::fp16:
+      return std::ldexp(1.0, -11);
+    case Contract::bf16:
+      return std::ldexp(1.0, -8);
   }
   return 1;
 }

@@ -23,7 +23,7 @@ Case aligned_case() {
 TEST(KnownPredicate, UnalignedRowsLooksAtEveryInputsStridesAndOffset) {
   const CasePredicate unaligned = parse_case_predicate("unaligned_rows(16)");
   Case c = aligned_case();
-  EXPECT_FALSE(unaligned(c));  // 16 fp16 elements per row: 32 bytes
+  EXPECT_FALSE(unaligned(c));                // 16 fp16 elements per row: 32 bytes
   c.layouts[TensorRole::k].row_padding = 3;  // rows of 19 elements: 38 bytes
   EXPECT_TRUE(unaligned(c));
   c = aligned_case();
@@ -76,9 +76,7 @@ TEST(KnownFindings, TheRecordedDeviationsCoverTheirOwnFindingsAndOnlyOnUnaligned
   EXPECT_EQ(known.covering(finding("cudnn", "dK", FindingClass::nan_inf, unaligned)), nullptr) << "another backend: a new bug";
 }
 
-TEST(KnownFindings, AMissingPathIsAnError) {
-  EXPECT_THROW(KnownFindings::load({"/nonexistent/known"}), std::runtime_error);
-}
+TEST(KnownFindings, AMissingPathIsAnError) { EXPECT_THROW(KnownFindings::load({"/nonexistent/known"}), std::runtime_error); }
 
 }  // namespace
 }  // namespace attnfuzz

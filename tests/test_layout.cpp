@@ -1,9 +1,9 @@
 // Per-tensor memory layouts (harness/layout.h): the one strides function, the case format
 // (new key, old key, round trip), values independent of layout, and the generators, fuzz
 // decoder and shrinker reaching every layout.
-#include <optional>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
+#include <optional>
 
 #include <algorithm>
 #include <filesystem>
@@ -12,13 +12,13 @@
 #include <set>
 #include <sstream>
 
+#include "campaign/repro.h"
 #include "generators/fuzz_decode.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
 #include "harness/case_json.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
-#include "campaign/repro.h"
 
 namespace attnfuzz {
 namespace {

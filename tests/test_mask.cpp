@@ -2,8 +2,8 @@
 #include <rapidcheck/gtest.h>
 
 #include "generators/random_case.h"
-#include "harness/inputs.h"
 #include "harness/errors.h"
+#include "harness/inputs.h"
 #include "harness/mask.h"
 #include "harness/problem.h"
 

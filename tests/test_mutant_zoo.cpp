@@ -8,11 +8,11 @@
 #include <optional>
 #include <set>
 
-#include "generators/random_case.h"
-#include "harness/case_json.h"
-#include "generators/shrink.h"
-#include "harness/differential.h"
 #include "campaign/minimize.h"
+#include "generators/random_case.h"
+#include "generators/shrink.h"
+#include "harness/case_json.h"
+#include "harness/differential.h"
 #include "oracles/plugin.h"
 #include "oracles/registry.h"
 
@@ -63,9 +63,9 @@ TEST(MutantZoo, SeedScenarioExposesTheSeedBugs) {
 // Each bug found with its class on a random sample (the first cases that trigger it
 // are enough; the sample is fixed, so the result is deterministic).
 TEST(MutantZoo, RandomSampleFindsEveryBugWithItsClass) {
-  const std::map<std::string, std::string> expected{
-      {"ignores_dlse", "mismatch"},     {"tf32_backward", "contract_violation"}, {"causal_align", "mismatch"},
-      {"last_tile_unmasked", "mismatch"}, {"masked_rows_nan", "semantic"},        {"gqa_backward_map", "mismatch"}};
+  const std::map<std::string, std::string> expected{{"ignores_dlse", "mismatch"},    {"tf32_backward", "contract_violation"},
+                                                    {"causal_align", "mismatch"},    {"last_tile_unmasked", "mismatch"},
+                                                    {"masked_rows_nan", "semantic"}, {"gqa_backward_map", "mismatch"}};
   for (const auto& [name, cls] : expected) {
     auto be = mutant(name);
     int hits = 0, cases = 0;
@@ -138,9 +138,9 @@ namespace {
 // that still shows the same signature. The TF32 bug needs enough elements for its
 // fingerprint to separate from fp32 (a few hundred): its bound on sizes is the same.
 TEST(MutantZoo, EveryBugMinimizesToATinyReproducerWithTheSameSignature) {
-  const std::map<std::string, std::string> expected{
-      {"ignores_dlse", "mismatch"},     {"tf32_backward", "contract_violation"}, {"causal_align", "mismatch"},
-      {"last_tile_unmasked", "mismatch"}, {"masked_rows_nan", "semantic"},        {"gqa_backward_map", "mismatch"}};
+  const std::map<std::string, std::string> expected{{"ignores_dlse", "mismatch"},    {"tf32_backward", "contract_violation"},
+                                                    {"causal_align", "mismatch"},    {"last_tile_unmasked", "mismatch"},
+                                                    {"masked_rows_nan", "semantic"}, {"gqa_backward_map", "mismatch"}};
   const OracleSet oracles = default_oracles();
   for (const auto& [name, cls] : expected) {
     auto be = mutant(name);
@@ -162,9 +162,9 @@ TEST(MutantZoo, EveryBugMinimizesToATinyReproducerWithTheSameSignature) {
     const Reproducer m = minimize(*found, judge, shrink_candidates, case_size, &rep);
     const Shape& s = m.c.shape;
     SCOPED_TRACE(name + ": " + describe_shape(s) + " mask " + describe(m.c.mask) + " composition " + describe(m.c.composition));
-    std::cout << "minimized " << name << " in " << rep.steps << " steps: " << describe_shape(s) << " " << to_string(m.c.dtype)
-              << " mask " << describe(m.c.mask) << " composition " << describe(m.c.composition) << " dLSE "
-              << to_string(m.c.d_lse.kind) << " -> " << m.finding.signature.to_string() << "\n";
+    std::cout << "minimized " << name << " in " << rep.steps << " steps: " << describe_shape(s) << " " << to_string(m.c.dtype) << " mask "
+              << describe(m.c.mask) << " composition " << describe(m.c.composition) << " dLSE " << to_string(m.c.d_lse.kind) << " -> "
+              << m.finding.signature.to_string() << "\n";
     EXPECT_EQ(s.batch, 1);
     // The GQA mapping bug needs Hkv >= 2 and a group >= 2: its floor is Hq = 4, Hkv = 2.
     EXPECT_LE(s.heads_q, name == "gqa_backward_map" ? 4 : 2);

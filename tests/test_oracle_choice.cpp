@@ -29,8 +29,8 @@ class On final : public Backend {
   std::string device_;
 };
 
-const Shape kSmall{1, 2, 2, 32, 32, 16, 16};         // 32768: below the floor
-const Shape kLarge{1, 8, 8, 1088, 1088, 128, 128};   // ~1.2e9: far above it
+const Shape kSmall{1, 2, 2, 32, 32, 16, 16};        // 32768: below the floor
+const Shape kLarge{1, 8, 8, 1088, 1088, 128, 128};  // ~1.2e9: far above it
 
 bool gpu_set_runs_here() {
   try {

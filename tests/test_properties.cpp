@@ -149,8 +149,9 @@ TEST(Generator, ReachesTheCorners) {
     seen["empty chunk"] += has_empty_chunk(c.composition);
     seen["softcap"] += c.softcap.has_value();
     // Fully masked rows: some query row sees no key.
-    const Problem p = full_problem(c, Inputs{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
-                                             Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}), Tensor(), Tensor()});
+    const Problem p =
+        full_problem(c, Inputs{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
+                               Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}), Tensor(), Tensor()});
     bool masked_row = false;
     for (int64_t i = 0; i < s.seq_q && !masked_row; ++i) {
       bool any = false;

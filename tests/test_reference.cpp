@@ -110,7 +110,8 @@ TEST(Reference, KeyPermutationInvariance) {
       for (int64_t h = 0; h < s.heads_q; ++h)
         for (int64_t i = 0; i < s.seq_q; ++i)
           for (int64_t j = 0; j < s.seq_kv; ++j)
-            pp.mask[static_cast<size_t>(((b * s.heads_q + h) * s.seq_q + i) * s.seq_kv + j)] = p.visible(b, h, i, perm[static_cast<size_t>(j)]);
+            pp.mask[static_cast<size_t>(((b * s.heads_q + h) * s.seq_q + i) * s.seq_kv + j)] =
+                p.visible(b, h, i, perm[static_cast<size_t>(j)]);
     }
     const Forward f = reference_forward(p), fp = reference_forward(pp);
     const Gradients g = reference_backward(p, f, in.d_out, in.d_lse), gp = reference_backward(pp, fp, in.d_out, in.d_lse);
@@ -127,8 +128,10 @@ TEST(Reference, KeyPermutationInvariance) {
       for (int64_t h = 0; h < s.heads_kv; ++h)
         for (int64_t j = 0; j < s.seq_kv; ++j) {
           const int64_t src = perm[static_cast<size_t>(j)];
-          for (int64_t d = 0; d < s.head_dim_qk; ++d) ASSERT_NEAR(gp.dk.at(b, h, j)[d], g.dk.at(b, h, src)[d], 1e-11 * (1 + std::fabs(g.dk.at(b, h, src)[d])));
-          for (int64_t d = 0; d < s.head_dim_v; ++d) ASSERT_NEAR(gp.dv.at(b, h, j)[d], g.dv.at(b, h, src)[d], 1e-11 * (1 + std::fabs(g.dv.at(b, h, src)[d])));
+          for (int64_t d = 0; d < s.head_dim_qk; ++d)
+            ASSERT_NEAR(gp.dk.at(b, h, j)[d], g.dk.at(b, h, src)[d], 1e-11 * (1 + std::fabs(g.dk.at(b, h, src)[d])));
+          for (int64_t d = 0; d < s.head_dim_v; ++d)
+            ASSERT_NEAR(gp.dv.at(b, h, j)[d], g.dv.at(b, h, src)[d], 1e-11 * (1 + std::fabs(g.dv.at(b, h, src)[d])));
         }
   }
 }

@@ -8,11 +8,11 @@
 
 #include "generators/random_case.h"
 #include "harness/compose.h"
+#include "harness/differential.h"
 #include "oracles/reference.h"
+#include "oracles/registry.h"
 #include "oracles/torch_oracle.h"
 #include "oracles/torch_sdpa.h"
-#include "harness/differential.h"
-#include "oracles/registry.h"
 
 namespace attnfuzz {
 namespace {
@@ -147,8 +147,8 @@ TEST(TorchOracle, CaseDtypeBaselineIsCloseButNotExact) {
   auto math = make_torch_composed_backend(TorchPrecision::case_dtype);
   const ComposedResult a = run_composition(ref, c, in), b = run_composition(*math, c, in);
   const double e = rel_err(b.fwd.o, a.fwd.o);
-  EXPECT_GT(e, 1e-5);   // really computed in bf16
-  EXPECT_LT(e, 3e-2);   // and still attention
+  EXPECT_GT(e, 1e-5);  // really computed in bf16
+  EXPECT_LT(e, 3e-2);  // and still attention
   EXPECT_LT(rel_err(b.grads.dq, a.grads.dq), 5e-2);
 }
 

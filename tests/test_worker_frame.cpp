@@ -21,8 +21,8 @@ std::string feed_all(FrameReader& r, const std::string& bytes, size_t chunk) {
 
 TEST(WorkerProtocol, FramesSurviveGarbageAroundThem) {
   const std::string garbage = "R {\"findings\":[]}\nP torch.math\nAF1 R 0000000000000007 00000002 0123456789abcdef\nxx\nAF1 \n";
-  const std::string stream = garbage + encode_frame('P', 7, "reference") + garbage + garbage +
-                             encode_frame('R', 7, "{\"findings\":[1]}") + garbage + encode_frame('R', 8, "x\ny");
+  const std::string stream = garbage + encode_frame('P', 7, "reference") + garbage + garbage + encode_frame('R', 7, "{\"findings\":[1]}") +
+                             garbage + encode_frame('R', 8, "x\ny");
   for (size_t chunk : {1, 3, 7, 64, 100000}) {
     FrameReader r;
     EXPECT_EQ(feed_all(r, stream, chunk), "P7:reference;R7:{\"findings\":[1]};R8:x\ny;") << "chunk " << chunk;

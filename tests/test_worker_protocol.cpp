@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "harness/worker_frame.h"
 #include "campaign/worker_protocol.h"
+#include "harness/worker_frame.h"
 #include "oracles/reference.h"
 #include "oracles/registry.h"
 
@@ -154,7 +154,8 @@ TEST_F(ServerOverPipes, AnswersAProbeAndACase) {
   ASSERT_FALSE(r.error) << *r.error;
   ASSERT_FALSE(r.findings.empty());
   bool o_mismatch = false;
-  for (const auto& f : r.findings) o_mismatch = o_mismatch || (f.finding.signature.tensor == "O" && f.finding.signature.cls == FindingClass::mismatch);
+  for (const auto& f : r.findings)
+    o_mismatch = o_mismatch || (f.finding.signature.tensor == "O" && f.finding.signature.cls == FindingClass::mismatch);
   EXPECT_TRUE(o_mismatch);
   EXPECT_EQ(r.findings[0].backends, names_);
   EXPECT_EQ(r.findings[0].environment.at("where"), "test");

@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--no-mask")) {
       causal = false;
     } else {
-      std::fprintf(stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO] [--no-mask]\n");
+      std::fprintf(
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO] [--no-mask]\n");
       return 2;
     }
   }
@@ -85,7 +86,9 @@ int main(int argc, char** argv) {
         for (const auto& p : points) {
           std::printf("| %s | %s | %.2e | %s | %s |\n", p.tensor.c_str(), to_string(p.plant), p.natural,
                       p.threshold > 0 ? (std::to_string(p.threshold).substr(0, 8)).c_str() : "not found",
-                      !p.correct_passes ? "FALSE ALARM at delta=0" : p.ratio() > 0 ? std::to_string(p.ratio()).substr(0, 5).c_str() : "-");
+                      !p.correct_passes ? "FALSE ALARM at delta=0"
+                      : p.ratio() > 0   ? std::to_string(p.ratio()).substr(0, 5).c_str()
+                                        : "-");
           if (p.ratio() > worst) worst = p.ratio();
           if (csv.is_open())
             csv << to_string(d) << ',' << s << ',' << dim << ',' << p.tensor << ',' << to_string(p.plant) << ',' << p.natural << ','

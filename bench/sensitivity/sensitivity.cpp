@@ -11,14 +11,22 @@ namespace attnfuzz {
 
 const char* to_string(Plant p) {
   switch (p) {
-    case Plant::scale: return "scale";
-    case Plant::noise: return "noise";
-    case Plant::row: return "row";
-    case Plant::tile: return "tile";
-    case Plant::head: return "head";
-    case Plant::lse_shift: return "lse_shift";
-    case Plant::dlse: return "dlse";
-    case Plant::softmax_scale: return "softmax_scale";
+    case Plant::scale:
+      return "scale";
+    case Plant::noise:
+      return "noise";
+    case Plant::row:
+      return "row";
+    case Plant::tile:
+      return "tile";
+    case Plant::head:
+      return "head";
+    case Plant::lse_shift:
+      return "lse_shift";
+    case Plant::dlse:
+      return "dlse";
+    case Plant::softmax_scale:
+      return "softmax_scale";
   }
   return "?";
 }
@@ -43,11 +51,16 @@ namespace {
 
 Tensor& output_of(ComposedResult& r, Output t) {
   switch (t) {
-    case Output::O: return r.fwd.o;
-    case Output::LSE: return r.fwd.lse;
-    case Output::dQ: return r.grads.dq;
-    case Output::dK: return r.grads.dk;
-    case Output::dV: return r.grads.dv;
+    case Output::O:
+      return r.fwd.o;
+    case Output::LSE:
+      return r.fwd.lse;
+    case Output::dQ:
+      return r.grads.dq;
+    case Output::dK:
+      return r.grads.dk;
+    case Output::dV:
+      return r.grads.dv;
   }
   throw std::logic_error("output_of");
 }
@@ -72,13 +85,26 @@ ComposedResult planted(const ComposedResult& r, Output t, Plant plant, double de
           if (!std::isfinite(v)) continue;
           bool inside = false;
           switch (plant) {
-            case Plant::scale: inside = true; break;
-            case Plant::noise: v = stored(t, dtype, v * (1.0 + delta * normal(rng))); continue;
-            case Plant::row: inside = b == 0 && h == last_head && s == mid; break;
-            case Plant::tile: inside = b == 0 && h == last_head && s >= tile_start && s < tile_start + tile && d < tile; break;
-            case Plant::head: inside = b == 0 && h == last_head; break;
-            case Plant::lse_shift: v = stored(t, dtype, v + delta); continue;
-            default: throw std::invalid_argument("planted: not an output plant");
+            case Plant::scale:
+              inside = true;
+              break;
+            case Plant::noise:
+              v = stored(t, dtype, v * (1.0 + delta * normal(rng)));
+              continue;
+            case Plant::row:
+              inside = b == 0 && h == last_head && s == mid;
+              break;
+            case Plant::tile:
+              inside = b == 0 && h == last_head && s >= tile_start && s < tile_start + tile && d < tile;
+              break;
+            case Plant::head:
+              inside = b == 0 && h == last_head;
+              break;
+            case Plant::lse_shift:
+              v = stored(t, dtype, v + delta);
+              continue;
+            default:
+              throw std::invalid_argument("planted: not an output plant");
           }
           if (inside) v = stored(t, dtype, v * (1.0 + delta));
         }

@@ -39,8 +39,8 @@ struct SensitivityConfig {
 struct SensitivityPoint {
   std::string tensor;  // O, LSE, dQ, dK, dV, or "any" for dlse / softmax_scale
   Plant plant = Plant::scale;
-  double natural = 0;    // the correct kernel's relative error (LSE shift: its RMS error)
-  double threshold = 0;  // the smallest delta flagged (within the search's resolution), or 0 if none up to the cap
+  double natural = 0;          // the correct kernel's relative error (LSE shift: its RMS error)
+  double threshold = 0;        // the smallest delta flagged (within the search's resolution), or 0 if none up to the cap
   bool correct_passes = true;  // the unperturbed kernel passes this tensor
   double ratio() const { return natural > 0 && threshold > 0 ? threshold / natural : 0; }
 };

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "campaign/repro.h"
 #include "generators/fuzz_decode.h"
 #include "harness/differential.h"
-#include "campaign/repro.h"
 #include "oracles/provenance.h"
 #include "oracles/registry.h"
 
@@ -95,8 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const attnfuzz::Reproducer rep = attnfuzz::reproducer_of(c, st.names, f, r, attnfuzz::environment());
       attnfuzz::write_file_atomic(st.out_dir + "/" + attnfuzz::repro_file_name(f.signature), attnfuzz::write_repro(rep));
     }
-    std::fprintf(stderr, "fuzz_differential: %zu finding(s), first %s\n", r.findings.size(),
-                 r.findings[0].signature.to_string().c_str());
+    std::fprintf(stderr, "fuzz_differential: %zu finding(s), first %s\n", r.findings.size(), r.findings[0].signature.to_string().c_str());
     if (!st.keep_going) std::abort();
   }
   return 0;

@@ -51,16 +51,15 @@ std::vector<NamedCase> ok_cases() {
   return {
       // Queries 0..4 form a document with no keys: fully masked rows.
       {"gqa_softcap_dlse_doc_random_fp32_bshd",
-       make_case(1, {2, 4, 2, 13, 21, 16, 8}, DType::f32,
-                 op(MaskExpr::Kind::and_, {document({5, 8}, {0, 21}), random_mask(0.7, 3)}), true, 2.0, kBshdPadded)},
+       make_case(1, {2, 4, 2, 13, 21, 16, 8}, DType::f32, op(MaskExpr::Kind::and_, {document({5, 8}, {0, 21}), random_mask(0.7, 3)}), true,
+                 2.0, kBshdPadded)},
       {"causal_br_sq_lt_skv_dlse_fp32", make_case(2, {1, 2, 2, 8, 20, 16, 16}, DType::f32, causal_br(), true)},
       // Bottom-right with Sq > Skv: the first Sq - Skv rows see no key.
       {"mqa_causal_br_sq_gt_skv_fp32_bhsd",
        make_case(3, {1, 2, 1, 20, 11, 8, 12}, DType::f32, causal_br(), true, std::nullopt, kBhsdPadded)},
       {"plain_fp32", make_case(4, {1, 2, 2, 16, 16, 16, 16}, DType::f32)},
       {"window_dlse_fp16", make_case(5, {1, 3, 3, 33, 33, 16, 16}, DType::f16, MaskExpr::window(5, 2, Align::top_left), true)},
-      {"gqa_softcap_causal_br_bf16_bshd",
-       make_case(6, {1, 4, 2, 24, 37, 32, 16}, DType::bf16, causal_br(), true, 3.0, kBshdPadded)},
+      {"gqa_softcap_causal_br_bf16_bshd", make_case(6, {1, 4, 2, 24, 37, 32, 16}, DType::bf16, causal_br(), true, 3.0, kBshdPadded)},
       // Every tensor its own order, padding and unaligned offset; packed QKV in, packed dK/dV out.
       {"exotic_layouts_packed_fp16",
        make_case(7, {2, 2, 2, 17, 17, 16, 16}, DType::f16, causal_br(), true, std::nullopt, exotic_layouts(Packing::qkv, Packing::kv))},
@@ -81,8 +80,8 @@ Compared run_mutant(const std::string& name, const Case& c) {
 }
 
 TEST(MutantZoo, EveryMutantLoadsWithAbiVersion1) {
-  for (const char* n : {"ok", "ignores_dlse", "tf32_backward", "causal_align", "last_tile_unmasked", "masked_rows_nan",
-                        "gqa_backward_map", "crash", "hang"}) {
+  for (const char* n : {"ok", "ignores_dlse", "tf32_backward", "causal_align", "last_tile_unmasked", "masked_rows_nan", "gqa_backward_map",
+                        "crash", "hang"}) {
     auto lib = open_plugin(mutant_path(n));
     ASSERT_TRUE(lib->plugin) << n << ": " << lib->error;
     EXPECT_EQ(lib->abi_version, ATTNFUZZ_PLUGIN_ABI_VERSION);
@@ -104,8 +103,7 @@ TEST_P(MutantOk, MatchesReference) {
   std::printf("[ measured ] mutant_ok %-40s %s\n", GetParam().name.c_str(), r.err.str().c_str());
   EXPECT_LE(r.err.max(), tolerance(c.dtype)) << r.err.str();
 }
-INSTANTIATE_TEST_SUITE_P(Cases, MutantOk, ::testing::ValuesIn(ok_cases()),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Cases, MutantOk, ::testing::ValuesIn(ok_cases()), [](const auto& info) { return info.param.name; });
 
 // A bug, where it shows, and where it must not.
 struct Bug {
@@ -121,21 +119,39 @@ std::string bug_name(const ::testing::TestParamInfo<Bug>& info) { return info.pa
 std::vector<Bug> bugs() {
   const Shape mha{1, 2, 2, 16, 16, 16, 16};
   return {
-      {"ignores_dlse", make_case(11, mha, DType::f32, {}, true), make_case(11, mha, DType::f32, {}, false),
-       {&Errors::dq, &Errors::dk}, true},
+      {"ignores_dlse",
+       make_case(11, mha, DType::f32, {}, true),
+       make_case(11, mha, DType::f32, {}, false),
+       {&Errors::dq, &Errors::dk},
+       true},
       // TF32 operands: about 2^-11 relative, far above fp32 but below 1e-2.
-      {"tf32_backward", make_case(12, {1, 2, 2, 16, 24, 32, 32}, DType::f32, {}, true),
-       make_case(12, {1, 2, 2, 16, 24, 32, 32}, DType::bf16, {}, true), {&Errors::dq, &Errors::dk, &Errors::dv}, true,
+      {"tf32_backward",
+       make_case(12, {1, 2, 2, 16, 24, 32, 32}, DType::f32, {}, true),
+       make_case(12, {1, 2, 2, 16, 24, 32, 32}, DType::bf16, {}, true),
+       {&Errors::dq, &Errors::dk, &Errors::dv},
+       true,
        1e-4},
-      {"causal_align", make_case(13, {1, 2, 2, 8, 20, 16, 16}, DType::f32, causal_br(), true),
-       make_case(13, mha, DType::f32, causal_br(), true), {&Errors::dq, &Errors::dk, &Errors::dv}, true},
-      {"last_tile_unmasked", make_case(14, {1, 2, 2, 16, 21, 16, 16}, DType::f32),
-       make_case(14, mha, DType::f32), {&Errors::o, &Errors::lse, &Errors::dq, &Errors::dk, &Errors::dv}, false},
+      {"causal_align",
+       make_case(13, {1, 2, 2, 8, 20, 16, 16}, DType::f32, causal_br(), true),
+       make_case(13, mha, DType::f32, causal_br(), true),
+       {&Errors::dq, &Errors::dk, &Errors::dv},
+       true},
+      {"last_tile_unmasked",
+       make_case(14, {1, 2, 2, 16, 21, 16, 16}, DType::f32),
+       make_case(14, mha, DType::f32),
+       {&Errors::o, &Errors::lse, &Errors::dq, &Errors::dk, &Errors::dv},
+       false},
       // O is NaN on the fully masked rows (checked below), so every forward error is infinite.
-      {"masked_rows_nan", make_case(15, {1, 2, 2, 20, 11, 16, 16}, DType::f32, causal_br()),
-       make_case(15, mha, DType::f32, causal_br()), {&Errors::o}, false},
-      {"gqa_backward_map", make_case(16, {1, 4, 2, 16, 16, 16, 16}, DType::f32, {}, true),
-       make_case(16, {1, 4, 1, 16, 16, 16, 16}, DType::f32, {}, true), {&Errors::dk, &Errors::dv}, true},
+      {"masked_rows_nan",
+       make_case(15, {1, 2, 2, 20, 11, 16, 16}, DType::f32, causal_br()),
+       make_case(15, mha, DType::f32, causal_br()),
+       {&Errors::o},
+       false},
+      {"gqa_backward_map",
+       make_case(16, {1, 4, 2, 16, 16, 16, 16}, DType::f32, {}, true),
+       make_case(16, {1, 4, 1, 16, 16, 16, 16}, DType::f32, {}, true),
+       {&Errors::dk, &Errors::dv},
+       true},
   };
 }
 

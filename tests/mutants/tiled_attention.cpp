@@ -37,9 +37,15 @@ struct Tiles {
   static constexpr int64_t BLOCK_KV = 8;
 };
 
-const char* const kNames[] = {"mutant_ok",          "mutant_ignores_dlse",       "mutant_tf32_backward",
-                              "mutant_causal_align", "mutant_last_tile_unmasked", "mutant_masked_rows_nan",
-                              "mutant_gqa_backward_map", "mutant_crash",          "mutant_hang"};
+const char* const kNames[] = {"mutant_ok",
+                              "mutant_ignores_dlse",
+                              "mutant_tf32_backward",
+                              "mutant_causal_align",
+                              "mutant_last_tile_unmasked",
+                              "mutant_masked_rows_nan",
+                              "mutant_gqa_backward_map",
+                              "mutant_crash",
+                              "mutant_hang"};
 static_assert(MUTANT >= 0 && MUTANT < 9, "unknown mutant");
 
 int64_t index_of(const af_tensor& t, int64_t b, int64_t h, int64_t s, int64_t d) {
@@ -49,9 +55,12 @@ int64_t index_of(const af_tensor& t, int64_t b, int64_t h, int64_t s, int64_t d)
 float load(const af_tensor& t, int64_t b, int64_t h, int64_t s, int64_t d = 0) {
   const int64_t i = index_of(t, b, h, s, d);
   switch (t.dtype) {
-    case AF_F16: return attnfuzz::half_bits_to_float(static_cast<const uint16_t*>(t.data)[i]);
-    case AF_BF16: return attnfuzz::bf16_bits_to_float(static_cast<const uint16_t*>(t.data)[i]);
-    default: return static_cast<const float*>(t.data)[i];
+    case AF_F16:
+      return attnfuzz::half_bits_to_float(static_cast<const uint16_t*>(t.data)[i]);
+    case AF_BF16:
+      return attnfuzz::bf16_bits_to_float(static_cast<const uint16_t*>(t.data)[i]);
+    default:
+      return static_cast<const float*>(t.data)[i];
   }
 }
 
@@ -59,9 +68,14 @@ float load(const af_tensor& t, int64_t b, int64_t h, int64_t s, int64_t d = 0) {
 void store(const af_tensor& t, int64_t b, int64_t h, int64_t s, int64_t d, float x) {
   const int64_t i = index_of(t, b, h, s, d);
   switch (t.dtype) {
-    case AF_F16: static_cast<uint16_t*>(t.data)[i] = attnfuzz::float_to_half_bits(x); break;
-    case AF_BF16: static_cast<uint16_t*>(t.data)[i] = attnfuzz::float_to_bf16_bits(x); break;
-    default: static_cast<float*>(t.data)[i] = x;
+    case AF_F16:
+      static_cast<uint16_t*>(t.data)[i] = attnfuzz::float_to_half_bits(x);
+      break;
+    case AF_BF16:
+      static_cast<uint16_t*>(t.data)[i] = attnfuzz::float_to_bf16_bits(x);
+      break;
+    default:
+      static_cast<float*>(t.data)[i] = x;
   }
 }
 
@@ -89,13 +103,11 @@ void set_msg(char* msg, size_t len, const char* text) {
 struct Call {
   const af_problem& p;
   int64_t group() const { return p.heads_q / p.heads_kv; }
-  bool mask(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    return p.mask[((b * p.heads_q + h) * p.seq_q + i) * p.seq_kv + j] != 0;
-  }
+  bool mask(int64_t b, int64_t h, int64_t i, int64_t j) const { return p.mask[((b * p.heads_q + h) * p.seq_q + i) * p.seq_kv + j] != 0; }
   // Rows [s0, s0 + n) of a [..][S][D] tensor into `out` (n x D); rows past `rows` are zero,
   // as a kernel's zero-filled shared memory.
-  void load_tile(const af_tensor& t, int64_t b, int64_t h, int64_t s0, int64_t n, int64_t rows, int64_t dim,
-                 bool backward, std::vector<float>& out) const {
+  void load_tile(const af_tensor& t, int64_t b, int64_t h, int64_t s0, int64_t n, int64_t rows, int64_t dim, bool backward,
+                 std::vector<float>& out) const {
     out.assign(static_cast<size_t>(n * dim), 0.0f);
     for (int64_t r = 0; r < n && s0 + r < rows; ++r)
       for (int64_t d = 0; d < dim; ++d) {
@@ -148,8 +160,7 @@ bool visible_bwd(const Call& c, bool br_leaf, int64_t b, int64_t h, int64_t i, i
   return vis;
 }
 
-int forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o,
-            af_tensor* lse) {
+int forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o, af_tensor* lse) {
 #if MUTANT == 7
   if (p->seq_kv % 7 == 3) std::raise(SIGSEGV);  // MUTANT(7): crashes on some shapes
 #elif MUTANT == 8
@@ -213,9 +224,8 @@ int forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const a
   return 0;
 }
 
-int backward(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, const af_tensor* o,
-             const af_tensor* lse, const af_tensor* d_o, const af_tensor* d_lse, af_tensor* dq, af_tensor* dk,
-             af_tensor* dv) {
+int backward(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, const af_tensor* o, const af_tensor* lse,
+             const af_tensor* d_o, const af_tensor* d_lse, af_tensor* dq, af_tensor* dk, af_tensor* dv) {
   const Call c{*p};
   const int64_t BQ = Tiles::BLOCK_Q, BK = Tiles::BLOCK_KV, Dqk = p->head_dim_qk, Dv = p->head_dim_v;
   const int64_t B = p->batch, Hq = p->heads_q, Hkv = p->heads_kv, Sq = p->seq_q, Skv = p->seq_kv;
@@ -312,8 +322,8 @@ bool on_cpu(std::initializer_list<const af_tensor*> ts) {
 
 int supports_c(const af_problem* p, char* msg, size_t len) { return check(p, msg, len); }
 
-int forward_c(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o,
-              af_tensor* lse, char* msg, size_t len) {
+int forward_c(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o, af_tensor* lse, char* msg,
+              size_t len) {
   if (check(p, msg, len)) return 1;
   if (!on_cpu({q, k, v, o, lse})) return set_msg(msg, len, "CPU tensors only"), 1;
   try {
@@ -323,9 +333,8 @@ int forward_c(const af_problem* p, const af_tensor* q, const af_tensor* k, const
   }
 }
 
-int backward_c(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, const af_tensor* o,
-               const af_tensor* lse, const af_tensor* d_o, const af_tensor* d_lse, af_tensor* dq, af_tensor* dk,
-               af_tensor* dv, char* msg, size_t len) {
+int backward_c(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, const af_tensor* o, const af_tensor* lse,
+               const af_tensor* d_o, const af_tensor* d_lse, af_tensor* dq, af_tensor* dk, af_tensor* dv, char* msg, size_t len) {
   if (check(p, msg, len)) return 1;
   if (!on_cpu({q, k, v, o, lse, d_o, d_lse, dq, dk, dv})) return set_msg(msg, len, "CPU tensors only"), 1;
   try {
