@@ -31,6 +31,8 @@ rc=$?
 check "every finding known: exit 0 (got $rc)" "[ $rc -eq 0 ]"
 check "no finding recorded" "[ -z \"\$(ls $tmp/all/findings/ 2>/dev/null)\" ]"
 check "stdout counts the known findings" "grep -Eq '^known +[1-9][0-9]* finding\(s\) covered by 1 known deviation' $tmp/all.log"
+"$bin" report "$tmp/all" >/dev/null 2>&1
+check "the report shows the known deviation" "grep -q 'known K-1' $tmp/all/report.html"
 check "summary.json counts K-1" "python3 -c 'import json,sys; s=json.load(open(\"$tmp/all/summary.json\")); sys.exit(0 if s[\"known_findings\"][\"K-1\"] > 0 and s[\"signatures\"] == [] else 1)'"
 
 # A predicate: only fp16 cases are known; findings on fp32/bf16 cases are still new.
