@@ -75,7 +75,7 @@ __device__ __forceinline__ ScoreGrad score_grad(const Problem& p) {
 
 // ---- dK, dV: rows = keys, columns = queries ----
 template <class T>
-__global__ void __launch_bounds__(T::kThreads) backward_dkdv_kernel(const BackwardParams params) {
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) backward_dkdv_kernel(const BackwardParams params) {
   using namespace cute;
   using E = typename T::Element;
   constexpr int kN = T::kRows, kM = T::kCols, kD = T::kHeadDim;  // kN keys per block, kM queries per step
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(T::kThreads) backward_dkdv_kernel(const Backwa
 
 // ---- dQ: rows = queries, columns = keys ----
 template <class T>
-__global__ void __launch_bounds__(T::kThreads) backward_dq_kernel(const BackwardParams params) {
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) backward_dq_kernel(const BackwardParams params) {
   using namespace cute;
   using E = typename T::Element;
   constexpr int kM = T::kRows, kN = T::kCols, kD = T::kHeadDim;

@@ -16,7 +16,7 @@ struct ForwardParams {
 };
 
 template <class T>
-__global__ void __launch_bounds__(T::kThreads) forward_kernel(const ForwardParams params) {
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) forward_kernel(const ForwardParams params) {
   using namespace cute;
   using E = typename T::Element;
   constexpr int kM = T::kRows, kN = T::kCols, kD = T::kHeadDim;

@@ -18,10 +18,11 @@
 
 namespace attnfuzz::flash {
 
-template <int kHeadDim_, int kRows_, int kCols_, int kWarps_, class Element_>
+template <int kHeadDim_, int kRows_, int kCols_, int kWarps_, class Element_, int kMinBlocks_ = 1>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_, kRows = kRows_, kCols = kCols_, kWarps = kWarps_, kThreads = kWarps * 32;
+  static constexpr int kMinBlocks = kMinBlocks_;  // per SM, for __launch_bounds__ (caps the registers)
   static_assert(kHeadDim % 64 == 0, "the swizzled shared-memory atom is 64 elements wide");
 
   using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, cute::SM80_16x8x16_F32F16F16F32_TN,
@@ -54,7 +55,7 @@ struct Traits {
 
 // The instantiations: one per (head dim, element type) and kernel kind.
 template <int D, class E>
-using ForwardTraits = Traits<D, 128, (D == 64 ? 128 : 64), 4, E>;
+using ForwardTraits = Traits<D, 128, (D == 64 ? 128 : 64), 8, E>;
 template <int D, class E>
 using BackwardTraits = Traits<D, 64, 64, 4, E>;
 
