@@ -55,7 +55,7 @@ struct Traits {
 
 // The instantiations: one per (head dim, element type) and kernel kind.
 template <int D, class E>
-using ForwardTraits = Traits<D, 128, (D == 64 ? 128 : 64), 8, E>;
+using ForwardTraits = Traits<D, 128, (D == 64 ? 128 : 64), 8, E, 2>;
 template <int D, class E>
 using BackwardTraits = Traits<D, 64, 64, 4, E>;
 
