@@ -29,10 +29,6 @@
 #include "oracles/torch_cuda_loader.h"
 #endif
 
-namespace attnfuzz::flash {
-void forward_variant(int min_blocks, const Problem& p, const ForwardArgs& a);  // bench_flash_variants.cu
-}
-
 namespace {
 
 void check(cudaError_t e, const char* what) {
@@ -67,7 +63,6 @@ struct Row {
   int64_t d, s;
   bool causal;
   double flash_f, flash_b, cudnn_f, cudnn_b, torch_f, torch_b;  // TFLOP/s, 0 = not run
-  double variant_f[2];  // the forward as 8 warps, 1 or 2 blocks per SM (bench_flash_variants.cu)
 };
 
 std::string cell(double x) {
@@ -111,7 +106,7 @@ int main(int argc, char** argv) {
         Buffer q(n * 2), k(n * 2), v(n * 2), o(n * 2), d_o(n * 2), dq(n * 2), dk(n * 2), dv(n * 2);
         Buffer lse(static_cast<size_t>(b * h * s) * 4);
         for (void* p : {q.p, k.p, v.p, d_o.p}) check(cudaMemcpy(p, host.data(), n * 2, cudaMemcpyHostToDevice), "upload");
-        Row row{d, s, causal, 0, 0, 0, 0, 0, 0, {0, 0}};
+        Row row{d, s, causal, 0, 0, 0, 0, 0, 0};
         const float scale = 1.f / std::sqrt(static_cast<float>(d));
 
         // cuda.flash
@@ -127,8 +122,6 @@ int main(int argc, char** argv) {
         ba.o = o.p, ba.o_strides = st, ba.lse = static_cast<float*>(lse.p), ba.lse_strides = lst, ba.d_out = d_o.p, ba.d_out_strides = st;
         ba.dq = dq.p, ba.dk = dk.p, ba.dv = dv.p, ba.dq_strides = ba.dk_strides = ba.dv_strides = st, ba.workspace = ws.p;
         row.flash_f = fwd_flop / time_ms([&] { attnfuzz::flash::forward(fp, fa); }, iters) / 1e9;
-        for (int mb : {1, 2})
-          row.variant_f[mb - 1] = fwd_flop / time_ms([&] { attnfuzz::flash::forward_variant(mb, fp, fa); }, iters) / 1e9;
         row.flash_b = bwd_flop / time_ms([&] { attnfuzz::flash::backward(fp, ba); }, iters) / 1e9;
 
         // cuDNN (its own O and stats, from its own forward)
@@ -183,9 +176,5 @@ int main(int argc, char** argv) {
                 static_cast<long long>(r.d), static_cast<long long>(r.s), r.causal ? "yes" : "no", cell(r.flash_f).c_str(),
                 cell(r.cudnn_f).c_str(), cell(r.torch_f).c_str(), cell(r.flash_b).c_str(), cell(r.cudnn_b).c_str(), cell(r.torch_b).c_str(),
                 r.cudnn_f > 0 ? r.flash_f / r.cudnn_f : 0.0, r.cudnn_b > 0 ? r.flash_b / r.cudnn_b : 0.0);
-  std::printf("\nForward variants (TFLOP/s): 8 warps, 1 block/SM (no register cap) | 2 blocks/SM (128 registers)\n");
-  for (const Row& r : rows)
-    std::printf("D=%lld S=%lld causal=%d: %s | %s\n", static_cast<long long>(r.d), static_cast<long long>(r.s), r.causal,
-                cell(r.variant_f[0]).c_str(), cell(r.variant_f[1]).c_str());
   return 0;
 }
