@@ -14,11 +14,15 @@
 #   cuDNN frontend:  the header-only C++ graph API from the PyPI `nvidia-cudnn-frontend` wheel
 #                    (the `cudnn` backend, ATTNFUZZ_WITH_CUDA builds), its include/ unpacked into
 #                    .deps/cudnn_frontend/include. cuDNN itself comes with the CUDA install.
+#   CUTLASS/CuTe:    the header-only C++ templates from the PyPI `nvidia-cutlass` wheel (the
+#                    project's fused kernels, kernels/flash/), its cutlass_library/source/include
+#                    unpacked into .deps/cutlass/include.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/.deps"
 TORCH_VERSION=${ATTNFUZZ_TORCH_VERSION:-2.11.0}
 CUDNN_FRONTEND_VERSION=${ATTNFUZZ_CUDNN_FRONTEND_VERSION:-1.32.0}
+CUTLASS_VERSION=${ATTNFUZZ_CUTLASS_VERSION:-4.2.0}
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
 pkgs=(build-essential cmake ninja-build git unzip python3 python3-pip python3-venv
@@ -81,4 +85,17 @@ if [ ! -f "$stamp" ]; then
     "torch==$TORCH_VERSION" "numpy==$NUMPY_VERSION" "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION"
   touch "$stamp"
 fi
-echo "setup: ready (LibTorch $TORCH_VERSION in $deps/torch, cuDNN frontend $CUDNN_FRONTEND_VERSION in $deps/cudnn_frontend, Python env in $deps/pyenv)"
+# CUTLASS's headers ship inside the Python package (cutlass_library/source/include).
+stamp="$deps/cutlass/.attnfuzz-cutlass-$CUTLASS_VERSION"
+if [ ! -f "$stamp" ]; then
+  echo "setup: fetching the CUTLASS $CUTLASS_VERSION headers from the PyPI nvidia-cutlass wheel"
+  cu_dl=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$cu_dl" "nvidia-cutlass==$CUTLASS_VERSION"
+  rm -rf "$deps/cutlass" "$cu_dl/unpack"
+  unzip -q -o "$cu_dl"/nvidia_cutlass-*.whl 'cutlass_library/source/include/*' -d "$cu_dl/unpack"
+  mkdir -p "$deps/cutlass"
+  mv "$cu_dl/unpack/cutlass_library/source/include" "$deps/cutlass/include"
+  rm -rf "$cu_dl"
+  touch "$stamp"
+fi
+echo "setup: ready (LibTorch $TORCH_VERSION in $deps/torch, cuDNN frontend $CUDNN_FRONTEND_VERSION in $deps/cudnn_frontend, CUTLASS $CUTLASS_VERSION in $deps/cutlass, Python env in $deps/pyenv)"

@@ -16,6 +16,9 @@ cmake --build --preset cpu -j "$jobs"
 ctest --preset cpu -j "$jobs"
 # The gpu preset: only what the cpu preset does not already build and test.
 cmake --preset gpu
-cmake --build --preset gpu -j "$jobs" --target attnfuzz test_gpu_backends test_cudnn_backend \
+# Every GPU test, benchmark and plugin, so none that does not build can land (the flash mutant
+# plugins are kernels/flash/ again under a compile definition each: left to the full gpu build).
+cmake --build --preset gpu -j "$jobs" --target attnfuzz test_gpu_backends test_cudnn_backend test_gpu_oracles \
+  test_gpu_error_terms test_flash_kernels bench_gpu_oracles bench_gpu_run bench_flash \
   attnfuzz_plugin_minimal_cuda attnfuzz_plugin_minimal_cuda_ignores_dlse attnfuzz_plugin_minimal_cuda_faults
 ctest --preset gpu

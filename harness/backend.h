@@ -11,6 +11,8 @@
 
 namespace attnfuzz {
 
+class Merger;  // harness/merge.h
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -35,6 +37,9 @@ class Backend {
   // Whether backward() honours d_lse. When it does not, the composition engine
   // adds the dLSE term itself and says so.
   virtual bool backward_takes_dlse() const { return true; }
+  // How the compositions run with this backend merge partial results: nothing for the
+  // harness's float64 merge (harness/merge.h), or the backend's own (a GPU merge kernel).
+  virtual const Merger* merger() const { return nullptr; }
   virtual Forward forward(const Problem& p) = 0;
   virtual Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) = 0;
 };

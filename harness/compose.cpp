@@ -78,7 +78,7 @@ class Engine {
     } else {
       std::vector<Forward> fs;
       for (const auto& p : n.parts) fs.push_back(p.fwd);
-      n.fwd = merge_forward(fs);
+      n.fwd = be_.merger() ? be_.merger()->forward(fs) : merge_forward(fs);
     }
     return n;
   }
@@ -103,7 +103,7 @@ class Engine {
     }
     std::vector<Forward> fs;
     for (const auto& p : n.parts) fs.push_back(p.fwd);
-    std::vector<PartGrad> pg = merge_backward(fs, n.fwd, d_out, d_lse);
+    std::vector<PartGrad> pg = be_.merger() ? be_.merger()->backward(fs, n.fwd, d_out, d_lse) : merge_backward(fs, n.fwd, d_out, d_lse);
     for (size_t i = 0; i < n.parts.size(); ++i) backward(child(comp, i), n.parts[i], pg[i].d_out, pg[i].d_lse);
   }
 

@@ -17,4 +17,14 @@ struct PartGrad {
 // dO_k = w_k dO;  dL_k = w_k * (rowsum(dO * O_k) - rowsum(dO * O) + dL).
 std::vector<PartGrad> merge_backward(const std::vector<Forward>& parts, const Forward& merged, const Tensor& d_out, const Tensor& d_lse);
 
+// A backend that merges partial results itself (Backend::merger(): the project's GPU merge
+// kernel, say) implements the same two functions; the composition engine calls it instead.
+class Merger {
+ public:
+  virtual ~Merger() = default;
+  virtual Forward forward(const std::vector<Forward>& parts) const = 0;
+  virtual std::vector<PartGrad> backward(const std::vector<Forward>& parts, const Forward& merged, const Tensor& d_out,
+                                         const Tensor& d_lse) const = 0;
+};
+
 }  // namespace attnfuzz

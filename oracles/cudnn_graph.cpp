@@ -254,7 +254,7 @@ std::optional<std::string> GraphCache::prepare(const GraphSpec& spec, Pass pass)
   }
 }
 
-void GraphCache::execute(const GraphSpec& spec, Pass pass, const DevicePointers& ptrs) {
+void GraphCache::execute(const GraphSpec& spec, Pass pass, const DevicePointers& ptrs, bool wait) {
   const Impl::Entry& e = impl_->find_or_build(spec, pass);
   if (e.error) throw std::runtime_error("cuDNN: " + *e.error);
 
@@ -280,7 +280,7 @@ void GraphCache::execute(const GraphSpec& spec, Pass pass, const DevicePointers&
     throw std::runtime_error("cuDNN: execute: " + one_line(r.get_message()));
   // Copies back go through the (synchronous) legacy stream anyway; waiting here puts an
   // asynchronous kernel fault on this call, with its name.
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the SDPA graph");
+  if (wait) check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the SDPA graph");
   check_cuda(cudaGetLastError(), "the SDPA graph's kernels");
 }
 

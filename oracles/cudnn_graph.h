@@ -57,8 +57,9 @@ class GraphCache {
   // Builds the graph (or finds it built) and checks that cuDNN supports it: nothing when
   // it does, the frontend's message when not. Never throws.
   std::optional<std::string> prepare(const GraphSpec& spec, Pass pass);
-  // Runs a graph prepare() accepted, then waits for the device. Throws std::runtime_error.
-  void execute(const GraphSpec& spec, Pass pass, const DevicePointers& ptrs);
+  // Runs a graph prepare() accepted, then waits for the device (unless `wait` is false: the
+  // benchmarks queue calls back to back). Throws std::runtime_error.
+  void execute(const GraphSpec& spec, Pass pass, const DevicePointers& ptrs, bool wait = true);
 
  private:
   struct Impl;

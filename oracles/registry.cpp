@@ -26,6 +26,7 @@
 #endif
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
 #include "kernels/cuda_backends.h"
+#include "kernels/flash_backends.h"
 #endif
 
 namespace attnfuzz {
@@ -114,6 +115,25 @@ std::vector<Entry> entries() {
   for (const auto& [name, what] : gpu_oracles) {
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
     e.push_back({name, what, [name = name]() -> std::unique_ptr<Backend> { return make_gpu_oracle(name); },
+                 [](std::string* why) { return cuda_kernels_available(why); }});
+#else
+    e.push_back({name, what, nullptr, [](std::string* why) {
+                   *why = "this build has no CUDA kernels (configure the gpu preset: ATTNFUZZ_WITH_CUDA=ON)";
+                   return false;
+                 }});
+#endif
+  }
+  // The project's fused kernels (kernels/flash/, docs/kernels.md).
+  const std::pair<std::string, std::string> fused[] = {
+      {"cuda.flash", "the project's fused flash kernels (CuTe mma.sync): forward, deterministic backward honouring dLSE, CUDA"},
+      {"cuda.merge", "cuda.flash leaves with every LSE merge of a composition on the GPU merge kernel, CUDA"}};
+  for (const auto& [name, what] : fused) {
+#if ATTNFUZZ_HAVE_CUDA_KERNELS
+    e.push_back({name, what,
+                 [name = name]() -> std::unique_ptr<Backend> {
+                   if (name == "cuda.merge") return std::make_unique<FlashMergeBackend>();
+                   return std::make_unique<FlashBackend>();
+                 },
                  [](std::string* why) { return cuda_kernels_available(why); }});
 #else
     e.push_back({name, what, nullptr, [](std::string* why) {

@@ -1,0 +1,35 @@
+// Backward instantiations: D in {64, 128} x {fp16, bf16}; rows pass, dK/dV kernel, dQ kernel.
+#include "kernels/flash/flash_launch.h"
+
+namespace attnfuzz::flash {
+
+template <int D, class E>
+void run_backward(const BackwardParams& params, cudaStream_t stream) {
+  using T = BackwardTraits<D, E>;
+  const Problem& p = params.p;
+  const int64_t rows = p.batch * p.heads_q * p.seq_q;
+  backward_rows_kernel<D, E><<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(params);
+  check_launch("flash backward rows");
+  constexpr size_t smem = (2 * T::kRowTileElems + 4 * T::kColTileElems) * sizeof(E);
+  cudaFuncSetAttribute(backward_dkdv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaFuncSetAttribute(backward_dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const dim3 grid_kv(static_cast<unsigned>((p.seq_kv + T::kRows - 1) / T::kRows), static_cast<unsigned>(p.heads_kv),
+                     static_cast<unsigned>(p.batch));
+  backward_dkdv_kernel<T><<<grid_kv, T::kThreads, smem, stream>>>(params);
+  check_launch("flash backward dK dV");
+  const dim3 grid_q(static_cast<unsigned>((p.seq_q + T::kRows - 1) / T::kRows), static_cast<unsigned>(p.heads_q),
+                    static_cast<unsigned>(p.batch));
+  backward_dq_kernel<T><<<grid_q, T::kThreads, smem, stream>>>(params);
+  check_launch("flash backward dQ");
+}
+
+#if ATTNFUZZ_FLASH_MUTANT == 0  // planted-bug builds: bf16, D = 64 only (compile time)
+template void run_backward<64, cutlass::half_t>(const BackwardParams&, cudaStream_t);
+#endif
+template void run_backward<64, cutlass::bfloat16_t>(const BackwardParams&, cudaStream_t);
+#if ATTNFUZZ_FLASH_MUTANT == 0
+template void run_backward<128, cutlass::half_t>(const BackwardParams&, cudaStream_t);
+template void run_backward<128, cutlass::bfloat16_t>(const BackwardParams&, cudaStream_t);
+#endif
+
+}  // namespace attnfuzz::flash

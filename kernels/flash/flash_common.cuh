@@ -1,0 +1,190 @@
+#pragma once
+// Device pieces every flash kernel shares: the mask (band or dense, by tile class), the
+// global -> shared copies with out-of-range rows zeroed, the two tensor-core products, and
+// the views of an accumulator as rows x columns.
+#include <cutlass/numeric_conversion.h>
+#include <cute/tensor.hpp>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/flash/flash.h"
+
+// Planted-bug builds (tests/mutants/flash_mutant_plugin.cpp, docs/kernels.md): 0 is the real
+// kernel; 1 drops dLSE from the backward, 2 zeroes the last valid row of a partial tile
+// (tile boundary), 3 moves a sliding window's left edge in by one key (mask edge).
+#ifndef ATTNFUZZ_FLASH_MUTANT
+#define ATTNFUZZ_FLASH_MUTANT 0
+#endif
+
+namespace attnfuzz::flash {
+
+// Device-side kernel parameters: Problem and Mask with plain pointers.
+struct TensorRef {
+  const void* ptr;
+  Strides s;
+};
+
+// Whether (query i, key j) is visible, and which class a tile is, for one (batch, head) plane.
+struct MaskView {
+  int64_t left, right, diagonal;
+  const uint8_t* dense;  // this plane's [Sq][Skv], or nullptr (band)
+  const uint8_t* tiles;  // this plane's [tiles_q][tiles_kv] (dense only)
+  int64_t sq, skv, tiles_kv;
+
+  __device__ __forceinline__ bool visible(int64_t i, int64_t j) const {
+    if (i >= sq || j >= skv) return false;
+    if (dense) return dense[i * skv + j] != 0;
+    const int64_t d = j - i - diagonal;
+#if ATTNFUZZ_FLASH_MUTANT == 3
+    return (left < 0 || d > -left) && (right < 0 || d <= right);
+#else
+    return (left < 0 || d >= -left) && (right < 0 || d <= right);
+#endif
+  }
+  // Tile [q0, q0 + nq) x [k0, k0 + nk), of index (tq, tk) in tiles of that shape.
+  __device__ __forceinline__ uint8_t tile_class(int64_t q0, int nq, int64_t k0, int nk, int64_t tq, int64_t tk) const {
+    uint8_t c;
+    if (dense) {
+      c = tiles[tq * tiles_kv + tk];
+    } else {
+      const int64_t q1 = q0 + nq - 1, k1 = k0 + nk - 1;
+      const int64_t dmin = k0 - q1 - diagonal, dmax = k1 - q0 - diagonal;  // of j - i - diagonal over the tile
+      if ((left >= 0 && dmax < -left) || (right >= 0 && dmin > right))
+        c = kTileEmpty;
+      else
+        c = ((left < 0 || dmin >= -left) && (right < 0 || dmax <= right)) ? kTileFull : kTilePartial;
+    }
+    // A tile reaching past the sequences is checked element by element.
+    if (c == kTileFull && (q0 + nq > sq || k0 + nk > skv)) c = kTilePartial;
+    return c;
+  }
+};
+
+__device__ __forceinline__ MaskView mask_view(const Mask& m, int64_t plane, int64_t sq, int64_t skv, const uint8_t* tiles, int tile_q,
+                                              int tile_kv) {
+  MaskView v{m.left, m.right, m.diagonal, nullptr, nullptr, sq, skv, (skv + tile_kv - 1) / tile_kv};
+  if (m.dense) {
+    const int64_t p = m.one_plane ? 0 : plane;
+    v.dense = m.dense + p * sq * skv;
+    v.tiles = tiles + p * ((sq + tile_q - 1) / tile_q) * v.tiles_kv;
+  }
+  return v;
+}
+
+// ---- layouts of an SM80 accumulator ((2, 2), M, N) ----
+// As (rows, columns): ((2, M), (2, N)).
+template <class L>
+__device__ __forceinline__ auto rowcol(L acc) {
+  using namespace cute;
+  auto l = logical_divide(acc, Shape<_2>{});
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+}
+// As the A operand of an m16n8k16 product: ((2, 2, 2), M, N / 2).
+template <class L>
+__device__ __forceinline__ auto as_operand_a(L acc) {
+  using namespace cute;
+  auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});
+  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
+}
+
+// A register tensor converted element by element (fp32 accumulators to 16-bit operands).
+template <class To, class T>
+__device__ __forceinline__ auto converted(const T& t) {
+  auto out = cute::make_tensor<To>(t.layout());
+#pragma unroll
+  for (int i = 0; i < cute::size(t); ++i) out(i) = static_cast<To>(t(i));
+  return out;
+}
+
+// ---- global -> shared, rows at or past `rows` zeroed (their values must not reach a product) ----
+template <class Copy, class S, class D, class C>
+__device__ __forceinline__ void load_rows(Copy copy, const S& src, D& dst, const C& coords, int64_t rows) {
+  using namespace cute;
+#pragma unroll
+  for (int m = 0; m < size<1>(src); ++m) {
+#if ATTNFUZZ_FLASH_MUTANT == 2
+    if (get<0>(coords(0, m, 0)) < rows - (rows < 64 ? 1 : 0)) {  // a partial tile loses its last row
+#else
+    if (get<0>(coords(0, m, 0)) < rows) {
+#endif
+#pragma unroll
+      for (int k = 0; k < size<2>(src); ++k) cute::copy(copy, src(_, m, k), dst(_, m, k));
+    } else {
+#pragma unroll
+      for (int k = 0; k < size<2>(src); ++k) cute::clear(dst(_, m, k));
+    }
+  }
+}
+
+// acc += A B with both operands in shared memory, staged to registers one k-slice ahead.
+template <class Acc, class RA, class RB, class SA, class SB, class Mma, class CA, class CB, class TA, class TB>
+__device__ __forceinline__ void gemm_ss(Acc& acc, RA& ra, RB& rb, const SA& sa, const SB& sb, Mma mma, CA ca, CB cb, TA ta, TB tb) {
+  using namespace cute;
+  auto ra_view = ta.retile_D(ra);
+  auto rb_view = tb.retile_D(rb);
+  cute::copy(ca, sa(_, _, _0{}), ra_view(_, _, _0{}));
+  cute::copy(cb, sb(_, _, _0{}), rb_view(_, _, _0{}));
+#pragma unroll
+  for (int i = 0; i < size<2>(ra); ++i) {
+    if (i < size<2>(ra) - 1) {
+      cute::copy(ca, sa(_, _, i + 1), ra_view(_, _, i + 1));
+      cute::copy(cb, sb(_, _, i + 1), rb_view(_, _, i + 1));
+    }
+    cute::gemm(mma, ra(_, _, i), rb(_, _, i), acc);
+  }
+}
+
+// acc += A B with A in registers (the scores, as operands) and B in shared memory.
+template <class Acc, class RA, class RB, class SB, class Mma, class CB, class TB>
+__device__ __forceinline__ void gemm_rs(Acc& acc, const RA& ra, RB& rb, const SB& sb, Mma mma, CB cb, TB tb) {
+  using namespace cute;
+  auto rb_view = tb.retile_D(rb);
+  cute::copy(cb, sb(_, _, _0{}), rb_view(_, _, _0{}));
+#pragma unroll
+  for (int i = 0; i < size<2>(ra); ++i) {
+    if (i < size<2>(ra) - 1) cute::copy(cb, sb(_, _, i + 1), rb_view(_, _, i + 1));
+    cute::gemm(mma, ra(_, _, i), rb(_, _, i), acc);
+  }
+}
+
+// Reductions over the four threads that share a row of an m16n8 accumulator.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  return x + __shfl_xor_sync(0xffffffffu, x, 1);
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// A global [S][D] view of head (b, h) of a strided tensor.
+template <int D, class E>
+__device__ __forceinline__ auto head_view(const void* base, const Strides& s, int64_t b, int64_t h, int64_t rows) {
+  using namespace cute;
+  E* p = const_cast<E*>(static_cast<const E*>(base)) + b * s.batch + h * s.head;
+  return make_tensor(make_gmem_ptr(p), make_shape(rows, Int<D>{}), make_stride(s.row, _1{}));
+}
+
+// Stores a (rows x D) fp32 accumulator as E at (row0 + r, c) of a strided head view, rows < limit.
+template <class E, class Acc, class Coords>
+__device__ __forceinline__ void store_tile(const Acc& acc, const Coords& coords, E* head, int64_t row_stride, int64_t row0, int64_t limit,
+                                           float factor) {
+#pragma unroll
+  for (int i = 0; i < cute::size(acc); i += 2) {
+    const int64_t r = row0 + cute::get<0>(coords(i));
+    const int c = cute::get<1>(coords(i));
+    if (r < limit) {
+      // Two neighbouring columns (the accumulator's innermost pair) in one 4-byte store.
+      cutlass::Array<E, 2> pair;
+      pair[0] = static_cast<E>(acc(i) * factor);
+      pair[1] = static_cast<E>(acc(i + 1) * factor);
+      *reinterpret_cast<cutlass::Array<E, 2>*>(head + r * row_stride + c) = pair;
+    }
+  }
+}
+
+}  // namespace attnfuzz::flash

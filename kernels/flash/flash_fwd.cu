@@ -1,0 +1,27 @@
+// Forward instantiations: D in {64, 128} x {fp16, bf16}.
+#include "kernels/flash/flash_launch.h"
+
+namespace attnfuzz::flash {
+
+template <int D, class E>
+void run_forward(const ForwardParams& params, cudaStream_t stream) {
+  using T = ForwardTraits<D, E>;
+  const Problem& p = params.p;
+  constexpr size_t smem = (T::kRowTileElems + 4 * T::kColTileElems) * sizeof(E);
+  cudaFuncSetAttribute(forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const dim3 grid(static_cast<unsigned>((p.seq_q + T::kRows - 1) / T::kRows), static_cast<unsigned>(p.heads_q),
+                  static_cast<unsigned>(p.batch));
+  forward_kernel<T><<<grid, T::kThreads, smem, stream>>>(params);
+  check_launch("flash forward");
+}
+
+#if ATTNFUZZ_FLASH_MUTANT == 0  // planted-bug builds: bf16, D = 64 only (compile time)
+template void run_forward<64, cutlass::half_t>(const ForwardParams&, cudaStream_t);
+#endif
+template void run_forward<64, cutlass::bfloat16_t>(const ForwardParams&, cudaStream_t);
+#if ATTNFUZZ_FLASH_MUTANT == 0
+template void run_forward<128, cutlass::half_t>(const ForwardParams&, cudaStream_t);
+template void run_forward<128, cutlass::bfloat16_t>(const ForwardParams&, cudaStream_t);
+#endif
+
+}  // namespace attnfuzz::flash
