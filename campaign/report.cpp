@@ -10,6 +10,9 @@
 
 #include "campaign/coverage.h"
 #include "harness/case_json.h"
+#include "harness/compose.h"
+#include "harness/error_model.h"
+#include "harness/inputs.h"
 
 namespace attnfuzz {
 namespace fs = std::filesystem;
@@ -117,7 +120,48 @@ std::string coverage_html(const Coverage& c) {
 
 }  // namespace
 
-std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
+std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServices& services, std::string* why) {
+  const Signature& sig = r.finding.signature;
+  const std::optional<Output> output = output_from_string(sig.tensor);
+  if (sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout || !output) {
+    *why = "the finding has no error tensor (a crash, a timeout, or a finding about no tensor)";
+    return std::nullopt;
+  }
+  // A picture is a courtesy: a finding that cannot be re-run here gets none, and the report
+  // says why; the report itself never fails for it.
+  try {
+    const std::unique_ptr<Backend> be = services.load_blamed(r);
+    const std::unique_ptr<Backend> ref = services.reference();
+    const Inputs in = generate_inputs(r.c);
+    const Composition comp = sig.composition == "single" ? Composition{} : r.c.composition;
+    const ComposedResult want = run_composition(*ref, r.c, in, Composition{});
+    const ComposedResult got = run_composition(*be, r.c, in, comp);
+    const Tensor &a = got[*output], &b = want[*output];
+    ErrorProfile p;
+    p.tensor = sig.tensor;
+    const int64_t S = a.shape[2], D = a.shape.size() > 3 ? a.shape[3] : 1;
+    p.by_position.assign(static_cast<size_t>(S), 0.0);
+    p.by_feature.assign(static_cast<size_t>(D), 0.0);
+    for (size_t i = 0; i < a.numel(); ++i) {
+      double e = std::fabs(a.data[i] - b.data[i]);
+      if (std::isinf(a.data[i]) && a.data[i] == b.data[i]) e = 0;
+      if (std::isnan(e) || std::isinf(e)) e = 1e300;
+      p.abs_errors.push_back(e);
+      const size_t s = static_cast<size_t>((static_cast<int64_t>(i) / D) % S);
+      const size_t d = static_cast<size_t>(static_cast<int64_t>(i) % D);
+      p.by_position[s] = std::max(p.by_position[s], e);
+      p.by_feature[d] = std::max(p.by_feature[d], e);
+    }
+    const auto bm = r.finding.metrics.find("bound_max");
+    p.bound_max = bm != r.finding.metrics.end() ? bm->second : 0.0;
+    return p;
+  } catch (const std::exception& e) {
+    *why = std::string("it could not be re-run here: ") + e.what();
+    return std::nullopt;
+  }
+}
+
+std::string write_report(const std::string& run_dir, const ReportServices& services) {
   nlohmann::json summary;
   if (fs::exists(run_dir + "/summary.json")) {
     std::ifstream in(run_dir + "/summary.json");
@@ -182,12 +226,13 @@ std::string write_report(const std::string& run_dir, const ProfileFn& profile) {
     h << "<p>Replay: <code>attnfuzz replay " << esc(path) << "</code> &nbsp; Run: <code>attnfuzz run " << esc(path) << " --backends ";
     for (size_t b = 0; b < r.backends.size(); ++b) h << (b ? "," : "") << esc(r.backends[b]);
     h << "</code></p>";
-    if (auto p = profile ? profile(r) : std::nullopt) {
+    std::string why;
+    if (auto p = error_profile(r, services, &why)) {
       h << "<div class='pics'><div><b>error histogram (" << esc(p->tensor) << ")</b><br>" << histogram_svg(*p) << "</div>";
       h << "<div><b>max error along the sequence</b><br>" << profile_svg(p->by_position, p->bound_max, "position") << "</div>";
       h << "<div><b>max error along the head dimension</b><br>" << profile_svg(p->by_feature, p->bound_max, "feature") << "</div></div>";
     } else {
-      h << "<p><i>No pictures: the finding has no error tensor (crash, timeout, or it did not reproduce here).</i></p>";
+      h << "<p><i>No pictures: " << esc(why) << ".</i></p>";
     }
     h << "<details><summary>minimized case</summary><pre>" << esc(write_case(r.c)) << "</pre></details></div>";
   }

@@ -4,11 +4,13 @@
 // command, and pictures: the error histogram against the tolerance, and the error profile
 // along the sequence and along the head dimension (where the error lives).
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "campaign/repro.h"
+#include "harness/backend.h"
 
 namespace attnfuzz {
 
@@ -20,10 +22,19 @@ struct ErrorProfile {
   std::string tensor;
 };
 
-// Re-runs a finding to get its error tensor; nothing for crashes, timeouts or on failure.
-using ProfileFn = std::function<std::optional<ErrorProfile>(const Reproducer&)>;
+// What the report needs from the layers above to re-run a finding for its pictures: the
+// backend the finding blames, loaded from the reproducer's backend names (throws, with the
+// reason, when it cannot be loaded here), and the float64 reference.
+struct ReportServices {
+  std::function<std::unique_ptr<Backend>(const Reproducer&)> load_blamed;
+  std::function<std::unique_ptr<Backend>()> reference;
+};
+
+// The finding's error tensor against the reference, re-run here. Nothing, with the reason in
+// `why`, for crashes, timeouts, findings about no tensor, or a re-run that fails.
+std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServices& services, std::string* why);
 
 // Writes RUN_DIR/report.html; returns its path.
-std::string write_report(const std::string& run_dir, const ProfileFn& profile);
+std::string write_report(const std::string& run_dir, const ReportServices& services);
 
 }  // namespace attnfuzz

@@ -132,7 +132,7 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
   }
   print_coverage(s.coverage);
   try {
-    fmt::print("report    {}\n", write_report(o.out_dir, finding_profile));
+    fmt::print("report    {}\n", write_report(o.out_dir, report_services()));
   } catch (const std::exception& e) {  // a full disk, say: the findings are recorded, the report is not
     std::fflush(stdout);
     fmt::print(stderr, "attnfuzz: report: {}\n", e.what());

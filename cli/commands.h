@@ -23,8 +23,8 @@ inline constexpr int kExitUntested = 4;
 void add_run_command(CLI::App& app, int& exit_code);
 // How to start this binary as an isolated worker running these backends (harness/worker.h).
 std::vector<std::string> worker_argv(const std::vector<std::string>& backends);
-// Re-runs a recorded finding for the report's pictures.
-std::optional<ErrorProfile> finding_profile(const Reproducer& r);
+// How the report re-runs a finding for its pictures: this build's backends and reference.
+ReportServices report_services();
 void add_list_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_minimize_command(CLI::App& app, int& exit_code);
