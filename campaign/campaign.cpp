@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -163,11 +164,12 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
 }
 
 Judge isolated_judge(WorkerProcess& w, const CampaignOptions& o, bool check_determinism, double timeout_seconds) {
-  return [&w, &o, check_determinism, timeout_seconds](const Case& c) {
-    CampaignOptions oo = o;
-    oo.timeout_seconds = timeout_seconds;
+  // The options with this watchdog, copied once: a minimization judges thousands of candidates.
+  auto options = std::make_shared<CampaignOptions>(o);
+  options->timeout_seconds = timeout_seconds;
+  return [&w, options, check_determinism](const Case& c) {
     std::vector<Finding> out;
-    for (const auto& r : run_case(w, c, -1, check_determinism, oo)) out.push_back(r.finding);
+    for (const auto& r : run_case(w, c, -1, check_determinism, *options)) out.push_back(r.finding);
     return out;
   };
 }

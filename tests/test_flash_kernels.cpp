@@ -17,18 +17,13 @@
 #include "harness/inputs.h"
 #include "harness/merge.h"
 #include "kernels/cuda_backends.h"
+#include "tests/gpu_test_util.h"
 #include "kernels/flash_backends.h"
 #include "oracles/reference.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz {
 namespace {
-
-#define REQUIRE_GPU()                                                       \
-  do {                                                                      \
-    std::string why_;                                                       \
-    if (!cuda_kernels_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
-  } while (0)
 
 Case base_case(uint64_t seed, Shape s, DType d) {
   Case c;

@@ -14,17 +14,12 @@
 #include "harness/case_json.h"
 #include "harness/inputs.h"
 #include "kernels/cuda_backends.h"
+#include "tests/gpu_test_util.h"
 #include "oracles/error_terms.h"
 #include "oracles/reference.h"
 
 namespace attnfuzz {
 namespace {
-
-#define REQUIRE_GPU()                                                       \
-  do {                                                                      \
-    std::string why_;                                                       \
-    if (!cuda_kernels_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
-  } while (0)
 
 constexpr double kTolerance = 1e-10;
 

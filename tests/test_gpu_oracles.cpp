@@ -17,18 +17,13 @@
 #include "harness/differential.h"
 #include "harness/inputs.h"
 #include "kernels/cuda_backends.h"
+#include "tests/gpu_test_util.h"
 #include "oracles/emulated.h"
 #include "oracles/reference.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz {
 namespace {
-
-#define REQUIRE_GPU()                                                       \
-  do {                                                                      \
-    std::string why_;                                                       \
-    if (!cuda_kernels_available(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
-  } while (0)
 
 // Hand-made cases for what random draws may miss: shapes across tile edges, fully masked
 // rows, GQA and MQA, Dqk != Dv, softcap, dLSE, per-head random masks.
