@@ -42,7 +42,7 @@ struct Node {
 
 class Engine {
  public:
-  Engine(Backend& be, const Case& c, const Inputs& in) : be_(be), c_(c), in_(in) {
+  Engine(Backend& be, const Case& c, const Inputs& in, std::vector<CallRecord>* calls) : be_(be), c_(c), in_(in), records_(calls) {
     const Shape& s = c.shape;
     grads_ = {Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
               Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
@@ -88,6 +88,7 @@ class Engine {
     if (comp.kind == Composition::Kind::single) {
       if (!n.leaf) return;  // empty region: no gradient
       Gradients g = leaf_backward(*n.leaf, n.fwd, d_out, d_lse);
+      if (records_) records_->push_back({*n.leaf, n.fwd, g, d_out, d_lse});
       for (const auto& [t, k] : g.unwritten) grads_.unwritten[t] += k;
       place_seq(grads_.dq, g.dq, r.q0, true);
       place_seq(grads_.dk, g.dk, r.k0, true);
@@ -240,6 +241,7 @@ class Engine {
   Backend& be_;
   const Case& c_;
   const Inputs& in_;
+  std::vector<CallRecord>* records_;
   Gradients grads_;
   UnwrittenCounts unwritten_fwd_;
   int calls_ = 0;
@@ -249,12 +251,12 @@ class Engine {
 
 }  // namespace
 
-ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp) {
-  Engine e(backend, c, in);
+ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp, bool record_calls) {
+  ComposedResult res;
+  Engine e(backend, c, in, record_calls ? &res.calls : nullptr);
   const Region whole{0, c.shape.seq_q, 0, c.shape.seq_kv, {}};
   Node root = e.forward(comp, whole);
   e.backward(comp, root, in.d_out, in.d_lse);
-  ComposedResult res;
   res.fwd = std::move(root.fwd);
   res.fwd.unwritten = e.unwritten_forward();
   res.grads = e.take_grads();

@@ -22,20 +22,31 @@ class UnsupportedError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One backend call of a composition, as it ran: its problem (rows q_offset.. and keys
+// kv_offset.. of the case), its outputs and the upstream gradients it was given.
+struct CallRecord {
+  Problem problem;
+  Forward fwd;
+  Gradients grads;
+  Tensor d_out, d_lse;
+};
+
 struct ComposedResult {
   Forward fwd;
   Gradients grads;
   int backend_calls = 0;
   bool dlse_added_by_harness = false;  // the backend ignores dLSE; the engine added the term
   std::vector<std::string> notes;
+  std::vector<CallRecord> calls;  // only when asked for (run_composition's record_calls)
 
   // The output `t` (O, LSE, dQ, dK, dV: harness/error_model.h).
   const Tensor& operator[](Output t) const;
 };
 
 // Throws UnsupportedError when a leaf is not supported by the backend (with its reason);
-// whatever a backend throws otherwise passes through.
-ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp);
+// whatever a backend throws otherwise passes through. `record_calls` keeps every leaf call
+// (the error model of a composition is evaluated per call: harness/error_model.h).
+ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp, bool record_calls = false);
 inline ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in) {
   return run_composition(backend, c, in, c.composition);
 }

@@ -128,18 +128,87 @@ class DifferentialSession::Impl {
     return it->second;
   }
 
-  // The error model's sigma for each output under a contract (and LSE accuracy).
-  const std::array<Tensor, 5>* model(Contract k, double lse_unit) {
+  // The error model under a contract (and LSE accuracy) for a run through `comp`: each
+  // output's sigma and its rows' dof. A composition's is evaluated per call of the float64
+  // reference through it and combined (harness/error_model.h, ModelOfCall).
+  struct Model {
+    std::array<Tensor, 5> sigma, row_dof;
+  };
+  const Model* model(Contract k, double lse_unit, const Composition& comp) {
     if (!terms_) return nullptr;
-    auto key = std::make_pair(k, lse_unit);
-    auto it = sigmas_.find(key);
-    if (it == sigmas_.end()) {
+    auto key = std::make_tuple(k, lse_unit, describe(comp));
+    auto it = models_.find(key);
+    if (it == models_.end()) {
       const RoundingUnits u = rounding_units(k, c_.dtype, lse_unit);
-      std::array<Tensor, 5> sig;
-      for (Output t : kOutputs) sig[static_cast<size_t>(t)] = model_sigma(t, (*terms_)[t], ref_[t], u);
-      it = sigmas_.emplace(key, std::move(sig)).first;
+      Model m;
+      if (comp == Composition{}) {
+        for (Output t : kOutputs) {
+          m.sigma[static_cast<size_t>(t)] = model_sigma(t, (*terms_)[t], ref_[t], u);
+          m.row_dof[static_cast<size_t>(t)] = model_row_dof(t, (*terms_)[t], ref_[t], u);
+        }
+      } else {
+        m = composed_model(comp, u);
+      }
+      it = models_.emplace(key, std::move(m)).first;
     }
     return &it->second;
+  }
+
+  Model composed_model(const Composition& comp, const RoundingUnits& u) {
+    const CallTerms& calls = call_terms(comp);
+    Model m;
+    for (Output t : kOutputs) {
+      const size_t i = static_cast<size_t>(t);
+      Tensor sum_sigma2(ref_[t].shape), row_var(ref_[Output::LSE].shape), row_var2_dof(ref_[Output::LSE].shape);
+      if (t == Output::dK || t == Output::dV) {
+        const auto& kv = ref_[t].shape;
+        row_var = Tensor({kv[0], kv[1], kv[2]});
+        row_var2_dof = row_var;
+      }
+      for (size_t c = 0; c < calls.records.size(); ++c) {
+        const CallRecord& call = calls.records[c];
+        const Tensor& out = t == Output::O     ? call.fwd.o
+                            : t == Output::LSE ? call.fwd.lse
+                            : t == Output::dQ  ? call.grads.dq
+                            : t == Output::dK  ? call.grads.dk
+                                               : call.grads.dv;
+        const bool q_rows = t == Output::O || t == Output::LSE || t == Output::dQ;
+        add_call_model({t, model_sigma(t, calls.terms[c][t], out, u), model_row_dof(t, calls.terms[c][t], out, u),
+                        t == Output::O || t == Output::LSE ? &calls.weights[c] : nullptr,
+                        q_rows ? call.problem.q_offset : call.problem.kv_offset},
+                       sum_sigma2, row_var, row_var2_dof);
+      }
+      finish_combined_model(sum_sigma2, row_var, row_var2_dof, t == Output::LSE ? nullptr : &m.row_dof[i]);
+      m.sigma[i] = std::move(sum_sigma2);
+    }
+    return m;
+  }
+
+  // The float64 reference through a composition, every call kept with its error terms and the
+  // weight w = exp(LSE_call - LSE) with which its O and LSE reach the whole output.
+  struct CallTerms {
+    std::vector<CallRecord> records;
+    std::vector<ErrorTerms> terms;
+    std::vector<Tensor> weights;
+  };
+  const CallTerms& call_terms(const Composition& comp) {
+    auto it = call_terms_.find(describe(comp));
+    if (it != call_terms_.end()) return it->second;
+    CallTerms ct;
+    ct.records = run_composition(*oracles_.reference, c_, in_, comp, true).calls;
+    for (const CallRecord& call : ct.records) {
+      ct.terms.push_back(oracles_.error_terms(call.problem, call.fwd, call.d_out, call.d_lse));
+      Tensor w(call.fwd.lse.shape);
+      const auto& s = w.shape;
+      for (int64_t b = 0; b < s[0]; ++b)
+        for (int64_t h = 0; h < s[1]; ++h)
+          for (int64_t q = 0; q < s[2]; ++q) {
+            const double l = *call.fwd.lse.at(b, h, q), whole = *ref_.fwd.lse.at(b, h, q + call.problem.q_offset);
+            *w.at(b, h, q) = std::isfinite(l) && std::isfinite(whole) ? std::exp(l - whole) : 0.0;
+          }
+      ct.weights.push_back(std::move(w));
+    }
+    return call_terms_.emplace(describe(comp), std::move(ct)).first->second;
   }
 
   static bool q_indexed(Output t) { return t == Output::O || t == Output::LSE || t == Output::dQ; }
@@ -257,7 +326,7 @@ class DifferentialSession::Impl {
     const bool takes_dlse = be.backward_takes_dlse();
     const ComposedResult& base_fwd = emulation(contract, false, comp, takes_dlse);
     const ComposedResult& base_rev = emulation(contract, true, comp, takes_dlse);
-    const std::array<Tensor, 5>* sigmas = model(contract, be.lse_unit_roundoff(c_.dtype));
+    const Model* error_model = model(contract, be.lse_unit_roundoff(c_.dtype), comp);
     for (Output t : kOutputs) {
       const size_t i = static_cast<size_t>(t);
       const std::string name = to_string(t);
@@ -273,7 +342,8 @@ class DifferentialSession::Impl {
       in.ref = &ref_[t];
       in.baseline_fwd = &base_fwd[t];
       in.baseline_rev = &base_rev[t];
-      in.sigma = sigmas ? &(*sigmas)[i] : nullptr;
+      in.sigma = error_model ? &error_model->sigma[i] : nullptr;
+      in.row_dof = error_model ? &error_model->row_dof[i] : nullptr;
       in.skip_rows = q_indexed(t) ? &skip_ : nullptr;
       in.tiny = t == Output::LSE ? 0.0 : smallest_subnormal(c_.dtype);
       TensorVerdict v = judge_tensor(name, in, opt_.rule);
@@ -304,7 +374,9 @@ class DifferentialSession::Impl {
                                         {"worst_limit", v.worst.limit},
                                         {"kappa", v.kappa}};
         const std::string where = v.worst.granularity + " " + v.worst.where + ": " + fmt_double(v.worst.ratio) + " sigma' (limit " +
-                                  fmt_double(v.worst.limit) + ")";
+                                  fmt_double(v.worst.limit) +
+                                  (v.worst.dof < v.worst.n ? " at " + fmt_double(v.worst.dof) + " independent errors of " + fmt_double(v.worst.n) : "") +
+                                  ")";
         if (v.err.nonfinite_mismatch) {
           add(run.backend, comp_class, name, FindingClass::nan_inf,
               std::to_string(v.err.nonfinite_mismatch) + " NaN/Inf elements where the reference is finite", m);
@@ -361,7 +433,8 @@ class DifferentialSession::Impl {
   std::vector<uint8_t> skip_;
   std::optional<ErrorTerms> terms_;
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
-  std::map<std::pair<Contract, double>, std::array<Tensor, 5>> sigmas_;
+  std::map<std::tuple<Contract, double, std::string>, Model> models_;
+  std::map<std::string, CallTerms> call_terms_;
   DiffReport report_;
 };
 

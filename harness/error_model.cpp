@@ -1,7 +1,10 @@
 #include "harness/error_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <stdexcept>
+#include <string>
 
 namespace attnfuzz {
 
@@ -54,27 +57,115 @@ RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff) {
   return u;
 }
 
-Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
-  if (terms.operand.shape != ref.shape) throw std::invalid_argument("model_sigma: the terms do not match the output's shape");
-  Tensor sigma(ref.shape);
+namespace {
+
+// One element's variance, by how its errors are shared along the row (model_row_dof).
+struct VarianceParts {
+  double operand = 0, score = 0, via = 0, independent = 0;
+  double total() const { return operand + score + via + independent; }
+};
+
+VarianceParts element_variance(Output t, const TermTensors& terms, double ref, const RoundingUnits& u, size_t e) {
   const double u_score2 = u.accumulate * u.accumulate + u.input * u.input;
   const double acc2 = u.accumulate * u.accumulate * terms.length / 3.0;
-  for (size_t e = 0; e < ref.numel(); ++e) {
-    const double r = std::isfinite(ref.data[e]) ? ref.data[e] : 0.0;
-    const double op = terms.operand.data[e], st = terms.stored.data[e], sc = terms.score.data[e];
-    double v;
-    if (t == Output::LSE)
-      v = u.lse * u.lse * (1.0 + r * r) / 3.0 + acc2 / 2.0 + u_score2 * sc * sc;
-    else
-      v = (u.operand * u.operand * op * op + u.store * u.store * (r * r + st * st)) / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0) +
-          u_score2 * sc * sc;
-    if (!terms.via_op.data.empty()) {
-      const double a = terms.via_op.data[e], b = terms.via_st.data[e], c = terms.via_acc.data[e], d = terms.via_sc.data[e];
-      v += (u.operand * u.operand * a * a + u.store * u.store * b * b) / 3.0 + u.accumulate * u.accumulate * c * c + u_score2 * d * d;
-    }
-    sigma.data[e] = std::sqrt(v);
+  const double r = std::isfinite(ref) ? ref : 0.0;
+  const double op = terms.operand.data[e], st = terms.stored.data[e], sc = terms.score.data[e];
+  VarianceParts v;
+  if (t == Output::LSE) {
+    v.independent = u.lse * u.lse * (1.0 + r * r) / 3.0 + acc2 / 2.0;
+    v.score = u_score2 * sc * sc;
+    return v;
   }
+  v.operand = u.operand * u.operand * op * op / 3.0;
+  v.independent = u.store * u.store * (r * r + st * st) / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0);
+  v.score = u_score2 * sc * sc;
+  if (!terms.via_op.data.empty()) {
+    const double a = terms.via_op.data[e], b = terms.via_st.data[e], c = terms.via_acc.data[e], d = terms.via_sc.data[e];
+    v.via = (u.operand * u.operand * a * a + u.store * u.store * b * b) / 3.0 + u.accumulate * u.accumulate * c * c + u_score2 * d * d;
+  }
+  return v;
+}
+
+}  // namespace
+
+void check_shapes(const char* who, const TermTensors& terms, const Tensor& ref) {
+  if (terms.operand.shape != ref.shape) {
+    auto dims = [](const std::vector<int64_t>& v) {
+      std::string out;
+      for (int64_t x : v) out += (out.empty() ? "" : "x") + std::to_string(x);
+      return out;
+    };
+    throw std::invalid_argument(std::string(who) + ": the terms (" + dims(terms.operand.shape) + ") do not match the output's shape (" +
+                                dims(ref.shape) + ")");
+  }
+}
+
+Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+  check_shapes("model_sigma", terms, ref);
+  Tensor sigma(ref.shape);
+  for (size_t e = 0; e < ref.numel(); ++e) sigma.data[e] = std::sqrt(element_variance(t, terms, ref.data[e], u, e).total());
   return sigma;
+}
+
+Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+  if (t == Output::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {};
+  check_shapes("model_row_dof", terms, ref);
+  const int64_t width = ref.shape[3];
+  Tensor dof({ref.shape[0], ref.shape[1], ref.shape[2]});
+  for (size_t row = 0; row < dof.numel(); ++row) {
+    VarianceParts sum;
+    for (int64_t d = 0; d < width; ++d) {
+      const size_t e = row * static_cast<size_t>(width) + static_cast<size_t>(d);
+      const VarianceParts v = element_variance(t, terms, ref.data[e], u, e);
+      sum.operand += v.operand;
+      sum.score += v.score;
+      sum.via += v.via;
+      sum.independent += v.independent;
+    }
+    // dQ receives D's error through the one number D_i; dK's via parts sum over the queries
+    // that see the key, as its operand does.
+    const double op_sources = terms.operand_sources.data[row], sc_sources = terms.score_sources.data[row];
+    double correlated = sum.operand, via = sum.via;
+    if (t == Output::dK) correlated += std::exchange(via, 0.0);
+    double denom = sum.independent * sum.independent / static_cast<double>(width) + via * via;
+    if (correlated > 0) denom += correlated * correlated / std::max(1.0, op_sources);
+    if (sum.score > 0) denom += sum.score * sum.score / std::max(1.0, sc_sources);
+    const double total = sum.total();
+    dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
+  }
+  return dof;
+}
+
+void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, Tensor& row_var2_dof) {
+  const auto& cs = m.sigma.shape;
+  const int64_t width = cs.size() > 3 ? cs[3] : 1;
+  for (int64_t b = 0; b < cs[0]; ++b)
+    for (int64_t h = 0; h < cs[1]; ++h)
+      for (int64_t i = 0; i < cs[2]; ++i) {
+        const double w = m.weight ? *m.weight->at(b, h, i) : 1.0;
+        if (w == 0.0 || !std::isfinite(w)) continue;
+        const double* sig = m.sigma.at(b, h, i);
+        double* out = sum_sigma2.at(b, h, i + m.row_offset);
+        double var = 0;
+        for (int64_t d = 0; d < width; ++d) {
+          out[d] += w * w * sig[d] * sig[d];
+          var += w * w * sig[d] * sig[d];
+        }
+        const double dof = m.row_dof.data.empty() ? static_cast<double>(width) : *m.row_dof.at(b, h, i);
+        *row_var.at(b, h, i + m.row_offset) += var;
+        *row_var2_dof.at(b, h, i + m.row_offset) += var * var / std::max(1.0, dof);
+      }
+}
+
+void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tensor& row_var2_dof, Tensor* row_dof) {
+  for (double& x : sum_sigma2.data) x = std::sqrt(x);
+  if (!row_dof) return;
+  const double width = sum_sigma2.shape.size() > 3 ? static_cast<double>(sum_sigma2.shape[3]) : 1.0;
+  *row_dof = Tensor(row_var.shape);
+  for (size_t r = 0; r < row_var.numel(); ++r) {
+    const double v = row_var.data[r], q = row_var2_dof.data[r];
+    row_dof->data[r] = q > 0 ? std::clamp(v * v / q, 1.0, width) : width;
+  }
 }
 
 }  // namespace attnfuzz

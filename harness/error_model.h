@@ -30,6 +30,19 @@
 //            (each of its parts above, with O's own L folded into via_acc) moves every dS of
 //            the row: dQ_id by scale * (P K)_id * dD_i, dK_jd by scale * sum_i P_ij Q_id dD_i.
 //
+// How many independent errors a row's statistic averages (harness/tolerance.h judges blocks of
+// rows): the elements of one row share the row's reduction terms (every dK_jd sums dS_ij Q_id
+// over the same i), so the rounding of one dominant term (a key only one query sees, an
+// outlier) moves the whole row at once. A part whose terms have squared magnitudes a_k (summed
+// over the row) comes from (sum_k a_k)^2 / sum_k a_k^2 effectively independent sources (the
+// participation ratio: 1 for one dominant term, K for K equal ones); the oracle supplies it per
+// row for the operand and score parts. D's error reaches a dQ row through one number (D_i):
+// one source; the dK via parts share the operand's sources; storage and accumulation errors are
+// independent per element. The row's degrees of freedom combine the parts by their variances V
+// (Satterthwaite):
+//
+//   dof = (sum_parts V)^2 / sum_parts (V^2 / sources),  clamped to [1, row width]
+//
 // LSE (fp32 for every dtype, on an absolute scale) has its own form:
 //   sigma^2 = u_lse^2 * (1 + LSE^2) / 3 + u_acc^2 * L / 6 + (u_acc^2 + u_in^2) * score^2
 // with score = sqrt(sum_j P_ij^2 s_ij^2) and u_lse the backend's declared LSE accuracy.
@@ -54,6 +67,10 @@ struct TermTensors {
   double length = 1;              // L
   // D's error reaching dQ and dK, one part per rounding unit (empty for O, LSE, dV).
   Tensor via_op, via_st, via_acc, via_sc;
+  // Per row ([B][H][S]), the effective number of independent sources of the operand and the
+  // score parts (above); empty where the oracle does not supply them (every element then
+  // counts as independent).
+  Tensor operand_sources, score_sources;
 };
 struct ErrorTerms {
   std::array<TermTensors, 5> by_output;  // indexed by Output
@@ -73,5 +90,30 @@ RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff);
 
 // sigma per element of output `t` (the formulas above); `ref` is the float64 output.
 Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+
+// The degrees of freedom of each row's error (above), shaped [B][H][S]; empty for the LSE
+// (one element a row) and where the terms carry no sources.
+Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+
+// Through a composition every call is a problem of its own (its P, its D, its upstream
+// gradients dO_k = w_k dO and dLSE_k: harness/merge.h), so the model is evaluated per call
+// and combined the way the composition combines the calls' outputs: independent errors add
+// as variances; a merge's O = sum_k w_k O_k weights part k's by w_k = exp(LSE_k - LSE) (its
+// LSE too, to first order); dQ rows are placed, dK and dV rows summed; the rows' dof combine
+// as above (each call's row a part of variance V_k with dof_k).
+struct ModelOfCall {
+  Output output;
+  Tensor sigma, row_dof;   // model_sigma and model_row_dof of the call's output
+  const Tensor* weight;    // [B][H][Sq] of the call, w_k (O and LSE), or null (1)
+  int64_t row_offset = 0;  // where the call's rows sit in the whole output
+};
+// Adds one call's model into the whole output's: sum_sigma2 += w^2 sigma^2 at its rows, and
+// the rows' variances and variance^2 / dof (for the combined dof) into row_var, row_var2_dof.
+void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, Tensor& row_var2_dof);
+// The whole output's sigma and row dof from those sums (dof clamped to [1, width]).
+void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tensor& row_var2_dof, Tensor* row_dof);
+
+// The participation ratio (sum a)^2 / sum a^2 from the two sums; 0 where there are no terms.
+inline double participation(double sum, double sum_sq) { return sum_sq > 0 ? sum * sum / sum_sq : 0.0; }
 
 }  // namespace attnfuzz

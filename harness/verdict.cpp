@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 
 namespace attnfuzz {
 
@@ -76,6 +77,7 @@ namespace {
 struct Elementwise {
   std::vector<double> err2, allow2;
   std::vector<uint8_t> used;
+  const Tensor* row_dof = nullptr;                  // [heads][seq], or null
   int64_t rows = 1, heads = 1, seq = 1, width = 1;  // [heads = B*H][seq][width]
 };
 
@@ -89,6 +91,10 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
   w.heads = ref.shape[0] * ref.shape[1];
   w.seq = ref.shape[2];
   w.width = ref.shape.size() > 3 ? ref.shape[3] : 1;
+  if (in.row_dof && !in.row_dof->data.empty()) {
+    if (in.row_dof->numel() != n / static_cast<size_t>(w.width)) throw std::invalid_argument("judge_tensor: row_dof is not one per row");
+    w.row_dof = in.row_dof;
+  }
   std::vector<double> base2(n, 0.0);
   double sum_base2 = 0, sum_model2 = 0;
   for (size_t e = 0; e < n; ++e) {
@@ -118,20 +124,26 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
   return w;
 }
 
-// Sums over a box [h][s0, s1)[d0, d1) of the flattened tensor.
+// Sums over a box [h][s0, s1)[d0, d1) of the flattened tensor. A row's c elements in the box
+// carry min(c, the row's dof) independent errors: its shared sources reach every column.
 struct BlockSum {
-  double err2 = 0, allow2 = 0, n = 0;
+  double err2 = 0, allow2 = 0, n = 0, dof = 0;
 };
 BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_t d0, int64_t d1) {
   BlockSum b;
-  for (int64_t s = s0; s < s1; ++s)
+  for (int64_t s = s0; s < s1; ++s) {
+    const size_t row = static_cast<size_t>(h * w.seq + s);
+    double in_row = 0;
     for (int64_t d = d0; d < d1; ++d) {
-      const size_t e = static_cast<size_t>((h * w.seq + s) * w.width + d);
+      const size_t e = row * static_cast<size_t>(w.width) + static_cast<size_t>(d);
       if (!w.used[e]) continue;
       b.err2 += w.err2[e];
       b.allow2 += w.allow2[e];
-      b.n += 1;
+      in_row += 1;
     }
+    b.n += in_row;
+    b.dof += w.row_dof ? std::min(in_row, w.row_dof->data[row]) : in_row;
+  }
   return b;
 }
 
@@ -160,17 +172,18 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
   double worst_score = -1;
   auto consider = [&](const char* granularity, const BlockSum& b, const std::function<std::string()>& where) {
     if (b.n == 0) return;
-    const double ratio = ratio_of(b), limit = rule.limit(b.n);
+    const double ratio = ratio_of(b), limit = rule.limit(b.dof);
     if (ratio > limit) v.pass = false;
     double& m = v.margin[granularity];
     m = std::max(m, ratio / limit);
     if (ratio / limit > worst_score) {
       worst_score = ratio / limit;
-      v.worst = {granularity, where(), ratio, limit, b.n};
+      v.worst = {granularity, where(), ratio, limit, b.n, b.dof};
     }
   };
   const int64_t tile = std::max<int64_t>(1, rule.tile);
   double max_err2 = -1;
+  BlockSum all;
   for (int64_t h = 0; h < w.heads; ++h) {
     for (int64_t s = 0; s < w.seq; ++s)
       for (int64_t d = 0; d < w.width; ++d) {
@@ -178,11 +191,12 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
         if (!w.used[e]) continue;
         if (w.err2[e] > max_err2) {
           max_err2 = w.err2[e];
-          v.bound_max = rule.limit(static_cast<double>(w.width)) * std::sqrt(w.allow2[e]);
+          v.bound_max = rule.limit(w.row_dof ? w.row_dof->data[static_cast<size_t>(h * w.seq + s)] : static_cast<double>(w.width)) *
+                        std::sqrt(w.allow2[e]);
         }
         // The finest block is a row: one element of a row is not judged alone (its error
         // and its sigma' are too noisy), except where a row is one element (LSE, D = 1).
-        if (w.width == 1) consider("element", {w.err2[e], w.allow2[e], 1}, [&] { return head_name(h) + " s" + std::to_string(s); });
+        if (w.width == 1) consider("element", {w.err2[e], w.allow2[e], 1, 1}, [&] { return head_name(h) + " s" + std::to_string(s); });
       }
     if (w.width > 1)
       for (int64_t s = 0; s < w.seq; ++s)
@@ -195,18 +209,16 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
                  (w.width > 1 ? " d" + std::to_string(d0) + "-" + std::to_string(d1 - 1) : "");
         });
       }
-    consider("head", sum_box(w, h, 0, w.seq, 0, w.width), [&] { return head_name(h); });
+    const BlockSum head = sum_box(w, h, 0, w.seq, 0, w.width);
+    consider("head", head, [&] { return head_name(h); });
+    all.err2 += head.err2;
+    all.allow2 += head.allow2;
+    all.n += head.n;
+    all.dof += head.dof;
   }
-  BlockSum all;
-  for (size_t e = 0; e < w.used.size(); ++e)
-    if (w.used[e]) {
-      all.err2 += w.err2[e];
-      all.allow2 += w.allow2[e];
-      all.n += 1;
-    }
   consider("tensor", all, [] { return std::string("all"); });
   v.tensor_ratio = all.n > 0 ? ratio_of(all) : 0.0;
-  v.bound_rms = all.n > 0 ? rule.limit(all.n) * std::sqrt(all.allow2 / all.n) : 0.0;
+  v.bound_rms = all.n > 0 ? rule.limit(all.dof) * std::sqrt(all.allow2 / all.n) : 0.0;
   if (v.err.nonfinite_mismatch) v.pass = false;
   return v;
 }

@@ -67,8 +67,9 @@ struct WorstBlock {
   std::string granularity;  // "element", "row", "tile", "head" or "tensor"
   std::string where;        // e.g. "b0 h1 s37" or "b0 h1 s16-31 d0-15"
   double ratio = 0;         // sqrt(sum err^2 / sum sigma'^2) over the block
-  double limit = 0;         // c * (1 + k / sqrt(n))
+  double limit = 0;         // c * (1 + k / sqrt(dof))
   double n = 0;             // elements in the block
+  double dof = 0;           // their independent errors (harness/error_model.h): n, or fewer where rows share sources
 };
 
 struct TensorVerdict {
@@ -95,6 +96,7 @@ struct JudgeInput {
   const Tensor* baseline_rev = nullptr;             // under the declared contract
   const Tensor* sigma = nullptr;                    // the error model (may be null: baselines only)
   const std::vector<uint8_t>* skip_rows = nullptr;  // rows left out (fully masked)
+  const Tensor* row_dof = nullptr;                  // per row: its independent errors (may be null: every element)
   double tiny = 0;                                  // the storage type's smallest subnormal
 };
 // Applies the rule of harness/tolerance.h.

@@ -78,6 +78,14 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
     out.operand[i] = e[o].operand.ptr();
     out.score[i] = e[o].score.ptr();
   }
+  for (Output o : {Output::O, Output::dQ, Output::dK, Output::dV}) {
+    const auto i = static_cast<size_t>(o);
+    const std::vector<int64_t> rows(e[o].operand.shape.begin(), e[o].operand.shape.begin() + 3);
+    e[o].operand_sources = Tensor(rows);
+    e[o].score_sources = Tensor(rows);
+    out.operand_sources[i] = e[o].operand_sources.ptr();
+    out.score_sources[i] = e[o].score_sources.ptr();
+  }
   out.stored_dk = e[Output::dK].stored.ptr();
   out.stored_dv = e[Output::dV].stored.ptr();
   for (Output o : {Output::dQ, Output::dK}) {

@@ -275,6 +275,57 @@ __global__ void gradient_terms(ScoreBuffers s, const double* d_minus_g, MaskView
   }
 }
 
+// Squared norms of the rows of a [rows][dim] array.
+__global__ void row_norms2(const double* x, double* out, int64_t rows, int64_t dim) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  double acc = 0;
+  for (int64_t d = 0; d < dim; ++d) acc = fma(x[r * dim + d], x[r * dim + d], acc);
+  out[r] = acc;
+}
+
+__device__ __forceinline__ double participation(double sum, double sum_sq) { return sum_sq > 0 ? sum * sum / sum_sq : 0.0; }
+
+// A query row's sources over keys j, a_j = factor_ij |Y_j|^2 (Y = V or K, norms per kv row):
+// one warp per row of the chunk.
+__global__ void query_row_sources(ScoreBuffers s, Factor f, const double* kv_norm2, double* out, Heads h, int64_t heads, int64_t sq,
+                                  int64_t skv) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= heads * sq) return;
+  const int64_t z = warp / sq, zk = (h.first_q + z) / h.group;
+  double sum = 0, sum_sq = 0;
+  for (int64_t j = lane; j < skv; j += 32) {
+    const double a = factor(s, f, warp * skv + j) * kv_norm2[zk * skv + j];
+    sum += a;
+    sum_sq = fma(a, a, sum_sq);
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    sum += __shfl_down_sync(0xffffffffu, sum, off);
+    sum_sq += __shfl_down_sync(0xffffffffu, sum_sq, off);
+  }
+  if (lane == 0) out[h.first_q * sq + warp] = participation(sum, sum_sq);
+}
+
+// A key row's sources over the group's heads o and queries i, a_(o,i) = factor_ij |Y_i|^2
+// (Y = Q or dO, norms per query row): one thread per key row (adjacent keys read adjacent scores).
+__global__ void key_row_sources(ScoreBuffers s, Factor f, const double* q_norm2, double* out, Heads h, int64_t kv_heads, int64_t sq,
+                                int64_t skv) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= kv_heads * skv) return;
+  const int64_t zkv = r / skv, j = r % skv;
+  double sum = 0, sum_sq = 0;
+  for (int64_t o = 0; o < h.group; ++o) {
+    const int64_t zq = zkv * h.group + o;
+    for (int64_t i = 0; i < sq; ++i) {
+      const double a = factor(s, f, (zq * sq + i) * skv + j) * q_norm2[(h.first_q + zq) * sq + i];
+      sum += a;
+      sum_sq = fma(a, a, sum_sq);
+    }
+  }
+  out[(h.first_q / h.group) * skv + r] = participation(sum, sum_sq);
+}
+
 template <class G>
 void product(const G& g, int64_t z_count) {
   launch_product<double, FusedMac>(g, z_count, false);
@@ -285,6 +336,8 @@ struct DeviceTerms {
   DeviceBuffer<double> q, k, v, o, lse, d_out, d_lse;
   DeviceBuffer<double> operand[5], score[5], stored_dk, stored_dv, via_dq[4], via_dk[4];
   DeviceBuffer<double> d_minus_g, d_err;
+  DeviceBuffer<double> operand_sources[5], score_sources[5];
+  DeviceBuffer<double> q_norm2, k_norm2, v_norm2, d_out_norm2;
 };
 
 }  // namespace
@@ -327,6 +380,24 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     d.stored_dk = DeviceBuffer<double>(n(rows_kv * a.dim_qk));
     d.stored_dv = DeviceBuffer<double>(n(rows_kv * a.dim_v));
   }
+  for (int64_t x : {o_idx, dq_idx}) {
+    d.operand_sources[x] = DeviceBuffer<double>(n(rows_q));
+    d.score_sources[x] = DeviceBuffer<double>(n(rows_q));
+  }
+  const int64_t kv_rows = a.batch * a.heads_kv * a.seq_kv;
+  for (int64_t x : {dk_idx, dv_idx}) {
+    d.operand_sources[x] = DeviceBuffer<double>(n(kv_rows));
+    d.score_sources[x] = DeviceBuffer<double>(n(kv_rows));
+  }
+  d.q_norm2 = DeviceBuffer<double>(n(rows_q));
+  d.d_out_norm2 = DeviceBuffer<double>(n(rows_q));
+  d.k_norm2 = DeviceBuffer<double>(n(kv_rows));
+  d.v_norm2 = DeviceBuffer<double>(n(kv_rows));
+  row_norms2<<<grid_for(rows_q, 128), 128>>>(d.q.get(), d.q_norm2.get(), rows_q, a.dim_qk);
+  row_norms2<<<grid_for(rows_q, 128), 128>>>(d.d_out.get(), d.d_out_norm2.get(), rows_q, a.dim_v);
+  row_norms2<<<grid_for(kv_rows, 128), 128>>>(d.k.get(), d.k_norm2.get(), kv_rows, a.dim_qk);
+  row_norms2<<<grid_for(kv_rows, 128), 128>>>(d.v.get(), d.v_norm2.get(), kv_rows, a.dim_v);
+  AF_CUDA(cudaGetLastError());
   d.d_minus_g = DeviceBuffer<double>(n(rows_q));
   d.d_err = DeviceBuffer<double>(n(4 * rows_q));
   double* via_dq[4] = {d.via_dq[0].get(), d.via_dq[1].get(), d.via_dq[2].get(), d.via_dq[3].get()};
@@ -417,6 +488,23 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
       column(Factor::ds, d.q.get(), ColRhs::plain, a.dim_qk, true, scale2, outs + 4);
       column(Factor::p, d.d_out.get(), ColRhs::plain, a.dim_v, true, 1.0, outs + 5);
     }
+    // The rows' sources.
+    auto query_rows = [&](Factor f, const double* norms, DeviceBuffer<double>& out_buf) {
+      query_row_sources<<<grid_for(rows * 32, 256), 256>>>(s, f, norms, out_buf.get(), h, heads, a.seq_q, a.seq_kv);
+      AF_CUDA(cudaGetLastError());
+    };
+    auto key_rows = [&](Factor f, const double* norms, DeviceBuffer<double>& out_buf) {
+      key_row_sources<<<grid_for(kv_heads * a.seq_kv, 128), 128>>>(s, f, norms, out_buf.get(), h, kv_heads, a.seq_q, a.seq_kv);
+      AF_CUDA(cudaGetLastError());
+    };
+    query_rows(Factor::p2, d.v_norm2.get(), d.operand_sources[o_idx]);
+    query_rows(Factor::w2, d.v_norm2.get(), d.score_sources[o_idx]);
+    query_rows(Factor::ds2, d.k_norm2.get(), d.operand_sources[dq_idx]);
+    query_rows(Factor::wd2, d.k_norm2.get(), d.score_sources[dq_idx]);
+    key_rows(Factor::ds2, d.q_norm2.get(), d.operand_sources[dk_idx]);
+    key_rows(Factor::wd2, d.q_norm2.get(), d.score_sources[dk_idx]);
+    key_rows(Factor::p2, d.d_out_norm2.get(), d.operand_sources[dv_idx]);
+    key_rows(Factor::w2, d.d_out_norm2.get(), d.score_sources[dv_idx]);
   }
   AF_CUDA(cudaDeviceSynchronize());
   if (timing) timing->compute_ms = ms_since(t0);
@@ -424,6 +512,10 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   for (int x = 0; x < 5; ++x) {
     if (out.operand[x] && d.operand[x].size()) d.operand[x].download(out.operand[x]);
     if (out.score[x] && d.score[x].size()) d.score[x].download(out.score[x]);
+  }
+  for (int x = 0; x < 5; ++x) {
+    if (out.operand_sources[x] && d.operand_sources[x].size()) d.operand_sources[x].download(out.operand_sources[x]);
+    if (out.score_sources[x] && d.score_sources[x].size()) d.score_sources[x].download(out.score_sources[x]);
   }
   for (int k = 0; k < 4; ++k) {
     if (out.via_dq[k]) d.via_dq[k].download(out.via_dq[k]);

@@ -17,6 +17,11 @@
 //   dV:  operand^2 = sum_group P^2^T dO^2, score^2 = sum_group w^2^T dO^2, stored^2 = sum_group (P^T dO)^2
 // with e_k (k = op, st, acc, sc) the row errors of D = rowsum(dO O) from O's error parts:
 //   sqrt(rowsum(dO^2 X^2)) for X = O.operand, O, sqrt(L/3 (O^2/3 + O.operand^2/2)), O.score.
+// The rows' sources (participation ratios (sum a)^2 / sum a^2, harness/error_model.h), with
+// |X_k|^2 the squared norm of row k of X:
+//   O:  a_j = P_ij^2 |V_j|^2 (operand), w_ij^2 |V_j|^2 (score)
+//   dQ: a_j = dS2_ij |K_j|^2, wd_ij^2 |K_j|^2;   dK: a_(o,i) = dS2_ij |Q_i|^2, wd_ij^2 |Q_i|^2
+//   dV: a_(o,i) = P_ij^2 |dO_i|^2, w_ij^2 |dO_i|^2 (o over the group's heads)
 #include "kernels/gpu_attention.h"
 
 namespace attnfuzz::gpu {
@@ -32,6 +37,8 @@ struct HostErrorTerms {
   double* stored_dv = nullptr;
   double* via_dq[4] = {};  // op, st, acc, sc
   double* via_dk[4] = {};
+  double* operand_sources[5] = {};  // per row; LSE's not written
+  double* score_sources[5] = {};
 };
 
 // o, lse: the float64 reference forward of `a`; d_out: [B][Hq][Sq][Dv]; d_lse: [B][Hq][Sq].

@@ -16,6 +16,31 @@ Mat squared(const Mat& m) { return m.cwiseProduct(m); }
 // sqrt(n/3 * (x^2/3 + r^2/2)) (harness/error_model.h, "L").
 Mat dot_error(const Mat& x, const Mat& rss, double n) { return ((squared(x) / 3.0 + squared(rss) / 2.0) * (n / 3.0)).cwiseSqrt(); }
 
+// The two sums of a row's reduction terms a_k = weight_k * row_norm2_k that the participation
+// ratio needs (harness/error_model.h, "How many independent errors"), for every row at once:
+// rows of `weight` are the output's rows, its columns the reduction index k.
+struct SourceSums {
+  Eigen::VectorXd sum, sum_sq;
+};
+SourceSums source_sums(const Mat& weight, const Eigen::VectorXd& row_norm2) {
+  return {weight * row_norm2, squared(weight) * row_norm2.cwiseAbs2()};
+}
+
+// Accumulates per-row source sums into [B][H][S] tensors (dK and dV sum over a GQA group).
+struct SourceAccumulator {
+  Tensor sum, sum_sq;
+  explicit SourceAccumulator(const std::vector<int64_t>& rows) : sum(rows), sum_sq(rows) {}
+  void add(int64_t b, int64_t h, const SourceSums& s) {
+    Eigen::Map<Eigen::VectorXd>(sum.at(b, h, 0), s.sum.size()) += s.sum;
+    Eigen::Map<Eigen::VectorXd>(sum_sq.at(b, h, 0), s.sum.size()) += s.sum_sq;
+  }
+  Tensor sources() const {
+    Tensor t(sum.shape);
+    for (size_t e = 0; e < t.numel(); ++e) t.data[e] = participation(sum.data[e], sum_sq.data[e]);
+    return t;
+  }
+};
+
 }  // namespace
 
 ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
@@ -41,6 +66,11 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   init(Output::dV, vv, static_cast<double>(s.seq_q * s.group()));
   // dK and dV sum over a GQA group: squares accumulate here, roots are taken at the end.
   Tensor dk_partials(kk), dv_partials(vv);
+  const std::vector<int64_t> q_rows{s.batch, s.heads_q, s.seq_q}, kv_rows{s.batch, s.heads_kv, s.seq_kv};
+  std::array<SourceAccumulator, 5> op_sources{SourceAccumulator(q_rows), SourceAccumulator(q_rows), SourceAccumulator(q_rows),
+                                              SourceAccumulator(kv_rows), SourceAccumulator(kv_rows)};
+  std::array<SourceAccumulator, 5> sc_sources = op_sources;
+  auto sources_of = [&](std::array<SourceAccumulator, 5>& a, Output o) -> SourceAccumulator& { return a[static_cast<size_t>(o)]; };
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const int64_t hk = h / s.group();
@@ -51,6 +81,8 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       const Eigen::Map<const Eigen::VectorXd> g(d_lse.at(b, h, 0), s.seq_q);
       const Mat q2 = squared(q), k2 = squared(k), v2 = squared(v), do2 = squared(d_o);
       const Mat p2 = squared(hs.p);
+      const Eigen::VectorXd q_norm2 = q2.rowwise().sum(), k_norm2 = k2.rowwise().sum(), v_norm2 = v2.rowwise().sum(),
+                            do_norm2 = do2.rowwise().sum();
 
       // Score sensitivity s_ij: the fp32 dot product's error, and exp(S - LSE)'s argument.
       const Mat raw = q * k.transpose();
@@ -69,6 +101,10 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       Mat o_score(s.seq_q, s.head_dim_v);
       for (int64_t i = 0; i < s.seq_q; ++i) o_score.row(i) = (w2.row(i) * (v.rowwise() - o.row(i)).cwiseAbs2()).cwiseSqrt();
       MMap(t[Output::O].score.at(b, h, 0), s.seq_q, s.head_dim_v) = o_score;
+      // The score part's sources are weighted by |V_j|^2, not |V_j - O_i|^2: a dof estimate
+      // needs no more, and the GPU computes the same without an Sq x Skv x Dv pass.
+      sources_of(op_sources, Output::O).add(b, h, source_sums(p2, v_norm2));
+      sources_of(sc_sources, Output::O).add(b, h, source_sums(w2, v_norm2));
       // LSE = log sum exp S.
       Eigen::Map<Eigen::VectorXd>(t[Output::LSE].score.at(b, h, 0), s.seq_q) = w2.rowwise().sum().cwiseSqrt();
 
@@ -106,6 +142,12 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
             sc2 * (squared(pc).transpose() * (d_err[part].cwiseProduct(d_err[part]).asDiagonal() * q2));
       }
 
+      sources_of(op_sources, Output::dQ).add(b, h, source_sums(ds2, k_norm2));
+      sources_of(sc_sources, Output::dQ).add(b, h, source_sums(wd2, k_norm2));
+      sources_of(op_sources, Output::dK).add(b, hk, source_sums(ds2.transpose(), q_norm2));
+      sources_of(sc_sources, Output::dK).add(b, hk, source_sums(wd2.transpose(), q_norm2));
+      sources_of(op_sources, Output::dV).add(b, hk, source_sums(p2.transpose(), do_norm2));
+      sources_of(sc_sources, Output::dV).add(b, hk, source_sums(w2.transpose(), do_norm2));
       MMap(t[Output::dK].operand.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (ds2.transpose() * q2);
       MMap(t[Output::dK].score.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (wd2.transpose() * q2);
       MMap(t[Output::dV].operand.at(b, hk, 0), s.seq_kv, s.head_dim_v) += p2.transpose() * do2;
@@ -115,6 +157,10 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
         MMap(dv_partials.at(b, hk, 0), s.seq_kv, s.head_dim_v) += squared(hs.p.transpose() * d_o);
       }
     }
+  for (Output out : {Output::O, Output::dQ, Output::dK, Output::dV}) {
+    t[out].operand_sources = sources_of(op_sources, out).sources();
+    t[out].score_sources = sources_of(sc_sources, out).sources();
+  }
   for (Output out : {Output::dK, Output::dV}) {
     TermTensors& tt = t[out];
     const Tensor& partials = out == Output::dK ? dk_partials : dv_partials;

@@ -63,7 +63,8 @@ void compare(const Case& c, Coverage& cov) {
     const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> parts[] = {
         {"operand", {&g.operand, &w.operand}}, {"stored", {&g.stored, &w.stored}}, {"score", {&g.score, &w.score}},
         {"via_op", {&g.via_op, &w.via_op}},    {"via_st", {&g.via_st, &w.via_st}}, {"via_acc", {&g.via_acc, &w.via_acc}},
-        {"via_sc", {&g.via_sc, &w.via_sc}}};
+        {"via_sc", {&g.via_sc, &w.via_sc}},    {"operand_sources", {&g.operand_sources, &w.operand_sources}},
+        {"score_sources", {&g.score_sources, &w.score_sources}}};
     for (const auto& [part, tensors] : parts) {
       std::string problem;
       // `stored` sums signed per-head partials (dS^T Q, P^T dO): where dS is rounding noise
