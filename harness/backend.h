@@ -5,8 +5,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "harness/contract.h"
+#include "harness/error_model.h"
 #include "harness/problem.h"
 
 namespace attnfuzz {
@@ -34,6 +36,12 @@ class Backend {
   virtual double lse_unit_roundoff(DType) const { return unit_roundoff(DType::f32); }
   // Why this backend cannot run the problem, or nothing when it can.
   virtual std::optional<std::string> unsupported_reason(const Problem&) const { return std::nullopt; }
+  // Outputs that may differ bitwise between two runs on identical inputs, as the backend's
+  // documentation says (a backward that accumulates dQ with atomic adds, in whatever order
+  // the blocks finish), and why. The determinism check skips them; every run of them is
+  // still judged against the reference. Every other output must repeat bit for bit.
+  virtual std::vector<Output> nondeterministic_outputs() const { return {}; }
+  virtual std::string why_nondeterministic() const { return {}; }
   // Whether backward() honours d_lse. When it does not, the composition engine
   // adds the dLSE term itself and says so.
   virtual bool backward_takes_dlse() const { return true; }

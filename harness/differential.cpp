@@ -230,6 +230,11 @@ class DifferentialSession::Impl {
     run.version = be.version();
     run.composition = describe(comp);
     run.composition_class = composition_class(comp);
+    if (const std::vector<Output> may_differ = be.nondeterministic_outputs(); !may_differ.empty()) {
+      std::string names;
+      for (Output t : may_differ) names += (names.empty() ? "" : ", ") + std::string(to_string(t));
+      run.notes.push_back(be.name() + " declares " + names + " nondeterministic (" + be.why_nondeterministic() + "): not checked bitwise");
+    }
     return run;
   }
 
@@ -283,8 +288,10 @@ class DifferentialSession::Impl {
   void check_determinism(Backend& be, const Composition& comp, const ComposedResult& r, const BackendRun& run) {
     try {
       const ComposedResult again = run_composition(be, c_, in_, comp);
+      const std::vector<Output> may_differ = be.nondeterministic_outputs();
       for (Output t : kOutputs) {
         if (t == Output::LSE && !be.returns_lse()) continue;
+        if (std::find(may_differ.begin(), may_differ.end(), t) != may_differ.end()) continue;
         if (!bitwise_equal(r[t], again[t]))
           add(run.backend, run.composition_class, to_string(t), FindingClass::nondeterministic,
               "two runs on identical inputs differ bitwise");

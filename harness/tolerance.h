@@ -19,16 +19,20 @@
 //   kappa_min keeps a floor where the baselines happen to be exact (ties, exact sums);
 //   tiny      the storage type's smallest subnormal.
 //
-// A tensor passes when, for every block of n elements at every granularity (one row of D,
-// or one element where a row is one element (LSE); one tile of `tile` rows x `tile`
-// columns; one head; the whole tensor),
+// A tensor passes when, for every block at every granularity (one row of D, or one element
+// where a row is one element (LSE); one tile of `tile` rows x `tile` columns; one head; the
+// whole tensor),
 //
-//     sqrt( sum_block err_e^2 / sum_block sigma'_e^2 )  <=  c * (1 + k / sqrt(n))
+//     sqrt( sum_block err_e^2 / sum_block sigma'_e^2 )  <=  c * (1 + k / sqrt(dof))
+//     dof = sum over the block's rows of min(the row's elements in the block, the row's dof)
 //
-// err_e being the element's error against the float64 reference. The whole-tensor block
-// is the statistical test (like FlashAttention's "2x the baseline's error"); the smaller
-// blocks catch errors confined to one row, tile or head that a global statistic dilutes;
-// k / sqrt(n) widens the limit for small blocks, whose statistic fluctuates more.
+// err_e being the element's error against the float64 reference, and a row's dof the number
+// of independent errors it carries (harness/error_model.h, model_row_dof: the elements of a
+// row share its reduction's terms, so one dominant rounded term moves the whole row). The
+// whole-tensor block is the statistical test (like FlashAttention's "2x the baseline's
+// error"); the smaller blocks catch errors confined to one row, tile or head that a global
+// statistic dilutes; k / sqrt(dof) widens the limit for blocks whose statistic averages few
+// independent errors, and so fluctuates more.
 // A `coarser` fingerprint (an error 8x beyond the coarsest contract's) with a whole-tensor
 // error beyond sigma' never passes.
 #include <cmath>
@@ -47,8 +51,8 @@ struct ToleranceRule {
   // factor beyond the coarsest rung is `coarser`, a wrong result.
   double fingerprint_band = 8.0;
 
-  // The limit on a block of n elements.
-  double limit(double n) const { return c * (1.0 + k / std::sqrt(std::max(1.0, n))); }
+  // The limit on a block of `dof` independent errors.
+  double limit(double dof) const { return c * (1.0 + k / std::sqrt(std::max(1.0, dof))); }
   std::string describe() const;
 };
 
@@ -60,8 +64,8 @@ inline std::string ToleranceRule::describe() const {
     return s;
   };
   return "every block (row, or element of LSE; " + std::to_string(tile) + "x" + std::to_string(tile) +
-         " tile, head, tensor) of n elements: sqrt(sum err^2 / sum sigma'^2) <= " + num(c) + "*(1 + " + num(k) +
-         "/sqrt(n)); sigma' = max(max(kappa, " + num(kappa_min) +
+         " tile, head, tensor) of dof independent errors: sqrt(sum err^2 / sum sigma'^2) <= " + num(c) + "*(1 + " + num(k) +
+         "/sqrt(dof)); sigma' = max(max(kappa, " + num(kappa_min) +
          ") sigma_model, rms of the baselines' errors); kappa = model scale fitted on the baselines";
 }
 

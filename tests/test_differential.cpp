@@ -228,6 +228,97 @@ TEST(Verdict, DroppedDlseThroughAMergeIsAMismatchInTheGradients) {
   EXPECT_FALSE(hit.count("O"));
 }
 
+// A row whose error comes from one rounded term moves as one: it is judged as one draw
+// (limit c(1 + k) = 12), not as an average of its 16 elements (5.25).
+TEST(RowDof, OneSharedSourceWidensTheRowLimitAndIndependentElementsDoNot) {
+  const int64_t width = 16;
+  Tensor ref({1, 1, 2, width}), impl({1, 1, 2, width}), sigma({1, 1, 2, width}, 1.0);
+  for (int64_t d = 0; d < width; ++d) {
+    ref.at(0, 0, 0)[d] = ref.at(0, 0, 1)[d] = 1.0;
+    impl.at(0, 0, 0)[d] = 1.0 + 4.0;  // 4 sigma = 8 sigma' (kappa_min 0.5: no baselines)
+    impl.at(0, 0, 1)[d] = 1.0;
+  }
+  JudgeInput in;
+  in.impl = &impl;
+  in.ref = &ref;
+  in.sigma = &sigma;
+  const ToleranceRule rule;
+  EXPECT_FALSE(judge_tensor("dK", in, rule).pass) << "16 independent errors: limit 5.25";
+  Tensor dof({1, 1, 2}, 1.0);
+  in.row_dof = &dof;
+  const TensorVerdict one_source = judge_tensor("dK", in, rule);
+  EXPECT_TRUE(one_source.pass) << one_source.worst.granularity << " " << one_source.worst.ratio << " > " << one_source.worst.limit;
+  EXPECT_DOUBLE_EQ(one_source.worst.dof, 1.0);
+}
+
+TEST(RowDof, ParticipationOfTheTermsSetsTheRowDof) {
+  // One row of 8 elements; the operand part dominates (fp16 operand rounding, no storage).
+  TermTensors terms{Tensor({1, 1, 1, 8}, 1.0), Tensor({1, 1, 1, 8}), Tensor({1, 1, 1, 8}), 1.0};
+  const Tensor ref({1, 1, 1, 8});
+  RoundingUnits u;
+  u.operand = 1e-3;
+  terms.score_sources = Tensor({1, 1, 1});
+  terms.operand_sources = Tensor({1, 1, 1}, participation(1.0, 1.0));  // one term
+  EXPECT_NEAR(model_row_dof(Output::dK, terms, ref, u).data[0], 1.0, 1e-12);
+  terms.operand_sources.data[0] = participation(3.0, 3.0);  // three equal terms
+  EXPECT_NEAR(model_row_dof(Output::dK, terms, ref, u).data[0], 3.0, 1e-12);
+  terms.operand_sources.data[0] = participation(100.0, 100.0);
+  EXPECT_NEAR(model_row_dof(Output::dK, terms, ref, u).data[0], 8.0, 1e-12) << "clamped to the row's width";
+  u.store = 1e-3;  // an independent storage error as large as the operand's: more dof
+  Tensor big_ref({1, 1, 1, 8}, std::sqrt(1.0));
+  terms.operand_sources.data[0] = 1.0;
+  EXPECT_GT(model_row_dof(Output::dK, terms, big_ref, u).data[0], 1.5);
+}
+
+// A declared nondeterministic output is not held to bitwise repetition; the others still are.
+TEST(Verdict, DeclaredNondeterministicOutputsAreNotCheckedBitwise) {
+  class NoisyDq final : public Backend {
+   public:
+    explicit NoisyDq(bool declares) : declares_(declares) {}
+    std::string name() const override { return "noisy-dq"; }
+    std::vector<Output> nondeterministic_outputs() const override {
+      return declares_ ? std::vector<Output>{Output::dQ} : std::vector<Output>{};
+    }
+    Forward forward(const Problem& p) override { return reference_forward(p); }
+    Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+      Gradients g = reference_backward(p, f, d_out, d_lse);
+      for (double& x : g.dq.data) x *= 1.0 + 1e-15 * static_cast<double>(++calls_ % 2);  // a last-bit wobble per call
+      return g;
+    }
+
+   private:
+    bool declares_;
+    int calls_ = 0;
+  };
+  NoisyDq declares(true), silent(false);
+  auto nondeterministic = [](const DiffReport& r) {
+    std::set<std::string> t;
+    for (const auto& f : r.findings)
+      if (f.signature.cls == FindingClass::nondeterministic) t.insert(f.signature.tensor);
+    return t;
+  };
+  EXPECT_TRUE(nondeterministic(run_differential(small_case(), {&declares}, default_oracles())).empty());
+  EXPECT_EQ(nondeterministic(run_differential(small_case(), {&silent}, default_oracles())), std::set<std::string>{"dQ"});
+}
+
+// H-3 (docs/verdicts.md): a correct unfused backend through a mask partition, Dv = 1 and
+// outliers, whose merged dK row moved as one. It was a false alarm until rows were judged at
+// their dof and compositions modelled per call.
+TEST(Verdict, MergedRowWithOneDominantSourceIsNoFalseAlarm) {
+  std::unique_ptr<Backend> math;
+  try {
+    math = make_backend("torch.math");
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const Case c = load_case_file(std::string(ATTNFUZZ_SOURCE_DIR) + "/docs/findings/fixed/H-3-torch-math-merged-dK-dv1.json");
+  const DiffReport r = run_differential(c, {math.get()}, default_oracles());
+  for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
+  bool judged_merged = false;
+  for (const auto& run : r.runs) judged_merged = judged_merged || run.composition_class == "merged";
+  EXPECT_TRUE(judged_merged) << "the composition must run";
+}
+
 // No false alarms: correct backends over random cases of every kind. Sharded so ctest
 // runs the shards in parallel; each failure prints the case as JSON.
 class NoFalseAlarms : public ::testing::TestWithParam<int> {};
