@@ -150,14 +150,12 @@ class TorchCudaSdpaBackend final : public Backend {
     return natural_contract(d);
   }
   bool backward_takes_dlse() const override { return false; }
-  // FlashAttention-2's backward and the CUTLASS memory-efficient backward add each key
-  // block's dQ contribution with atomic adds; LibTorch flags both under
-  // torch.use_deterministic_algorithms (docs/findings/README.md, N-1).
-  std::vector<Output> nondeterministic_outputs() const override {
-    if (kernel_ == CudaSdpaKernel::flash || kernel_ == CudaSdpaKernel::efficient) return {Output::dQ};
-    return {};
-  }
-  std::string why_nondeterministic() const override { return "dQ is accumulated over key blocks with atomic adds"; }
+  // Measured on the H200 (docs/findings/README.md, N-1): every one of the three kernels' dQ
+  // differs bitwise between identical backward calls (FlashAttention-2 and the CUTLASS
+  // memory-efficient backward add each key block's dQ with atomics; LibTorch warns "cuDNN SDPA
+  // is not deterministic"). dK, dV and the forward repeat bit for bit, and stay checked.
+  std::vector<Output> nondeterministic_outputs() const override { return {Output::dQ}; }
+  std::string why_nondeterministic() const override { return "dQ is accumulated over key blocks in no fixed order"; }
   bool returns_lse() const override { return entry_ == CudaSdpaEntry::op; }
   // Rows with no visible key get an all -inf bias row: what the kernels make of it is not
   // documented, so those rows are left out of the comparison.

@@ -134,6 +134,10 @@ class FlexCompiled(FlexEager):
     def supports(self, p):
         if self.device == "cpu":
             return "torch.compile(flex_attention) on CPU runs inference only, without LSE (torch 2.11): use device=cuda"
+        if min(p.head_dim_qk, p.head_dim_v) < 16:
+            # Inductor's lowering refuses them (torch 2.11: "NYI: embedding dimension of the
+            # query, key, and value must be at least 16"); eager FlexAttention takes them.
+            return "torch.compile(flex_attention) needs head dims of at least 16 (torch 2.11 Inductor)"
         return super().supports(p)
 
     def _timed(self, compiled_if, fn):
