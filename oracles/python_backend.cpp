@@ -97,9 +97,7 @@ class PythonBackend final : public Backend {
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the adapter's contract";
-    auto req = bridge_request("supports");
-    req["problem"] = problem_json(p);
-    const auto r = const_cast<PythonBackend*>(this)->call(req, "supports");
+    const auto r = const_cast<PythonBackend*>(this)->call(request_payload(bridge_request("supports"), &p), "supports");
     if (r.contains("reason") && r["reason"].is_string()) return r["reason"].get<std::string>();
     return std::nullopt;
   }
@@ -118,10 +116,8 @@ class PythonBackend final : public Backend {
     shm_poison(arena_, o), shm_poison(arena_, lse);
     copy_mask(mask, p);
     auto req = bridge_request("forward");
-    req["problem"] = problem_json(p);
-    req["tensors"] = tensors_json(mem);
     req["shm_size"] = arena_.size();
-    add_stats(call(req, "forward"));
+    add_stats(call(request_payload(req, &p, &mem), "forward"));
     Forward f;
     f.o = shm_load(arena_, o, &f.unwritten["O"]);
     // Without returns_lse the LSE is not compared (harness/backend.h): not read back either.
@@ -151,10 +147,8 @@ class PythonBackend final : public Backend {
     shm_poison(arena_, dq), shm_poison(arena_, dk), shm_poison(arena_, dv);
     copy_mask(mask, p);
     auto req = bridge_request("backward");
-    req["problem"] = problem_json(p);
-    req["tensors"] = tensors_json(mem);
     req["shm_size"] = arena_.size();
-    add_stats(call(req, "backward"));
+    add_stats(call(request_payload(req, &p, &mem), "backward"));
     Gradients out;
     out.dq = shm_load(arena_, dq, &out.unwritten["dQ"]);
     out.dk = shm_load(arena_, dk, &out.unwritten["dK"]);
@@ -184,7 +178,7 @@ class PythonBackend final : public Backend {
     req["module"] = spec_.module;
     req["class"] = spec_.cls;
     req["options"] = spec_.options;
-    const auto r = exchange(req, "start-up", /*hello=*/true);
+    const auto r = exchange(request_payload(req), "start-up", /*hello=*/true);
     const int theirs = r.value("protocol", -1);
     if (theirs != kPythonBridgeProtocol)
       throw std::runtime_error("python backend 'py:" + spec_.text + "': its attnfuzz_py speaks bridge protocol " + std::to_string(theirs) +
@@ -201,15 +195,15 @@ class PythonBackend final : public Backend {
   }
 
   // One request; a worker restarted after a crash is greeted again first.
-  nlohmann::json call(nlohmann::json& req, const std::string& what) {
+  nlohmann::json call(const std::string& payload, const std::string& what) {
     if (worker_->pid() != hello_pid_) hello();
-    return exchange(req, what, false);
+    return exchange(payload, what, false);
   }
 
-  nlohmann::json exchange(const nlohmann::json& req, const std::string& what, bool hello) {
+  nlohmann::json exchange(const std::string& payload, const std::string& what, bool hello) {
     const std::string who = hello ? "python backend 'py:" + spec_.text + "'" : name();
     const auto reply = worker_->request(
-        req.dump(), hello ? seconds_from_env("ATTNFUZZ_PY_START_TIMEOUT_S", 300) : seconds_from_env("ATTNFUZZ_PY_TIMEOUT_S", 300));
+        payload, hello ? seconds_from_env("ATTNFUZZ_PY_START_TIMEOUT_S", 300) : seconds_from_env("ATTNFUZZ_PY_TIMEOUT_S", 300));
     using S = WorkerProcess::Reply::Status;
     if (reply.status != S::ok) {
       std::string msg =

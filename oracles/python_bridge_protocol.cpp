@@ -73,4 +73,11 @@ nlohmann::json tensors_json(const ShmLayout& layout) {
 
 nlohmann::json bridge_request(const std::string& op) { return {{"protocol", kPythonBridgeProtocol}, {"op", op}}; }
 
+std::string request_payload(const nlohmann::json& envelope, const Problem* p, const ShmLayout* layout) {
+  std::string out = envelope.dump();
+  if (p) out += "\n" + problem_json(*p).dump();
+  if (layout) out += "\n" + tensors_json(*layout).dump();
+  return out;
+}
+
 }  // namespace attnfuzz

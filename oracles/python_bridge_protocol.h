@@ -1,8 +1,10 @@
 #pragma once
 // The Python bridge's protocol (docs/python-backends.md): what attnfuzz and its Python worker
-// (python/attnfuzz_py/worker.py) say to each other. Control messages are small JSON objects in
+// (python/attnfuzz_py/worker.py) say to each other. Control messages are small JSON documents in
 // the worker frames of harness/worker_protocol.h; tensor data lies in shared memory
-// (oracles/shared_tensors.h) and a message only says where.
+// (oracles/shared_tensors.h) and a message only says where. A request is one document a line:
+// the envelope {protocol, op, ...}, then the problem (supports, forward, backward), then the
+// tensor table (forward, backward), so that the worker can keep what it parsed by its text.
 //
 //   hello     -> {protocol, name, version, device, contracts, backward_takes_dlse,
 //                 masked_rows_zero, returns_lse}           (once per worker process)
@@ -22,7 +24,8 @@
 namespace attnfuzz {
 
 // Bumped on any change of the messages' meaning; python/attnfuzz_py/protocol.py has the same number.
-inline constexpr int kPythonBridgeProtocol = 1;
+// 2: requests as lines (envelope, problem, tensor table) instead of one object.
+inline constexpr int kPythonBridgeProtocol = 2;
 
 // "MODULE:CLASS[?key=value&key=value]" (the part after "py:"): the adapter class and the
 // keyword arguments (strings) its constructor gets.
@@ -41,5 +44,9 @@ nlohmann::json problem_json(const Problem& p);
 nlohmann::json tensors_json(const ShmLayout& layout);
 // The request envelope: {"protocol", "op", ...}.
 nlohmann::json bridge_request(const std::string& op);
+// A request's payload: the envelope, then problem_json(*p) and tensors_json(*layout) where given,
+// one JSON document a line (a dumped document holds no raw newline). hello is the envelope alone,
+// so that a worker of any version reads it and can say which version it speaks.
+std::string request_payload(const nlohmann::json& envelope, const Problem* p = nullptr, const ShmLayout* layout = nullptr);
 
 }  // namespace attnfuzz

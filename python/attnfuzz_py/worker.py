@@ -17,10 +17,21 @@ from .tensors import as_numpy, as_torch, to_device, write_result
 _TRACEBACK_LINES = 12
 
 
+class _Tensors:
+    """The views of one tensor table, kept while the shared memory's mapping lasts."""
+
+    def __init__(self, shm, text):
+        table = json.loads(text)
+        self.views = {n: shm.view(d) for n, d in table.items()}
+        self.dtypes = {n: d["dtype"] for n, d in table.items()}
+
+
 class _Worker:
     def __init__(self, shm_path):
         self.shm = protocol.SharedMemory(shm_path)
         self.adapter = None
+        self.problems = protocol.TextCache()  # problem text -> its fields (a forward and its backward share one)
+        self.tables = protocol.TextCache()    # tensor table text -> _Tensors
 
     def hello(self, r):
         module = importlib.import_module(r["module"])
@@ -35,12 +46,15 @@ class _Worker:
                 "masked_rows_zero": bool(a.masked_rows_zero), "returns_lse": bool(a.returns_lse),
                 "python": platform.python_version()}
 
-    def _inputs(self, r, names):
-        self.shm.ensure(r["shm_size"])
-        views = {n: self.shm.view(d) for n, d in r["tensors"].items()}
-        p = Problem(r["problem"], views.get("mask"))
-        a = self.adapter
-        dtypes = {n: d["dtype"] for n, d in r["tensors"].items()}
+    def _problem(self, text, mask=None):
+        # A fresh Problem each call (adapters may hang things on it); the parsed fields are shared.
+        return Problem(self.problems.get(text, json.loads), mask)
+
+    def _inputs(self, r, problem, table, names):
+        if self.shm.ensure(r["shm_size"]):
+            self.tables.clear()
+        t = self.tables.get(table, lambda text: _Tensors(self.shm, text))
+        views, dtypes, a = t.views, t.dtypes, self.adapter
 
         def convert(n):
             if n not in views:
@@ -48,28 +62,29 @@ class _Worker:
             if a.tensors == "numpy":
                 return as_numpy(views[n], dtypes[n])
             return to_device(as_torch(views[n], dtypes[n]), a.device)
-        return p, views, dtypes, [convert(n) for n in names]
+        return self._problem(problem, views.get("mask")), views, dtypes, [convert(n) for n in names]
 
     def _write(self, views, dtypes, outputs):
         for name, value in outputs:
             write_result(views[name], dtypes[name], value, f"{self.adapter.name}: {name}", self.adapter.tensors)
 
-    def forward(self, r):
-        p, views, dtypes, (q, k, v) = self._inputs(r, ["q", "k", "v"])
+    def forward(self, r, problem, table):
+        p, views, dtypes, (q, k, v) = self._inputs(r, problem, table, ["q", "k", "v"])
         o, lse = self.adapter.forward(p, q, k, v)
         if lse is None and self.adapter.returns_lse:
             raise ValueError("forward returned no LSE, but the adapter declares returns_lse")
         self._write(views, dtypes, [("o", o)] + ([("lse", lse)] if lse is not None else []))
         return {}
 
-    def backward(self, r):
+    def backward(self, r, problem, table):
         names = ["q", "k", "v", "o", "lse", "d_out", "d_lse"]
-        p, views, dtypes, ins = self._inputs(r, names)
+        p, views, dtypes, ins = self._inputs(r, problem, table, names)
         dq, dk, dv = self.adapter.backward(p, *ins)
         self._write(views, dtypes, [("d_q", dq), ("d_k", dk), ("d_v", dv)])
         return {}
 
-    def handle(self, r):
+    def handle(self, payload):
+        r, problem, table = protocol.split_request(payload)
         if r.get("protocol") != protocol.PROTOCOL_VERSION:
             raise RuntimeError(f"attnfuzz speaks bridge protocol {r.get('protocol')}, this attnfuzz_py speaks "
                                f"{protocol.PROTOCOL_VERSION}")
@@ -79,12 +94,12 @@ class _Worker:
         if self.adapter is None:
             raise RuntimeError(f"'{op}' before hello")
         if op == "supports":
-            reason = self.adapter.supports(Problem(r["problem"]))
+            reason = self.adapter.supports(self._problem(problem))
             return {"reason": None if reason is None else str(reason)}
         if op in ("forward", "backward"):
             t0 = time.perf_counter()
-            out = getattr(self, op)(r)
-            stats = {"python_s": time.perf_counter() - t0}
+            out = getattr(self, op)(r, problem, table)
+            stats = {"python_s": round(time.perf_counter() - t0, 6)}
             stats.update(self.adapter.stats() or {})
             out["stats"] = stats
             return out
@@ -106,9 +121,9 @@ def main(argv):
         if req is None:
             return
         try:
-            reply = worker.handle(json.loads(req))
+            reply = worker.handle(req)
             reply["ok"] = True
         except Exception as e:  # noqa: BLE001 - every error goes back to attnfuzz
             reply = _error(e)
         sys.stdout.flush()
-        channel.reply(json.dumps(reply).encode())
+        channel.reply(json.dumps(reply, separators=(",", ":")).encode())
