@@ -17,7 +17,6 @@ checks every reply's. The problem and the tensor table arrive as text: the worke
 last few it parsed, keyed by that text, with their views (a forward and its backward share the
 problem; a campaign repeats layouts).
 """
-import json
 import mmap
 import os
 
@@ -140,6 +139,6 @@ class TextCache:
 
 
 def split_request(payload: bytes):
-    """(envelope dict, problem text or None, tensor table text or None): one JSON document a line."""
+    """(envelope, problem, tensor table) as text, the last two None where absent: one JSON document a line."""
     parts = payload.split(b"\n")
-    return json.loads(parts[0]), (parts[1] if len(parts) > 1 else None), (parts[2] if len(parts) > 2 else None)
+    return parts[0], (parts[1] if len(parts) > 1 else None), (parts[2] if len(parts) > 2 else None)

@@ -31,15 +31,18 @@ def to_device(t, device: str):
     return out
 
 
-def write_result(view: np.ndarray, dtype: str, result, what: str, framework: str):
-    """Copies a result into its shared-memory view: one copy, rounding to the view's dtype."""
-    shape = tuple(view.shape)
-    got = tuple(getattr(result, "shape", ()))
+def write_result(view: np.ndarray, dtype: str, result, what: str, framework: str, torch_view=None):
+    """Copies a result into its shared-memory view: one copy, rounding to the view's dtype.
+    torch_view: the view as a torch tensor, where the caller keeps one (made here otherwise)."""
+    shape = view.shape
+    got = getattr(result, "shape", ())
     if got != shape:
         raise ValueError(f"{what} has shape {list(got)}, expected {list(shape)}")
     if view.size == 0:
         return
     if framework == "torch" and not isinstance(result, np.ndarray):
-        as_torch(view, dtype).copy_(result.detach())
+        if result.requires_grad:
+            result = result.detach()
+        (as_torch(view, dtype) if torch_view is None else torch_view).copy_(result)
     else:
         np.copyto(as_numpy(view, dtype), np.asarray(result), casting="unsafe")

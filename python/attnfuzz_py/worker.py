@@ -18,12 +18,21 @@ _TRACEBACK_LINES = 12
 
 
 class _Tensors:
-    """The views of one tensor table, kept while the shared memory's mapping lasts."""
+    """The views of one tensor table, kept while the shared memory's mapping lasts: numpy views,
+    and torch views made on first use (an adapter gets a fresh alias of them each call, so
+    whatever it does to the tensor object, requires_grad_ say, stays with that call)."""
 
     def __init__(self, shm, text):
         table = json.loads(text)
         self.views = {n: shm.view(d) for n, d in table.items()}
         self.dtypes = {n: d["dtype"] for n, d in table.items()}
+        self._torch = {}
+
+    def torch(self, name):
+        t = self._torch.get(name)
+        if t is None:
+            t = self._torch[name] = as_torch(self.views[name], self.dtypes[name])
+        return t
 
 
 class _Worker:
@@ -32,6 +41,7 @@ class _Worker:
         self.adapter = None
         self.problems = protocol.TextCache()  # problem text -> its fields (a forward and its backward share one)
         self.tables = protocol.TextCache()    # tensor table text -> _Tensors
+        self.envelopes = protocol.TextCache()  # {protocol, op, shm_size} repeat call after call
 
     def hello(self, r):
         module = importlib.import_module(r["module"])
@@ -54,37 +64,40 @@ class _Worker:
         if self.shm.ensure(r["shm_size"]):
             self.tables.clear()
         t = self.tables.get(table, lambda text: _Tensors(self.shm, text))
-        views, dtypes, a = t.views, t.dtypes, self.adapter
+        a = self.adapter
 
         def convert(n):
-            if n not in views:
+            if n not in t.views:
                 return None
             if a.tensors == "numpy":
-                return as_numpy(views[n], dtypes[n])
-            return to_device(as_torch(views[n], dtypes[n]), a.device)
-        return self._problem(problem, views.get("mask")), views, dtypes, [convert(n) for n in names]
+                return as_numpy(t.views[n].view(), t.dtypes[n])  # a fresh alias, as for torch
+            return to_device(t.torch(n).detach(), a.device)
+        mask = t.views.get("mask")
+        return self._problem(problem, None if mask is None else mask.view()), t, [convert(n) for n in names]
 
-    def _write(self, views, dtypes, outputs):
+    def _write(self, t, outputs):
         for name, value in outputs:
-            write_result(views[name], dtypes[name], value, f"{self.adapter.name}: {name}", self.adapter.tensors)
+            write_result(t.views[name], t.dtypes[name], value, f"{self.adapter.name}: {name}", self.adapter.tensors,
+                         t.torch(name) if self.adapter.tensors == "torch" else None)
 
     def forward(self, r, problem, table):
-        p, views, dtypes, (q, k, v) = self._inputs(r, problem, table, ["q", "k", "v"])
+        p, t, (q, k, v) = self._inputs(r, problem, table, ["q", "k", "v"])
         o, lse = self.adapter.forward(p, q, k, v)
         if lse is None and self.adapter.returns_lse:
             raise ValueError("forward returned no LSE, but the adapter declares returns_lse")
-        self._write(views, dtypes, [("o", o)] + ([("lse", lse)] if lse is not None else []))
+        self._write(t, [("o", o)] + ([("lse", lse)] if lse is not None else []))
         return {}
 
     def backward(self, r, problem, table):
         names = ["q", "k", "v", "o", "lse", "d_out", "d_lse"]
-        p, views, dtypes, ins = self._inputs(r, problem, table, names)
+        p, t, ins = self._inputs(r, problem, table, names)
         dq, dk, dv = self.adapter.backward(p, *ins)
-        self._write(views, dtypes, [("d_q", dq), ("d_k", dk), ("d_v", dv)])
+        self._write(t, [("d_q", dq), ("d_k", dk), ("d_v", dv)])
         return {}
 
     def handle(self, payload):
-        r, problem, table = protocol.split_request(payload)
+        envelope, problem, table = protocol.split_request(payload)
+        r = self.envelopes.get(envelope, json.loads)  # never changed below: a cached one is safe to share
         if r.get("protocol") != protocol.PROTOCOL_VERSION:
             raise RuntimeError(f"attnfuzz speaks bridge protocol {r.get('protocol')}, this attnfuzz_py speaks "
                                f"{protocol.PROTOCOL_VERSION}")
