@@ -97,6 +97,7 @@ class PythonBackend final : public Backend {
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the adapter's contract";
+    if (!info_.value("checks_support", true)) return std::nullopt;  // the base class's supports: a round trip saved
     const auto r = const_cast<PythonBackend*>(this)->call(request_payload(bridge_request("supports"), &p), "supports");
     if (r.contains("reason") && r["reason"].is_string()) return r["reason"].get<std::string>();
     return std::nullopt;
@@ -134,13 +135,15 @@ class PythonBackend final : public Backend {
     const ShmTensor v = mem.add("v", R::v, place(p.layouts, R::v, p.shape), dt);
     const ShmTensor o = mem.add("o", R::o, place(p.layouts, R::o, p.shape), dt);
     const ShmTensor lse = mem.add("lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
+    // The forward's tensors first, in its order: at the forward's offsets, so the worker's views
+    // of them (kept by their text) serve the backward too.
+    const ShmTensor mask = add_mask(mem, p);
     const ShmTensor d_o = mem.add("d_out", R::d_out, place(p.layouts, R::d_out, p.shape), dt);
     std::optional<ShmTensor> g;  // dLSE, laid out as LSE; only for adapters that honour it (as in the C ABI)
     if (backward_takes_dlse()) g = mem.add("d_lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
     const ShmTensor dq = mem.add("d_q", R::d_q, place(p.layouts, R::d_q, p.shape), dt);
     const ShmTensor dk = mem.add("d_k", R::d_k, place(p.layouts, R::d_k, p.shape), dt);
     const ShmTensor dv = mem.add("d_v", R::d_v, place(p.layouts, R::d_v, p.shape), dt);
-    const ShmTensor mask = add_mask(mem, p);
     shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
     shm_store(arena_, o, fwd.o), shm_store(arena_, lse, fwd.lse), shm_store(arena_, d_o, d_out);
     if (g) shm_store(arena_, *g, d_lse);

@@ -89,6 +89,17 @@ class Channel:
 _DTYPES = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "u8": np.dtype(np.uint8), "bf16": np.dtype(np.uint16)}
 
 
+def _torch_dtype(name):
+    def get():
+        import torch  # only adapters that use torch import it
+        return getattr(torch, name)
+    return get
+
+
+_TORCH_DTYPES = {"fp32": _torch_dtype("float32"), "fp16": _torch_dtype("float16"), "u8": _torch_dtype("uint8"),
+                 "bf16": _torch_dtype("bfloat16")}
+
+
 class SharedMemory:
     """The attnfuzz process's shared memory, mapped here; remapped when attnfuzz grew it."""
 
@@ -105,18 +116,30 @@ class SharedMemory:
         self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._bytes = np.frombuffer(self._map, np.uint8)  # views of an array are cheaper than of the mmap
         self._size = size
+        self._torch_bases = {}  # dtype -> a torch tensor over the whole new mapping, made on first use
         return True
 
-    def view(self, desc) -> np.ndarray:
-        """A zero-copy numpy view of one tensor: {offset, dtype, shape, strides}.
+    def view(self, offset: int, dtype: str, shape, strides) -> np.ndarray:
+        """A zero-copy numpy view of one tensor (offset in bytes, strides in elements).
 
         bf16 is viewed as uint16 bits (numpy has no bfloat16); see tensors.as_torch."""
-        dt = _DTYPES[desc["dtype"]]
-        shape = desc["shape"]
+        dt = _DTYPES[dtype]
         if 0 in shape:
             return np.zeros(shape, dt)
         n = dt.itemsize
-        return np.ndarray(shape, dt, buffer=self._bytes, offset=desc["offset"], strides=[s * n for s in desc["strides"]])
+        return np.ndarray(shape, dt, buffer=self._bytes, offset=offset, strides=[s * n for s in strides])
+
+    def torch_view(self, offset: int, dtype: str, shape, strides):
+        """The same view as a torch tensor, straight from one typed tensor over the whole mapping
+        (cheaper than numpy's view and torch.from_numpy of it). Offsets are multiples of the
+        element size (oracles/shared_tensors.h aligns buffers to 64 bytes)."""
+        base = self._torch_bases.get(dtype)
+        if base is None:
+            import torch
+            if not self._torch_bases:
+                self._torch_bases["u8"] = torch.frombuffer(self._map, dtype=torch.uint8)
+            base = self._torch_bases[dtype] = self._torch_bases["u8"].view(_TORCH_DTYPES[dtype]())
+        return base.as_strided(shape, strides, offset // _DTYPES[dtype].itemsize)
 
 
 class TextCache:
@@ -126,12 +149,17 @@ class TextCache:
         self._items = {}
         self._capacity = capacity
 
-    def get(self, text: bytes, make):
+    def get(self, text: bytes, make=None):
+        """The value kept for `text`, else make(text), kept (make=None: None)."""
         value = self._items.get(text)
-        if value is None:
-            if len(self._items) >= self._capacity:
-                del self._items[next(iter(self._items))]
-            value = self._items[text] = make(text)
+        if value is None and make is not None:
+            value = self.put(text, make(text))
+        return value
+
+    def put(self, text: bytes, value):
+        if len(self._items) >= self._capacity:
+            del self._items[next(iter(self._items))]
+        self._items[text] = value
         return value
 
     def clear(self):
@@ -139,6 +167,6 @@ class TextCache:
 
 
 def split_request(payload: bytes):
-    """(envelope, problem, tensor table) as text, the last two None where absent: one JSON document a line."""
-    parts = payload.split(b"\n")
-    return parts[0], (parts[1] if len(parts) > 1 else None), (parts[2] if len(parts) > 2 else None)
+    """(envelope, problem or None, [tensor lines]) as text: one JSON document a line."""
+    lines = payload.split(b"\n")
+    return lines[0], (lines[1] if len(lines) > 1 else None), lines[2:]
