@@ -10,8 +10,9 @@
 //                 masked_rows_zero, returns_lse, checks_support}  (once per worker process)
 //   supports  -> {reason: null | "why not"}                (the problem, without tensors; only
 //                                                           asked of adapters with checks_support)
-//   forward   -> {stats}   after writing o, lse             (q, k, v, mask in; o, lse poisoned)
-//   backward  -> {stats}   after writing d_q, d_k, d_v      (+ o, lse, d_out, d_lse in)
+//   forward   -> {[stats]} after writing o, lse             (q, k, v, mask in; o, lse poisoned)
+//   backward  -> {[stats]} after writing d_q, d_k, d_v      (+ o, lse, d_out, d_lse in; stats: the
+//                                                           adapter's stats(), where not empty)
 //   any error -> {ok: false, error, traceback}             (the traceback's last lines)
 //
 // Every request carries the protocol version; each side refuses another one, by name.

@@ -73,7 +73,7 @@ class Channel:
                         self._seq = int(buf[6:22], 16)
                         return payload
                     continue
-            chunk = os.read(self._in, 1 << 20)
+            chunk = os.read(self._in, 1 << 16)  # under malloc's mmap threshold: no mmap/munmap per read
             if not chunk:
                 return None
             self._buf += chunk
