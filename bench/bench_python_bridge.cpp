@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,10 +105,14 @@ void BM_SupportsRoundTrip(benchmark::State& st) {
   for (auto _ : st) benchmark::DoNotOptimize(checking->unsupported_reason(p));
 }
 
+// With --benchmark_repetitions, the minimum too: on a loaded machine the median carries the
+// waits for a core, the minimum is nearer what the bridge itself costs.
+double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
 }  // namespace
 
-BENCHMARK(BM_SupportsRoundTrip)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Forward)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"python", "large"})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Backward)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"python", "large"})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ForwardDistinct)->ArgsProduct({{0, 1}})->ArgNames({"python"})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_BackwardDistinct)->ArgsProduct({{0, 1}})->ArgNames({"python"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SupportsRoundTrip)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", minimum);
+BENCHMARK(BM_Forward)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"python", "large"})->Unit(benchmark::kMillisecond)->ComputeStatistics("min", minimum);
+BENCHMARK(BM_Backward)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"python", "large"})->Unit(benchmark::kMillisecond)->ComputeStatistics("min", minimum);
+BENCHMARK(BM_ForwardDistinct)->ArgsProduct({{0, 1}})->ArgNames({"python"})->Unit(benchmark::kMillisecond)->ComputeStatistics("min", minimum);
+BENCHMARK(BM_BackwardDistinct)->ArgsProduct({{0, 1}})->ArgNames({"python"})->Unit(benchmark::kMillisecond)->ComputeStatistics("min", minimum);
