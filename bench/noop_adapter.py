@@ -15,3 +15,10 @@ class NoOp(Adapter):
 
     def backward(self, p, q, k, v, o, lse, d_o, d_lse):
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+
+class NoOpSupports(NoOp):
+    """NoOp with a supports() of its own, so that the bridge asks it (BM_SupportsRoundTrip)."""
+
+    def supports(self, p):
+        return None

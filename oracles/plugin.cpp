@@ -14,14 +14,10 @@
 #include "harness/case_json.h"
 #include "oracles/attnfuzz_plugin.h"
 #include "oracles/plugin_cuda.h"
+#include "oracles/typed_buffers.h"
 
 namespace attnfuzz {
 namespace {
-
-// Poison written into every output before a call: NaNs with payloads no arithmetic produces.
-constexpr uint32_t kPoisonF32 = 0x7fc0deadu;
-constexpr uint16_t kPoisonF16 = 0x7e5au;
-constexpr uint16_t kPoisonBF16 = 0x7fa5u;
 
 int32_t af_dtype_of(DType d) {
   switch (d) {
@@ -37,6 +33,9 @@ int32_t af_dtype_of(DType d) {
 
 size_t element_size(int32_t dt) { return dt == AF_F32 ? 4 : dt == AF_F64 ? 8 : 2; }
 
+// The plugin's dtype as the element type of oracles/typed_buffers.h (which holds the poison).
+ElementType element_type(int32_t dt) { return dt == AF_F32 ? ElementType::f32 : dt == AF_F16 ? ElementType::f16 : ElementType::bf16; }
+
 // The memory of one plugin call: one allocation per buffer, shared by the members of a
 // packed group, each zero-filled (inputs) or poisoned whole, padding included (outputs).
 class Arena {
@@ -46,21 +45,12 @@ class Arena {
     if (shared)
       if (auto it = shared_.find(pl.buffer); it != shared_.end()) return it->second;
     std::vector<unsigned char>& b = blocks_.emplace_back(static_cast<size_t>(pl.extent) * element_size(dtype), 0);
-    if (poisoned) poison(b, dtype);
+    if (poisoned) poison_elements(b.data(), static_cast<size_t>(pl.extent), element_type(dtype));
     if (shared) shared_[pl.buffer] = b.data();
     return b.data();
   }
 
  private:
-  static void poison(std::vector<unsigned char>& b, int32_t dtype) {
-    if (dtype == AF_F32) {
-      for (size_t i = 0; i + 4 <= b.size(); i += 4) std::memcpy(b.data() + i, &kPoisonF32, 4);
-    } else {
-      const uint16_t v = dtype == AF_F16 ? kPoisonF16 : kPoisonBF16;
-      for (size_t i = 0; i + 2 <= b.size(); i += 2) std::memcpy(b.data() + i, &v, 2);
-    }
-  }
-
   std::list<std::vector<unsigned char>> blocks_;  // a list: addresses stay put
   std::map<TensorRole, unsigned char*> shared_;
 };
@@ -81,38 +71,10 @@ struct Buffer {
     t.data = base + static_cast<size_t>(pl.offset) * element_size(dtype);
   }
 
-  void store(const Tensor& src) {
-    pl.for_each([&](size_t i, size_t off) {
-      const float f = static_cast<float>(src.data[i]);
-      if (t.dtype == AF_F32)
-        std::memcpy(base + off * 4, &f, 4);
-      else {
-        const uint16_t h = t.dtype == AF_F16 ? float_to_half_bits(f) : float_to_bf16_bits(f);
-        std::memcpy(base + off * 2, &h, 2);
-      }
-    });
-  }
+  void store(const Tensor& src) { store_placed(base, pl, element_type(t.dtype), src); }
 
   // Back to float64; counts elements still holding the poison.
-  Tensor load(size_t* unwritten) const {
-    Tensor out(std::vector<int64_t>(t.shape, t.shape + t.ndim));
-    size_t bad = 0;
-    pl.for_each([&](size_t i, size_t off) {
-      if (t.dtype == AF_F32) {
-        uint32_t u;
-        std::memcpy(&u, base + off * 4, 4);
-        bad += u == kPoisonF32;
-        out.data[i] = std::bit_cast<float>(u);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, base + off * 2, 2);
-        bad += h == (t.dtype == AF_F16 ? kPoisonF16 : kPoisonBF16);
-        out.data[i] = t.dtype == AF_F16 ? half_bits_to_float(h) : bf16_bits_to_float(h);
-      }
-    });
-    if (unwritten) *unwritten = bad;
-    return out;
-  }
+  Tensor load(size_t* unwritten) const { return load_placed(base, pl, element_type(t.dtype), unwritten); }
 };
 
 // The versions this loader speaks: 2 added af_problem.mask_device at the end of the struct,

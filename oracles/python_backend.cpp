@@ -97,9 +97,8 @@ class PythonBackend final : public Backend {
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the adapter's contract";
-    auto req = bridge_request("supports");
-    req["problem"] = problem_json(p);
-    const auto r = const_cast<PythonBackend*>(this)->call(req, "supports");
+    if (!info_.value("checks_support", true)) return std::nullopt;  // the base class's supports: a round trip saved
+    const auto r = const_cast<PythonBackend*>(this)->call(request_payload(bridge_request("supports"), &p), "supports");
     if (r.contains("reason") && r["reason"].is_string()) return r["reason"].get<std::string>();
     return std::nullopt;
   }
@@ -118,10 +117,8 @@ class PythonBackend final : public Backend {
     shm_poison(arena_, o), shm_poison(arena_, lse);
     copy_mask(mask, p);
     auto req = bridge_request("forward");
-    req["problem"] = problem_json(p);
-    req["tensors"] = tensors_json(mem);
     req["shm_size"] = arena_.size();
-    add_stats(call(req, "forward"));
+    add_stats(call(request_payload(req, &p, &mem), "forward"));
     Forward f;
     f.o = shm_load(arena_, o, &f.unwritten["O"]);
     // Without returns_lse the LSE is not compared (harness/backend.h): not read back either.
@@ -138,23 +135,23 @@ class PythonBackend final : public Backend {
     const ShmTensor v = mem.add("v", R::v, place(p.layouts, R::v, p.shape), dt);
     const ShmTensor o = mem.add("o", R::o, place(p.layouts, R::o, p.shape), dt);
     const ShmTensor lse = mem.add("lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
+    // The forward's tensors first, in its order: at the forward's offsets, so the worker's views
+    // of them (kept by their text) serve the backward too.
+    const ShmTensor mask = add_mask(mem, p);
     const ShmTensor d_o = mem.add("d_out", R::d_out, place(p.layouts, R::d_out, p.shape), dt);
     std::optional<ShmTensor> g;  // dLSE, laid out as LSE; only for adapters that honour it (as in the C ABI)
     if (backward_takes_dlse()) g = mem.add("d_lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
     const ShmTensor dq = mem.add("d_q", R::d_q, place(p.layouts, R::d_q, p.shape), dt);
     const ShmTensor dk = mem.add("d_k", R::d_k, place(p.layouts, R::d_k, p.shape), dt);
     const ShmTensor dv = mem.add("d_v", R::d_v, place(p.layouts, R::d_v, p.shape), dt);
-    const ShmTensor mask = add_mask(mem, p);
     shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
     shm_store(arena_, o, fwd.o), shm_store(arena_, lse, fwd.lse), shm_store(arena_, d_o, d_out);
     if (g) shm_store(arena_, *g, d_lse);
     shm_poison(arena_, dq), shm_poison(arena_, dk), shm_poison(arena_, dv);
     copy_mask(mask, p);
     auto req = bridge_request("backward");
-    req["problem"] = problem_json(p);
-    req["tensors"] = tensors_json(mem);
     req["shm_size"] = arena_.size();
-    add_stats(call(req, "backward"));
+    add_stats(call(request_payload(req, &p, &mem), "backward"));
     Gradients out;
     out.dq = shm_load(arena_, dq, &out.unwritten["dQ"]);
     out.dk = shm_load(arena_, dk, &out.unwritten["dK"]);
@@ -184,7 +181,7 @@ class PythonBackend final : public Backend {
     req["module"] = spec_.module;
     req["class"] = spec_.cls;
     req["options"] = spec_.options;
-    const auto r = exchange(req, "start-up", /*hello=*/true);
+    const auto r = exchange(request_payload(req), "start-up", /*hello=*/true);
     const int theirs = r.value("protocol", -1);
     if (theirs != kPythonBridgeProtocol)
       throw std::runtime_error("python backend 'py:" + spec_.text + "': its attnfuzz_py speaks bridge protocol " + std::to_string(theirs) +
@@ -201,15 +198,15 @@ class PythonBackend final : public Backend {
   }
 
   // One request; a worker restarted after a crash is greeted again first.
-  nlohmann::json call(nlohmann::json& req, const std::string& what) {
+  nlohmann::json call(const std::string& payload, const std::string& what) {
     if (worker_->pid() != hello_pid_) hello();
-    return exchange(req, what, false);
+    return exchange(payload, what, false);
   }
 
-  nlohmann::json exchange(const nlohmann::json& req, const std::string& what, bool hello) {
+  nlohmann::json exchange(const std::string& payload, const std::string& what, bool hello) {
     const std::string who = hello ? "python backend 'py:" + spec_.text + "'" : name();
     const auto reply = worker_->request(
-        req.dump(), hello ? seconds_from_env("ATTNFUZZ_PY_START_TIMEOUT_S", 300) : seconds_from_env("ATTNFUZZ_PY_TIMEOUT_S", 300));
+        payload, hello ? seconds_from_env("ATTNFUZZ_PY_START_TIMEOUT_S", 300) : seconds_from_env("ATTNFUZZ_PY_TIMEOUT_S", 300));
     using S = WorkerProcess::Reply::Status;
     if (reply.status != S::ok) {
       std::string msg =

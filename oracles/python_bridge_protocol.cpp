@@ -59,18 +59,26 @@ nlohmann::json problem_json(const Problem& p) {
           {"full_seq_kv", p.full_seq_kv}};
 }
 
-nlohmann::json tensors_json(const ShmLayout& layout) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [name, t] : layout.tensors()) {
-    const auto n = static_cast<size_t>(t.pl.ndim);
-    j[name] = {{"offset", t.first_element()},
-               {"dtype", shm_type_name(t.type)},
-               {"shape", std::vector<int64_t>(t.pl.sizes.begin(), t.pl.sizes.begin() + static_cast<long>(n))},
-               {"strides", std::vector<int64_t>(t.pl.strides.begin(), t.pl.strides.begin() + static_cast<long>(n))}};
-  }
-  return j;
+std::string tensor_line(const std::string& name, const ShmTensor& t) {
+  // Written by hand: a name, a dtype name and integers need no escaping, and this runs for
+  // every tensor of every call.
+  auto ints = [&](const auto& v) {
+    std::string s = "[";
+    for (int i = 0; i < t.pl.ndim; ++i) s += (i ? "," : "") + std::to_string(v[static_cast<size_t>(i)]);
+    return s + "]";
+  };
+  return "[\"" + name + "\"," + std::to_string(t.first_element()) + ",\"" + shm_type_name(t.type) + "\"," + ints(t.pl.sizes) + "," +
+         ints(t.pl.strides) + "]";
 }
 
 nlohmann::json bridge_request(const std::string& op) { return {{"protocol", kPythonBridgeProtocol}, {"op", op}}; }
+
+std::string request_payload(const nlohmann::json& envelope, const Problem* p, const ShmLayout* layout) {
+  std::string out = envelope.dump();
+  if (p) out += "\n" + problem_json(*p).dump();
+  if (layout)
+    for (const auto& [name, t] : layout->tensors()) out += "\n" + tensor_line(name, t);
+  return out;
+}
 
 }  // namespace attnfuzz

@@ -3,20 +3,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
-#include "harness/dtype.h"
 
 namespace attnfuzz {
 namespace {
-
-// The poison of oracles/plugin.cpp: NaNs with payloads no arithmetic produces.
-constexpr uint32_t kPoisonF32 = 0x7fc0deadu;
-constexpr uint16_t kPoisonF16 = 0x7e5au;
-constexpr uint16_t kPoisonBF16 = 0x7fa5u;
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -35,8 +28,6 @@ const char* shm_type_name(ShmType t) {
   }
   return "?";
 }
-
-size_t shm_type_size(ShmType t) { return t == ShmType::f32 ? 4 : t == ShmType::u8 ? 1 : 2; }
 
 SharedArena::SharedArena() {
   fd_ = ::memfd_create("attnfuzz-bridge", MFD_CLOEXEC);
@@ -78,63 +69,10 @@ const ShmTensor& ShmLayout::add(const std::string& as, TensorRole role, const Pl
   return tensors_[as] = t;
 }
 
-void shm_store(SharedArena& arena, const ShmTensor& t, const Tensor& src) {
-  unsigned char* base = arena.at(t.buffer);
-  t.pl.for_each([&](size_t i, size_t off) {
-    const float f = static_cast<float>(src.data[i]);
-    switch (t.type) {
-      case ShmType::f32:
-        std::memcpy(base + off * 4, &f, 4);
-        break;
-      case ShmType::f16: {
-        const uint16_t h = float_to_half_bits(f);
-        std::memcpy(base + off * 2, &h, 2);
-        break;
-      }
-      case ShmType::bf16: {
-        const uint16_t h = float_to_bf16_bits(f);
-        std::memcpy(base + off * 2, &h, 2);
-        break;
-      }
-      case ShmType::u8:
-        base[off] = src.data[i] != 0;
-        break;
-    }
-  });
-}
+void shm_store(SharedArena& arena, const ShmTensor& t, const Tensor& src) { store_placed(arena.at(t.buffer), t.pl, t.type, src); }
 
-void shm_poison(SharedArena& arena, const ShmTensor& t) {
-  unsigned char* b = arena.at(t.buffer);
-  const size_t n = static_cast<size_t>(t.pl.extent);
-  if (t.type == ShmType::f32) {
-    for (size_t i = 0; i < n; ++i) std::memcpy(b + 4 * i, &kPoisonF32, 4);
-  } else if (t.type != ShmType::u8) {
-    const uint16_t v = t.type == ShmType::f16 ? kPoisonF16 : kPoisonBF16;
-    for (size_t i = 0; i < n; ++i) std::memcpy(b + 2 * i, &v, 2);
-  }
-}
+void shm_poison(SharedArena& arena, const ShmTensor& t) { poison_elements(arena.at(t.buffer), static_cast<size_t>(t.pl.extent), t.type); }
 
-Tensor shm_load(SharedArena& arena, const ShmTensor& t, size_t* unwritten) {
-  const unsigned char* base = arena.at(t.buffer);
-  Tensor out(std::vector<int64_t>(t.pl.sizes.begin(), t.pl.sizes.begin() + t.pl.ndim));
-  size_t bad = 0;
-  t.pl.for_each([&](size_t i, size_t off) {
-    if (t.type == ShmType::f32) {
-      uint32_t u;
-      std::memcpy(&u, base + off * 4, 4);
-      bad += u == kPoisonF32;
-      out.data[i] = std::bit_cast<float>(u);
-    } else if (t.type == ShmType::u8) {
-      out.data[i] = base[off];
-    } else {
-      uint16_t h;
-      std::memcpy(&h, base + off * 2, 2);
-      bad += h == (t.type == ShmType::f16 ? kPoisonF16 : kPoisonBF16);
-      out.data[i] = t.type == ShmType::f16 ? half_bits_to_float(h) : bf16_bits_to_float(h);
-    }
-  });
-  if (unwritten) *unwritten = bad;
-  return out;
-}
+Tensor shm_load(SharedArena& arena, const ShmTensor& t, size_t* unwritten) { return load_placed(arena.at(t.buffer), t.pl, t.type, unwritten); }
 
 }  // namespace attnfuzz

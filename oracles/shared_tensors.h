@@ -14,13 +14,15 @@
 
 #include "harness/layout.h"
 #include "harness/tensor.h"
+#include "oracles/typed_buffers.h"
 
 namespace attnfuzz {
 
-// Element types in the shared memory; the names are the bridge's ("fp32", "fp16", "bf16", "u8").
-enum class ShmType { f32, f16, bf16, u8 };
+// Element types in the shared memory (those of a plugin's buffers); the names are the bridge's
+// ("fp32", "fp16", "bf16", "u8").
+using ShmType = ElementType;
 const char* shm_type_name(ShmType t);
-size_t shm_type_size(ShmType t);
+inline size_t shm_type_size(ShmType t) { return element_type_size(t); }
 
 class SharedArena {
  public:

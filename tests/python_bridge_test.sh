@@ -55,7 +55,7 @@ expect Crashes 1 "the Python worker died during forward (killed by signal 6"
 expect Hangs 1 "the Python worker hung during forward" ATTNFUZZ_PY_TIMEOUT_S=3
 expect WrongShape 1 "o has shape \[1, 2, 63, 32\], expected \[1, 2, 64, 32\]"
 expect Declines 0 "planted: declines every problem"
-expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 1"
+expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 2"
 # The ignores-dLSE adapter passes the single call: the bug shows only through the merge.
 grep -q "py.ignores_dlse .*single .*dQ .* ok " "$work/IgnoresDlse.txt" || fail "IgnoresDlse: the single call's dQ should pass"
 

@@ -31,15 +31,22 @@ def to_device(t, device: str):
     return out
 
 
-def write_result(view: np.ndarray, dtype: str, result, what: str, framework: str):
-    """Copies a result into its shared-memory view: one copy, rounding to the view's dtype."""
-    shape = tuple(view.shape)
-    got = tuple(getattr(result, "shape", ()))
-    if got != shape:
+def _check_shape(result, shape, what):
+    got = getattr(result, "shape", ())
+    if tuple(got) != tuple(shape):
         raise ValueError(f"{what} has shape {list(got)}, expected {list(shape)}")
-    if view.size == 0:
-        return
+
+
+def write_result(view, dtype: str, result, what: str, framework: str, torch_view=None):
+    """Copies a result into its shared-memory view: one copy, rounding to the view's dtype.
+    view: the numpy view; torch_view: the same as a torch tensor, where the caller keeps one
+    (then view may be None for a torch result)."""
     if framework == "torch" and not isinstance(result, np.ndarray):
-        as_torch(view, dtype).copy_(result.detach())
-    else:
+        target = as_torch(view, dtype) if torch_view is None else torch_view
+        _check_shape(result, target.shape, what)
+        if target.numel():
+            target.copy_(result.detach() if result.requires_grad else result)
+        return
+    _check_shape(result, view.shape, what)
+    if view.size:
         np.copyto(as_numpy(view, dtype), np.asarray(result), casting="unsafe")

@@ -1,0 +1,68 @@
+#include "oracles/typed_buffers.h"
+
+#include <bit>
+#include <cstring>
+#include <vector>
+
+#include "harness/dtype.h"
+
+namespace attnfuzz {
+
+size_t element_type_size(ElementType t) { return t == ElementType::f32 ? 4 : t == ElementType::u8 ? 1 : 2; }
+
+void poison_elements(unsigned char* buffer, size_t elements, ElementType t) {
+  if (t == ElementType::f32) {
+    for (size_t i = 0; i < elements; ++i) std::memcpy(buffer + 4 * i, &kPoisonF32, 4);
+  } else if (t != ElementType::u8) {
+    const uint16_t v = t == ElementType::f16 ? kPoisonF16 : kPoisonBF16;
+    for (size_t i = 0; i < elements; ++i) std::memcpy(buffer + 2 * i, &v, 2);
+  }
+}
+
+void store_placed(unsigned char* buffer, const Placement& pl, ElementType t, const Tensor& src) {
+  pl.for_each([&](size_t i, size_t off) {
+    const float f = static_cast<float>(src.data[i]);
+    switch (t) {
+      case ElementType::f32:
+        std::memcpy(buffer + off * 4, &f, 4);
+        break;
+      case ElementType::f16: {
+        const uint16_t h = float_to_half_bits(f);
+        std::memcpy(buffer + off * 2, &h, 2);
+        break;
+      }
+      case ElementType::bf16: {
+        const uint16_t h = float_to_bf16_bits(f);
+        std::memcpy(buffer + off * 2, &h, 2);
+        break;
+      }
+      case ElementType::u8:
+        buffer[off] = src.data[i] != 0;
+        break;
+    }
+  });
+}
+
+Tensor load_placed(const unsigned char* buffer, const Placement& pl, ElementType t, size_t* unwritten) {
+  Tensor out(std::vector<int64_t>(pl.sizes.begin(), pl.sizes.begin() + pl.ndim));
+  size_t bad = 0;
+  pl.for_each([&](size_t i, size_t off) {
+    if (t == ElementType::f32) {
+      uint32_t u;
+      std::memcpy(&u, buffer + off * 4, 4);
+      bad += u == kPoisonF32;
+      out.data[i] = std::bit_cast<float>(u);
+    } else if (t == ElementType::u8) {
+      out.data[i] = buffer[off];
+    } else {
+      uint16_t h;
+      std::memcpy(&h, buffer + off * 2, 2);
+      bad += h == (t == ElementType::f16 ? kPoisonF16 : kPoisonBF16);
+      out.data[i] = t == ElementType::f16 ? half_bits_to_float(h) : bf16_bits_to_float(h);
+    }
+  });
+  if (unwritten) *unwritten = bad;
+  return out;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,127 @@
+"""The Python worker's side of the bridge without attnfuzz (tests/CMakeLists.txt: python_worker):
+inputs are zero-copy views of the shared memory at any strides, results land in it, and the
+views and parsed text the worker keeps between calls (python/attnfuzz_py/worker.py) never leak
+one call's state into the next, nor outlive a remapping.
+    python test_worker_views.py PACKAGE_DIR
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, sys.argv[1])
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:
+    print(f"SKIP: {sys.executable} has no torch/numpy ({e}; run ci/setup.sh)")
+    sys.exit(77)
+
+from attnfuzz_py import Adapter, protocol  # noqa: E402
+from attnfuzz_py.worker import _Worker  # noqa: E402
+
+B, H, S, D = 1, 2, 4, 3
+
+
+class Recorder(Adapter):
+    """O = Q + 1, LSE = the row index; remembers what it received, then misuses its tensor objects."""
+    name = "recorder"
+    seen = []
+
+    def forward(self, p, q, k, v):
+        Recorder.seen.append({"q": q.clone(), "ptr": q.data_ptr(), "grad": q.requires_grad, "p": p, "noted": hasattr(p, "note")})
+        q.requires_grad_()  # allowed on the object: must not reach the next call's q
+        p.note = "mine"     # the same for the problem
+        return q.detach() + 1, torch.arange(S, dtype=torch.float32).expand(B, H, S)
+
+
+def strides_of(shape, order):
+    """Element strides of `shape` laid out with its dims in `order` (outermost first)."""
+    st, n = [0] * len(shape), 1
+    for d in reversed(order):
+        st[d], n = n, n * shape[d]
+    return st
+
+
+def line(name, offset, dtype, shape, strides):
+    return json.dumps([name, offset, dtype, shape, strides]).encode()
+
+
+def payload(size, lines):
+    problem = {"batch": B, "heads_q": H, "heads_kv": H, "seq_q": S, "seq_kv": S, "head_dim_qk": D, "head_dim_v": D,
+               "dtype": "fp32", "scale": 0.5, "softcap": None, "mask": {"kind": "none"}, "restrictions": [],
+               "q_offset": 0, "kv_offset": 0, "full_seq_q": S, "full_seq_kv": S}
+    envelope = {"protocol": protocol.PROTOCOL_VERSION, "op": "forward", "shm_size": size}
+    return b"\n".join([json.dumps(envelope).encode(), json.dumps(problem).encode()] + lines)
+
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+fd = os.memfd_create("test-worker-views")
+os.ftruncate(fd, 1 << 16)
+w = _Worker(f"/proc/{os.getpid()}/fd/{fd}")
+w.hello({"module": "__main__", "class": "Recorder", "options": {}})
+
+# q in [B][S][H][D] order (strided, as a bshd case gives it), written through the memfd.
+shape = [B, H, S, D]
+q_strides = strides_of(shape, [0, 2, 1, 3])
+q_values = np.arange(B * H * S * D, dtype=np.float32).reshape(B, S, H, D)  # memory order
+os.pwrite(fd, q_values.tobytes(), 256)
+lines = [line("q", 256, "fp32", shape, q_strides), line("k", 512, "fp32", shape, strides_of(shape, [0, 1, 2, 3])),
+         line("v", 768, "fp32", shape, strides_of(shape, [0, 1, 2, 3])), line("o", 1024, "fp32", shape, strides_of(shape, [0, 1, 2, 3])),
+         line("lse", 1280, "fp32", [B, H, S], [H * S, S, 1])]
+
+for call in range(2):
+    w.handle(payload(1 << 16, lines))
+got = Recorder.seen
+expected_q = torch.from_numpy(q_values.transpose(0, 2, 1, 3).copy())
+check(torch.equal(got[0]["q"], expected_q), "q arrives with its strides honoured")
+base = w.shm._torch_bases["u8"].data_ptr()
+check(base <= got[0]["ptr"] < base + (1 << 16), "q is a view of the shared memory (zero-copy)")
+check(got[0]["ptr"] == base + 256, "q's view starts at its offset")
+check(not got[1]["grad"], "requires_grad_ on one call's q does not reach the next call's q")
+check(got[0]["p"] is not got[1]["p"] and not got[1]["noted"], "each call gets a fresh Problem")
+o = np.frombuffer(os.pread(fd, B * H * S * D * 4, 1024), np.float32).reshape(B, H, S, D)
+check(np.array_equal(o, expected_q.numpy() + 1), "O lands in the shared memory at its offset")
+lse = np.frombuffer(os.pread(fd, B * H * S * 4, 1280), np.float32)
+check(np.array_equal(lse, np.tile(np.arange(S, dtype=np.float32), B * H)), "LSE lands in the shared memory")
+
+# attnfuzz grew the memory: the same lines are views of the new mapping, not of the old one.
+os.ftruncate(fd, 1 << 20)
+q_values += 100
+os.pwrite(fd, q_values.tobytes(), 256)
+w.handle(payload(1 << 20, lines))
+base = w.shm._torch_bases["u8"].data_ptr()
+check(base <= got[2]["ptr"] < base + (1 << 20), "after a remapping, q is a view of the new mapping")
+check(torch.equal(got[2]["q"], expected_q + 100), "after a remapping, q holds the current values")
+
+# A request with more new lines than the cache holds still gets every tensor (the kept ones are
+# taken before the new ones push anything out).
+w.tensors = protocol.TextCache(2)
+w.handle(payload(1 << 20, lines))
+w.handle(payload(1 << 20, lines))
+check(torch.equal(got[4]["q"], expected_q + 100), "a request that overflows the cache still sees its tensors")
+
+# bf16 arrives as bf16, from its bits.
+bits = torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16).view(torch.uint16).numpy()
+os.pwrite(fd, bits.tobytes(), 4096)
+t = w.shm.torch_view(4096, "bf16", [3], [1])
+check(t.dtype == torch.bfloat16 and t.tolist() == [1.5, -2.0, 3.25], "bf16 is viewed from its bits")
+
+# Another protocol version is refused, naming both.
+bad = payload(1 << 20, lines).replace(b'"protocol": %d' % protocol.PROTOCOL_VERSION, b'"protocol": 1', 1)
+try:
+    w.handle(bad)
+    check(False, "a request of another protocol version is refused")
+except RuntimeError as e:
+    check(f"speaks bridge protocol 1, this attnfuzz_py speaks {protocol.PROTOCOL_VERSION}" in str(e), f"the refusal names both versions: {e}")
+
+print("python worker views:", "all checks passed" if not failures else f"{len(failures)} check(s) failed")
+sys.exit(1 if failures else 0)
