@@ -159,7 +159,6 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // A global [S][D] view of head (b, h) of a strided tensor.
 template <int D, class E>
