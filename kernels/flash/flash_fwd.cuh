@@ -3,11 +3,13 @@
 // query head, batch); each warpgroup owns 64 query rows. Q stays in shared memory; K and V
 // tiles of 128 keys stream through a two-stage cp.async pipeline, skipping tiles the mask
 // hides. Per tile: S = Q K^T (SS wgmma), the online softmax in registers, O += P V (RS wgmma,
-// P from registers). Online softmax, scores S in natural units (softcapped: c tanh(S / c)):
-//   m' = max(m, rowmax S),  l' = l e^(m - m') + rowsum e^(S - m'),  O' = O e^(m - m') + e^(S - m') V
+// P from registers). Online softmax on the logits S = unit * u, where u is the raw product
+// Q K^T (unit = scale; a positive scale keeps the maximum where it is) or, under a softcap c,
+// u = c tanh(Q K^T scale / c) (unit = 1):
+//   m' = max(m, rowmax u),  l' = l e^(unit (m - m')) + rowsum e^(unit (u - m')),  O' likewise
 // with m = -inf treated as 0 in the exponents, so a row that has seen no visible key keeps
-// l = 0 and O = 0; at the end LSE = m + ln l (in double, once per row), or -inf when l = 0.
-// Each e^x is 2^(x log2 e) with x = S - m formed by one fma (S log2 e - m log2 e): the row
+// l = 0 and O = 0; at the end LSE = unit m + ln l (in double, once per row), or -inf when
+// l = 0. Each e^x is 2^x' with x' = u (unit log2 e) - m (unit log2 e), one fma: the row
 // maximum and the LSE never go through the log2 domain, whose two extra roundings at the
 // LSE's magnitude made the softcapped LSE miss its fp32 contract (docs/kernels.md).
 #include <cutlass/arch/barrier.h>
@@ -77,6 +79,14 @@ struct PingPong {
   }
 };
 
+// 2^x on the special-function unit (ex2.approx, relative error about 2^-22; results below
+// 2^-126 flush to 0, far below a probability's rounding next to the row maximum's 1).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardParams params) {
   using namespace cute;
@@ -84,7 +94,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   constexpr int kM = T::kRows, kN = T::kCols, kD = T::kHeadDim;
   const Problem& p = params.p;
   const int tid = threadIdx.x;
-  const int64_t m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
+  // The last query tiles first: under a causal mask they have the most keys, so the long
+  // blocks start in the first wave and the short ones fill the tail.
+  const int64_t m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
   const int64_t q0 = m_block * kM;
 
   extern __shared__ __align__(1024) char smem_raw[];
@@ -141,8 +153,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.f;
 
-  const bool cap = p.softcap > 0.f;
-  const float score_factor = cap ? p.scale / p.softcap : p.scale;
+  const bool cap = p.softcap > 0.f, raw = !cap && p.scale > 0.f;  // raw: u is the product itself
+  const float pre = cap ? p.scale / p.softcap : p.scale;           // unless raw, u = pre QK^T (then c tanh)
+  const float unit = raw ? p.scale : 1.f;
+  const float exp_factor = unit * kLog2e;
 
   // Warpgroup 0 takes the first turn: warpgroup 1 hands it over up front, and warpgroup 0
   // takes the last hand-over after the loop, so every arrival is matched.
@@ -166,14 +180,16 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
     turn.pass_turn();
     wgmma_wait(acc_s);
 
-    // Scores in natural units, masked to -inf.
+    // u, masked to -inf.
     Tensor s = make_tensor(acc_s.data(), rowcol_gmma(acc_s.layout()));
     const uint8_t cls = mask.tile_class(q0, kM, n * kN, kN, m_block, n);
+    if (!raw) {
 #pragma unroll
-    for (int i = 0; i < size(acc_s); ++i) {
-      float x = acc_s(i) * score_factor;
-      if (cap) x = tanhf(x) * p.softcap;
-      acc_s(i) = x;
+      for (int i = 0; i < size(acc_s); ++i) {
+        float x = acc_s(i) * pre;
+        if (cap) x = tanhf(x) * p.softcap;
+        acc_s(i) = x;
+      }
     }
     if (cls != kTileFull) {
 #pragma unroll
@@ -188,13 +204,13 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
       for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
       mx = quad_max(mx);
       const float base = mx == -INFINITY ? 0.f : mx;
-      const float correction = exp2f((row_max[r] - base) * kLog2e);  // 0 when nothing was seen yet
+      const float correction = fast_exp2((row_max[r] - base) * exp_factor);  // 0 when nothing was seen yet
       row_max[r] = mx;
-      const float base_log2 = base * kLog2e;
+      const float base_log2 = base * exp_factor;
       float sum = 0.f;
 #pragma unroll
       for (int c = 0; c < size<1>(s); ++c) {
-        s(r, c) = exp2f(fmaf(s(r, c), kLog2e, -base_log2));
+        s(r, c) = fast_exp2(fmaf(s(r, c), exp_factor, -base_log2));
         sum += s(r, c);
       }
       row_sum[r] = row_sum[r] * correction + sum;
@@ -215,7 +231,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   cute::cp_async_wait<0>();  // Q's copy, when every tile was empty
   if (tid < 128) turn.wait_turn();
 
-  // Epilogue: O /= l, LSE = m + ln l.
+  // Epilogue: O /= l, LSE = unit m + ln l.
   Tensor o_rc = make_tensor(acc_o.data(), rowcol_gmma(acc_o.layout()));
   const int lane = tid % 32;
 #pragma unroll
@@ -226,7 +242,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
     for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= inv;
     const int64_t row = q0 + get<0>(tScS_rc(r, 0));
     if (lane % 4 == 0 && row < p.seq_q) {
-      const float lse = l > 0.f ? static_cast<float>(static_cast<double>(row_max[r]) + log(static_cast<double>(l))) : -INFINITY;
+      const float lse = l > 0.f ? static_cast<float>(static_cast<double>(row_max[r]) * unit + log(static_cast<double>(l))) : -INFINITY;
       params.a.lse[b * params.a.lse_strides.batch + h * params.a.lse_strides.head + row * params.a.lse_strides.row] = lse;
     }
   }
