@@ -1,9 +1,10 @@
 #pragma once
 // The fused forward on sm_90a (wgmma): one block of two warpgroups per (128-query tile,
 // query head, batch); each warpgroup owns 64 query rows. Q stays in shared memory; K and V
-// tiles of 128 keys stream through a two-stage cp.async pipeline, skipping tiles the mask
+// tiles of 128 keys stream through two-stage cp.async pipelines, skipping tiles the mask
 // hides. Per tile: S = Q K^T (SS wgmma), the online softmax in registers, O += P V (RS wgmma,
-// P from registers). Online softmax on the logits S = unit * u, where u is the raw product
+// P from registers), software-pipelined so that a tile's softmax runs while the previous
+// tile's P V is on the tensor cores (the loop below). Online softmax on the logits S = unit * u, where u is the raw product
 // Q K^T (unit = scale; a positive scale keeps the maximum where it is) or, under a softcap c,
 // u = c tanh(Q K^T scale / c) (unit = 1):
 //   m' = max(m, rowmax u),  l' = l e^(unit (m - m')) + rowsum e^(unit (u - m')),  O' likewise
@@ -102,9 +103,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   extern __shared__ __align__(1024) char smem_raw[];
   E* smem = reinterpret_cast<E*>(smem_raw);
   Tensor sQ = make_tensor(make_smem_ptr(smem), typename T::SmemQ{});
-  E* kv_base = smem + T::kRowTileElems;  // stages: [K0][V0][K1][V1]
-  auto k_tile = [&](int stage) { return kv_base + (2 * stage) * T::kColTileElems; };
-  auto v_tile = [&](int stage) { return kv_base + (2 * stage + 1) * T::kColTileElems; };
+  E* kv_base = smem + T::kRowTileElems;  // [K0][K1][V0][V1]: K and V stages advance separately
+  auto k_tile = [&](int stage) { return kv_base + stage * T::kColTileElems; };
+  auto v_tile = [&](int stage) { return kv_base + (2 + stage) * T::kColTileElems; };
 
   Tensor mQ = head_view<kD, E>(p.q, p.q_strides, b, h, p.seq_q);
   Tensor mK = head_view<kD, E>(p.k, p.k_strides, b, h_kv, p.seq_kv);
@@ -122,22 +123,19 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
     while (n < n_blocks && mask.tile_class(q0, kM, n * kN, kN, m_block, n) == kTileEmpty) ++n;
     return n;
   };
-  auto load_kv = [&](int64_t n, int stage) {
-    Tensor sK = make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemK{});
-    Tensor sV = make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemV{});
-    Tensor dK = gthr.partition_D(sK);
-    Tensor dV = gthr.partition_D(sV);
+  auto load_k = [&](int64_t n, int stage) {
+    Tensor dK = gthr.partition_D(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemK{}));
     load_rows(gcopy, gthr.partition_S(local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dK, tKcK, p.seq_kv - n * kN);
+  };
+  auto load_v = [&](int64_t n, int stage) {
+    Tensor dV = gthr.partition_D(make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemV{}));
     load_rows(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tKcK, p.seq_kv - n * kN);
   };
-
-  {
-    Tensor dQ = gthr.partition_D(sQ);
-    load_rows(gcopy, gthr.partition_S(gQ), dQ, tQcQ, p.seq_q - q0);
-  }
-  int64_t n = next_block(0);
-  if (n < n_blocks) load_kv(n, 0);
-  cute::cp_async_fence();
+  auto landed = [] {  // every copy this thread issued is in shared memory, and everyone's is
+    cute::cp_async_wait<0>();
+    cutlass::arch::fence_view_async_shared();  // cp.async's (and the zero fills') writes, seen by wgmma
+    __syncthreads();
+  };
 
   typename T::MmaS mma_s;
   typename T::MmaO mma_o;
@@ -146,10 +144,13 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   Tensor tSrQ = thr_s.partition_fragment_A(sQ);  // wgmma descriptors, not registers
   Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kM>, Int<kD>>{});
   clear(acc_o);
+  Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kM>, Int<kN>>{});
+  Tensor rP = make_tensor<E>(acc_s.layout());  // P of the tile whose P V is in flight
+  Tensor tOrP = make_tensor(rP.data(), as_operand_a_gmma(rP.layout()));
   Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
   Tensor tScS_rc = make_tensor(tScS.data(), rowcol_gmma(tScS.layout()));
   constexpr int kRowsPerThread = decltype(size<0>(rowcol_gmma(tScS.layout())))::value;
-  float row_max[kRowsPerThread], row_sum[kRowsPerThread];
+  float row_max[kRowsPerThread], row_sum[kRowsPerThread], correction[kRowsPerThread];
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.f;
 
@@ -158,31 +159,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   const float unit = raw ? p.scale : 1.f;
   const float exp_factor = unit * kLog2e;
 
-  // Warpgroup 0 takes the first turn: warpgroup 1 hands it over up front, and warpgroup 0
-  // takes the last hand-over after the loop, so every arrival is matched.
-  const PingPong turn(tid / 128);
-  if (tid >= 128) turn.pass_turn();
-
-  int stage = 0;
-  while (n < n_blocks) {
-    cute::cp_async_wait<0>();                  // this thread's copies of tile n (and Q) landed
-    cutlass::arch::fence_view_async_shared();  // cp.async's (and the zero fills') writes, seen by wgmma
-    __syncthreads();  // everyone's copies landed, and everyone is done with tile n - 1: its stage is free
-    const int64_t n_next = next_block(n + 1);
-    if (n_next < n_blocks) load_kv(n_next, stage ^ 1);  // lands while tile n computes
-    cute::cp_async_fence();
-
-    Tensor sK = make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemK{});
-    Tensor sVt = make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemVt{});
-    Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kM>, Int<kN>>{});
-    turn.wait_turn();
-    wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(sK), acc_s);
-    turn.pass_turn();
-    wgmma_wait(acc_s);
-
-    // u, masked to -inf.
+  // The online softmax of tile n's scores in acc_s: P (fp32) left in acc_s, m and l updated,
+  // O's factor e^(unit (m - m')) left in `correction` (O itself may still be in flight).
+  auto softmax = [&](int64_t n) {
     Tensor s = make_tensor(acc_s.data(), rowcol_gmma(acc_s.layout()));
-    const uint8_t cls = mask.tile_class(q0, kM, n * kN, kN, m_block, n);
     if (!raw) {
 #pragma unroll
       for (int i = 0; i < size(acc_s); ++i) {
@@ -191,12 +171,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
         acc_s(i) = x;
       }
     }
-    if (cls != kTileFull) {
+    if (mask.tile_class(q0, kM, n * kN, kN, m_block, n) != kTileFull) {
 #pragma unroll
       for (int i = 0; i < size(acc_s); ++i)
         if (!mask.visible(q0 + get<0>(tScS(i)), n * kN + get<1>(tScS(i)))) acc_s(i) = -INFINITY;
     }
-    Tensor o_rc = make_tensor(acc_o.data(), rowcol_gmma(acc_o.layout()));
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       float mx = row_max[r];
@@ -204,7 +183,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
       for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
       mx = quad_max(mx);
       const float base = mx == -INFINITY ? 0.f : mx;
-      const float correction = fast_exp2((row_max[r] - base) * exp_factor);  // 0 when nothing was seen yet
+      correction[r] = fast_exp2((row_max[r] - base) * exp_factor);  // 0 when nothing was seen yet
       row_max[r] = mx;
       const float base_log2 = base * exp_factor;
       float sum = 0.f;
@@ -213,20 +192,77 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
         s(r, c) = fast_exp2(fmaf(s(r, c), exp_factor, -base_log2));
         sum += s(r, c);
       }
-      row_sum[r] = row_sum[r] * correction + sum;
-#pragma unroll
-      for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= correction;
+      row_sum[r] = row_sum[r] * correction[r] + sum;
     }
+  };
+  // O *= correction, then the next P V's operand: P rounded to the element type.
+  auto rescale_and_round = [&] {
+    Tensor o_rc = make_tensor(acc_o.data(), rowcol_gmma(acc_o.layout()));
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r)
+#pragma unroll
+      for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= correction[r];
+#pragma unroll
+    for (int i = 0; i < size(acc_s); ++i) rP(i) = static_cast<E>(acc_s(i));
+  };
 
-    // O += P V, P rounded to the element type.
-    Tensor rP = converted<E>(acc_s);
-    Tensor tOrP = make_tensor(rP.data(), as_operand_a_gmma(rP.layout()));
+  // Warpgroup 0 takes the first turn: warpgroup 1 hands it over up front, and warpgroup 0
+  // takes the last hand-over after the loop, so every arrival is matched.
+  const PingPong turn(tid / 128);
+  if (tid >= 128) turn.pass_turn();
+
+  // Software pipeline over the visible key tiles t_0, t_1, ...: iteration j issues
+  // S(t_j+1) = Q K^T and O += P(t_j) V(t_j) back to back, then runs t_j+1's softmax while
+  // the tensor cores work on P(t_j) V(t_j). K(t_j+2) and V(t_j+1) load meanwhile, into the
+  // stages that S(t_j) and P(t_j-1) V(t_j-1) have released.
+  {
+    Tensor dQ = gthr.partition_D(sQ);
+    load_rows(gcopy, gthr.partition_S(gQ), dQ, tQcQ, p.seq_q - q0);
+  }
+  int64_t n = next_block(0);
+  int64_t n1 = n < n_blocks ? next_block(n + 1) : n_blocks;
+  if (n < n_blocks) load_k(n, 0), load_v(n, 0);
+  if (n1 < n_blocks) load_k(n1, 1);
+  cute::cp_async_fence();
+  int stage_of_last = 0;  // the stages of the last visible tile's K and V
+  if (n < n_blocks) {
+    landed();
     turn.wait_turn();
-    wgmma_issue<false>(mma_o, tOrP, thr_o.partition_fragment_B(sVt), acc_o);
+    wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(0)), typename T::SmemK{})), acc_s);
+    turn.pass_turn();
+    wgmma_wait(acc_s);
+    softmax(n);
+    rescale_and_round();
+  }
+  for (int j = 0; n1 < n_blocks; ++j) {
+    const int cur = j & 1, nxt = cur ^ 1;  // K(t_j+1) sits in K stage nxt, V(t_j) in V stage cur
+    landed();  // V(t_j), K(t_j+1) are in; S(t_j) and P(t_j-1) V(t_j-1) are done in both warpgroups
+    const int64_t n2 = next_block(n1 + 1);
+    load_v(n1, nxt);
+    if (n2 < n_blocks) load_k(n2, cur);
+    cute::cp_async_fence();
+
+    turn.wait_turn();
+    wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(nxt)), typename T::SmemK{})), acc_s);
+    wgmma_issue<false>(mma_o, tOrP, thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(cur)), typename T::SmemVt{})), acc_o);
+    turn.pass_turn();
+    cute::warpgroup_wait<1>();  // S(t_j+1) is done; P(t_j) V(t_j) may still run
+    cute::warpgroup_fence_operand(acc_s);
+    softmax(n1);
+    wgmma_wait(acc_o);
+    cute::warpgroup_fence_operand(rP);  // P(t_j) was read by the tensor cores until here
+    rescale_and_round();
+    n = n1;
+    n1 = n2;
+    stage_of_last = nxt;
+  }
+  if (n < n_blocks) {  // the last tile's P V
+    landed();
+    turn.wait_turn();
+    wgmma_issue<false>(mma_o, tOrP, thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(stage_of_last)), typename T::SmemVt{})), acc_o);
     turn.pass_turn();
     wgmma_wait(acc_o);
-    stage ^= 1;
-    n = n_next;
+    cute::warpgroup_fence_operand(rP);
   }
   cute::cp_async_wait<0>();  // Q's copy, when every tile was empty
   if (tid < 128) turn.wait_turn();
