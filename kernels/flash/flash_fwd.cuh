@@ -125,11 +125,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   };
   auto load_k = [&](int64_t n, int stage) {
     Tensor dK = gthr.partition_D(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemK{}));
-    load_rows(gcopy, gthr.partition_S(local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dK, tKcK, p.seq_kv - n * kN);
+    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dK, tKcK, p.seq_kv - n * kN);
   };
   auto load_v = [&](int64_t n, int stage) {
     Tensor dV = gthr.partition_D(make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemV{}));
-    load_rows(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tKcK, p.seq_kv - n * kN);
+    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tKcK, p.seq_kv - n * kN);
   };
   auto landed = [] {  // every copy this thread issued is in shared memory, and everyone's is
     cute::cp_async_wait<0>();
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   // stages that S(t_j) and P(t_j-1) V(t_j-1) have released.
   {
     Tensor dQ = gthr.partition_D(sQ);
-    load_rows(gcopy, gthr.partition_S(gQ), dQ, tQcQ, p.seq_q - q0);
+    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tQcQ, p.seq_q - q0);
   }
   int64_t n = next_block(0);
   int64_t n1 = n < n_blocks ? next_block(n + 1) : n_blocks;
@@ -237,15 +237,15 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   for (int j = 0; n1 < n_blocks; ++j) {
     const int cur = j & 1, nxt = cur ^ 1;  // K(t_j+1) sits in K stage nxt, V(t_j) in V stage cur
     landed();  // V(t_j), K(t_j+1) are in; S(t_j) and P(t_j-1) V(t_j-1) are done in both warpgroups
-    const int64_t n2 = next_block(n1 + 1);
-    load_v(n1, nxt);
-    if (n2 < n_blocks) load_k(n2, cur);
-    cute::cp_async_fence();
-
     turn.wait_turn();
     wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(nxt)), typename T::SmemK{})), acc_s);
     wgmma_issue<false>(mma_o, tOrP, thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(cur)), typename T::SmemVt{})), acc_o);
     turn.pass_turn();
+    // The next loads' address arithmetic runs while the tensor cores work, not before.
+    const int64_t n2 = next_block(n1 + 1);
+    load_v(n1, nxt);
+    if (n2 < n_blocks) load_k(n2, cur);
+    cute::cp_async_fence();
     cute::warpgroup_wait<1>();  // S(t_j+1) is done; P(t_j) V(t_j) may still run
     cute::warpgroup_fence_operand(acc_s);
     softmax(n1);
