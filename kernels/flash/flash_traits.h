@@ -1,11 +1,13 @@
 #pragma once
 // Tile sizes, element type and head dim of one kernel instantiation, and the CuTe types they
-// imply (SM80 tensor-core atoms, mma.sync: they run on sm_90; no wgmma yet, docs/kernels.md).
+// imply: the backward's `Traits` (SM80 tensor-core atoms, mma.sync, which run on sm_90) and
+// the forward's `ForwardTraits` (SM90 wgmma atoms, sm_90a; below).
 //
 // Every kernel here has the same shape: a tile of kRows rows stays in shared memory, tiles
 // of kCols columns stream through a two-stage cp.async pipeline. Scores (kRows x kCols)
-// come from two shared-memory operands (ldmatrix); the second product takes the scores as
-// its A operand straight from registers and the streamed tile, transposed, as B (ldmatrix.trans).
+// come from two shared-memory operands; the second product takes the scores as its A
+// operand straight from registers and the streamed tile, transposed, as B (SM80:
+// ldmatrix.trans; wgmma: an MN-major shared-memory descriptor).
 //   forward: rows = queries (Q), columns = keys (K, V)
 //   dK, dV:  rows = keys (K, V), columns = queries (Q, dO)
 //   dQ:      rows = queries (Q, dO), columns = keys (K, V)
