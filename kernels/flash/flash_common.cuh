@@ -117,6 +117,16 @@ __device__ __forceinline__ void load_rows(Copy copy, const S& src, D& dst, const
   }
 }
 
+// The same for a tile of kTileRows rows: a tile wholly inside the sequence is copied without
+// the per-row checks (straight-line address arithmetic, no branch per row).
+template <int kTileRows, class Copy, class S, class D, class C>
+__device__ __forceinline__ void load_tile(Copy copy, const S& src, D& dst, const C& coords, int64_t rows) {
+  if (rows >= kTileRows)
+    cute::copy(copy, src, dst);
+  else
+    load_rows(copy, src, dst, coords, rows);
+}
+
 // acc += A B with both operands in shared memory, staged to registers one k-slice ahead.
 template <class Acc, class RA, class RB, class SA, class SB, class Mma, class CA, class CB, class TA, class TB>
 __device__ __forceinline__ void gemm_ss(Acc& acc, RA& ra, RB& rb, const SA& sa, const SB& sb, Mma mma, CA ca, CB cb, TA ta, TB tb) {
@@ -159,7 +169,6 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // A global [S][D] view of head (b, h) of a strided tensor.
 template <int D, class E>

@@ -1,4 +1,4 @@
-// Forward instantiations: D in {64, 128} x {fp16, bf16}.
+// Forward instantiations (sm_90a, wgmma): D in {64, 128} x {fp16, bf16}.
 #include "kernels/flash/flash_launch.h"
 
 namespace attnfuzz::flash {
@@ -7,7 +7,7 @@ template <int D, class E>
 void run_forward(const ForwardParams& params, cudaStream_t stream) {
   using T = ForwardTraits<D, E>;
   const Problem& p = params.p;
-  constexpr size_t smem = (T::kRowTileElems + 4 * T::kColTileElems) * sizeof(E);
+  constexpr size_t smem = T::kSmemBytes;
   cudaFuncSetAttribute(forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   const dim3 grid(static_cast<unsigned>((p.seq_q + T::kRows - 1) / T::kRows), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));

@@ -1,10 +1,20 @@
 #pragma once
-// The fused forward: one block per (query tile, query head, batch). Q stays in shared memory;
-// K and V tiles stream through a two-stage cp.async pipeline, skipping tiles the mask hides.
-// Online softmax in the log2 domain (scores times log2 e):
-//   m' = max(m, rowmax S),  l' = l 2^(m - m') + rowsum 2^(S - m'),  O' = O 2^(m - m') + 2^(S - m') V
+// The fused forward on sm_90a (wgmma): one block of two warpgroups per (128-query tile,
+// query head, batch); each warpgroup owns 64 query rows. Q stays in shared memory; K and V
+// tiles of 128 keys stream through two-stage cp.async pipelines, skipping tiles the mask
+// hides. Per tile: S = Q K^T (SS wgmma), the online softmax in registers, O += P V (RS wgmma,
+// P from registers), software-pipelined so that a tile's softmax runs while the previous
+// tile's P V is on the tensor cores (the loop below). Online softmax on the logits S = unit * u, where u is the raw product
+// Q K^T (unit = scale; a positive scale keeps the maximum where it is) or, under a softcap c,
+// u = c tanh(Q K^T scale / c) (unit = 1):
+//   m' = max(m, rowmax u),  l' = l e^(unit (m - m')) + rowsum e^(unit (u - m')),  O' likewise
 // with m = -inf treated as 0 in the exponents, so a row that has seen no visible key keeps
-// l = 0 and O = 0; at the end LSE = (m + log2 l) ln 2, or -inf when l = 0.
+// l = 0 and O = 0; at the end LSE = unit m + ln l (in double, once per row), or -inf when
+// l = 0. Each e^x is 2^x' with x' = u (unit log2 e) - m (unit log2 e), one fma: the row
+// maximum and the LSE never go through the log2 domain, whose two extra roundings at the
+// LSE's magnitude made the softcapped LSE miss its fp32 contract (docs/kernels.md).
+#include <cutlass/arch/barrier.h>
+
 #include "kernels/flash/flash_common.cuh"
 #include "kernels/flash/flash_traits.h"
 
@@ -15,20 +25,87 @@ struct ForwardParams {
   ForwardArgs a;
 };
 
+// ---- layouts of a wgmma accumulator ((2, 2, N / 8), M, N') ----
+// As (rows, columns): ((2, M), (2, N / 8, N')). Each row's values sit in four neighbouring
+// threads (a quad), as with mma.sync, so quad_max and quad_sum reduce a row.
+template <class L>
+CUTE_HOST_DEVICE auto rowcol_gmma(L acc) {
+  using namespace cute;
+  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)), make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));
+}
+// As the register A operand of a 64 x n x 16 wgmma: ((2, 2, 2), M, N / 16): a k-slice of 16
+// columns is two neighbouring 8-column groups of the accumulator.
+template <class L>
+CUTE_HOST_DEVICE auto as_operand_a_gmma(L acc) {
+  using namespace cute;
+  auto v = logical_divide(get<0>(acc), Shape<Underscore, Underscore, _2>{});  // (2, 2, (2, N / 16))
+  return make_layout(make_layout(get<0>(v), get<1>(v), get<2, 0>(v)), get<1>(acc), coalesce(make_layout(get<2, 1>(v), get<2>(acc))));
+}
+
+// acc (+)= A B on the tensor cores, issued by the whole warpgroup (wgmma_issue), then waited
+// for (wgmma_wait).
+template <bool kZeroInit, class Mma, class A, class B, class C>
+__device__ __forceinline__ void wgmma_issue(Mma& mma, const A& a, const B& b, C& c) {
+  using namespace cute;
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+}
+template <class C>
+__device__ __forceinline__ void wgmma_wait(C& c) {
+  cute::warpgroup_wait<0>();
+  cute::warpgroup_fence_operand(c);
+}
+
+// Ping-pong between the block's two warpgroups (named barriers 1 and 2; __syncthreads is 0):
+// a warpgroup issues its products only in its turn and then hands the turn over, so one
+// warpgroup's softmax runs while the other's products occupy the tensor cores.
+#ifndef ATTNFUZZ_FLASH_FWD_PINGPONG
+#define ATTNFUZZ_FLASH_FWD_PINGPONG 1
+#endif
+struct PingPong {
+  int mine, other;  // barrier ids
+  __device__ explicit PingPong(int warpgroup) : mine(1 + warpgroup), other(2 - warpgroup) {}
+  __device__ __forceinline__ void wait_turn() const {
+    if (ATTNFUZZ_FLASH_FWD_PINGPONG) asm volatile("bar.sync %0, 256;" ::"r"(mine) : "memory");
+  }
+  __device__ __forceinline__ void pass_turn() const {
+    if (ATTNFUZZ_FLASH_FWD_PINGPONG) asm volatile("bar.arrive %0, 256;" ::"r"(other) : "memory");
+  }
+};
+
+// 2^x on the special-function unit (ex2.approx, relative error about 2^-22; results below
+// 2^-126 flush to 0, far below a probability's rounding next to the row maximum's 1).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <class T>
-__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) forward_kernel(const ForwardParams params) {
+__global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardParams params) {
   using namespace cute;
   using E = typename T::Element;
   constexpr int kM = T::kRows, kN = T::kCols, kD = T::kHeadDim;
   const Problem& p = params.p;
   const int tid = threadIdx.x;
-  const int64_t m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
+  // The last query tiles first: under a causal mask they have the most keys, so the long
+  // blocks start in the first wave and the short ones fill the tail.
+  const int64_t m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
   const int64_t q0 = m_block * kM;
 
   extern __shared__ __align__(1024) char smem_raw[];
   E* smem = reinterpret_cast<E*>(smem_raw);
-  Tensor sQ = make_tensor(make_smem_ptr(smem), typename T::SmemRows{});
-  E* kv_base = smem + T::kRowTileElems;  // stages: [K0][V0][K1][V1]
+  Tensor sQ = make_tensor(make_smem_ptr(smem), typename T::SmemQ{});
+  E* kv_base = smem + T::kRowTileElems;  // [K0][K1][V0][V1]: K and V stages advance separately
+  auto k_tile = [&](int stage) { return kv_base + stage * T::kColTileElems; };
+  auto v_tile = [&](int stage) { return kv_base + (2 + stage) * T::kColTileElems; };
 
   Tensor mQ = head_view<kD, E>(p.q, p.q_strides, b, h, p.seq_q);
   Tensor mK = head_view<kD, E>(p.k, p.k_strides, b, h_kv, p.seq_kv);
@@ -37,10 +114,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) forward_kernel(con
 
   typename T::GmemCopy gcopy;
   auto gthr = gcopy.get_thread_slice(tid);
-  Tensor cRows = make_identity_tensor(Shape<Int<kM>, Int<kD>>{});
-  Tensor cCols = make_identity_tensor(Shape<Int<kN>, Int<kD>>{});
-  Tensor tQcQ = gthr.partition_S(cRows);
-  Tensor tKcK = gthr.partition_S(cCols);
+  Tensor tQcQ = gthr.partition_S(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
+  Tensor tKcK = gthr.partition_S(make_identity_tensor(Shape<Int<kN>, Int<kD>>{}));
 
   const MaskView mask = mask_view(p.mask, b * p.heads_q + h, p.seq_q, p.seq_kv, p.mask.tiles_fwd, kM, kN);
   const int64_t n_blocks = (p.seq_kv + kN - 1) / kN;
@@ -48,82 +123,59 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) forward_kernel(con
     while (n < n_blocks && mask.tile_class(q0, kM, n * kN, kN, m_block, n) == kTileEmpty) ++n;
     return n;
   };
-  auto load_kv = [&](int64_t n, int stage) {
-    Tensor sK = make_tensor(make_smem_ptr(kv_base + (2 * stage) * T::kColTileElems), typename T::SmemCols{});
-    Tensor sV = make_tensor(make_smem_ptr(kv_base + (2 * stage + 1) * T::kColTileElems), typename T::SmemCols{});
-    Tensor gK = local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0));
-    Tensor gV = local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0));
-    Tensor dK = gthr.partition_D(sK);
-    Tensor dV = gthr.partition_D(sV);
-    load_rows(gcopy, gthr.partition_S(gK), dK, tKcK, p.seq_kv - n * kN);
-    load_rows(gcopy, gthr.partition_S(gV), dV, tKcK, p.seq_kv - n * kN);
+  auto load_k = [&](int64_t n, int stage) {
+    Tensor dK = gthr.partition_D(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemK{}));
+    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dK, tKcK, p.seq_kv - n * kN);
+  };
+  auto load_v = [&](int64_t n, int stage) {
+    Tensor dV = gthr.partition_D(make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemV{}));
+    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tKcK, p.seq_kv - n * kN);
+  };
+  auto landed = [] {  // every copy this thread issued is in shared memory, and everyone's is
+    cute::cp_async_wait<0>();
+    cutlass::arch::fence_view_async_shared();  // cp.async's (and the zero fills') writes, seen by wgmma
+    __syncthreads();
   };
 
-  {
-    Tensor dQ = gthr.partition_D(sQ);
-    load_rows(gcopy, gthr.partition_S(gQ), dQ, tQcQ, p.seq_q - q0);
-  }
-  int64_t n = next_block(0);
-  if (n < n_blocks) load_kv(n, 0);
-  cute::cp_async_fence();
-
-  typename T::TiledMma mma;
-  auto thr = mma.get_thread_slice(tid);
-  Tensor acc_o = partition_fragment_C(mma, Shape<Int<kM>, Int<kD>>{});
+  typename T::MmaS mma_s;
+  typename T::MmaO mma_o;
+  auto thr_s = mma_s.get_thread_slice(tid);
+  auto thr_o = mma_o.get_thread_slice(tid);
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);  // wgmma descriptors, not registers
+  Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kM>, Int<kD>>{});
   clear(acc_o);
-  Tensor cS = make_identity_tensor(Shape<Int<kM>, Int<kN>>{});
-  Tensor tScS = thr.partition_C(cS);
-  Tensor tScS_rc = make_tensor(tScS.data(), rowcol(tScS.layout()));
-  constexpr int kRowsPerThread = decltype(size<0>(rowcol(tScS.layout())))::value;
-  float row_max[kRowsPerThread], row_sum[kRowsPerThread];
+  Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kM>, Int<kN>>{});
+  Tensor rP = make_tensor<E>(acc_s.layout());  // P of the tile whose P V is in flight
+  Tensor tOrP = make_tensor(rP.data(), as_operand_a_gmma(rP.layout()));
+  Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
+  Tensor tScS_rc = make_tensor(tScS.data(), rowcol_gmma(tScS.layout()));
+  constexpr int kRowsPerThread = decltype(size<0>(rowcol_gmma(tScS.layout())))::value;
+  float row_max[kRowsPerThread], row_sum[kRowsPerThread], correction[kRowsPerThread];
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.f;
 
-  auto load_a = make_tiled_copy_A(typename T::LoadAtom{}, mma);
-  auto load_b = make_tiled_copy_B(typename T::LoadAtom{}, mma);
-  auto load_bt = make_tiled_copy_B(typename T::LoadAtomT{}, mma);
-  auto thr_a = load_a.get_thread_slice(tid);
-  auto thr_b = load_b.get_thread_slice(tid);
-  auto thr_bt = load_bt.get_thread_slice(tid);
-  Tensor tSsQ = thr_a.partition_S(sQ);
-  Tensor tSrQ = thr.partition_fragment_A(sQ);
+  const bool cap = p.softcap > 0.f, raw = !cap && p.scale > 0.f;  // raw: u is the product itself
+  const float pre = cap ? p.scale / p.softcap : p.scale;           // unless raw, u = pre QK^T (then c tanh)
+  const float unit = raw ? p.scale : 1.f;
+  const float exp_factor = unit * kLog2e;
 
-  const bool cap = p.softcap > 0.f;
-  const float score_factor = cap ? p.scale / p.softcap : p.scale * kLog2e;
-  const float cap_factor = p.softcap * kLog2e;
-
-  int stage = 0;
-  while (n < n_blocks) {
-    const int64_t n_next = next_block(n + 1);
-    if (n_next < n_blocks) load_kv(n_next, stage ^ 1);
-    cute::cp_async_fence();
-    cute::cp_async_wait<1>();
-    __syncthreads();
-
-    Tensor sK = make_tensor(make_smem_ptr(kv_base + (2 * stage) * T::kColTileElems), typename T::SmemCols{});
-    Tensor sVt = make_tensor(make_smem_ptr(kv_base + (2 * stage + 1) * T::kColTileElems), typename T::SmemColsT{});
-    Tensor sVtNoSwizzle = make_tensor(make_smem_ptr(kv_base + (2 * stage + 1) * T::kColTileElems), typename T::SmemColsTNoSwizzle{});
-
-    Tensor acc_s = partition_fragment_C(mma, Shape<Int<kM>, Int<kN>>{});
-    clear(acc_s);
-    Tensor tSrK = thr.partition_fragment_B(sK);
-    gemm_ss(acc_s, tSrQ, tSrK, tSsQ, thr_b.partition_S(sK), mma, load_a, load_b, thr_a, thr_b);
-
-    // Scores in log2 units, masked to -inf.
-    Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
-    const uint8_t cls = mask.tile_class(q0, kM, n * kN, kN, m_block, n);
+  // The online softmax of tile n's scores in acc_s: P (fp32) left in acc_s, m and l updated,
+  // O's factor e^(unit (m - m')) left in `correction` (O itself may still be in flight).
+  auto softmax = [&](int64_t n) {
+    Tensor s = make_tensor(acc_s.data(), rowcol_gmma(acc_s.layout()));
+    if (!raw) {
 #pragma unroll
-    for (int i = 0; i < size(acc_s); ++i) {
-      float x = acc_s(i) * score_factor;
-      if (cap) x = tanhf(x) * cap_factor;
-      acc_s(i) = x;
+      for (int i = 0; i < size(acc_s); ++i) {
+        float x = acc_s(i) * pre;
+        if (cap) x = tanhf(x) * p.softcap;
+        acc_s(i) = x;
+      }
     }
-    if (cls != kTileFull) {
+    if (mask.tile_class(q0, kM, n * kN, kN, m_block, n) != kTileFull) {
 #pragma unroll
       for (int i = 0; i < size(acc_s); ++i)
         if (!mask.visible(q0 + get<0>(tScS(i)), n * kN + get<1>(tScS(i)))) acc_s(i) = -INFINITY;
     }
-    Tensor o_rc = make_tensor(acc_o.data(), rowcol(acc_o.layout()));
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       float mx = row_max[r];
@@ -131,32 +183,92 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) forward_kernel(con
       for (int c = 0; c < size<1>(s); ++c) mx = fmaxf(mx, s(r, c));
       mx = quad_max(mx);
       const float base = mx == -INFINITY ? 0.f : mx;
-      const float correction = exp2f(row_max[r] - base);  // 0 when nothing was seen yet
+      correction[r] = fast_exp2((row_max[r] - base) * exp_factor);  // 0 when nothing was seen yet
       row_max[r] = mx;
+      const float base_log2 = base * exp_factor;
       float sum = 0.f;
 #pragma unroll
       for (int c = 0; c < size<1>(s); ++c) {
-        s(r, c) = exp2f(s(r, c) - base);
+        s(r, c) = fast_exp2(fmaf(s(r, c), exp_factor, -base_log2));
         sum += s(r, c);
       }
-      row_sum[r] = row_sum[r] * correction + sum;
-#pragma unroll
-      for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= correction;
+      row_sum[r] = row_sum[r] * correction[r] + sum;
     }
+  };
+  // O *= correction, then the next P V's operand: P rounded to the element type.
+  auto rescale_and_round = [&] {
+    Tensor o_rc = make_tensor(acc_o.data(), rowcol_gmma(acc_o.layout()));
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r)
+#pragma unroll
+      for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= correction[r];
+#pragma unroll
+    for (int i = 0; i < size(acc_s); ++i) rP(i) = static_cast<E>(acc_s(i));
+  };
 
-    // O += P V, P rounded to the element type.
-    Tensor rP = converted<E>(acc_s);
-    Tensor tOrP = make_tensor(rP.data(), as_operand_a(rP.layout()));
-    Tensor tOrVt = thr.partition_fragment_B(sVtNoSwizzle);
-    gemm_rs(acc_o, tOrP, tOrVt, thr_bt.partition_S(sVt), mma, load_bt, thr_bt);
-    __syncthreads();  // this stage is refilled two tiles from now
-    stage ^= 1;
-    n = n_next;
+  // Warpgroup 0 takes the first turn: warpgroup 1 hands it over up front, and warpgroup 0
+  // takes the last hand-over after the loop, so every arrival is matched.
+  const PingPong turn(tid / 128);
+  if (tid >= 128) turn.pass_turn();
+
+  // Software pipeline over the visible key tiles t_0, t_1, ...: iteration j issues
+  // S(t_j+1) = Q K^T and O += P(t_j) V(t_j) back to back, then runs t_j+1's softmax while
+  // the tensor cores work on P(t_j) V(t_j). K(t_j+2) and V(t_j+1) load meanwhile, into the
+  // stages that S(t_j) and P(t_j-1) V(t_j-1) have released.
+  {
+    Tensor dQ = gthr.partition_D(sQ);
+    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tQcQ, p.seq_q - q0);
   }
-  cute::cp_async_wait<0>();
+  int64_t n = next_block(0);
+  int64_t n1 = n < n_blocks ? next_block(n + 1) : n_blocks;
+  if (n < n_blocks) load_k(n, 0), load_v(n, 0);
+  if (n1 < n_blocks) load_k(n1, 1);
+  cute::cp_async_fence();
+  int stage_of_last = 0;  // the stages of the last visible tile's K and V
+  if (n < n_blocks) {
+    landed();
+    turn.wait_turn();
+    wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(0)), typename T::SmemK{})), acc_s);
+    turn.pass_turn();
+    wgmma_wait(acc_s);
+    softmax(n);
+    rescale_and_round();
+  }
+  for (int j = 0; n1 < n_blocks; ++j) {
+    const int cur = j & 1, nxt = cur ^ 1;  // K(t_j+1) sits in K stage nxt, V(t_j) in V stage cur
+    landed();  // V(t_j), K(t_j+1) are in; S(t_j) and P(t_j-1) V(t_j-1) are done in both warpgroups
+    turn.wait_turn();
+    wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(nxt)), typename T::SmemK{})), acc_s);
+    wgmma_issue<false>(mma_o, tOrP, thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(cur)), typename T::SmemVt{})), acc_o);
+    turn.pass_turn();
+    // The next loads' address arithmetic runs while the tensor cores work, not before.
+    const int64_t n2 = next_block(n1 + 1);
+    load_v(n1, nxt);
+    if (n2 < n_blocks) load_k(n2, cur);
+    cute::cp_async_fence();
+    cute::warpgroup_wait<1>();  // S(t_j+1) is done; P(t_j) V(t_j) may still run
+    cute::warpgroup_fence_operand(acc_s);
+    softmax(n1);
+    wgmma_wait(acc_o);
+    cute::warpgroup_fence_operand(rP);  // P(t_j) was read by the tensor cores until here
+    rescale_and_round();
+    n = n1;
+    n1 = n2;
+    stage_of_last = nxt;
+  }
+  if (n < n_blocks) {  // the last tile's P V
+    landed();
+    turn.wait_turn();
+    wgmma_issue<false>(mma_o, tOrP, thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(stage_of_last)), typename T::SmemVt{})), acc_o);
+    turn.pass_turn();
+    wgmma_wait(acc_o);
+    cute::warpgroup_fence_operand(rP);
+  }
+  cute::cp_async_wait<0>();  // Q's copy, when every tile was empty
+  if (tid < 128) turn.wait_turn();
 
-  // Epilogue: O /= l, LSE = (m + log2 l) ln 2.
-  Tensor o_rc = make_tensor(acc_o.data(), rowcol(acc_o.layout()));
+  // Epilogue: O /= l, LSE = unit m + ln l.
+  Tensor o_rc = make_tensor(acc_o.data(), rowcol_gmma(acc_o.layout()));
   const int lane = tid % 32;
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
@@ -166,12 +278,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) forward_kernel(con
     for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= inv;
     const int64_t row = q0 + get<0>(tScS_rc(r, 0));
     if (lane % 4 == 0 && row < p.seq_q) {
-      const float lse = l > 0.f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
+      const float lse = l > 0.f ? static_cast<float>(static_cast<double>(row_max[r]) * unit + log(static_cast<double>(l))) : -INFINITY;
       params.a.lse[b * params.a.lse_strides.batch + h * params.a.lse_strides.head + row * params.a.lse_strides.row] = lse;
     }
   }
-  Tensor cO = make_identity_tensor(Shape<Int<kM>, Int<kD>>{});
-  Tensor tOcO = thr.partition_C(cO);
+  Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
   E* o_head = static_cast<E*>(params.a.o) + b * params.a.o_strides.batch + h * params.a.o_strides.head;
   store_tile(acc_o, tOcO, o_head, params.a.o_strides.row, q0, p.seq_q, 1.f);
 }

@@ -1,17 +1,21 @@
 #pragma once
 // Tile sizes, element type and head dim of one kernel instantiation, and the CuTe types they
-// imply (SM80 tensor-core atoms, mma.sync: they run on sm_90; no wgmma yet, docs/kernels.md).
+// imply: the backward's `Traits` (SM80 tensor-core atoms, mma.sync, which run on sm_90) and
+// the forward's `ForwardTraits` (SM90 wgmma atoms, sm_90a; below).
 //
 // Every kernel here has the same shape: a tile of kRows rows stays in shared memory, tiles
 // of kCols columns stream through a two-stage cp.async pipeline. Scores (kRows x kCols)
-// come from two shared-memory operands (ldmatrix); the second product takes the scores as
-// its A operand straight from registers and the streamed tile, transposed, as B (ldmatrix.trans).
+// come from two shared-memory operands; the second product takes the scores as its A
+// operand straight from registers and the streamed tile, transposed, as B (SM80:
+// ldmatrix.trans; wgmma: an MN-major shared-memory descriptor).
 //   forward: rows = queries (Q), columns = keys (K, V)
 //   dK, dV:  rows = keys (K, V), columns = queries (Q, dO)
 //   dQ:      rows = queries (Q, dO), columns = keys (K, V)
 #include <cutlass/bfloat16.h>
 #include <cutlass/half.h>
 #include <cutlass/numeric_conversion.h>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 
 #include <type_traits>
@@ -53,9 +57,42 @@ struct Traits {
                                                   GmemThreads{}, cute::Layout<cute::Shape<cute::_1, cute::_8>>{}));
 };
 
-// The instantiations: one per (head dim, element type) and kernel kind.
-template <int D, class E>
-using ForwardTraits = Traits<D, 128, (D == 64 ? 128 : 64), 8, E, 2>;
+namespace GMMA = cute::SM90::GMMA;
+
+// The forward on sm_90a (wgmma, flash_fwd.cuh): two warpgroups, 64 query rows each, share a
+// kRows x kCols tile. Scores S = Q K^T from two shared operands (SS wgmma, both K-major);
+// O += P V with P straight from registers (RS wgmma) and V read MN-major (its head dim is
+// contiguous), so no transpose goes through registers. Shared memory uses the 128-byte
+// swizzle atoms wgmma descriptors expect; every tile base is 1024-byte aligned.
+template <int kHeadDim_, class Element_>
+struct ForwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_, kRows = 128, kCols = 128, kWarps = 8, kThreads = kWarps * 32;
+  static_assert(kHeadDim % 64 == 0, "the 128-byte swizzle atom is 64 elements wide");
+  using WarpGroups = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;  // along the rows
+  using MmaS = decltype(cute::make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kCols>, cute::Int<kHeadDim>>>(), WarpGroups{}));
+  using MmaO = decltype(cute::make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kCols>>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      WarpGroups{}));
+  using SmemQ = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<cute::Int<kRows>, cute::Int<kHeadDim>>{}));
+  using SmemK = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<cute::Int<kCols>, cute::Int<kHeadDim>>{}));
+  // V as wgmma's B operand of O += P V: (head dim, keys), head dim contiguous.
+  using SmemVt = decltype(cute::tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kCols>>{}));
+  // The same bytes as (keys, head dim), the shape the global -> shared copy writes.
+  using SmemV = decltype(cute::composition(SmemVt{}, cute::make_layout(cute::Shape<cute::Int<kCols>, cute::Int<kHeadDim>>{}, cute::GenRowMajor{})));
+  static constexpr int kRowTileElems = kRows * kHeadDim, kColTileElems = kCols * kHeadDim;
+  static constexpr size_t kSmemBytes = (kRowTileElems + 4 * kColTileElems) * sizeof(Element);  // Q, two stages of K and V
+
+  static constexpr int kThreadsPerRow = 64 / 8;
+  using GmemThreads = cute::Layout<cute::Shape<cute::Int<kThreads / kThreadsPerRow>, cute::Int<kThreadsPerRow>>,
+                                   cute::Stride<cute::Int<kThreadsPerRow>, cute::_1>>;
+  using GmemCopy = decltype(cute::make_tiled_copy(cute::Copy_Atom<cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+                                                  GmemThreads{}, cute::Layout<cute::Shape<cute::_1, cute::_8>>{}));
+};
+
+// The backward's instantiations: one per (head dim, element type).
 template <int D, class E>
 using BackwardTraits = Traits<D, 64, 64, 4, E>;
 
