@@ -178,6 +178,17 @@ class DifferentialSession::Impl {
                         q_rows ? call.problem.q_offset : call.problem.kv_offset},
                        sum_sigma2, row_var, row_var2_dof);
       }
+      // The combined output is stored once more (a GPU merge writes fp32, the parts' sums the
+      // case dtype): its own storage rounding, independent per element.
+      const Tensor& whole = ref_[t];
+      const int64_t width = whole.shape.size() > 3 ? whole.shape[3] : 1;
+      for (size_t e = 0; e < whole.numel(); ++e) {
+        const double r = std::isfinite(whole.data[e]) ? whole.data[e] : 0.0;
+        const double v = t == Output::LSE ? u.lse * u.lse * (1.0 + r * r) / 3.0 : u.store * u.store * r * r / 3.0;
+        sum_sigma2.data[e] += v;
+        row_var.data[e / static_cast<size_t>(width)] += v;
+        row_var2_dof.data[e / static_cast<size_t>(width)] += v * v;
+      }
       finish_combined_model(sum_sigma2, row_var, row_var2_dof, t == Output::LSE ? nullptr : &m.row_dof[i]);
       m.sigma[i] = std::move(sum_sigma2);
     }
