@@ -10,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
 mutant="plugin:$(dirname "$bin")/mutants/libattnfuzz_mutant_causal_align.so"
-run() { "$bin" campaign --seed 5 --cases 100 --jobs 1 --no-minimize --quiet --backends "$mutant" "$@"; }
+run() { "$bin" campaign --seed 5 --cases 100 --seconds 900 --jobs 1 --no-minimize --quiet --backends "$mutant" "$@"; }
 
 run --out "$tmp/first" >"$tmp/first.log" 2>&1
 check "the mutant is found (exit 1, got $?)" "[ $? -eq 1 ]"
