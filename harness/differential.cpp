@@ -151,14 +151,12 @@ class DifferentialSession::Impl {
         // the merged O through w_k, the merged forward's errors reaching the parts' upstream
         // gradients), which the whole problem's model covers through its score and via terms:
         // each element gets the larger of the two sigmas, each row the smaller dof.
+        const Model& whole = *model(k, lse_unit, Composition{});  // cached: the single call's
         m = composed_model(comp, u);
-        for (Output t : kOutputs) {
-          const size_t i = static_cast<size_t>(t);
-          const Tensor whole = model_sigma(t, (*terms_)[t], ref_[t], u);
-          for (size_t e = 0; e < whole.numel(); ++e) m.sigma[i].data[e] = std::max(m.sigma[i].data[e], whole.data[e]);
-          const Tensor whole_dof = model_row_dof(t, (*terms_)[t], ref_[t], u);
-          if (m.row_dof[i].data.empty() || whole_dof.data.empty()) continue;
-          for (size_t r = 0; r < whole_dof.numel(); ++r) m.row_dof[i].data[r] = std::min(m.row_dof[i].data[r], whole_dof.data[r]);
+        for (size_t i = 0; i < kOutputs.size(); ++i) {
+          for (size_t e = 0; e < whole.sigma[i].numel(); ++e) m.sigma[i].data[e] = std::max(m.sigma[i].data[e], whole.sigma[i].data[e]);
+          if (m.row_dof[i].data.empty() || whole.row_dof[i].data.empty()) continue;
+          for (size_t r = 0; r < whole.row_dof[i].numel(); ++r) m.row_dof[i].data[r] = std::min(m.row_dof[i].data[r], whole.row_dof[i].data[r]);
         }
       }
       it = models_.emplace(key, std::move(m)).first;
