@@ -32,11 +32,12 @@ Case campaign_case(uint64_t seed, uint64_t index, const RandomCaseOptions& g) {
   return random_case(splitmix64(seed ^ splitmix64(index)), g);
 }
 
-RandomCaseOptions tier_options(const std::string& tier, int64_t max_seq) {
+RandomCaseOptions tier_options(const std::string& tier, int64_t max_seq, int64_t max_dim) {
   const auto t = domain::tier_from_name(tier);
   if (!t) throw std::invalid_argument("--tier takes toy, small or real, got '" + tier + "'");
   RandomCaseOptions g = RandomCaseOptions::for_tier(*t);
   if (max_seq > 0) g.max_seq = max_seq;
+  if (max_dim > 0) g.max_dim = max_dim;
   return g;
 }
 
@@ -72,7 +73,7 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.minimize = !a.no_minimize;
   o.quiet = a.quiet;
   const uint64_t seed = a.seed;
-  const RandomCaseOptions gen = tier_options(a.tier, a.max_seq);
+  const RandomCaseOptions gen = tier_options(a.tier, a.max_seq, a.max_dim);
   o.make_case = [seed, gen](uint64_t g) { return campaign_case(seed, g, gen); };
   o.candidates = shrink_candidates;
   o.size = case_size;
@@ -91,6 +92,7 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");
   cmd->add_option("--tier", a.tier, "size tier of generated cases: toy, small (default) or real (docs/fuzzing.md)");
   cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--max-dim", a.max_dim, "largest head dimension of generated cases (default: the tier's)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
   cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")

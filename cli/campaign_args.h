@@ -26,6 +26,7 @@ struct CampaignArgs {
   double timeout = 30;
   std::string tier = domain::tier_name(domain::kDefaultCpuTier);
   int64_t max_seq = 0;             // 0: the tier's
+  int64_t max_dim = 0;             // 0: the tier's
   std::vector<std::string> known;  // reproducers of known deviations (files or directories)
 };
 

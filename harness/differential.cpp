@@ -384,7 +384,7 @@ class DifferentialSession::Impl {
           rungs.emplace_back(k, e.rms);
           maxes[k] = e.max_abs;
         }
-        v.print = fingerprint(v.err.rms, rungs, opt_.rule.fingerprint_band);
+        v.print = fingerprint(v.err.rms, rungs, opt_.rule.fingerprint_band, opt_.rule.kappa_min * v.model_rms);
         if (v.print.rung) rung_max = maxes[*v.print.rung];
         // Far beyond the coarsest contract and beyond the expected error is a wrong result.
         // (Beyond the coarsest rung alone is not: where every rung is near exact, through

@@ -33,8 +33,9 @@
 // error"); the smaller blocks catch errors confined to one row, tile or head that a global
 // statistic dilutes; k / sqrt(dof) widens the limit for blocks whose statistic averages few
 // independent errors, and so fluctuates more.
-// A `coarser` fingerprint (an error 8x beyond the coarsest contract's) with a whole-tensor
-// error beyond sigma' never passes.
+// A `coarser` fingerprint (an error 8x beyond the coarsest contract's, that rung's error taken
+// as at least kappa_min times the error model's RMS: one emulation is one sample, and can be
+// lucky) with a whole-tensor error beyond sigma' never passes.
 #include <cmath>
 #include <cstdint>
 #include <string>

@@ -50,9 +50,10 @@ std::string Signature::to_string() const {
   return backend + "/" + composition + "/" + tensor + "/" + attnfuzz::to_string(cls) + "/" + dtype + "/" + mask;
 }
 
-Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band) {
+Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band,
+                        double coarsest_floor) {
   if (rung_errors.empty()) return {"?", std::nullopt};
-  const double finest = rung_errors.front().second, coarsest = rung_errors.back().second;
+  const double finest = rung_errors.front().second, coarsest = std::max(rung_errors.back().second, coarsest_floor);
   if (impl_rms == 0.0 && finest == 0.0) return {"exact", std::nullopt};
   if (coarsest > 0 && impl_rms > band * coarsest) return {"coarser", std::nullopt};
   if (finest > 0 && impl_rms * band < finest) return {"finer", std::nullopt};
@@ -81,7 +82,7 @@ struct Elementwise {
   int64_t rows = 1, heads = 1, seq = 1, width = 1;  // [heads = B*H][seq][width]
 };
 
-Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double* kappa_out) {
+Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double* kappa_out, double* model_rms_out) {
   const Tensor& ref = *in.ref;
   Elementwise w;
   const size_t n = ref.numel();
@@ -96,12 +97,13 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
     w.row_dof = in.row_dof;
   }
   std::vector<double> base2(n, 0.0);
-  double sum_base2 = 0, sum_model2 = 0;
+  double sum_base2 = 0, sum_model2 = 0, used = 0;
   for (size_t e = 0; e < n; ++e) {
     if (in.skip_rows && (*in.skip_rows)[e / static_cast<size_t>(w.width)]) continue;
     const double r = ref.data[e], a = in.impl->data[e];
     if (!std::isfinite(r) || !std::isfinite(a)) continue;
     w.used[e] = 1;
+    used += 1;
     w.err2[e] = (a - r) * (a - r);
     auto sq_err = [&](const Tensor* t) {
       if (!t) return 0.0;
@@ -121,6 +123,7 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
     w.allow2[e] = allow * allow;
   }
   *kappa_out = kappa;
+  *model_rms_out = used > 0 ? std::sqrt(sum_model2 / used) : 0.0;
   return w;
 }
 
@@ -165,7 +168,7 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
     v.baseline.max_abs = std::max(v.baseline.max_abs, rev.max_abs);
     v.baseline.rel_fro = std::max(v.baseline.rel_fro, rev.rel_fro);
   }
-  const Elementwise w = elementwise(in, rule, &v.kappa);
+  const Elementwise w = elementwise(in, rule, &v.kappa, &v.model_rms);
   const int64_t b_heads = in.ref->shape[1];
   auto head_name = [&](int64_t h) { return "b" + std::to_string(h / b_heads) + " h" + std::to_string(h % b_heads); };
 

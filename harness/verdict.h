@@ -59,7 +59,13 @@ struct Fingerprint {
   std::optional<Contract> rung;
 };
 // `rung_errors`: RMS error of the emulation under each ladder contract, finest first.
-Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band);
+// `coarsest_floor`: the least RMS error the coarsest rung is taken to have. A rung's error is
+// one sample: where the naive computation happens to be accurate (ties, exact sums, lucky
+// cancellation) it understates the rung, and a correct kernel's ordinary error would read as
+// `coarser`. The differential passes kappa_min times the error model's RMS for the declared
+// contract (the floor sigma' has), which the coarsest rung, at least as coarse, also reaches.
+Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band,
+                        double coarsest_floor = 0);
 
 // The block of a tensor whose error statistic came closest to (or went furthest past)
 // its limit (harness/tolerance.h).
@@ -78,6 +84,7 @@ struct TensorVerdict {
   double bound_rms = 0;     // the whole-tensor test in error units: limit(N) * rms(sigma')
   double bound_max = 0;     // the per-element bound at the element with the largest error
   double kappa = 0;         // the error model's scale fitted on the baselines
+  double model_rms = 0;     // rms of the error model's sigma (unscaled) over the judged elements
   double tensor_ratio = 0;  // sqrt(sum err^2 / sum sigma'^2) over the whole tensor
   WorstBlock worst;
   // The largest ratio / limit per granularity (element, row, tile, head, tensor): the

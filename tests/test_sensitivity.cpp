@@ -18,11 +18,10 @@ namespace {
 // regression fails; docs/verdicts.md lists every cell over 8.
 constexpr double kGoal = 8.5;
 // Where the measured threshold does not meet the goal (docs/verdicts.md, "Sensitivity"):
-// an error confined to one row is judged by that row, whose limit c * (1 + k / sqrt(D)) is
-// loose for small D and whose sigma' comes from naive baselines less accurate than the tiled
-// kernel (an LSE row is a single element); the dLSE plant is measured against the gradients'
-// natural error while it moves only their dLSE part.
-constexpr double kRowOrDlse = 32.0;
+// an error confined to one row is judged by that row, whose limit c * (1 + k / sqrt(dof)) is
+// 5.25 sigma' for D = 16 and 12 for one LSE element (a single draw fluctuates), and whose
+// sigma' comes from naive baselines 2-3x less accurate than the tiled kernel.
+constexpr double kRow = 32.0;
 
 struct Grid {
   DType dtype;
@@ -43,8 +42,8 @@ TEST_P(Sensitivity, ThresholdWithinGoalOfTheNaturalError) {
     EXPECT_TRUE(p.correct_passes) << "the correct kernel is flagged";
     ASSERT_GT(p.natural, 0.0);
     EXPECT_GT(p.threshold, 0.0) << "never flagged";
-    const bool known_miss = p.plant == Plant::row || p.plant == Plant::dlse;
-    EXPECT_LE(p.ratio(), known_miss ? kRowOrDlse : kGoal) << "threshold " << p.threshold << " vs natural " << p.natural;
+    EXPECT_LE(p.ratio(), p.plant == Plant::row ? kRow : kGoal)
+        << "threshold " << p.threshold << ", planted error " << p.planted << " " << p.moved << " vs natural " << p.natural;
   }
 }
 

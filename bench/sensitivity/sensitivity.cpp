@@ -1,6 +1,8 @@
 #include "bench/sensitivity/sensitivity.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <stdexcept>
 
@@ -122,6 +124,17 @@ ComposedResult dlse_scaled(const ComposedResult& full, const ComposedResult& no_
   return out;
 }
 
+// ||a - b|| / ||b|| over the finite elements of both.
+double relative_change(const Tensor& a, const Tensor& b) {
+  double diff2 = 0, norm2 = 0;
+  for (size_t e = 0; e < b.numel(); ++e) {
+    if (!std::isfinite(a.data[e]) || !std::isfinite(b.data[e])) continue;
+    diff2 += (a.data[e] - b.data[e]) * (a.data[e] - b.data[e]);
+    norm2 += b.data[e] * b.data[e];
+  }
+  return norm2 > 0 ? std::sqrt(diff2 / norm2) : 0.0;
+}
+
 bool flagged(const BackendRun& run, const std::vector<Finding>& findings, const std::string& tensor) {
   if (tensor == "any") return !findings.empty();
   for (const auto& t : run.tensors)
@@ -181,33 +194,59 @@ std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, 
         const BackendRun run = session.judge(correct, single, r, &findings);
         return flagged(run, findings, pt.tensor);
       });
+      pt.planted = pt.threshold;
       points.push_back(pt);
     }
   }
 
-  // Plants in the computation, flagged through any output; natural error: the worst relative one.
-  double natural = 0;
-  for (const auto& tv : base.tensors)
-    if (tv.compared && tv.tensor != "LSE") natural = std::max(natural, tv.err.rel_fro);
+  // Plants in the computation, flagged through any output. The search starts below the
+  // smallest natural relative error of any output.
+  std::map<Output, double> natural;
+  double least_natural = 1.0;
+  for (Output t : kOutputs)
+    for (const auto& tv : base.tensors)
+      if (tv.tensor == to_string(t) && tv.compared && tv.err.rel_fro > 0) {
+        natural[t] = tv.err.rel_fro;
+        least_natural = std::min(least_natural, tv.err.rel_fro);
+      }
+  // The planted error in natural units: the output the planted run moves most, relative to
+  // its own norm, against that output's natural error.
+  auto planted_error = [&](SensitivityPoint& pt, const ComposedResult& at_threshold) {
+    for (const auto& [t, nat] : natural) {
+      const double moved = relative_change(output_of(at_threshold, t), output_of(r0, t));
+      if (pt.natural == 0 || moved / nat > pt.planted / pt.natural) {
+        pt.natural = nat;
+        pt.planted = moved;
+        pt.moved = to_string(t);
+      }
+    }
+  };
   {
     Inputs no_dlse = session.inputs();
     for (double& x : no_dlse.d_lse.data) x = 0;
     const ComposedResult r_g0 = run_composition(correct, c, no_dlse, single);
-    SensitivityPoint pt{"any", Plant::dlse, natural, 0, passes};
-    pt.threshold = smallest_flagged(std::max(natural / 8, 1e-9), 1.0, [&](double delta) {
+    SensitivityPoint pt{"any", Plant::dlse};
+    pt.correct_passes = passes;
+    pt.threshold = smallest_flagged(std::max(least_natural / 8, 1e-9), 1.0, [&](double delta) {
       const BackendRun run = session.judge(correct, single, dlse_scaled(r0, r_g0, delta, cfg.dtype), &findings);
       return flagged(run, findings, "any");
     });
+    if (pt.threshold > 0) planted_error(pt, dlse_scaled(r0, r_g0, pt.threshold, cfg.dtype));
     points.push_back(pt);
   }
   {
-    SensitivityPoint pt{"any", Plant::softmax_scale, natural, 0, passes};
-    pt.threshold = smallest_flagged(std::max(natural / 8, 1e-9), 4.0, [&](double delta) {
+    SensitivityPoint pt{"any", Plant::softmax_scale};
+    pt.correct_passes = passes;
+    auto with_scale_off = [&](double delta) {
       Case off = c;
       off.scale = c.effective_scale() * (1.0 + delta);
-      const BackendRun run = session.judge(correct, single, run_composition(correct, off, session.inputs(), single), &findings);
+      return run_composition(correct, off, session.inputs(), single);
+    };
+    pt.threshold = smallest_flagged(std::max(least_natural / 8, 1e-9), 4.0, [&](double delta) {
+      const BackendRun run = session.judge(correct, single, with_scale_off(delta), &findings);
       return flagged(run, findings, "any");
     });
+    if (pt.threshold > 0) planted_error(pt, with_scale_off(pt.threshold));
     points.push_back(pt);
   }
   return points;

@@ -36,13 +36,21 @@ struct SensitivityConfig {
   uint64_t seed = 1;
 };
 
+// The ratio compares the planted error with the natural error in the same units. For an
+// output plant the planted error is delta itself (a relative error of the tensor, or of the
+// row, tile or head it touches; the LSE shift: absolute). A computation plant's delta is not an
+// error of any output (the dLSE term is a part of dQ and dK; the softmax scale moves the
+// outputs through exp), so its planted error is the relative change it makes to the output it
+// moves most against that output's own natural error, at the threshold.
 struct SensitivityPoint {
   std::string tensor;  // O, LSE, dQ, dK, dV, or "any" for dlse / softmax_scale
   Plant plant = Plant::scale;
-  double natural = 0;          // the correct kernel's relative error (LSE shift: its RMS error)
+  double natural = 0;          // the correct kernel's relative error of `tensor` (LSE shift: its RMS error; "any": of `moved`)
   double threshold = 0;        // the smallest delta flagged (within the search's resolution), or 0 if none up to the cap
+  double planted = 0;          // the planted error at the threshold, in natural's units (output plants: the threshold)
+  std::string moved;           // dlse / softmax_scale: the output the plant moves most against its natural error
   bool correct_passes = true;  // the unperturbed kernel passes this tensor
-  double ratio() const { return natural > 0 && threshold > 0 ? threshold / natural : 0; }
+  double ratio() const { return natural > 0 && planted > 0 ? planted / natural : 0; }
 };
 
 // Measures every plant on every output for one configuration. `correct` must be a correct
