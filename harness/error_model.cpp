@@ -79,6 +79,8 @@ VarianceParts element_variance(Output t, const TermTensors& terms, double ref, c
   v.operand = u.operand * u.operand * op * op / 3.0;
   v.independent = u.store * u.store * (r * r + st * st) / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0);
   v.score = u_score2 * sc * sc;
+  // Lost whole where the kernel flushes (a one-source part of the row, like the operand's).
+  if (!terms.underflow.data.empty()) v.operand += terms.underflow.data[e] * terms.underflow.data[e];
   if (!terms.via_op.data.empty()) {
     const double a = terms.via_op.data[e], b = terms.via_st.data[e], c = terms.via_acc.data[e], d = terms.via_sc.data[e];
     v.via = (u.operand * u.operand * a * a + u.store * u.store * b * b) / 3.0 + u.accumulate * u.accumulate * c * c + u_score2 * d * d;

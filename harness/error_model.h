@@ -26,6 +26,14 @@
 //            P by that relative amount (large logits); tf32 also rounds Q and K (u_in).
 //           + (u_op^2 * via_op^2 + u_st^2 * via_st^2) / 3 + u_acc^2 * via_acc^2 + u_sc^2 * via_sc^2
 //
+//           + underflow^2
+//
+//   underflow  dK and dV only: the terms of the reduction whose P is below fp32's smallest
+//            normal number (2^-126), summed as magnitudes. Kernels compute P = exp(S - LSE) in
+//            fp32 with flush-to-zero (exp2.approx.ftz, and tensor cores read no subnormal), so
+//            those terms are lost whole, together: a key whose every probability is below
+//            2^-126 gets a dK and dV row of zero where the reference has 1e-37 (campaigns on
+//            the H200, H-4 in docs/findings). Not a rounding unit: no contract removes it.
 //   via_*    dQ and dK only: D = rowsum(dO*O) is computed from the computed O, so O's error
 //            (each of its parts above, with O's own L folded into via_acc) moves every dS of
 //            the row: dQ_id by scale * (P K)_id * dD_i, dK_jd by scale * sum_i P_ij Q_id dD_i.
@@ -67,6 +75,9 @@ struct TermTensors {
   double length = 1;              // L
   // D's error reaching dQ and dK, one part per rounding unit (empty for O, LSE, dV).
   Tensor via_op, via_st, via_acc, via_sc;
+  // dK and dV: the lost terms of P below 2^-126 (above); empty elsewhere, and where the oracle
+  // does not supply them.
+  Tensor underflow;
   // Per row ([B][H][S]), the effective number of independent sources of the operand and the
   // score parts (above); empty where the oracle does not supply them (every element then
   // counts as independent).

@@ -86,6 +86,10 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
     out.operand_sources[i] = e[o].operand_sources.ptr();
     out.score_sources[i] = e[o].score_sources.ptr();
   }
+  e[Output::dK].underflow = Tensor(kk);
+  e[Output::dV].underflow = Tensor(vv);
+  out.underflow_dk = e[Output::dK].underflow.ptr();
+  out.underflow_dv = e[Output::dV].underflow.ptr();
   out.stored_dk = e[Output::dK].stored.ptr();
   out.stored_dv = e[Output::dV].stored.ptr();
   for (Output o : {Output::dQ, Output::dK}) {

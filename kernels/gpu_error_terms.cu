@@ -57,7 +57,11 @@ struct PairProduct {
 };
 
 // Per-score factors of the sums over keys (row products) and over queries (column products).
-enum class Factor { p, p2, w2, pc, pc2, ds, ds2, wd2 };
+// fp32's smallest normal number: P below it is flushed by FTZ kernels (harness/error_model.h).
+constexpr double kSmallestNormalF32 = 1.1754943508222875e-38;
+__device__ __forceinline__ bool flushed(double p) { return p > 0 && p < kSmallestNormalF32; }
+
+enum class Factor { p, p2, w2, pc, pc2, ds, ds2, wd2, p_flushed, abs_ds_flushed };
 __device__ __forceinline__ double factor(const ScoreBuffers& s, Factor f, int64_t e) {
   switch (f) {
     case Factor::p:
@@ -74,6 +78,10 @@ __device__ __forceinline__ double factor(const ScoreBuffers& s, Factor f, int64_
       return s.ds[e];
     case Factor::ds2:
       return s.ds2[e];
+    case Factor::p_flushed:
+      return flushed(s.p[e]) ? s.p[e] : 0.0;
+    case Factor::abs_ds_flushed:
+      return flushed(s.p[e]) ? fabs(s.ds[e]) : 0.0;
     default:
       return sq(s.wd[e]);
   }
@@ -129,12 +137,14 @@ struct RowProduct {
   }
 };
 
-// The right-hand side of a column product, [B*Hq][Sq][D] (Q or dO): squared, plain, or
+// The right-hand side of a column product, [B*Hq][Sq][D] (Q or dO): squared, plain, absolute
+// (a sum of magnitudes, not rooted: the underflow term), or
 // [e_0^2 Q^2 | e_1^2 Q^2 | e_2^2 Q^2 | e_3^2 Q^2] (dK.via's four parts in one pass).
-enum class ColRhs { squared, plain, row_errors_squared };
+enum class ColRhs { squared, plain, absolute, row_errors_squared };
 
 // out[zk][j][c] = sqrt(factor * fold over the group's heads o of sum_i X[zq][i][j] Y[zq][i][c]),
-// the fold a sum, or a sum of squares (`square_each`: a GQA group's per-head partials).
+// the fold a sum, or a sum of squares (`square_each`: a GQA group's per-head partials);
+// ColRhs::absolute: factor * the sum, unrooted (`scale2` then the plain scale).
 struct ColumnProduct {
   static constexpr bool a_kcontig = false, b_ccontig = true;
   ScoreBuffers s;
@@ -159,6 +169,8 @@ struct ColumnProduct {
     switch (rhs) {
       case ColRhs::plain:
         return v;
+      case ColRhs::absolute:
+        return fabs(v);
       case ColRhs::squared:
         return v * v;
       default:
@@ -173,7 +185,7 @@ struct ColumnProduct {
   __device__ void store(int z, int64_t j, int64_t c, double v) const {
     const int64_t row = (h.first_q / outer + z) * rows + j;
     const int part = rhs == ColRhs::row_errors_squared ? static_cast<int>(c / y_dim) : 0;
-    outs[part][row * y_dim + c % y_dim] = root(scale2 * v);
+    outs[part][row * y_dim + c % y_dim] = rhs == ColRhs::absolute ? scale2 * v : root(scale2 * v);
   }
 };
 
@@ -334,7 +346,7 @@ void product(const G& g, int64_t z_count) {
 // Device arrays of the inputs and the results.
 struct DeviceTerms {
   DeviceBuffer<double> q, k, v, o, lse, d_out, d_lse;
-  DeviceBuffer<double> operand[5], score[5], stored_dk, stored_dv, via_dq[4], via_dk[4];
+  DeviceBuffer<double> operand[5], score[5], stored_dk, stored_dv, underflow_dk, underflow_dv, via_dq[4], via_dk[4];
   DeviceBuffer<double> d_minus_g, d_err;
   DeviceBuffer<double> operand_sources[5], score_sources[5];
   DeviceBuffer<double> q_norm2, k_norm2, v_norm2, d_out_norm2;
@@ -376,6 +388,8 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     d.via_dq[k] = DeviceBuffer<double>(n(rows_q * a.dim_qk));
     d.via_dk[k] = DeviceBuffer<double>(n(rows_kv * a.dim_qk));
   }
+  d.underflow_dk = DeviceBuffer<double>(n(rows_kv * a.dim_qk));
+  d.underflow_dv = DeviceBuffer<double>(n(rows_kv * a.dim_v));
   if (group > 1) {
     d.stored_dk = DeviceBuffer<double>(n(rows_kv * a.dim_qk));
     d.stored_dv = DeviceBuffer<double>(n(rows_kv * a.dim_v));
@@ -402,16 +416,19 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   d.d_err = DeviceBuffer<double>(n(4 * rows_q));
   double* via_dq[4] = {d.via_dq[0].get(), d.via_dq[1].get(), d.via_dq[2].get(), d.via_dq[3].get()};
   double* via_dk[4] = {d.via_dk[0].get(), d.via_dk[1].get(), d.via_dk[2].get(), d.via_dk[3].get()};
-  DeviceBuffer<double*> via_dq_d(4), via_dk_d(4), one_out_d(7);
+  DeviceBuffer<double*> via_dq_d(4), via_dk_d(4), one_out_d(9);
   via_dq_d.upload(via_dq);
   via_dk_d.upload(via_dk);
-  // The single-array outputs of the column products: dK.operand, dK.score, dV.operand, dV.score, dK.stored, dV.stored.
-  double* const one_out[7] = {d.operand[dk_idx].get(),
+  // The single-array outputs of the column products: dK.operand, dK.score, dV.operand, dV.score, dK.stored, dV.stored,
+  // dK.underflow, dV.underflow.
+  double* const one_out[9] = {d.operand[dk_idx].get(),
                               d.score[dk_idx].get(),
                               d.operand[dv_idx].get(),
                               d.score[dv_idx].get(),
                               d.stored_dk.get(),
                               d.stored_dv.get(),
+                              d.underflow_dk.get(),
+                              d.underflow_dv.get(),
                               nullptr};
   one_out_d.upload(one_out);
   AF_CUDA(cudaDeviceSynchronize());
@@ -484,6 +501,8 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     column(Factor::pc2, d.q.get(), ColRhs::row_errors_squared, a.dim_qk, false, scale2, via_dk_d.get());
     column(Factor::p2, d.d_out.get(), ColRhs::squared, a.dim_v, false, 1.0, outs + 2);
     column(Factor::w2, d.d_out.get(), ColRhs::squared, a.dim_v, false, 1.0, outs + 3);
+    column(Factor::abs_ds_flushed, d.q.get(), ColRhs::absolute, a.dim_qk, false, scale, outs + 6);
+    column(Factor::p_flushed, d.d_out.get(), ColRhs::absolute, a.dim_v, false, 1.0, outs + 7);
     if (group > 1) {
       column(Factor::ds, d.q.get(), ColRhs::plain, a.dim_qk, true, scale2, outs + 4);
       column(Factor::p, d.d_out.get(), ColRhs::plain, a.dim_v, true, 1.0, outs + 5);
@@ -521,6 +540,8 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     if (out.via_dq[k]) d.via_dq[k].download(out.via_dq[k]);
     if (out.via_dk[k]) d.via_dk[k].download(out.via_dk[k]);
   }
+  if (out.underflow_dk) d.underflow_dk.download(out.underflow_dk);
+  if (out.underflow_dv) d.underflow_dv.download(out.underflow_dv);
   if (group > 1) {
     if (out.stored_dk) d.stored_dk.download(out.stored_dk);
     if (out.stored_dv) d.stored_dv.download(out.stored_dv);

@@ -15,6 +15,8 @@
 //   dK:  operand^2 = scale^2 sum_group dS2^T Q^2, score^2 = scale^2 sum_group wd^2^T Q^2,
 //        via_k^2 = scale^2 sum_group P_c^2^T (e_k^2 Q^2), stored^2 = scale^2 sum_group (dS^T Q)^2
 //   dV:  operand^2 = sum_group P^2^T dO^2, score^2 = sum_group w^2^T dO^2, stored^2 = sum_group (P^T dO)^2
+//   underflow (dK, dV), F the indicator of 0 < P < 2^-126 (flushed by FTZ kernels):
+//        dK = scale sum_group (|dS| F)^T |Q|,  dV = sum_group (P F)^T |dO|
 // with e_k (k = op, st, acc, sc) the row errors of D = rowsum(dO O) from O's error parts:
 //   sqrt(rowsum(dO^2 X^2)) for X = O.operand, O, sqrt(L/3 (O^2/3 + O.operand^2/2)), O.score.
 // The rows' sources (participation ratios (sum a)^2 / sum a^2, harness/error_model.h), with
@@ -37,6 +39,8 @@ struct HostErrorTerms {
   double* stored_dv = nullptr;
   double* via_dq[4] = {};  // op, st, acc, sc
   double* via_dk[4] = {};
+  double* underflow_dk = nullptr;
+  double* underflow_dv = nullptr;
   double* operand_sources[5] = {};  // per row; LSE's not written
   double* score_sources[5] = {};
 };

@@ -8,6 +8,9 @@
 namespace attnfuzz {
 namespace {
 
+// fp32's smallest normal number, 2^-126 (harness/error_model.h, "underflow").
+constexpr double kSmallestNormalF32 = 1.1754943508222875e-38;
+
 // Root of a matrix of sums of squares (rounding can leave tiny negatives from expansions).
 Mat root(const Mat& sq) { return sq.cwiseMax(0.0).cwiseSqrt(); }
 Mat squared(const Mat& m) { return m.cwiseProduct(m); }
@@ -64,6 +67,8 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
     t[o].via_sc = Tensor(shape);
   }
   init(Output::dV, vv, static_cast<double>(s.seq_q * s.group()));
+  t[Output::dK].underflow = Tensor(kk);
+  t[Output::dV].underflow = Tensor(vv);
   // dK and dV sum over a GQA group: squares accumulate here, roots are taken at the end.
   Tensor dk_partials(kk), dv_partials(vv);
   const std::vector<int64_t> q_rows{s.batch, s.heads_q, s.seq_q}, kv_rows{s.batch, s.heads_kv, s.seq_kv};
@@ -150,6 +155,12 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       sources_of(sc_sources, Output::dV).add(b, hk, source_sums(w2.transpose(), do_norm2));
       MMap(t[Output::dK].operand.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (ds2.transpose() * q2);
       MMap(t[Output::dK].score.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (wd2.transpose() * q2);
+      // The terms a flush-to-zero kernel loses: P (and so dS) below fp32's smallest normal.
+      const Mat flushed = hs.p.unaryExpr([](double x) { return x > 0 && x < kSmallestNormalF32 ? 1.0 : 0.0; });
+      MMap(t[Output::dK].underflow.at(b, hk, 0), s.seq_kv, s.head_dim_qk) +=
+          p.scale * (ds.cwiseAbs().cwiseProduct(flushed).transpose() * q.cwiseAbs());
+      MMap(t[Output::dV].underflow.at(b, hk, 0), s.seq_kv, s.head_dim_v) +=
+          hs.p.cwiseProduct(flushed).transpose() * d_o.cwiseAbs();
       MMap(t[Output::dV].operand.at(b, hk, 0), s.seq_kv, s.head_dim_v) += p2.transpose() * do2;
       MMap(t[Output::dV].score.at(b, hk, 0), s.seq_kv, s.head_dim_v) += w2.transpose() * do2;
       if (s.group() > 1) {

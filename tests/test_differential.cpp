@@ -11,6 +11,7 @@
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
+#include "harness/inputs.h"
 #include "oracles/emulated.h"
 #include "oracles/reference.h"
 #include "oracles/registry.h"
@@ -299,6 +300,65 @@ TEST(Verdict, DeclaredNondeterministicOutputsAreNotCheckedBitwise) {
   };
   EXPECT_TRUE(nondeterministic(run_differential(small_case(), {&declares}, default_oracles())).empty());
   EXPECT_EQ(nondeterministic(run_differential(small_case(), {&silent}, default_oracles())), std::set<std::string>{"dQ"});
+}
+
+// H-4 (docs/findings): kernels compute P = exp(S - LSE) in fp32 with flush-to-zero, so a key
+// whose every probability is below 2^-126 gets a dK and dV row of zero where the reference has
+// about 1e-37. That is correct (no contract keeps subnormal probabilities). Zeroing a key whose
+// probabilities are small but normal is a bug, and stays one.
+class ZeroesKeyRows final : public Backend {
+ public:
+  ZeroesKeyRows(std::string name, double below) : name_(std::move(name)), below_(below), impl_(Contract::fp32, false) {}
+  std::string name() const override { return name_; }
+  std::optional<Contract> contract(DType) const override { return Contract::fp32; }
+  Forward forward(const Problem& p) override { return impl_.forward(p); }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    Gradients g = impl_.backward(p, f, d_out, d_lse);
+    for (int64_t j : keys_below(p, below_)) {
+      std::fill_n(g.dk.at(0, 0, j), p.shape.head_dim_qk, 0.0);
+      std::fill_n(g.dv.at(0, 0, j), p.shape.head_dim_v, 0.0);
+    }
+    return g;
+  }
+  // Keys of batch 0, kv head 0 (one query head) whose largest probability is below `bound`.
+  static std::vector<int64_t> keys_below(const Problem& p, double bound) {
+    const HeadScores hs = head_scores(p, 0, 0);
+    std::vector<int64_t> keys;
+    for (int64_t j = 0; j < p.shape.seq_kv; ++j)
+      if (hs.p.col(j).maxCoeff() < bound) keys.push_back(j);
+    return keys;
+  }
+
+ private:
+  std::string name_;
+  double below_;
+  EmulatedBackend impl_;
+};
+
+TEST(Verdict, KeysFlushedToZeroAreNoFalseAlarmAndSmallNormalKeysStillCount) {
+  constexpr double kSmallestNormalF32 = 1.1754943508222875e-38;
+  Case c;
+  c.shape = {1, 1, 1, 12, 48, 16, 16};
+  c.dtype = DType::f32;
+  c.q = c.k = ValueDist{ValueDist::Kind::large_logit, 0.0, 8.0};
+  // The first seed whose head has a flushed key, and a key whose probabilities are all below
+  // 1e-20 but normal.
+  bool found = false;
+  for (c.seed = 1; c.seed < 200 && !found; ++c.seed) {
+    const Problem p = full_problem(c, generate_inputs(c));
+    const auto flushed = ZeroesKeyRows::keys_below(p, kSmallestNormalF32), small = ZeroesKeyRows::keys_below(p, 1e-20);
+    found = !flushed.empty() && small.size() > flushed.size();
+  }
+  --c.seed;
+  ASSERT_TRUE(found) << "no seed gives both kinds of key";
+  ZeroesKeyRows ftz("ftz", kSmallestNormalF32), drops("drops-small-keys", 1e-20);
+  const DiffReport r = run_differential(c, {&ftz, &drops}, default_oracles());
+  for (const auto& f : r.findings)
+    if (f.signature.backend == "ftz") ADD_FAILURE() << "seed " << c.seed << ": " << f.signature.to_string() << " " << f.detail;
+  std::set<std::string> flagged;
+  for (const auto& f : r.findings)
+    if (f.signature.backend == "drops-small-keys") flagged.insert(f.signature.tensor);
+  EXPECT_TRUE(flagged.count("dK") && flagged.count("dV")) << "seed " << c.seed;
 }
 
 // H-3 (docs/verdicts.md): a correct unfused backend through a mask partition, Dv = 1 and

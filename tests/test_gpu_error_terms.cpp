@@ -46,7 +46,7 @@ double relative_difference(const Tensor& got, const Tensor& want, double floor, 
 }
 
 struct Coverage {
-  int cases = 0, softcap = 0, gqa = 0, dims_differ = 0, dlse = 0, masked = 0, nonzero_stored = 0;
+  int cases = 0, softcap = 0, gqa = 0, dims_differ = 0, dlse = 0, masked = 0, nonzero_stored = 0, nonzero_underflow = 0;
   double worst = 0;
   std::string worst_where;
 };
@@ -63,7 +63,8 @@ void compare(const Case& c, Coverage& cov) {
     const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> parts[] = {
         {"operand", {&g.operand, &w.operand}}, {"stored", {&g.stored, &w.stored}}, {"score", {&g.score, &w.score}},
         {"via_op", {&g.via_op, &w.via_op}},    {"via_st", {&g.via_st, &w.via_st}}, {"via_acc", {&g.via_acc, &w.via_acc}},
-        {"via_sc", {&g.via_sc, &w.via_sc}},    {"operand_sources", {&g.operand_sources, &w.operand_sources}},
+        {"via_sc", {&g.via_sc, &w.via_sc}},    {"underflow", {&g.underflow, &w.underflow}},
+        {"operand_sources", {&g.operand_sources, &w.operand_sources}},
         {"score_sources", {&g.score_sources, &w.score_sources}}};
     for (const auto& [part, tensors] : parts) {
       std::string problem;
@@ -84,6 +85,7 @@ void compare(const Case& c, Coverage& cov) {
   cov.dlse += c.d_lse.kind != ValueDist::Kind::zero;
   cov.masked += c.mask.kind != MaskExpr::Kind::all;
   cov.nonzero_stored += max_abs(want[Output::dK].stored.data) > 0;
+  cov.nonzero_underflow += max_abs(want[Output::dV].underflow.data) > 0 && max_abs(want[Output::dK].underflow.data) > 0;
 }
 
 void print(const Coverage& cov) {
@@ -127,6 +129,22 @@ TEST(GpuErrorTerms, MatchTheCpuTermsAcrossTiles) {
   c.softcap.reset();
   compare(c, cov);
   print(cov);
+}
+
+// Saturated softmax: probabilities below fp32's smallest normal, whose terms a flush-to-zero
+// kernel loses (the dK and dV `underflow` terms, harness/error_model.h), over GQA groups.
+TEST(GpuErrorTerms, MatchTheCpuTermsWhereProbabilitiesUnderflow) {
+  REQUIRE_GPU();
+  Coverage cov;
+  Case c;
+  c.seed = 3;
+  c.dtype = DType::f32;
+  c.shape = {1, 4, 2, 70, 90, 16, 24};
+  c.q = c.k = ValueDist{ValueDist::Kind::large_logit, 0.0, 8.0};
+  c.d_lse = ValueDist{};
+  compare(c, cov);
+  print(cov);
+  EXPECT_EQ(cov.nonzero_underflow, 1) << "the case must reach the underflow terms";
 }
 
 }  // namespace
