@@ -14,7 +14,7 @@ struct CompositionCall {
 };
 
 // Every backend call of the case's composition, forward ones (a backward call repeats a
-// forward one's problem). Generates the case's inputs.
+// forward one's problem).
 std::vector<CompositionCall> composition_calls(const Case& c);
 
 }  // namespace attnfuzz
