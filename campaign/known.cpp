@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "campaign/composition_calls.h"
 #include "harness/errors.h"
 #include "harness/json_input.h"
 #include "harness/layout.h"
@@ -17,15 +18,24 @@ namespace {
 
 int64_t element_bytes(DType d) { return d == DType::f32 ? 4 : 2; }
 
-// Whether any input the backend reads has a batch, head or row stride or an offset (in bytes)
-// that is not a multiple of `bytes`.
+// Whether, in some call of the composition, an input the backend reads has a batch, head or row
+// stride or an offset (in bytes) that is not a multiple of `bytes`. Per call: a part's shape
+// changes its strides, and a part whose shape a packing does not fit gets each tensor's own
+// layout (harness/layout.h).
 bool has_unaligned_rows(const Case& c, int64_t bytes) {
   const int64_t e = element_bytes(c.dtype);
-  for (TensorRole r : {TensorRole::q, TensorRole::k, TensorRole::v, TensorRole::d_out}) {
-    const Placement p = place(c.layouts, r, c.shape);
-    for (int64_t v : {p.strides[0], p.strides[1], p.strides[2], p.offset})
-      if ((v * e) % bytes != 0) return true;
-  }
+  for (const CompositionCall& call : composition_calls(c))
+    for (TensorRole r : {TensorRole::q, TensorRole::k, TensorRole::v, TensorRole::d_out}) {
+      const Placement p = place(c.layouts, r, call.shape);
+      for (int64_t v : {p.strides[0], p.strides[1], p.strides[2], p.offset})
+        if ((v * e) % bytes != 0) return true;
+    }
+  return false;
+}
+
+bool has_masked_row_in_a_call(const Case& c) {
+  for (const CompositionCall& call : composition_calls(c))
+    if (call.masked_row) return true;
   return false;
 }
 
@@ -45,6 +55,7 @@ std::pair<std::string, std::string> split_term(const std::string& term) {
 CasePredicate parse_term(const std::string& term) {
   const auto [name, arg] = split_term(term);
   if (name == "always" && arg.empty()) return [](const Case&) { return true; };
+  if (name == "masked_rows" && arg.empty()) return has_masked_row_in_a_call;
   if (name == "unaligned_rows") {
     int64_t bytes = 0;
     try {
@@ -70,7 +81,7 @@ CasePredicate parse_term(const std::string& term) {
     }
     return [dtypes](const Case& c) { return std::find(dtypes.begin(), dtypes.end(), c.dtype) != dtypes.end(); };
   }
-  throw std::invalid_argument("predicate term '" + term + "': unknown (known: unaligned_rows(N), dtype(a|b), always)");
+  throw std::invalid_argument("predicate term '" + term + "': unknown (known: unaligned_rows(N), masked_rows, dtype(a|b), always)");
 }
 
 // "*" (any), one value, or alternatives "a|b".

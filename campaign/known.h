@@ -16,8 +16,10 @@
 //
 // Without it the id is the file's stem, the pattern the reproducer's own bucket, and the
 // predicate "always". Predicates are terms joined by " and ":
-//   unaligned_rows(N)   some input (Q, K, V, dO) has a batch, head or row stride or an offset that is
-//                       not a multiple of N bytes (a view of a padded buffer, say)
+//   unaligned_rows(N)   in some call of the case's composition, an input (Q, K, V, dO) has a batch,
+//                       head or row stride or an offset that is not a multiple of N bytes (a view of a
+//                       padded buffer, say; a part a packing does not fit takes each tensor's own layout)
+//   masked_rows         some call of the case's composition has a query row with no visible key
 //   dtype(a|b|...)      the case's dtype is one of these (fp32, fp16, bf16)
 //   always
 #include <functional>
