@@ -1,6 +1,6 @@
 #pragma once
-// The fused backward, deterministic (no atomics): a preprocessing pass, then two kernels that
-// each own what they write.
+// The fused backward on sm_90a (wgmma), deterministic (no atomics): a preprocessing pass,
+// then two kernels that each own what they write (tile shapes: BackwardTraits).
 //   rows:  D'_i = rowsum(dO * O)_i - dLSE_i,  L2_i = LSE_i log2 e (+inf where LSE = -inf, so
 //          that P = 2^(S log2 e - L2) = 0 on a row with no visible key: no gradient flows)
 //   dK dV: one block per (key tile, kv head, batch), looping over the group's query heads and
@@ -11,6 +11,7 @@
 //          the same S, P, dP, dS, and dQ += dS K;  at the end dQ *= scale.
 // The scores are computed twice (once per kernel): the price of having no atomics.
 #include "kernels/flash/flash_common.cuh"
+#include "kernels/flash/flash_gmma.cuh"
 #include "kernels/flash/flash_traits.h"
 
 namespace attnfuzz::flash {
@@ -62,7 +63,7 @@ struct ScoreGrad {
       dtanh = 1.f - t * t;
       x = t * cap_factor;
     }
-    const float pr = visible ? exp2f(x - l2) : 0.f;
+    const float pr = visible ? fast_exp2(x - l2) : 0.f;
     s = pr;
     dp = pr * (dp - delta) * dtanh;
   }
@@ -73,218 +74,226 @@ __device__ __forceinline__ ScoreGrad score_grad(const Problem& p) {
   return {cap ? p.scale / p.softcap : p.scale * kLog2e, p.softcap * kLog2e, cap};
 }
 
-// ---- dK, dV: rows = keys, columns = queries ----
+// The class of mask unit (tq, tk), kU x kU (the unit the host classified the dense mask in,
+// backward_tile()); empty when it starts past either sequence (a block's last warpgroup).
+template <int kU>
+__device__ __forceinline__ uint8_t unit_class(const MaskView& mask, int64_t tq, int64_t tk) {
+  if (tq * kU >= mask.sq || tk * kU >= mask.skv) return kTileEmpty;
+  return mask.tile_class(tq * kU, kU, tk * kU, kU, tq, tk);
+}
+__device__ __forceinline__ bool visible_in(uint8_t cls, const MaskView& mask, int64_t i, int64_t j) {
+  return cls == kTileFull || (cls == kTilePartial && mask.visible(i, j));
+}
+
+// ---- dK, dV: rows = keys (64 per warpgroup), columns = queries ----
 template <class T>
-__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) backward_dkdv_kernel(const BackwardParams params) {
+__global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const BackwardParams params) {
   using namespace cute;
   using E = typename T::Element;
-  constexpr int kN = T::kRows, kM = T::kCols, kD = T::kHeadDim;  // kN keys per block, kM queries per step
+  constexpr int kN = T::kRows, kM = T::kCols, kD = T::kHeadDim, kU = T::kMaskTile;  // kN keys per block, kM queries per step
+  static_assert(kM == kU && kN % kU == 0, "a step is one mask unit per warpgroup");
   const Problem& p = params.p;
   const BackwardArgs& a = params.a;
   const int tid = threadIdx.x;
   const int64_t n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z, group = p.heads_q / p.heads_kv;
-  const int64_t k0 = n_block * kN;
+  const int64_t k0 = n_block * kN, tk_mine = n_block * (kN / kU) + tid / 128;  // this warpgroup's mask unit column
 
   extern __shared__ __align__(1024) char smem_raw[];
   E* smem = reinterpret_cast<E*>(smem_raw);
   Tensor sK = make_tensor(make_smem_ptr(smem), typename T::SmemRows{});
   Tensor sV = make_tensor(make_smem_ptr(smem + T::kRowTileElems), typename T::SmemRows{});
-  E* col_base = smem + 2 * T::kRowTileElems;  // stages: [Q0][dO0][Q1][dO1]
+  E* col_base = smem + 2 * T::kRowTileElems;  // stages: [Q0][dO0][Q1][dO1], then per stage [L2][D'] of the columns
+  auto q_tile = [&](int stage) { return col_base + (2 * stage) * T::kColTileElems; };
+  auto do_tile = [&](int stage) { return col_base + (2 * stage + 1) * T::kColTileElems; };
+  float* col_rows = reinterpret_cast<float*>(col_base + 4 * T::kColTileElems);
 
   typename T::GmemCopy gcopy;
   auto gthr = gcopy.get_thread_slice(tid);
-  Tensor cRows = make_identity_tensor(Shape<Int<kN>, Int<kD>>{});
-  Tensor cCols = make_identity_tensor(Shape<Int<kM>, Int<kD>>{});
-  Tensor tRc = gthr.partition_S(cRows);
-  Tensor tCc = gthr.partition_S(cCols);
+  Tensor tRc = gthr.partition_S(make_identity_tensor(Shape<Int<kN>, Int<kD>>{}));
+  Tensor tCc = gthr.partition_S(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
   {
     Tensor gK = local_tile(head_view<kD, E>(p.k, p.k_strides, b, h_kv, p.seq_kv), Shape<Int<kN>, Int<kD>>{}, make_coord(n_block, 0));
     Tensor gV = local_tile(head_view<kD, E>(p.v, p.v_strides, b, h_kv, p.seq_kv), Shape<Int<kN>, Int<kD>>{}, make_coord(n_block, 0));
     Tensor dK = gthr.partition_D(sK);
     Tensor dV = gthr.partition_D(sV);
-    load_rows(gcopy, gthr.partition_S(gK), dK, tRc, p.seq_kv - k0);
-    load_rows(gcopy, gthr.partition_S(gV), dV, tRc, p.seq_kv - k0);
+    load_tile<kN>(gcopy, gthr.partition_S(gK), dK, tRc, p.seq_kv - k0);
+    load_tile<kN>(gcopy, gthr.partition_S(gV), dV, tRc, p.seq_kv - k0);
   }
 
-  // Steps: (query head of the group, query tile), in order.
+  // Steps: (query head of the group, query tile), in order; a step no warpgroup sees is skipped.
   const int64_t m_blocks = (p.seq_q + kM - 1) / kM, steps = group * m_blocks;
   auto head_of = [&](int64_t step) { return h_kv * group + step / m_blocks; };
-  auto view_of = [&](int64_t step) {
-    return mask_view(p.mask, b * p.heads_q + head_of(step), p.seq_q, p.seq_kv, p.mask.tiles_bwd, kM, kN);
-  };
+  auto view_of = [&](int64_t step) { return mask_view(p.mask, b * p.heads_q + head_of(step), p.seq_q, p.seq_kv, p.mask.tiles_bwd, kU, kU); };
   auto next_step = [&](int64_t s) {
     for (; s < steps; ++s) {
-      const int64_t m = s % m_blocks;
-      if (view_of(s).tile_class(m * kM, kM, k0, kN, m, n_block) != kTileEmpty) break;
+      const MaskView v = view_of(s);
+      bool seen = false;
+#pragma unroll
+      for (int w = 0; w < kN / kU; ++w) seen |= unit_class<kU>(v, s % m_blocks, n_block * (kN / kU) + w) != kTileEmpty;
+      if (seen) break;
     }
     return s;
   };
   auto load_cols = [&](int64_t step, int stage) {
-    const int64_t h = head_of(step), m = step % m_blocks;
-    Tensor sQ = make_tensor(make_smem_ptr(col_base + (2 * stage) * T::kColTileElems), typename T::SmemCols{});
-    Tensor sdO = make_tensor(make_smem_ptr(col_base + (2 * stage + 1) * T::kColTileElems), typename T::SmemCols{});
+    const int64_t h = head_of(step), m = step % m_blocks, q0 = m * kM;
     Tensor gQ = local_tile(head_view<kD, E>(p.q, p.q_strides, b, h, p.seq_q), Shape<Int<kM>, Int<kD>>{}, make_coord(m, 0));
     Tensor gdO = local_tile(head_view<kD, E>(a.d_out, a.d_out_strides, b, h, p.seq_q), Shape<Int<kM>, Int<kD>>{}, make_coord(m, 0));
-    Tensor dQ = gthr.partition_D(sQ);
-    Tensor ddO = gthr.partition_D(sdO);
-    load_rows(gcopy, gthr.partition_S(gQ), dQ, tCc, p.seq_q - m * kM);
-    load_rows(gcopy, gthr.partition_S(gdO), ddO, tCc, p.seq_q - m * kM);
+    Tensor dQ = gthr.partition_D(make_tensor(make_smem_ptr(q_tile(stage)), typename T::SmemCols{}));
+    Tensor ddO = gthr.partition_D(make_tensor(make_smem_ptr(do_tile(stage)), typename T::SmemCols{}));
+    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tCc, p.seq_q - q0);
+    load_tile<kM>(gcopy, gthr.partition_S(gdO), ddO, tCc, p.seq_q - q0);
+    if (tid < 2 * kM) {  // the columns' L2 (threads 0 .. kM-1) and D' (kM .. 2 kM-1)
+      const int64_t i = q0 + tid % kM;
+      float* dst = col_rows + stage * 2 * kM + tid;
+      if (i < p.seq_q)
+        cp_async_4(dst, (tid < kM ? params.rows_l2 : params.rows_delta) + (b * p.heads_q + h) * p.seq_q + i);
+      else
+        *dst = tid < kM ? INFINITY : 0.f;  // P = 0 on a query past the sequence
+    }
   };
 
   int64_t step = next_step(0);
   if (step < steps) load_cols(step, 0);
   cute::cp_async_fence();
 
-  typename T::TiledMma mma;
-  auto thr = mma.get_thread_slice(tid);
-  Tensor acc_dk = partition_fragment_C(mma, Shape<Int<kN>, Int<kD>>{});
-  Tensor acc_dv = partition_fragment_C(mma, Shape<Int<kN>, Int<kD>>{});
+  typename T::MmaS mma_s;
+  typename T::MmaG mma_g;
+  auto thr_s = mma_s.get_thread_slice(tid);
+  auto thr_g = mma_g.get_thread_slice(tid);
+  Tensor tSrK = thr_s.partition_fragment_A(sK);  // wgmma descriptors, not registers
+  Tensor tSrV = thr_s.partition_fragment_A(sV);
+  Tensor acc_dk = partition_fragment_C(mma_g, Shape<Int<kN>, Int<kD>>{});
+  Tensor acc_dv = partition_fragment_C(mma_g, Shape<Int<kN>, Int<kD>>{});
   clear(acc_dk);
   clear(acc_dv);
-  Tensor cS = make_identity_tensor(Shape<Int<kN>, Int<kM>>{});
-  Tensor tScS = thr.partition_C(cS);
-  Tensor tScS_rc = make_tensor(tScS.data(), rowcol(tScS.layout()));
-  constexpr int kColsPerThread = decltype(size<1>(rowcol(tScS.layout())))::value;
-
-  auto load_a = make_tiled_copy_A(typename T::LoadAtom{}, mma);
-  auto load_b = make_tiled_copy_B(typename T::LoadAtom{}, mma);
-  auto load_bt = make_tiled_copy_B(typename T::LoadAtomT{}, mma);
-  auto thr_a = load_a.get_thread_slice(tid);
-  auto thr_b = load_b.get_thread_slice(tid);
-  auto thr_bt = load_bt.get_thread_slice(tid);
-  Tensor tSsK = thr_a.partition_S(sK);
-  Tensor tSsV = thr_a.partition_S(sV);
-  Tensor tSrK = thr.partition_fragment_A(sK);
-  Tensor tSrV = thr.partition_fragment_A(sV);
+  Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kN>, Int<kM>>{});
+  Tensor acc_dp = partition_fragment_C(mma_s, Shape<Int<kN>, Int<kM>>{});
+  Tensor rP = make_tensor<E>(acc_s.layout());
+  Tensor rdS = make_tensor<E>(acc_dp.layout());
+  Tensor tGrP = make_tensor(rP.data(), as_operand_a_gmma(rP.layout()));
+  Tensor tGrdS = make_tensor(rdS.data(), as_operand_a_gmma(rdS.layout()));
+  Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kN>, Int<kM>>{}));
   const ScoreGrad sg = score_grad(p);
 
   int stage = 0;
   while (step < steps) {
     const int64_t step_next = next_step(step + 1);
+    landed();  // this step's Q, dO, L2, D' are in; the other stage is free (the last step's products are done)
+    wgmma_issue<true>(mma_s, tSrK, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(q_tile(stage)), typename T::SmemCols{})), acc_s);
+    wgmma_issue<true>(mma_s, tSrV, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(do_tile(stage)), typename T::SmemCols{})), acc_dp);
+    // The next step's loads go out while the tensor cores work.
     if (step_next < steps) load_cols(step_next, stage ^ 1);
     cute::cp_async_fence();
-    cute::cp_async_wait<1>();
-    __syncthreads();
+    cute::warpgroup_wait<0>();
+    cute::warpgroup_fence_operand(acc_s);
+    cute::warpgroup_fence_operand(acc_dp);
 
-    const int64_t h = head_of(step), m = step % m_blocks, q0 = m * kM;
-    E* stage_q = col_base + (2 * stage) * T::kColTileElems;
-    E* stage_do = col_base + (2 * stage + 1) * T::kColTileElems;
-    Tensor sQ = make_tensor(make_smem_ptr(stage_q), typename T::SmemCols{});
-    Tensor sdO = make_tensor(make_smem_ptr(stage_do), typename T::SmemCols{});
-
-    Tensor acc_s = partition_fragment_C(mma, Shape<Int<kN>, Int<kM>>{});
-    Tensor acc_dp = partition_fragment_C(mma, Shape<Int<kN>, Int<kM>>{});
-    clear(acc_s);
-    clear(acc_dp);
-    Tensor tSrQ = thr.partition_fragment_B(sQ);
-    gemm_ss(acc_s, tSrK, tSrQ, tSsK, thr_b.partition_S(sQ), mma, load_a, load_b, thr_a, thr_b);
-    Tensor tSrdO = thr.partition_fragment_B(sdO);
-    gemm_ss(acc_dp, tSrV, tSrdO, tSsV, thr_b.partition_S(sdO), mma, load_a, load_b, thr_a, thr_b);
-
-    // Per query column: its L2 and D'.
-    const int64_t row_base = (b * p.heads_q + h) * p.seq_q;
-    float col_l2[kColsPerThread], col_delta[kColsPerThread];
-#pragma unroll
-    for (int c = 0; c < kColsPerThread; ++c) {
-      const int64_t i = q0 + get<1>(tScS_rc(0, c));
-      col_l2[c] = i < p.seq_q ? params.rows_l2[row_base + i] : INFINITY;
-      col_delta[c] = i < p.seq_q ? params.rows_delta[row_base + i] : 0.f;
-    }
+    const int64_t q0 = (step % m_blocks) * kM;
     const MaskView mask = view_of(step);
-    const bool full = mask.tile_class(q0, kM, k0, kN, m, n_block) == kTileFull;
-    Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
-    Tensor dp = make_tensor(acc_dp.data(), rowcol(acc_dp.layout()));
+    const uint8_t cls = unit_class<kU>(mask, step % m_blocks, tk_mine);
+    const float* l2 = col_rows + stage * 2 * kM;
+    const float* delta = l2 + kM;
 #pragma unroll
-    for (int r = 0; r < size<0>(s); ++r)
-#pragma unroll
-      for (int c = 0; c < size<1>(s); ++c) {
-        const bool vis = full || mask.visible(q0 + get<1>(tScS_rc(r, c)), k0 + get<0>(tScS_rc(r, c)));
-        sg.apply(s(r, c), dp(r, c), col_l2[c], col_delta[c], vis);
-      }
+    for (int i = 0; i < size(acc_s); ++i) {
+      const int r = get<0>(tScS(i)), c = get<1>(tScS(i));
+      float s = acc_s(i), dp = acc_dp(i);
+      sg.apply(s, dp, l2[c], delta[c], visible_in(cls, mask, q0 + c, k0 + r));
+      rP(i) = static_cast<E>(s);
+      rdS(i) = static_cast<E>(dp);
+    }
 
-    // dV += P^T dO, dK += dS^T Q (16-bit operands, fp32 accumulation).
-    Tensor rP = converted<E>(acc_s);
-    Tensor rdS = converted<E>(acc_dp);
-    Tensor sdOt = make_tensor(make_smem_ptr(stage_do), typename T::SmemColsT{});
-    Tensor sQt = make_tensor(make_smem_ptr(stage_q), typename T::SmemColsT{});
-    Tensor tOrdOt = thr.partition_fragment_B(make_tensor(make_smem_ptr(stage_do), typename T::SmemColsTNoSwizzle{}));
-    Tensor tOrQt = thr.partition_fragment_B(make_tensor(make_smem_ptr(stage_q), typename T::SmemColsTNoSwizzle{}));
-    gemm_rs(acc_dv, make_tensor(rP.data(), as_operand_a(rP.layout())), tOrdOt, thr_bt.partition_S(sdOt), mma, load_bt, thr_bt);
-    gemm_rs(acc_dk, make_tensor(rdS.data(), as_operand_a(rdS.layout())), tOrQt, thr_bt.partition_S(sQt), mma, load_bt, thr_bt);
-    __syncthreads();
+    // dV += P^T dO, dK += dS^T Q (16-bit operands from registers, fp32 accumulation).
+    wgmma_issue<false>(mma_g, tGrP, thr_g.partition_fragment_B(make_tensor(make_smem_ptr(do_tile(stage)), typename T::SmemColsT{})), acc_dv);
+    wgmma_issue<false>(mma_g, tGrdS, thr_g.partition_fragment_B(make_tensor(make_smem_ptr(q_tile(stage)), typename T::SmemColsT{})), acc_dk);
+    cute::warpgroup_wait<0>();
+    cute::warpgroup_fence_operand(acc_dv);
+    cute::warpgroup_fence_operand(acc_dk);
+    cute::warpgroup_fence_operand(rP);
+    cute::warpgroup_fence_operand(rdS);
     stage ^= 1;
     step = step_next;
   }
   cute::cp_async_wait<0>();
 
-  Tensor cO = make_identity_tensor(Shape<Int<kN>, Int<kD>>{});
-  Tensor tOcO = thr.partition_C(cO);
+  Tensor tGcG = thr_g.partition_C(make_identity_tensor(Shape<Int<kN>, Int<kD>>{}));
   E* dk = static_cast<E*>(a.dk) + b * a.dk_strides.batch + h_kv * a.dk_strides.head;
   E* dv = static_cast<E*>(a.dv) + b * a.dv_strides.batch + h_kv * a.dv_strides.head;
-  store_tile(acc_dk, tOcO, dk, a.dk_strides.row, k0, p.seq_kv, p.scale);
-  store_tile(acc_dv, tOcO, dv, a.dv_strides.row, k0, p.seq_kv, 1.f);
+  store_tile(acc_dk, tGcG, dk, a.dk_strides.row, k0, p.seq_kv, p.scale);
+  store_tile(acc_dv, tGcG, dv, a.dv_strides.row, k0, p.seq_kv, 1.f);
 }
 
-// ---- dQ: rows = queries, columns = keys ----
+// ---- dQ: rows = queries (64 per warpgroup), columns = keys ----
 template <class T>
-__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) backward_dq_kernel(const BackwardParams params) {
+__global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const BackwardParams params) {
   using namespace cute;
   using E = typename T::Element;
-  constexpr int kM = T::kRows, kN = T::kCols, kD = T::kHeadDim;
+  constexpr int kM = T::kRows, kN = T::kCols, kD = T::kHeadDim, kU = T::kMaskTile;
+  static_assert(kN == kU && kM % kU == 0, "a step is one mask unit per warpgroup");
   const Problem& p = params.p;
   const BackwardArgs& a = params.a;
   const int tid = threadIdx.x;
-  const int64_t m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
-  const int64_t q0 = m_block * kM;
+  // The last query tiles first: under a causal mask they have the most keys.
+  const int64_t m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
+  const int64_t q0 = m_block * kM, tq_mine = m_block * (kM / kU) + tid / 128;  // this warpgroup's mask unit row
 
   extern __shared__ __align__(1024) char smem_raw[];
   E* smem = reinterpret_cast<E*>(smem_raw);
   Tensor sQ = make_tensor(make_smem_ptr(smem), typename T::SmemRows{});
   Tensor sdO = make_tensor(make_smem_ptr(smem + T::kRowTileElems), typename T::SmemRows{});
   E* col_base = smem + 2 * T::kRowTileElems;  // stages: [K0][V0][K1][V1]
+  auto k_tile = [&](int stage) { return col_base + (2 * stage) * T::kColTileElems; };
+  auto v_tile = [&](int stage) { return col_base + (2 * stage + 1) * T::kColTileElems; };
 
   typename T::GmemCopy gcopy;
   auto gthr = gcopy.get_thread_slice(tid);
-  Tensor cRows = make_identity_tensor(Shape<Int<kM>, Int<kD>>{});
-  Tensor cCols = make_identity_tensor(Shape<Int<kN>, Int<kD>>{});
-  Tensor tRc = gthr.partition_S(cRows);
-  Tensor tCc = gthr.partition_S(cCols);
+  Tensor tRc = gthr.partition_S(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
+  Tensor tCc = gthr.partition_S(make_identity_tensor(Shape<Int<kN>, Int<kD>>{}));
   {
     Tensor gQ = local_tile(head_view<kD, E>(p.q, p.q_strides, b, h, p.seq_q), Shape<Int<kM>, Int<kD>>{}, make_coord(m_block, 0));
     Tensor gdO = local_tile(head_view<kD, E>(a.d_out, a.d_out_strides, b, h, p.seq_q), Shape<Int<kM>, Int<kD>>{}, make_coord(m_block, 0));
     Tensor dQ = gthr.partition_D(sQ);
     Tensor ddO = gthr.partition_D(sdO);
-    load_rows(gcopy, gthr.partition_S(gQ), dQ, tRc, p.seq_q - q0);
-    load_rows(gcopy, gthr.partition_S(gdO), ddO, tRc, p.seq_q - q0);
+    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tRc, p.seq_q - q0);
+    load_tile<kM>(gcopy, gthr.partition_S(gdO), ddO, tRc, p.seq_q - q0);
   }
   Tensor mK = head_view<kD, E>(p.k, p.k_strides, b, h_kv, p.seq_kv);
   Tensor mV = head_view<kD, E>(p.v, p.v_strides, b, h_kv, p.seq_kv);
-  const MaskView mask = mask_view(p.mask, b * p.heads_q + h, p.seq_q, p.seq_kv, p.mask.tiles_bwd, kM, kN);
+  const MaskView mask = mask_view(p.mask, b * p.heads_q + h, p.seq_q, p.seq_kv, p.mask.tiles_bwd, kU, kU);
   const int64_t n_blocks = (p.seq_kv + kN - 1) / kN;
   auto next_block = [&](int64_t n) {
-    while (n < n_blocks && mask.tile_class(q0, kM, n * kN, kN, m_block, n) == kTileEmpty) ++n;
+    for (; n < n_blocks; ++n) {
+      bool seen = false;
+#pragma unroll
+      for (int w = 0; w < kM / kU; ++w) seen |= unit_class<kU>(mask, m_block * (kM / kU) + w, n) != kTileEmpty;
+      if (seen) break;
+    }
     return n;
   };
   auto load_kv = [&](int64_t n, int stage) {
-    Tensor sK = make_tensor(make_smem_ptr(col_base + (2 * stage) * T::kColTileElems), typename T::SmemCols{});
-    Tensor sV = make_tensor(make_smem_ptr(col_base + (2 * stage + 1) * T::kColTileElems), typename T::SmemCols{});
-    Tensor dK = gthr.partition_D(sK);
-    Tensor dV = gthr.partition_D(sV);
-    load_rows(gcopy, gthr.partition_S(local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dK, tCc, p.seq_kv - n * kN);
-    load_rows(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tCc, p.seq_kv - n * kN);
+    Tensor dK = gthr.partition_D(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemCols{}));
+    Tensor dV = gthr.partition_D(make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemCols{}));
+    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dK, tCc, p.seq_kv - n * kN);
+    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tCc, p.seq_kv - n * kN);
   };
   int64_t n = next_block(0);
   if (n < n_blocks) load_kv(n, 0);
   cute::cp_async_fence();
 
-  typename T::TiledMma mma;
-  auto thr = mma.get_thread_slice(tid);
-  Tensor acc_dq = partition_fragment_C(mma, Shape<Int<kM>, Int<kD>>{});
+  typename T::MmaS mma_s;
+  typename T::MmaG mma_g;
+  auto thr_s = mma_s.get_thread_slice(tid);
+  auto thr_g = mma_g.get_thread_slice(tid);
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);
+  Tensor tSrdO = thr_s.partition_fragment_A(sdO);
+  Tensor acc_dq = partition_fragment_C(mma_g, Shape<Int<kM>, Int<kD>>{});
   clear(acc_dq);
-  Tensor cS = make_identity_tensor(Shape<Int<kM>, Int<kN>>{});
-  Tensor tScS = thr.partition_C(cS);
-  Tensor tScS_rc = make_tensor(tScS.data(), rowcol(tScS.layout()));
-  constexpr int kRowsPerThread = decltype(size<0>(rowcol(tScS.layout())))::value;
+  Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kM>, Int<kN>>{});
+  Tensor acc_dp = partition_fragment_C(mma_s, Shape<Int<kM>, Int<kN>>{});
+  Tensor rdS = make_tensor<E>(acc_dp.layout());
+  Tensor tGrdS = make_tensor(rdS.data(), as_operand_a_gmma(rdS.layout()));
+  Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
+  Tensor tScS_rc = make_tensor(tScS.data(), rowcol_gmma(tScS.layout()));
+  constexpr int kRowsPerThread = decltype(size<0>(rowcol_gmma(tScS.layout())))::value;
   float row_l2[kRowsPerThread], row_delta[kRowsPerThread];
   const int64_t row_base = (b * p.heads_q + h) * p.seq_q;
 #pragma unroll
@@ -293,66 +302,45 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) backward_dq_kernel
     row_l2[r] = i < p.seq_q ? params.rows_l2[row_base + i] : INFINITY;
     row_delta[r] = i < p.seq_q ? params.rows_delta[row_base + i] : 0.f;
   }
-
-  auto load_a = make_tiled_copy_A(typename T::LoadAtom{}, mma);
-  auto load_b = make_tiled_copy_B(typename T::LoadAtom{}, mma);
-  auto load_bt = make_tiled_copy_B(typename T::LoadAtomT{}, mma);
-  auto thr_a = load_a.get_thread_slice(tid);
-  auto thr_b = load_b.get_thread_slice(tid);
-  auto thr_bt = load_bt.get_thread_slice(tid);
-  Tensor tSsQ = thr_a.partition_S(sQ);
-  Tensor tSsdO = thr_a.partition_S(sdO);
-  Tensor tSrQ = thr.partition_fragment_A(sQ);
-  Tensor tSrdO = thr.partition_fragment_A(sdO);
   const ScoreGrad sg = score_grad(p);
 
   int stage = 0;
   while (n < n_blocks) {
     const int64_t n_next = next_block(n + 1);
+    landed();
+    wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemCols{})), acc_s);
+    wgmma_issue<true>(mma_s, tSrdO, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemCols{})), acc_dp);
     if (n_next < n_blocks) load_kv(n_next, stage ^ 1);
     cute::cp_async_fence();
-    cute::cp_async_wait<1>();
-    __syncthreads();
+    cute::warpgroup_wait<0>();
+    cute::warpgroup_fence_operand(acc_s);
+    cute::warpgroup_fence_operand(acc_dp);
 
-    E* stage_k = col_base + (2 * stage) * T::kColTileElems;
-    E* stage_v = col_base + (2 * stage + 1) * T::kColTileElems;
-    Tensor sK = make_tensor(make_smem_ptr(stage_k), typename T::SmemCols{});
-    Tensor sV = make_tensor(make_smem_ptr(stage_v), typename T::SmemCols{});
-    Tensor acc_s = partition_fragment_C(mma, Shape<Int<kM>, Int<kN>>{});
-    Tensor acc_dp = partition_fragment_C(mma, Shape<Int<kM>, Int<kN>>{});
-    clear(acc_s);
-    clear(acc_dp);
-    Tensor tSrK = thr.partition_fragment_B(sK);
-    gemm_ss(acc_s, tSrQ, tSrK, tSsQ, thr_b.partition_S(sK), mma, load_a, load_b, thr_a, thr_b);
-    Tensor tSrV = thr.partition_fragment_B(sV);
-    gemm_ss(acc_dp, tSrdO, tSrV, tSsdO, thr_b.partition_S(sV), mma, load_a, load_b, thr_a, thr_b);
-
-    const bool full = mask.tile_class(q0, kM, n * kN, kN, m_block, n) == kTileFull;
-    Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
-    Tensor dp = make_tensor(acc_dp.data(), rowcol(acc_dp.layout()));
+    const uint8_t cls = unit_class<kU>(mask, tq_mine, n);
+    Tensor s = make_tensor(acc_s.data(), rowcol_gmma(acc_s.layout()));
+    Tensor dp = make_tensor(acc_dp.data(), rowcol_gmma(acc_dp.layout()));
 #pragma unroll
     for (int r = 0; r < size<0>(s); ++r)
 #pragma unroll
-      for (int c = 0; c < size<1>(s); ++c) {
-        const bool vis = full || mask.visible(q0 + get<0>(tScS_rc(r, c)), n * kN + get<1>(tScS_rc(r, c)));
-        sg.apply(s(r, c), dp(r, c), row_l2[r], row_delta[r], vis);
-      }
+      for (int c = 0; c < size<1>(s); ++c)
+        sg.apply(s(r, c), dp(r, c), row_l2[r], row_delta[r],
+                 visible_in(cls, mask, q0 + get<0>(tScS_rc(r, c)), n * kN + get<1>(tScS_rc(r, c))));
+#pragma unroll
+    for (int i = 0; i < size(acc_dp); ++i) rdS(i) = static_cast<E>(acc_dp(i));
 
     // dQ += dS K.
-    Tensor rdS = converted<E>(acc_dp);
-    Tensor sKt = make_tensor(make_smem_ptr(stage_k), typename T::SmemColsT{});
-    Tensor tOrKt = thr.partition_fragment_B(make_tensor(make_smem_ptr(stage_k), typename T::SmemColsTNoSwizzle{}));
-    gemm_rs(acc_dq, make_tensor(rdS.data(), as_operand_a(rdS.layout())), tOrKt, thr_bt.partition_S(sKt), mma, load_bt, thr_bt);
-    __syncthreads();
+    wgmma_issue<false>(mma_g, tGrdS, thr_g.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemColsT{})), acc_dq);
+    cute::warpgroup_wait<0>();
+    cute::warpgroup_fence_operand(acc_dq);
+    cute::warpgroup_fence_operand(rdS);
     stage ^= 1;
     n = n_next;
   }
   cute::cp_async_wait<0>();
 
-  Tensor cO = make_identity_tensor(Shape<Int<kM>, Int<kD>>{});
-  Tensor tOcO = thr.partition_C(cO);
+  Tensor tGcG = thr_g.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
   E* dq = static_cast<E*>(a.dq) + b * a.dq_strides.batch + h * a.dq_strides.head;
-  store_tile(acc_dq, tOcO, dq, a.dq_strides.row, q0, p.seq_q, p.scale);
+  store_tile(acc_dq, tGcG, dq, a.dq_strides.row, q0, p.seq_q, p.scale);
 }
 
 }  // namespace attnfuzz::flash

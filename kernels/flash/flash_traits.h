@@ -92,8 +92,44 @@ struct ForwardTraits {
                                                   GmemThreads{}, cute::Layout<cute::Shape<cute::_1, cute::_8>>{}));
 };
 
-// The backward's instantiations: one per (head dim, element type).
-template <int D, class E>
-using BackwardTraits = Traits<D, 64, 64, 4, E>;
+// The backward on sm_90a (wgmma, flash_bwd.cuh): both kernels have the forward's shape, a
+// tile of kRows = 128 rows (two warpgroups of 64) resident in shared memory and tiles of
+// kCols = 64 columns streamed through two cp.async stages:
+//   dK, dV: rows = keys (K, V), columns = queries (Q, dO);  dQ: rows = queries (Q, dO), columns = keys (K, V).
+// The two score products (S, dP) are SS wgmma with both operands K-major (head dim
+// contiguous); the gradient products take the scores from registers (RS wgmma) and the
+// streamed tile as an MN-major B operand: the same bytes read through the transposed view
+// SmemColsT, so each streamed tile is stored once and serves both products.
+// The dense mask's tile classes come in kMaskTile x kMaskTile units (backward_tile()): each
+// warpgroup's 64 x 64 part of a step is one unit.
+template <int kHeadDim_, class Element_>
+struct BackwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_, kRows = 128, kCols = 64, kWarps = 8, kThreads = kWarps * 32, kMaskTile = 64;
+  static_assert(kHeadDim % 64 == 0, "the 128-byte swizzle atom is 64 elements wide");
+  using WarpGroups = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;  // along the rows
+  // Scores (rows x columns) from the row tile and the streamed tile.
+  using MmaS = decltype(cute::make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kCols>, cute::Int<kHeadDim>>>(), WarpGroups{}));
+  // Gradients (rows x head dim) += scores (rows x columns) times the streamed tile (columns x head dim).
+  using MmaG = decltype(cute::make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kCols>>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      WarpGroups{}));
+  using SmemRows = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<cute::Int<kRows>, cute::Int<kHeadDim>>{}));
+  using SmemCols = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<cute::Int<kCols>, cute::Int<kHeadDim>>{}));
+  // A streamed tile read as (head dim, columns): the MN-major B operand of the gradient products.
+  using SmemColsT =
+      decltype(cute::composition(SmemCols{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kCols>>{}, cute::GenRowMajor{})));
+  static constexpr int kRowTileElems = kRows * kHeadDim, kColTileElems = kCols * kHeadDim;
+  // Two row tiles, two stages of two column tiles, and per stage the columns' L2 and D' (fp32).
+  static constexpr size_t kSmemBytes = (2 * kRowTileElems + 4 * kColTileElems) * sizeof(Element) + 2 * 2 * kCols * sizeof(float);
+
+  static constexpr int kThreadsPerRow = 64 / 8;
+  using GmemThreads = cute::Layout<cute::Shape<cute::Int<kThreads / kThreadsPerRow>, cute::Int<kThreadsPerRow>>,
+                                   cute::Stride<cute::Int<kThreadsPerRow>, cute::_1>>;
+  using GmemCopy = decltype(cute::make_tiled_copy(cute::Copy_Atom<cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+                                                  GmemThreads{}, cute::Layout<cute::Shape<cute::_1, cute::_8>>{}));
+};
 
 }  // namespace attnfuzz::flash
