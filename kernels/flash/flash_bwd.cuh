@@ -14,6 +14,8 @@
 #include "kernels/flash/flash_gmma.cuh"
 #include "kernels/flash/flash_traits.h"
 
+#include <type_traits>
+
 namespace attnfuzz::flash {
 
 struct BackwardParams {
@@ -56,16 +58,30 @@ __global__ void backward_rows_kernel(const BackwardParams params) {
 struct ScoreGrad {
   float score_factor, cap_factor;
   bool cap;
+  template <bool kCap>
   __device__ __forceinline__ void apply(float& s, float& dp, float l2, float delta, bool visible) const {
-    float x = s * score_factor, dtanh = 1.f;
-    if (cap) {
-      const float t = tanhf(x);
+    float pr, dtanh = 1.f;
+    if constexpr (kCap) {
+      const float t = tanhf(s * score_factor);
       dtanh = 1.f - t * t;
-      x = t * cap_factor;
+      pr = fast_exp2(t * cap_factor - l2);
+    } else {
+      pr = fast_exp2(fmaf(s, score_factor, -l2));
     }
-    const float pr = visible ? fast_exp2(x - l2) : 0.f;
+    pr = visible ? pr : 0.f;
     s = pr;
-    dp = pr * (dp - delta) * dtanh;
+    dp = kCap ? pr * (dp - delta) * dtanh : pr * (dp - delta);
+  }
+  // f(masked, capped), both compile-time constants: the element loop is compiled once per
+  // case, with no per-element branch on either (a full tile reads no mask).
+  template <class F>
+  __device__ __forceinline__ void dispatch(bool masked, F&& f) const {
+    using Yes = std::true_type;
+    using No = std::false_type;
+    if (cap)
+      masked ? f(Yes{}, Yes{}) : f(No{}, Yes{});
+    else
+      masked ? f(Yes{}, No{}) : f(No{}, No{});
   }
 };
 
@@ -85,12 +101,85 @@ __device__ __forceinline__ bool visible_in(uint8_t cls, const MaskView& mask, in
   return cls == kTileFull || (cls == kTilePartial && mask.visible(i, j));
 }
 
+// The loop of both gradient kernels over their visible column tiles c_0, c_1, ... (tile c_j in
+// shared-memory slot j mod kStages, kStages = 3; each tile loads while the previous one is
+// computed).
+//   next(t): the first visible tile at or after t (end: none);  load(t, slot);
+//   scores(slot): S, dP issued (two commit groups);  elementwise(t, slot): P, dS in fp32;
+//   round(): P, dS to 16-bit operands;  grads(slot): the gradient products issued (kGradGroups commit groups)
+// kOverlap (software pipeline): iteration j issues the score products of c_j+1 and the
+// gradient products of c_j back to back, loads c_j+2 into the slot that c_j-1 released, and
+// runs c_j+1's element-wise step while c_j's gradient products are still on the tensor cores;
+// then waits for them and rounds P, dS into the operands of c_j+1's gradient products. A slot
+// is read by two iterations (scores, then gradients), hence three. The price is registers:
+// the gradient operands of c_j stay live during c_j+1's element-wise step, which the dK/dV
+// kernel at D = 128 cannot afford (it spilled, and ptxas serialized its wgmma), so it runs
+// without: scores, element-wise step, gradients, one tile after the other.
+template <int kStages, int kGradGroups, bool kOverlap, class Next, class Load, class Scores, class Elementwise, class Round, class Grads>
+__device__ __forceinline__ void gradient_loop(int64_t end, Next next, Load load, Scores scores, Elementwise elementwise, Round round,
+                                              Grads grads) {
+  static_assert(kStages == 3, "c_j+2 goes into c_j-1's slot");
+  auto next_slot = [](int slot) { return slot == kStages - 1 ? 0 : slot + 1; };
+  int64_t cur = next(0);
+  int64_t nxt = cur < end ? next(cur + 1) : end;
+  if (cur < end) load(cur, 0);
+  if (kOverlap && nxt < end) load(nxt, 1);
+  cute::cp_async_fence();
+  int slot = 0;
+  if constexpr (kOverlap) {
+    if (cur < end) {
+      landed();
+      scores(0);
+      cute::warpgroup_wait<0>();
+      elementwise(cur, 0);
+      round();
+    }
+    while (nxt < end) {
+      const int slot_nxt = next_slot(slot), slot_free = next_slot(slot_nxt);
+      landed();  // c_j+1 is in; every product that read slot_free (c_j-1's) is done in both warpgroups
+      scores(slot_nxt);
+      grads(slot);
+      // The next loads' address arithmetic runs while the tensor cores work.
+      const int64_t nxt2 = next(nxt + 1);
+      if (nxt2 < end) load(nxt2, slot_free);
+      cute::cp_async_fence();
+      cute::warpgroup_wait<kGradGroups>();  // the scores of c_j+1 are done; c_j's gradient products may still run
+      elementwise(nxt, slot_nxt);
+      cute::warpgroup_wait<0>();
+      round();
+      cur = nxt;
+      nxt = nxt2;
+      slot = slot_nxt;
+    }
+    if (cur < end) {
+      grads(slot);
+      cute::warpgroup_wait<0>();
+    }
+  } else {
+    while (cur < end) {
+      landed();  // c_j is in; the products of c_j-1 are done in both warpgroups
+      scores(slot);
+      if (nxt < end) load(nxt, next_slot(slot));
+      cute::cp_async_fence();
+      cute::warpgroup_wait<0>();
+      elementwise(cur, slot);
+      round();
+      grads(slot);
+      cute::warpgroup_wait<0>();
+      cur = nxt;
+      nxt = nxt < end ? next(nxt + 1) : end;
+      slot = next_slot(slot);
+    }
+  }
+  cute::cp_async_wait<0>();  // the row tile's copies, when no tile was visible
+}
+
 // ---- dK, dV: rows = keys (64 per warpgroup), columns = queries ----
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const BackwardParams params) {
   using namespace cute;
   using E = typename T::Element;
-  constexpr int kN = T::kRows, kM = T::kCols, kD = T::kHeadDim, kU = T::kMaskTile;  // kN keys per block, kM queries per step
+  constexpr int kN = T::kRows, kM = T::kCols, kD = T::kHeadDim, kU = T::kMaskTile, kStages = T::kStages;  // kN keys per block, kM queries per step
   static_assert(kM == kU && kN % kU == 0, "a step is one mask unit per warpgroup");
   const Problem& p = params.p;
   const BackwardArgs& a = params.a;
@@ -102,10 +191,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
   E* smem = reinterpret_cast<E*>(smem_raw);
   Tensor sK = make_tensor(make_smem_ptr(smem), typename T::SmemRows{});
   Tensor sV = make_tensor(make_smem_ptr(smem + T::kRowTileElems), typename T::SmemRows{});
-  E* col_base = smem + 2 * T::kRowTileElems;  // stages: [Q0][dO0][Q1][dO1], then per stage [L2][D'] of the columns
-  auto q_tile = [&](int stage) { return col_base + (2 * stage) * T::kColTileElems; };
-  auto do_tile = [&](int stage) { return col_base + (2 * stage + 1) * T::kColTileElems; };
-  float* col_rows = reinterpret_cast<float*>(col_base + 4 * T::kColTileElems);
+  E* col_base = smem + 2 * T::kRowTileElems;  // slots: [Q][dO] each, then per slot [L2][D'] of the columns
+  auto q_tile = [&](int slot) { return col_base + (2 * slot) * T::kColTileElems; };
+  auto do_tile = [&](int slot) { return col_base + (2 * slot + 1) * T::kColTileElems; };
+  float* col_rows = reinterpret_cast<float*>(col_base + 2 * kStages * T::kColTileElems);
 
   typename T::GmemCopy gcopy;
   auto gthr = gcopy.get_thread_slice(tid);
@@ -134,27 +223,23 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
     }
     return s;
   };
-  auto load_cols = [&](int64_t step, int stage) {
+  auto load_cols = [&](int64_t step, int slot) {
     const int64_t h = head_of(step), m = step % m_blocks, q0 = m * kM;
     Tensor gQ = local_tile(head_view<kD, E>(p.q, p.q_strides, b, h, p.seq_q), Shape<Int<kM>, Int<kD>>{}, make_coord(m, 0));
     Tensor gdO = local_tile(head_view<kD, E>(a.d_out, a.d_out_strides, b, h, p.seq_q), Shape<Int<kM>, Int<kD>>{}, make_coord(m, 0));
-    Tensor dQ = gthr.partition_D(make_tensor(make_smem_ptr(q_tile(stage)), typename T::SmemCols{}));
-    Tensor ddO = gthr.partition_D(make_tensor(make_smem_ptr(do_tile(stage)), typename T::SmemCols{}));
+    Tensor dQ = gthr.partition_D(make_tensor(make_smem_ptr(q_tile(slot)), typename T::SmemCols{}));
+    Tensor ddO = gthr.partition_D(make_tensor(make_smem_ptr(do_tile(slot)), typename T::SmemCols{}));
     load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tCc, p.seq_q - q0);
     load_tile<kM>(gcopy, gthr.partition_S(gdO), ddO, tCc, p.seq_q - q0);
     if (tid < 2 * kM) {  // the columns' L2 (threads 0 .. kM-1) and D' (kM .. 2 kM-1)
       const int64_t i = q0 + tid % kM;
-      float* dst = col_rows + stage * 2 * kM + tid;
+      float* dst = col_rows + slot * 2 * kM + tid;
       if (i < p.seq_q)
         cp_async_4(dst, (tid < kM ? params.rows_l2 : params.rows_delta) + (b * p.heads_q + h) * p.seq_q + i);
       else
         *dst = tid < kM ? INFINITY : 0.f;  // P = 0 on a query past the sequence
     }
   };
-
-  int64_t step = next_step(0);
-  if (step < steps) load_cols(step, 0);
-  cute::cp_async_fence();
 
   typename T::MmaS mma_s;
   typename T::MmaG mma_g;
@@ -175,45 +260,48 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
   Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kN>, Int<kM>>{}));
   const ScoreGrad sg = score_grad(p);
 
-  int stage = 0;
-  while (step < steps) {
-    const int64_t step_next = next_step(step + 1);
-    landed();  // this step's Q, dO, L2, D' are in; the other stage is free (the last step's products are done)
-    wgmma_issue<true>(mma_s, tSrK, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(q_tile(stage)), typename T::SmemCols{})), acc_s);
-    wgmma_issue<true>(mma_s, tSrV, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(do_tile(stage)), typename T::SmemCols{})), acc_dp);
-    // The next step's loads go out while the tensor cores work.
-    if (step_next < steps) load_cols(step_next, stage ^ 1);
-    cute::cp_async_fence();
-    cute::warpgroup_wait<0>();
-    cute::warpgroup_fence_operand(acc_s);
-    cute::warpgroup_fence_operand(acc_dp);
-
+  // S^T = K Q^T, dP^T = V dO^T.
+  auto scores = [&](int slot) {
+    wgmma_issue<true>(mma_s, tSrK, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(q_tile(slot)), typename T::SmemCols{})), acc_s);
+    wgmma_issue<true>(mma_s, tSrV, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(do_tile(slot)), typename T::SmemCols{})), acc_dp);
+  };
+  // P^T and dS^T, per query column: its L2 and D' from the slot.
+  auto elementwise = [&](int64_t step, int slot) {
+    warpgroup_fence_operand(acc_s);
+    warpgroup_fence_operand(acc_dp);
     const int64_t q0 = (step % m_blocks) * kM;
     const MaskView mask = view_of(step);
     const uint8_t cls = unit_class<kU>(mask, step % m_blocks, tk_mine);
-    const float* l2 = col_rows + stage * 2 * kM;
+    const float* l2 = col_rows + slot * 2 * kM;
     const float* delta = l2 + kM;
+    sg.dispatch(cls != kTileFull, [&](auto masked, auto capped) {
+#pragma unroll
+      for (int i = 0; i < size(acc_s); ++i) {
+        const int r = get<0>(tScS(i)), c = get<1>(tScS(i));
+        const bool vis = !decltype(masked)::value || visible_in(cls, mask, q0 + c, k0 + r);
+        sg.apply<decltype(capped)::value>(acc_s(i), acc_dp(i), l2[c], delta[c], vis);
+      }
+    });
+  };
+  auto round = [&] {
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(rP);
+    warpgroup_fence_operand(rdS);
 #pragma unroll
     for (int i = 0; i < size(acc_s); ++i) {
-      const int r = get<0>(tScS(i)), c = get<1>(tScS(i));
-      float s = acc_s(i), dp = acc_dp(i);
-      sg.apply(s, dp, l2[c], delta[c], visible_in(cls, mask, q0 + c, k0 + r));
-      rP(i) = static_cast<E>(s);
-      rdS(i) = static_cast<E>(dp);
+      rP(i) = static_cast<E>(acc_s(i));
+      rdS(i) = static_cast<E>(acc_dp(i));
     }
-
-    // dV += P^T dO, dK += dS^T Q (16-bit operands from registers, fp32 accumulation).
-    wgmma_issue<false>(mma_g, tGrP, thr_g.partition_fragment_B(make_tensor(make_smem_ptr(do_tile(stage)), typename T::SmemColsT{})), acc_dv);
-    wgmma_issue<false>(mma_g, tGrdS, thr_g.partition_fragment_B(make_tensor(make_smem_ptr(q_tile(stage)), typename T::SmemColsT{})), acc_dk);
-    cute::warpgroup_wait<0>();
-    cute::warpgroup_fence_operand(acc_dv);
-    cute::warpgroup_fence_operand(acc_dk);
-    cute::warpgroup_fence_operand(rP);
-    cute::warpgroup_fence_operand(rdS);
-    stage ^= 1;
-    step = step_next;
-  }
-  cute::cp_async_wait<0>();
+  };
+  // dV += P^T dO, dK += dS^T Q (16-bit operands from registers, fp32 accumulation).
+  auto grads = [&](int slot) {
+    wgmma_issue<false>(mma_g, tGrP, thr_g.partition_fragment_B(make_tensor(make_smem_ptr(do_tile(slot)), typename T::SmemColsT{})), acc_dv);
+    wgmma_issue<false>(mma_g, tGrdS, thr_g.partition_fragment_B(make_tensor(make_smem_ptr(q_tile(slot)), typename T::SmemColsT{})), acc_dk);
+  };
+  gradient_loop<kStages, 2, false>(steps, next_step, load_cols, scores, elementwise, round, grads);
+  warpgroup_fence_operand(acc_dv);
+  warpgroup_fence_operand(acc_dk);
 
   Tensor tGcG = thr_g.partition_C(make_identity_tensor(Shape<Int<kN>, Int<kD>>{}));
   E* dk = static_cast<E*>(a.dk) + b * a.dk_strides.batch + h_kv * a.dk_strides.head;
@@ -227,7 +315,7 @@ template <class T>
 __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const BackwardParams params) {
   using namespace cute;
   using E = typename T::Element;
-  constexpr int kM = T::kRows, kN = T::kCols, kD = T::kHeadDim, kU = T::kMaskTile;
+  constexpr int kM = T::kRows, kN = T::kCols, kD = T::kHeadDim, kU = T::kMaskTile, kStages = T::kStages;
   static_assert(kN == kU && kM % kU == 0, "a step is one mask unit per warpgroup");
   const Problem& p = params.p;
   const BackwardArgs& a = params.a;
@@ -240,9 +328,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
   E* smem = reinterpret_cast<E*>(smem_raw);
   Tensor sQ = make_tensor(make_smem_ptr(smem), typename T::SmemRows{});
   Tensor sdO = make_tensor(make_smem_ptr(smem + T::kRowTileElems), typename T::SmemRows{});
-  E* col_base = smem + 2 * T::kRowTileElems;  // stages: [K0][V0][K1][V1]
-  auto k_tile = [&](int stage) { return col_base + (2 * stage) * T::kColTileElems; };
-  auto v_tile = [&](int stage) { return col_base + (2 * stage + 1) * T::kColTileElems; };
+  E* col_base = smem + 2 * T::kRowTileElems;  // slots: [K][V] each
+  auto k_tile = [&](int slot) { return col_base + (2 * slot) * T::kColTileElems; };
+  auto v_tile = [&](int slot) { return col_base + (2 * slot + 1) * T::kColTileElems; };
 
   typename T::GmemCopy gcopy;
   auto gthr = gcopy.get_thread_slice(tid);
@@ -269,15 +357,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
     }
     return n;
   };
-  auto load_kv = [&](int64_t n, int stage) {
-    Tensor dK = gthr.partition_D(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemCols{}));
-    Tensor dV = gthr.partition_D(make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemCols{}));
+  auto load_kv = [&](int64_t n, int slot) {
+    Tensor dK = gthr.partition_D(make_tensor(make_smem_ptr(k_tile(slot)), typename T::SmemCols{}));
+    Tensor dV = gthr.partition_D(make_tensor(make_smem_ptr(v_tile(slot)), typename T::SmemCols{}));
     load_tile<kN>(gcopy, gthr.partition_S(local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dK, tCc, p.seq_kv - n * kN);
     load_tile<kN>(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tCc, p.seq_kv - n * kN);
   };
-  int64_t n = next_block(0);
-  if (n < n_blocks) load_kv(n, 0);
-  cute::cp_async_fence();
 
   typename T::MmaS mma_s;
   typename T::MmaG mma_g;
@@ -304,39 +389,40 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
   }
   const ScoreGrad sg = score_grad(p);
 
-  int stage = 0;
-  while (n < n_blocks) {
-    const int64_t n_next = next_block(n + 1);
-    landed();
-    wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemCols{})), acc_s);
-    wgmma_issue<true>(mma_s, tSrdO, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemCols{})), acc_dp);
-    if (n_next < n_blocks) load_kv(n_next, stage ^ 1);
-    cute::cp_async_fence();
-    cute::warpgroup_wait<0>();
-    cute::warpgroup_fence_operand(acc_s);
-    cute::warpgroup_fence_operand(acc_dp);
-
+  // S = Q K^T, dP = dO V^T.
+  auto scores = [&](int slot) {
+    wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(slot)), typename T::SmemCols{})), acc_s);
+    wgmma_issue<true>(mma_s, tSrdO, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(slot)), typename T::SmemCols{})), acc_dp);
+  };
+  auto elementwise = [&](int64_t n, int) {
+    warpgroup_fence_operand(acc_s);
+    warpgroup_fence_operand(acc_dp);
     const uint8_t cls = unit_class<kU>(mask, tq_mine, n);
     Tensor s = make_tensor(acc_s.data(), rowcol_gmma(acc_s.layout()));
     Tensor dp = make_tensor(acc_dp.data(), rowcol_gmma(acc_dp.layout()));
+    sg.dispatch(cls != kTileFull, [&](auto masked, auto capped) {
 #pragma unroll
-    for (int r = 0; r < size<0>(s); ++r)
+      for (int r = 0; r < size<0>(s); ++r)
 #pragma unroll
-      for (int c = 0; c < size<1>(s); ++c)
-        sg.apply(s(r, c), dp(r, c), row_l2[r], row_delta[r],
-                 visible_in(cls, mask, q0 + get<0>(tScS_rc(r, c)), n * kN + get<1>(tScS_rc(r, c))));
+        for (int c = 0; c < size<1>(s); ++c) {
+          const bool vis = !decltype(masked)::value ||
+                           visible_in(cls, mask, q0 + get<0>(tScS_rc(r, c)), n * kN + get<1>(tScS_rc(r, c)));
+          sg.apply<decltype(capped)::value>(s(r, c), dp(r, c), row_l2[r], row_delta[r], vis);
+        }
+    });
+  };
+  auto round = [&] {
+    warpgroup_fence_operand(acc_dq);
+    warpgroup_fence_operand(rdS);
 #pragma unroll
     for (int i = 0; i < size(acc_dp); ++i) rdS(i) = static_cast<E>(acc_dp(i));
-
-    // dQ += dS K.
-    wgmma_issue<false>(mma_g, tGrdS, thr_g.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemColsT{})), acc_dq);
-    cute::warpgroup_wait<0>();
-    cute::warpgroup_fence_operand(acc_dq);
-    cute::warpgroup_fence_operand(rdS);
-    stage ^= 1;
-    n = n_next;
-  }
-  cute::cp_async_wait<0>();
+  };
+  // dQ += dS K.
+  auto grads = [&](int slot) {
+    wgmma_issue<false>(mma_g, tGrdS, thr_g.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(slot)), typename T::SmemColsT{})), acc_dq);
+  };
+  gradient_loop<kStages, 1, true>(n_blocks, next_block, load_kv, scores, elementwise, round, grads);
+  warpgroup_fence_operand(acc_dq);
 
   Tensor tGcG = thr_g.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
   E* dq = static_cast<E*>(a.dq) + b * a.dq_strides.batch + h * a.dq_strides.head;

@@ -94,7 +94,7 @@ struct ForwardTraits {
 
 // The backward on sm_90a (wgmma, flash_bwd.cuh): both kernels have the forward's shape, a
 // tile of kRows = 128 rows (two warpgroups of 64) resident in shared memory and tiles of
-// kCols = 64 columns streamed through two cp.async stages:
+// kCols = 64 columns streamed through kStages = 3 cp.async slots (flash_bwd.cuh's pipeline):
 //   dK, dV: rows = keys (K, V), columns = queries (Q, dO);  dQ: rows = queries (Q, dO), columns = keys (K, V).
 // The two score products (S, dP) are SS wgmma with both operands K-major (head dim
 // contiguous); the gradient products take the scores from registers (RS wgmma) and the
@@ -105,7 +105,8 @@ struct ForwardTraits {
 template <int kHeadDim_, class Element_>
 struct BackwardTraits {
   using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_, kRows = 128, kCols = 64, kWarps = 8, kThreads = kWarps * 32, kMaskTile = 64;
+  static constexpr int kHeadDim = kHeadDim_, kRows = 128, kCols = 64, kWarps = 8, kThreads = kWarps * 32, kMaskTile = 64,
+                       kStages = 3;
   static_assert(kHeadDim % 64 == 0, "the 128-byte swizzle atom is 64 elements wide");
   using WarpGroups = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;  // along the rows
   // Scores (rows x columns) from the row tile and the streamed tile.
@@ -122,8 +123,9 @@ struct BackwardTraits {
   using SmemColsT =
       decltype(cute::composition(SmemCols{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kCols>>{}, cute::GenRowMajor{})));
   static constexpr int kRowTileElems = kRows * kHeadDim, kColTileElems = kCols * kHeadDim;
-  // Two row tiles, two stages of two column tiles, and per stage the columns' L2 and D' (fp32).
-  static constexpr size_t kSmemBytes = (2 * kRowTileElems + 4 * kColTileElems) * sizeof(Element) + 2 * 2 * kCols * sizeof(float);
+  // Two row tiles, kStages slots of two column tiles, and per slot the columns' L2 and D' (fp32).
+  static constexpr size_t kSmemBytes =
+      (2 * kRowTileElems + 2 * kStages * kColTileElems) * sizeof(Element) + kStages * 2 * kCols * sizeof(float);
 
   static constexpr int kThreadsPerRow = 64 / 8;
   using GmemThreads = cute::Layout<cute::Shape<cute::Int<kThreads / kThreadsPerRow>, cute::Int<kThreadsPerRow>>,
