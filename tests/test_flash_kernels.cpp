@@ -103,6 +103,16 @@ std::vector<Case> edge_cases() {
     c.softcap = 2.0;
     out.push_back(c);
   }
+  {  // block-sparse at D = 128, GQA 2:1: the backward's 128-row blocks hold one empty and one
+     // full or partial 64 x 64 mask unit per warpgroup, and the last key block's second
+     // warpgroup lies past the sequence
+    Case c = base_case(27, {1, 4, 2, 256, 320, 128, 128}, DType::bf16);
+    c.mask.kind = MaskExpr::Kind::block_sparse;
+    c.mask.block_q = 64;
+    c.mask.block_kv = 32;
+    c.mask.rows = {"1000001111", "0011110000", "1111000011", "0001111100"};
+    out.push_back(c);
+  }
   {  // many tiles, no mask, Sq != Skv, D = 128 bf16
     Case c = base_case(26, {1, 2, 1, 300, 520, 128, 128}, DType::bf16);
     out.push_back(c);

@@ -10,7 +10,7 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   backward_rows_kernel<D, E><<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(params);
   check_launch("flash backward rows");
-  constexpr size_t smem = (2 * T::kRowTileElems + 4 * T::kColTileElems) * sizeof(E);
+  constexpr size_t smem = T::kSmemBytes;
   cudaFuncSetAttribute(backward_dkdv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   cudaFuncSetAttribute(backward_dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   const dim3 grid_kv(static_cast<unsigned>((p.seq_kv + T::kRows - 1) / T::kRows), static_cast<unsigned>(p.heads_kv),

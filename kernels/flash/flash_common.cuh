@@ -1,7 +1,7 @@
 #pragma once
 // Device pieces every flash kernel shares: the mask (band or dense, by tile class), the
-// global -> shared copies with out-of-range rows zeroed, the two tensor-core products, and
-// the views of an accumulator as rows x columns.
+// global -> shared copies with out-of-range rows zeroed, quad reductions, the tile store.
+// (The wgmma pieces are in flash_gmma.cuh.)
 #include <cutlass/numeric_conversion.h>
 #include <cute/tensor.hpp>
 
@@ -72,31 +72,6 @@ __device__ __forceinline__ MaskView mask_view(const Mask& m, int64_t plane, int6
   return v;
 }
 
-// ---- layouts of an SM80 accumulator ((2, 2), M, N) ----
-// As (rows, columns): ((2, M), (2, N)).
-template <class L>
-__device__ __forceinline__ auto rowcol(L acc) {
-  using namespace cute;
-  auto l = logical_divide(acc, Shape<_2>{});
-  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
-}
-// As the A operand of an m16n8k16 product: ((2, 2, 2), M, N / 2).
-template <class L>
-__device__ __forceinline__ auto as_operand_a(L acc) {
-  using namespace cute;
-  auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});
-  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
-}
-
-// A register tensor converted element by element (fp32 accumulators to 16-bit operands).
-template <class To, class T>
-__device__ __forceinline__ auto converted(const T& t) {
-  auto out = cute::make_tensor<To>(t.layout());
-#pragma unroll
-  for (int i = 0; i < cute::size(t); ++i) out(i) = static_cast<To>(t(i));
-  return out;
-}
-
 // ---- global -> shared, rows at or past `rows` zeroed (their values must not reach a product) ----
 template <class Copy, class S, class D, class C>
 __device__ __forceinline__ void load_rows(Copy copy, const S& src, D& dst, const C& coords, int64_t rows) {
@@ -125,37 +100,6 @@ __device__ __forceinline__ void load_tile(Copy copy, const S& src, D& dst, const
     cute::copy(copy, src, dst);
   else
     load_rows(copy, src, dst, coords, rows);
-}
-
-// acc += A B with both operands in shared memory, staged to registers one k-slice ahead.
-template <class Acc, class RA, class RB, class SA, class SB, class Mma, class CA, class CB, class TA, class TB>
-__device__ __forceinline__ void gemm_ss(Acc& acc, RA& ra, RB& rb, const SA& sa, const SB& sb, Mma mma, CA ca, CB cb, TA ta, TB tb) {
-  using namespace cute;
-  auto ra_view = ta.retile_D(ra);
-  auto rb_view = tb.retile_D(rb);
-  cute::copy(ca, sa(_, _, _0{}), ra_view(_, _, _0{}));
-  cute::copy(cb, sb(_, _, _0{}), rb_view(_, _, _0{}));
-#pragma unroll
-  for (int i = 0; i < size<2>(ra); ++i) {
-    if (i < size<2>(ra) - 1) {
-      cute::copy(ca, sa(_, _, i + 1), ra_view(_, _, i + 1));
-      cute::copy(cb, sb(_, _, i + 1), rb_view(_, _, i + 1));
-    }
-    cute::gemm(mma, ra(_, _, i), rb(_, _, i), acc);
-  }
-}
-
-// acc += A B with A in registers (the scores, as operands) and B in shared memory.
-template <class Acc, class RA, class RB, class SB, class Mma, class CB, class TB>
-__device__ __forceinline__ void gemm_rs(Acc& acc, const RA& ra, RB& rb, const SB& sb, Mma mma, CB cb, TB tb) {
-  using namespace cute;
-  auto rb_view = tb.retile_D(rb);
-  cute::copy(cb, sb(_, _, _0{}), rb_view(_, _, _0{}));
-#pragma unroll
-  for (int i = 0; i < size<2>(ra); ++i) {
-    if (i < size<2>(ra) - 1) cute::copy(cb, sb(_, _, i + 1), rb_view(_, _, i + 1));
-    cute::gemm(mma, ra(_, _, i), rb(_, _, i), acc);
-  }
 }
 
 // Reductions over the four threads that share a row of an m16n8 accumulator.

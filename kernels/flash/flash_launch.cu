@@ -20,8 +20,9 @@ TileShape forward_tile(int head_dim) {
                         : TileShape{ForwardTraits<128, cutlass::bfloat16_t>::kRows, ForwardTraits<128, cutlass::bfloat16_t>::kCols};
 }
 TileShape backward_tile(int head_dim) {
-  return head_dim == 64 ? TileShape{BackwardTraits<64, cutlass::bfloat16_t>::kRows, BackwardTraits<64, cutlass::bfloat16_t>::kCols}
-                        : TileShape{BackwardTraits<128, cutlass::bfloat16_t>::kRows, BackwardTraits<128, cutlass::bfloat16_t>::kCols};
+  // The dense mask's tile classes come in the backward's mask units (each warpgroup's part of a step).
+  const int unit = head_dim == 64 ? BackwardTraits<64, cutlass::bfloat16_t>::kMaskTile : BackwardTraits<128, cutlass::bfloat16_t>::kMaskTile;
+  return TileShape{unit, unit};
 }
 
 bool aligned_for_kernels(const void* ptr, const Strides& s) {

@@ -1,13 +1,12 @@
 #pragma once
 // Tile sizes, element type and head dim of one kernel instantiation, and the CuTe types they
-// imply: the backward's `Traits` (SM80 tensor-core atoms, mma.sync, which run on sm_90) and
-// the forward's `ForwardTraits` (SM90 wgmma atoms, sm_90a; below).
+// imply: SM90 wgmma atoms (sm_90a) for the forward's `ForwardTraits` and the backward's
+// `BackwardTraits`.
 //
-// Every kernel here has the same shape: a tile of kRows rows stays in shared memory, tiles
-// of kCols columns stream through a two-stage cp.async pipeline. Scores (kRows x kCols)
-// come from two shared-memory operands; the second product takes the scores as its A
-// operand straight from registers and the streamed tile, transposed, as B (SM80:
-// ldmatrix.trans; wgmma: an MN-major shared-memory descriptor).
+// Every kernel here has the same shape: a tile of kRows rows (two warpgroups of 64) stays in
+// shared memory, tiles of kCols columns stream through cp.async stages. Scores (kRows x kCols)
+// come from two shared-memory operands (SS wgmma); the second product takes the scores as its
+// A operand straight from registers (RS wgmma) and the streamed tile as an MN-major B operand.
 //   forward: rows = queries (Q), columns = keys (K, V)
 //   dK, dV:  rows = keys (K, V), columns = queries (Q, dO)
 //   dQ:      rows = queries (Q, dO), columns = keys (K, V)
@@ -21,41 +20,6 @@
 #include <type_traits>
 
 namespace attnfuzz::flash {
-
-template <int kHeadDim_, int kRows_, int kCols_, int kWarps_, class Element_, int kMinBlocks_ = 1>
-struct Traits {
-  using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_, kRows = kRows_, kCols = kCols_, kWarps = kWarps_, kThreads = kWarps * 32;
-  static constexpr int kMinBlocks = kMinBlocks_;  // per SM, for __launch_bounds__ (caps the registers)
-  static_assert(kHeadDim % 64 == 0, "the swizzled shared-memory atom is 64 elements wide");
-
-  using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, cute::SM80_16x8x16_F32F16F16F32_TN,
-                                     cute::SM80_16x8x16_F32BF16BF16F32_TN>;
-  // Warps side by side along the rows: each owns 16 x k rows of every product.
-  using TiledMma = cute::TiledMMA<cute::MMA_Atom<MmaAtom>, cute::Layout<cute::Shape<cute::Int<kWarps>, cute::_1, cute::_1>>,
-                                  cute::Tile<cute::Int<16 * kWarps>, cute::_16, cute::_16>>;
-
-  // Shared memory: 8 x 64 atoms, XOR-swizzled so that ldmatrix rows hit distinct banks.
-  using SmemAtom = decltype(cute::composition(cute::Swizzle<3, 3, 3>{},
-                                              cute::Layout<cute::Shape<cute::_8, cute::_64>, cute::Stride<cute::_64, cute::_1>>{}));
-  using SmemRows = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kRows>, cute::Int<kHeadDim>>{}));
-  using SmemCols = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kCols>, cute::Int<kHeadDim>>{}));
-  // A column tile read transposed ([D][kCols]): the B operand of the second product.
-  using SmemColsT =
-      decltype(cute::composition(SmemCols{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kCols>>{}, cute::GenRowMajor{})));
-  using SmemColsTNoSwizzle = decltype(cute::get_nonswizzle_portion(SmemColsT{}));
-  static constexpr int kRowTileElems = kRows * kHeadDim, kColTileElems = kCols * kHeadDim;
-
-  using LoadAtom = cute::Copy_Atom<cute::SM75_U32x4_LDSM_N, Element>;
-  using LoadAtomT = cute::Copy_Atom<cute::SM75_U16x8_LDSM_T, Element>;
-
-  // Global -> shared: 16 bytes per thread per step, 8 threads per 64-element row segment.
-  static constexpr int kThreadsPerRow = 64 / 8;
-  using GmemThreads = cute::Layout<cute::Shape<cute::Int<kThreads / kThreadsPerRow>, cute::Int<kThreadsPerRow>>,
-                                   cute::Stride<cute::Int<kThreadsPerRow>, cute::_1>>;
-  using GmemCopy = decltype(cute::make_tiled_copy(cute::Copy_Atom<cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
-                                                  GmemThreads{}, cute::Layout<cute::Shape<cute::_1, cute::_8>>{}));
-};
 
 namespace GMMA = cute::SM90::GMMA;
 
@@ -92,8 +56,46 @@ struct ForwardTraits {
                                                   GmemThreads{}, cute::Layout<cute::Shape<cute::_1, cute::_8>>{}));
 };
 
-// The backward's instantiations: one per (head dim, element type).
-template <int D, class E>
-using BackwardTraits = Traits<D, 64, 64, 4, E>;
+// The backward on sm_90a (wgmma, flash_bwd.cuh): both kernels have the forward's shape, a
+// tile of kRows = 128 rows (two warpgroups of 64) resident in shared memory and tiles of
+// kCols = 64 columns streamed through kStages = 3 cp.async slots (flash_bwd.cuh's pipeline):
+//   dK, dV: rows = keys (K, V), columns = queries (Q, dO);  dQ: rows = queries (Q, dO), columns = keys (K, V).
+// The two score products (S, dP) are SS wgmma with both operands K-major (head dim
+// contiguous); the gradient products take the scores from registers (RS wgmma) and the
+// streamed tile as an MN-major B operand: the same bytes read through the transposed view
+// SmemColsT, so each streamed tile is stored once and serves both products.
+// The dense mask's tile classes come in kMaskTile x kMaskTile units (backward_tile()): each
+// warpgroup's 64 x 64 part of a step is one unit.
+template <int kHeadDim_, class Element_>
+struct BackwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_, kRows = 128, kCols = 64, kWarps = 8, kThreads = kWarps * 32, kMaskTile = 64,
+                       kStages = 3;
+  static_assert(kHeadDim % 64 == 0, "the 128-byte swizzle atom is 64 elements wide");
+  using WarpGroups = cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>;  // along the rows
+  // Scores (rows x columns) from the row tile and the streamed tile.
+  using MmaS = decltype(cute::make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kCols>, cute::Int<kHeadDim>>>(), WarpGroups{}));
+  // Gradients (rows x head dim) += scores (rows x columns) times the streamed tile (columns x head dim).
+  using MmaG = decltype(cute::make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kCols>>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      WarpGroups{}));
+  using SmemRows = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<cute::Int<kRows>, cute::Int<kHeadDim>>{}));
+  using SmemCols = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, cute::Shape<cute::Int<kCols>, cute::Int<kHeadDim>>{}));
+  // A streamed tile read as (head dim, columns): the MN-major B operand of the gradient products.
+  using SmemColsT =
+      decltype(cute::composition(SmemCols{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kCols>>{}, cute::GenRowMajor{})));
+  static constexpr int kRowTileElems = kRows * kHeadDim, kColTileElems = kCols * kHeadDim;
+  // Two row tiles, kStages slots of two column tiles, and per slot the columns' L2 and D' (fp32).
+  static constexpr size_t kSmemBytes =
+      (2 * kRowTileElems + 2 * kStages * kColTileElems) * sizeof(Element) + kStages * 2 * kCols * sizeof(float);
+
+  static constexpr int kThreadsPerRow = 64 / 8;
+  using GmemThreads = cute::Layout<cute::Shape<cute::Int<kThreads / kThreadsPerRow>, cute::Int<kThreadsPerRow>>,
+                                   cute::Stride<cute::Int<kThreadsPerRow>, cute::_1>>;
+  using GmemCopy = decltype(cute::make_tiled_copy(cute::Copy_Atom<cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+                                                  GmemThreads{}, cute::Layout<cute::Shape<cute::_1, cute::_8>>{}));
+};
 
 }  // namespace attnfuzz::flash
