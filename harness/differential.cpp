@@ -373,7 +373,13 @@ class DifferentialSession::Impl {
       in.sigma = error_model ? &error_model->sigma[i] : nullptr;
       in.row_dof = error_model ? &error_model->row_dof[i] : nullptr;
       in.skip_rows = q_indexed(t) ? &skip_ : nullptr;
-      in.tiny = t == Output::LSE ? 0.0 : smallest_subnormal(c_.dtype);
+      // A product below fp32's smallest normal is flushed (FTZ kernels, tensor cores), so each
+      // of the L terms of an element's reduction may lose up to 2^-126: a floor on the allowance
+      // (P itself below 2^-126 is the error model's underflow term). Beside the storage type's
+      // smallest subnormal it matters only for elements near 1e-35 (H-4: dV rows of 1e-37).
+      const double reduction_length = t == Output::O || t == Output::dQ ? static_cast<double>(c_.shape.seq_kv)
+                                                                         : static_cast<double>(c_.shape.seq_q * c_.shape.group());
+      in.tiny = t == Output::LSE ? 0.0 : std::max(smallest_subnormal(c_.dtype), kSmallestNormalF32 * reduction_length);
       TensorVerdict v = judge_tensor(name, in, opt_.rule);
       double rung_max = 0;  // the max error of the fingerprinted rung's emulation
       if (opt_.fingerprint_all || !v.pass) {

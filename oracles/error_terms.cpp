@@ -3,13 +3,11 @@
 #include <array>
 #include <cmath>
 
+#include "harness/dtype.h"
 #include "oracles/reference.h"
 
 namespace attnfuzz {
 namespace {
-
-// fp32's smallest normal number, 2^-126 (harness/error_model.h, "underflow").
-constexpr double kSmallestNormalF32 = 1.1754943508222875e-38;
 
 // Root of a matrix of sums of squares (rounding can leave tiny negatives from expansions).
 Mat root(const Mat& sq) { return sq.cwiseMax(0.0).cwiseSqrt(); }

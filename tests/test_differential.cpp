@@ -336,7 +336,6 @@ class ZeroesKeyRows final : public Backend {
 };
 
 TEST(Verdict, KeysFlushedToZeroAreNoFalseAlarmAndSmallNormalKeysStillCount) {
-  constexpr double kSmallestNormalF32 = 1.1754943508222875e-38;
   Case c;
   c.shape = {1, 1, 1, 12, 48, 16, 16};
   c.dtype = DType::f32;
