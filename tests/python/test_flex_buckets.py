@@ -2,6 +2,8 @@
 the shape: eager flex_attention on the padded problem gives the float64 Minimal adapter's O, LSE,
 dQ, dK, dV of the unpadded one (to fp32 rounding), for GQA groups of 1 to 3, head dims below and above 16, Dqk != Dv, softcaps,
 a given scale, fully masked rows and a dLSE. (The compiled kernel itself runs on CUDA only.)
+FlexEager too, on the same problems: two softcaps in a row once made its backward fail inside
+torch (a captured Python float; docs/findings/README.md).
     python test_flex_buckets.py PACKAGE_DIR
 """
 import sys
@@ -18,7 +20,7 @@ except ImportError as e:
 
 from attnfuzz_py import Problem  # noqa: E402
 from attnfuzz_py.adapters import flex_buckets  # noqa: E402
-from attnfuzz_py.adapters.flex import _cpu_backward_allowed  # noqa: E402
+from attnfuzz_py.adapters.flex import FlexEager, _cpu_backward_allowed  # noqa: E402
 from attnfuzz_py.adapters.minimal import Minimal  # noqa: E402
 
 
@@ -35,6 +37,7 @@ def main():
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     exact = Minimal()
+    eager = FlexEager(device="cpu")
     worst, cases = 0.0, 0
     for (b, hkv, g, sq, skv, dqk, dv, softcap, scale) in [(1, 1, 1, 5, 7, 6, 6, None, None), (2, 2, 3, 9, 4, 16, 5, 3.5, None),
                                                           (1, 3, 2, 17, 33, 20, 40, None, 0.3), (2, 1, 4, 1, 3, 33, 16, 10.0, 0.9),
@@ -49,7 +52,11 @@ def main():
         want += [x.float() for x in exact.backward(p, q, k, v, want[0], want[1], d_o, d_lse)]
         with _cpu_backward_allowed():
             got += list(flex_buckets.backward(fa.flex_attention, torch.autograd.grad, p, q, k, v, d_o, d_lse, "cpu"))
-        for name, w, x in zip(["O", "LSE", "dQ", "dK", "dV"], want, got):
+        flex_eager = list(eager.forward(p, q, k, v))
+        flex_eager += list(eager.backward(p, q, k, v, flex_eager[0], flex_eager[1], d_o, d_lse))
+        pairs = [(f"{n} (buckets)", w, x) for n, w, x in zip(["O", "LSE", "dQ", "dK", "dV"], want, got)]
+        pairs += [(f"{n} (FlexEager)", w, x) for n, w, x in zip(["O", "LSE", "dQ", "dK", "dV"], want, flex_eager)]
+        for name, w, x in pairs:
             if w.shape != x.shape:
                 print(f"FAIL {name} shape {tuple(x.shape)}, expected {tuple(w.shape)} (problem {b, hkv, g, sq, skv, dqk, dv})")
                 return 1
@@ -63,7 +70,7 @@ def main():
                 print(f"FAIL {name}: max difference {err:.3g} (problem {b, hkv, g, sq, skv, dqk, dv})")
                 return 1
         cases += 1
-    print(f"flex buckets: {cases} problems, padded = unpadded within {worst:.2g} (relative), O LSE dQ dK dV")
+    print(f"flex buckets: {cases} problems, padded flex_attention and FlexEager = float64 within {worst:.2g} (relative), O LSE dQ dK dV")
     return 0
 
 

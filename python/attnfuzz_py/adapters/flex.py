@@ -89,7 +89,11 @@ class FlexEager(Adapter):
     def _attend(self, p, q, k, v):
         score_mod = None
         if p.softcap is not None:
-            c = p.softcap
+            # c as a tensor, not a Python float: eager flex_attention's backward goes through an
+            # internal torch.compile, which fails (PendingUnbackedSymbolNotFound) once a captured
+            # float changes between calls (torch 2.11; docs/findings, standalone script). The
+            # product is the same fp32 one: the scores are fp32 in either case.
+            c = torch.tensor(p.softcap, dtype=torch.float32, device=self.device)
 
             def score_mod(score, b, h, q_idx, kv_idx):
                 return c * torch.tanh(score / c)
