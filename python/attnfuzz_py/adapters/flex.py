@@ -16,8 +16,8 @@ LSE, so FlexCompiled declines the CPU with that reason.
 
 Recompiles: torch.compile specializes on every new shape, dtype, scale and mask, and after its
 recompile limit (8) silently falls back to eager. FlexCompiled (shapes=bucketed, the default)
-compiles with dynamic B and S and pads everything else to a few buckets (flex_buckets.py), so a
-campaign compiles each of a few kernels once; it also raises the limits to 2^20, makes hitting
+pads heads and head dims to a few buckets, compiles the forward with dynamic B and S and pads
+them for the backward (flex_buckets.py), so a campaign compiles each of a few kernels once; it also raises the limits to 2^20, makes hitting
 a limit an error (fail_on_recompile_limit_hit), compiles with fullgraph=True (a graph break is
 an error), and watches every call for FlexAttention's "called without torch.compile()" warning:
 a fallback is reported as an error of the call, never tested as "compiled". Compile time
@@ -132,9 +132,10 @@ _SHAPES = ("bucketed", "static")
 
 
 class FlexCompiled(FlexEager):
-    """torch.compile(flex_attention). shapes=bucketed (default): dynamic B and S, the rest padded
-    to a few buckets (flex_buckets.py), so a campaign compiles each kernel once; shapes=static:
-    the call as it is, the mask as its expression, one compile per new shape, scale and mask."""
+    """torch.compile(flex_attention). shapes=bucketed (default): heads and head dims padded to a
+    few buckets, the forward with dynamic B and S, the backward with B and S padded to buckets
+    too (flex_buckets.py), so a campaign compiles each kernel once; shapes=static: the call as it
+    is, the mask as its expression, one compile per new shape, scale and mask."""
     name = "flex_compiled"
 
     def __init__(self, device=None, shapes="bucketed"):
@@ -143,20 +144,28 @@ class FlexCompiled(FlexEager):
             raise ValueError(f"shapes={shapes}: one of {', '.join(_SHAPES)}")
         self.shapes = shapes
         self.version = (f"torch {torch.__version__}, torch.compile(fullgraph, "
-                        + ("dynamic B and S, bucketed heads and head dims" if shapes == "bucketed" else "static shapes")
-                        + ", recompile limit 2^20)")
+                        + ("bucketed heads and head dims; forward: dynamic B and S; backward: bucketed B and S"
+                           if shapes == "bucketed" else "static shapes") + ", recompile limit 2^20)")
         _raise_compile_limits()
-        dynamic = shapes == "bucketed"
-        if dynamic:  # a size of 1 is not a shape of its own (B = 1, Sq = 1)
+        self._fn = torch.compile(fa.flex_attention, fullgraph=True, dynamic=False)
+        self._fn_forward = self._fn
+        if shapes == "bucketed":  # the forward with symbolic B, S; a size of 1 is not a shape of its own
             import torch.fx.experimental._config as fx_config
             fx_config.backed_size_oblivious = True
-        self._fn = torch.compile(fa.flex_attention, fullgraph=True, dynamic=dynamic)
+            self._fn_forward = torch.compile(fa.flex_attention, fullgraph=True, dynamic=True)
         watch_torch_compile()
         self._stats = {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}
 
     def supports(self, p):
         if self.device == "cpu":
             return "torch.compile(flex_attention) on CPU runs inference only, without LSE (torch 2.11): use device=cuda"
+        dqk, dv = flex_buckets.bucket(p.head_dim_qk, 16), flex_buckets.bucket(p.head_dim_v, 16)
+        if p.dtype != "fp32" and dv == 256 and dqk < 256:
+            # Measured on the H200: Inductor has no flex backward config that fits the shared
+            # memory (Dqk=128, Dv=256, bf16: "out of resource: Required 246784, Hardware limit
+            # 232448"); the kernel rounds head dims up to powers of two, so this is by the rounded dims.
+            return (f"torch.compile(flex_attention): no backward kernel fits the GPU's shared memory for head dims rounded to "
+                    f"Dqk={dqk} < Dv=256 in 16-bit (torch 2.11, H200)")
         if self.shapes == "static" and min(p.head_dim_qk, p.head_dim_v) < 16:
             # Inductor's lowering refuses them (torch 2.11: "NYI: embedding dimension of the
             # query, key, and value must be at least 16"); eager FlexAttention takes them.
@@ -196,15 +205,13 @@ class FlexCompiled(FlexEager):
         if self.shapes == "static":
             return super().forward(p, q, k, v)
         with torch.no_grad():
-            return flex_buckets.forward(self._call_fn, p, q, k, v, self.device)
+            return flex_buckets.forward(lambda *a, **kw: self._call(self._fn_forward, *a, **kw), p, q, k, v, self.device)
 
     def backward(self, p, q, k, v, o, lse, d_o, d_lse):
         if self.shapes == "static":
             return super().backward(p, q, k, v, o, lse, d_o, d_lse)
-        return flex_buckets.backward(self._call_fn, self._grad, p, q, k, v, d_o, d_lse, self.device)
-
-    def _call_fn(self, *args, **kwargs):
-        return self._call(self._fn, *args, **kwargs)
+        return flex_buckets.backward(lambda *a, **kw: self._call(self._fn, *a, **kw), self._grad, p, q, k, v, d_o, d_lse,
+                                     self.device)
 
     def stats(self):
         out, self._stats = self._stats, {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}

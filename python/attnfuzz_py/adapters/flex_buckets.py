@@ -3,8 +3,7 @@ campaign reuses it (FlexCompiled's default, shapes=bucketed).
 
 torch.compile specializes flex_attention on the dtype, the head dims, the head counts (the GQA
 group is a constant of the kernel), a float scale, the mask_mod's code and its closure's Python
-numbers, and the strides; B, Sq and Skv can stay symbolic (dynamic=True, with sizes of 1 not
-specialized: backed_size_oblivious). So each call is put in that form, exactly:
+numbers, and the strides. So each call is put in a fixed form, exactly:
 
 - head dims: Q, K padded with zero columns up to Dqk' = the next power of two >= 16, V and dO up
   to Dv' the same way. Zero columns add exact zeros to every dot product (the kernel itself
@@ -12,80 +11,90 @@ specialized: backed_size_oblivious). So each call is put in that form, exactly:
   are dropped.
 - heads: kv heads padded to Hkv' (a power of two >= 4), the query heads of each kv head to
   G' = 1 (no GQA) or 4 (or the next power of two), all padding zero. A padded query head has
-  dO = 0 and dLSE = 0, so it adds exact zeros to dK and dV of its kv head; its outputs are
-  dropped.
-- the mask: the harness's dense mask, looked up by one mask_mod (padded heads see every key):
-  one function, whatever the expression.
+  dO = 0 and dLSE = 0, so it adds exact zeros to dK and dV of its kv head.
+- B, Sq, Skv: symbolic in the forward (dynamic=True, sizes of 1 not specialized). The backward
+  (forward and backward of a training graph) pads them instead: torch 2.11 compiles the
+  backward of a dynamic-shape flex_attention with the strides of its first call written in,
+  and the next sequence length fails its stride assertion (measured on the H200,
+  docs/python-backends.md). So there B' = the next power of two >= 2, and Sq', Skv' = 32, 128,
+  512, 2048, ... (the smallest >= S): padded queries see every key, with dO = 0 and dLSE = 0
+  (exact zeros in dK, dV); padded keys are masked for every real query; padded batches are zero.
+- the mask: the harness's dense mask, looked up by one mask_mod (padding as above): one
+  function, whatever the expression.
 - the scale: scale=1.0 to flex_attention, the real scale applied first in the score_mod from a
   captured fp32 tensor (the same fp32 product the kernel makes with its scale; the softcap's c
   is a captured tensor as well).
 
-So the compiled kernel is keyed by (dtype, Dqk', Dv', G', softcap or not): 12 kernels at the toy
-tier. What this does not test: head dims that are not powers of two (the kernel's masked
-loads of them), the caller's strides (the padded tensors are contiguous BHSD), the GQA group
-sizes 2 and 3, mask_mods other than a lookup (FlexEager tests the expressions).
+Padded results are dropped. What this does not test of the compiled kernel: head dims that are
+not powers of two (its masked loads of them), the caller's strides (padded tensors are
+contiguous BHSD), GQA groups of 2 and 3, mask_mods other than a lookup (FlexEager runs the
+expressions), and in the backward, sequence lengths other than the buckets.
 """
 import torch
 import torch.nn.attention.flex_attention as fa
 
 
-def bucket(n, floor):
-    """The next power of two >= max(n, floor)."""
+def bucket(n, floor, factor=2):
+    """The smallest floor * factor^k >= n."""
     b = floor
     while b < n:
-        b *= 2
+        b *= factor
     return b
 
 
 class Buckets:
-    """The padded shape of one problem, and the copies in and out of it."""
+    """The padded shape of one problem (pad_seq: B, Sq, Skv too), and the copies in and out of it."""
 
-    def __init__(self, p):
+    def __init__(self, p, pad_seq):
         self.p = p
         self.hkv = bucket(p.heads_kv, 4)
         self.g = 1 if p.group == 1 else bucket(p.group, 4)
         self.dqk = bucket(p.head_dim_qk, 16)
         self.dv = bucket(p.head_dim_v, 16)
-
-    def pad(self, x, heads_per_kv, d):
-        """[B][Hkv*g][S][D] -> [B][Hkv'*heads_per_kv'][S][D'] zero padded, contiguous, a leaf."""
-        p = self.p
-        b, _, s, dx = x.shape
-        g = x.shape[1] // p.heads_kv
-        out = torch.zeros(b, self.hkv, heads_per_kv, s, d, dtype=x.dtype, device=x.device)
-        out[:, :p.heads_kv, :g, :, :dx] = x.reshape(b, p.heads_kv, g, s, dx)
-        return out.view(b, self.hkv * heads_per_kv, s, d)
+        self.b = bucket(p.batch, 2) if pad_seq else p.batch
+        self.sq = bucket(p.seq_q, 32, 4) if pad_seq else p.seq_q
+        self.skv = bucket(p.seq_kv, 32, 4) if pad_seq else p.seq_kv
 
     def pad_rows(self, x):
-        """LSE-shaped [B][Hq][Sq] -> [B][Hkv'*G'][Sq], zeros in the padding."""
+        """LSE-shaped [B][Hq][Sq] -> [B'][Hkv'*G'][Sq'], zeros in the padding."""
         p = self.p
-        out = torch.zeros(x.shape[0], self.hkv, self.g, x.shape[-1], dtype=x.dtype, device=x.device)
-        out[:, :p.heads_kv, :p.group] = x.reshape(x.shape[0], p.heads_kv, p.group, x.shape[-1])
-        return out.view(x.shape[0], self.hkv * self.g, x.shape[-1])
+        out = torch.zeros(self.b, self.hkv, self.g, self.sq, dtype=x.dtype, device=x.device)
+        out[:p.batch, :p.heads_kv, :p.group, :p.seq_q] = x.reshape(p.batch, p.heads_kv, p.group, p.seq_q)
+        return out.view(self.b, self.hkv * self.g, self.sq)
 
-    def unpad(self, x, per_kv_head, d):
-        """Drops the padding: [B][Hkv'*G'][S][D'] (or [B][Hkv'][S][D'] per kv head) -> logical."""
+    def unpad(self, x, query_heads, d=None):
+        """Drops the padding: [B'][Hkv'*G'][Sq'](...) or, per kv head, [B'][Hkv'][Skv'][D'] -> logical."""
         p = self.p
-        if per_kv_head:
-            return x[:, :p.heads_kv, :, :d]
-        b, _, s = x.shape[:3]
-        y = x.view(b, self.hkv, self.g, s, *x.shape[3:])[:, :p.heads_kv, :p.group]
+        if not query_heads:
+            return x[:p.batch, :p.heads_kv, :p.seq_kv, :d]
+        y = x.view(self.b, self.hkv, self.g, *x.shape[2:])[:p.batch, :p.heads_kv, :p.group, :p.seq_q]
         y = y[..., :d] if d is not None else y
-        return y.reshape(b, p.heads_q, s, *y.shape[4:])
+        return y.reshape(p.batch, p.heads_q, p.seq_q, *y.shape[4:])
 
     def inputs(self, q, k, v):
-        return (self.pad(q, self.g, self.dqk), self.pad(k, 1, self.dqk), self.pad(v, 1, self.dv))
+        return (self.pad(q, True, self.dqk), self.pad(k, False, self.dqk), self.pad(v, False, self.dv))
+
+    def pad(self, x, query_heads, dp):
+        """[B][H][S][D] (query heads or kv heads) -> [B'][Hkv' * (G' or 1)][S'][dp], zeros in the padding."""
+        p = self.p
+        b, _, s, d = x.shape
+        g, gp, sp = (p.group, self.g, self.sq) if query_heads else (1, 1, self.skv)
+        out = torch.zeros(self.b, self.hkv, gp, sp, dp, dtype=x.dtype, device=x.device)
+        out[:b, :p.heads_kv, :g, :s, :d] = x.reshape(b, p.heads_kv, g, s, d)
+        return out.view(self.b, self.hkv * gp, sp, dp)
 
     def block_mask(self, device):
-        """The dense mask as a mask_mod and BlockMask over the padded heads (padding: all visible)."""
+        """The dense mask as a mask_mod and BlockMask over the padded problem."""
         p = self.p
-        dense = torch.ones(p.batch, self.hkv, self.g, p.seq_q, p.seq_kv, dtype=torch.bool, device=device)
-        dense[:, :p.heads_kv, :p.group] = p.dense_mask(device).view(p.batch, p.heads_kv, p.group, p.seq_q, p.seq_kv)
-        dense = dense.view(p.batch, self.hkv * self.g, p.seq_q, p.seq_kv)
+        dense = torch.ones(self.b, self.hkv, self.g, self.sq, self.skv, dtype=torch.bool, device=device)
+        dense[:p.batch, :p.heads_kv, :p.group, :p.seq_q, p.seq_kv:] = False  # padded keys: no real query sees them
+        dense[:p.batch, :p.heads_kv, :p.group, :p.seq_q, :p.seq_kv] = \
+            p.dense_mask(device).view(p.batch, p.heads_kv, p.group, p.seq_q, p.seq_kv)
+        dense = dense.view(self.b, self.hkv * self.g, self.sq, self.skv)
 
         def mask_mod(b, h, q_idx, kv_idx):
             return dense[b, h, q_idx, kv_idx]
-        return fa.create_block_mask(mask_mod, p.batch, self.hkv * self.g, p.seq_q, p.seq_kv, device=device)
+        return fa.create_block_mask(mask_mod, self.b, self.hkv * self.g, self.sq, self.skv, device=device)
 
     def score_mod(self, device):
         """The scale (and the softcap) as a score_mod on captured fp32 tensors."""
@@ -101,28 +110,25 @@ class Buckets:
             return cap * torch.tanh(score * scale / cap)
         return capped
 
-
-def attend(fn, p, q, k, v, device):
-    """flex_attention (fn: compiled or not) on the padded problem: (O', LSE') padded, and the padded inputs."""
-    b = Buckets(p)
-    qp, kp, vp = b.inputs(q, k, v)
-    out, aux = fn(qp, kp, vp, score_mod=b.score_mod(device), block_mask=b.block_mask(device), scale=1.0,
-                  enable_gqa=b.g > 1, return_aux=fa.AuxRequest(lse=True))
-    return b, (qp, kp, vp), out, aux.lse
+    def attend(self, fn, q, k, v, device):
+        return fn(q, k, v, score_mod=self.score_mod(device), block_mask=self.block_mask(device), scale=1.0,
+                  enable_gqa=self.g > 1, return_aux=fa.AuxRequest(lse=True))
 
 
 def forward(fn, p, q, k, v, device):
-    b, _, out, lse = attend(fn, p, q, k, v, device)
-    return b.unpad(out, False, p.head_dim_v), b.unpad(lse, False, None)
+    """O, LSE of flex_attention (fn: compiled with dynamic B and S, or not) on the padded heads and head dims."""
+    b = Buckets(p, pad_seq=False)
+    out, aux = b.attend(fn, *b.inputs(q, k, v), device)
+    return b.unpad(out, True, p.head_dim_v), b.unpad(aux.lse, True)
 
 
 def backward(fn, grad, p, q, k, v, d_o, d_lse, device):
-    """dQ, dK, dV by autograd through the padded call; grad(outputs, inputs, grad_outputs) runs it."""
-    b = Buckets(p)
+    """dQ, dK, dV by autograd through the padded call (fn: compiled with static shapes, or not);
+    grad(outputs, inputs, grad_outputs) runs the backward."""
+    b = Buckets(p, pad_seq=True)
     qp, kp, vp = (x.requires_grad_() for x in b.inputs(q, k, v))
-    out, aux = fn(qp, kp, vp, score_mod=b.score_mod(device), block_mask=b.block_mask(device), scale=1.0,
-                  enable_gqa=b.g > 1, return_aux=fa.AuxRequest(lse=True))
-    g_o = b.pad(d_o.to(out.dtype), b.g, b.dv)
+    out, aux = b.attend(fn, qp, kp, vp, device)
+    g_o = b.pad(d_o.to(out.dtype), True, b.dv)
     g_lse = b.pad_rows(d_lse.to(aux.lse.dtype))
     dq, dk, dv = grad([out, aux.lse], [qp, kp, vp], [g_o, g_lse])
-    return b.unpad(dq, False, p.head_dim_qk), b.unpad(dk, True, p.head_dim_qk), b.unpad(dv, True, p.head_dim_v)
+    return b.unpad(dq, True, p.head_dim_qk), b.unpad(dk, False, p.head_dim_qk), b.unpad(dv, False, p.head_dim_v)
