@@ -1,11 +1,14 @@
-"""torch.compile(flex_attention, dynamic=True) (torch 2.11, CUDA): the backward of a second
-sequence length fails an assert_size_stride that holds the first call's strides. Plain PyTorch.
+"""torch.compile(flex_attention, dynamic=True) with backed_size_oblivious (torch 2.11, CUDA): the
+backward of a second sequence length fails an assert_size_stride that holds the first call's
+strides. Without backed_size_oblivious the same calls pass. Plain PyTorch.
 
     python flex_compiled_dynamic_backward_strides.py
 
 Seen by attnfuzz's FlexCompiled with dynamic shapes on the H200: "AssertionError: expected size
 4==4, stride 192==208 at dim=1" (S = 12 after S = 13, D = 16), in every case whose composition
-calls the kernel at two sequence lengths.
+calls the kernel at two sequence lengths. On the H200 (2026-11-30):
+    backed_size_oblivious=True: ok for S = [13], then FAILS AssertionError: expected size 4==4, stride 192==208 at dim=1
+    backed_size_oblivious=False: S = 13, 12, 40 all ok
 """
 import warnings
 

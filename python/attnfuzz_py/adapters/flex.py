@@ -25,6 +25,7 @@ a fallback is reported as an error of the call, never tested as "compiled". Comp
 stats(), and the watchdogs do not count it. shapes=static: each shape compiled for itself.
 """
 import contextlib
+import sys
 import time
 import warnings
 
@@ -154,18 +155,21 @@ class FlexCompiled(FlexEager):
             fx_config.backed_size_oblivious = True
             self._fn_forward = torch.compile(fa.flex_attention, fullgraph=True, dynamic=True)
         watch_torch_compile()
-        self._stats = {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}
+        self._stats = {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}  # since the last reply
+        self._totals = {"compile_s": 0.0, "compiles": 0, "run_s": 0.0, "calls": 0}  # since the start
+        self._fallbacks = 0
 
     def supports(self, p):
         if self.device == "cpu":
             return "torch.compile(flex_attention) on CPU runs inference only, without LSE (torch 2.11): use device=cuda"
         dqk, dv = flex_buckets.bucket(p.head_dim_qk, 16), flex_buckets.bucket(p.head_dim_v, 16)
-        if p.dtype != "fp32" and dv == 256 and dqk < 256:
-            # Measured on the H200: Inductor has no flex backward config that fits the shared
-            # memory (Dqk=128, Dv=256, bf16: "out of resource: Required 246784, Hardware limit
-            # 232448"); the kernel rounds head dims up to powers of two, so this is by the rounded dims.
-            return (f"torch.compile(flex_attention): no backward kernel fits the GPU's shared memory for head dims rounded to "
-                    f"Dqk={dqk} < Dv=256 in 16-bit (torch 2.11, H200)")
+        if p.dtype != "fp32" and (dqk, dv) == (128, 256):
+            # Measured twice on the H200 (torch 2.11): the flex backward for Dqk=128, Dv=256 in bf16
+            # has no config that fits the shared memory ("out of resource: Required 246784,
+            # Hardware limit 232448"); (16, 256), (64, 256), (256, 256), (256, 128) compile. The
+            # kernel rounds head dims up to powers of two, so this is by the rounded dims.
+            return ("torch.compile(flex_attention): no backward kernel fits the GPU's shared memory for head dims rounded to "
+                    "Dqk=128, Dv=256 in 16-bit (torch 2.11, H200)")
         if self.shapes == "static" and min(p.head_dim_qk, p.head_dim_v) < 16:
             # Inductor's lowering refuses them (torch 2.11: "NYI: embedding dimension of the
             # query, key, and value must be at least 16"); eager FlexAttention takes them.
@@ -187,11 +191,19 @@ class FlexCompiled(FlexEager):
             dt = time.perf_counter() - t0
         if any(_EAGER_WARNING in str(w.message) for w in caught):
             self._stats["fallbacks"] += 1
+            self._fallbacks += 1
+            print(f"py.{self.name}: FELL BACK TO EAGER (fallbacks={self._fallbacks})", file=sys.stderr, flush=True)
             raise RuntimeError("torch.compile(flex_attention) fell back to eager: this call did not test the compiled kernel")
         c1, n1 = compile_totals()
         self._stats["compile_s"] += c1 - c0
         self._stats["compiles"] += n1 - n0
         self._stats["run_s"] += max(0.0, dt - (c1 - c0))
+        for k in self._totals:
+            self._totals[k] += {"compile_s": c1 - c0, "compiles": n1 - n0, "run_s": max(0.0, dt - (c1 - c0)), "calls": 1}[k]
+        if n1 > n0:  # a campaign's workers are killed at its end, before the backend prints its stats: a line per compile
+            t = self._totals
+            print(f"py.{self.name}: compiled ({c1 - c0:.1f} s); so far compile_s={t['compile_s']:.1f} compiles={t['compiles']} "
+                  f"run_s={t['run_s']:.1f} calls={t['calls']} fallbacks={self._fallbacks}", file=sys.stderr, flush=True)
         return out
 
     def _call(self, fn, *args, **kwargs):

@@ -12,12 +12,13 @@ numbers, and the strides. So each call is put in a fixed form, exactly:
 - heads: kv heads padded to Hkv' (a power of two >= 4), the query heads of each kv head to
   G' = 1 (no GQA) or 4 (or the next power of two), all padding zero. A padded query head has
   dO = 0 and dLSE = 0, so it adds exact zeros to dK and dV of its kv head.
-- B, Sq, Skv: symbolic in the forward (dynamic=True, sizes of 1 not specialized). The backward
-  (forward and backward of a training graph) pads them instead: torch 2.11 compiles the
-  backward of a dynamic-shape flex_attention with the strides of its first call written in,
-  and the next sequence length fails its stride assertion (measured on the H200,
-  docs/python-backends.md). So there B' = the next power of two >= 2, and Sq', Skv' = 32, 128,
-  512, 2048, ... (the smallest >= S): padded queries see every key, with dO = 0 and dLSE = 0
+- B, Sq, Skv: symbolic in the forward (dynamic=True, sizes of 1 not specialized:
+  backed_size_oblivious). The backward (forward and backward of a training graph) pads them
+  instead: with backed_size_oblivious, torch 2.11 compiles the backward of a dynamic-shape
+  flex_attention with the strides of its first call written in, and the next sequence length
+  fails its stride assertion (measured on the H200; docs/findings/standalone/
+  flex_compiled_dynamic_backward_strides.py). So there B' = the next power of two >= 2, and
+  Sq', Skv' = 32, 128, 512, 2048, ... (the smallest >= S): padded queries see every key, with dO = 0 and dLSE = 0
   (exact zeros in dK, dV); padded keys are masked for every real query; padded batches are zero.
 - the mask: the harness's dense mask, looked up by one mask_mod (padding as above): one
   function, whatever the expression.
