@@ -195,11 +195,10 @@ class FlexCompiled(FlexEager):
             print(f"py.{self.name}: FELL BACK TO EAGER (fallbacks={self._fallbacks})", file=sys.stderr, flush=True)
             raise RuntimeError("torch.compile(flex_attention) fell back to eager: this call did not test the compiled kernel")
         c1, n1 = compile_totals()
-        self._stats["compile_s"] += c1 - c0
-        self._stats["compiles"] += n1 - n0
-        self._stats["run_s"] += max(0.0, dt - (c1 - c0))
-        for k in self._totals:
-            self._totals[k] += {"compile_s": c1 - c0, "compiles": n1 - n0, "run_s": max(0.0, dt - (c1 - c0)), "calls": 1}[k]
+        for k, x in (("compile_s", c1 - c0), ("compiles", n1 - n0), ("run_s", max(0.0, dt - (c1 - c0)))):
+            self._stats[k] += x
+            self._totals[k] += x
+        self._totals["calls"] += 1
         if n1 > n0:  # a campaign's workers are killed at its end, before the backend prints its stats: a line per compile
             t = self._totals
             print(f"py.{self.name}: compiled ({c1 - c0:.1f} s); so far compile_s={t['compile_s']:.1f} compiles={t['compiles']} "
