@@ -27,7 +27,22 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+double compile_limit_seconds() {
+  const char* v = std::getenv("ATTNFUZZ_COMPILE_LIMIT_S");
+  const double t = v ? std::atof(v) : 0.0;
+  return t > 0 ? t : 900.0;
+}
+
 namespace {
+
+// The channel of the request this worker process is serving (one per process), for
+// relay_compiling: a backend's own worker (the Python bridge's) reports its compiles up here.
+WorkerChannel* serving_channel = nullptr;
+
+bool is_compiling(const std::string& payload) {
+  const size_t n = std::strlen(kCompilingProgress);
+  return payload.compare(0, n, kCompilingProgress) == 0;
+}
 
 // The protocol's descriptors in the worker: the top two below the descriptor limit (1024
 // at most), far from the 3, 4, 5... a library or a stray write would use.
@@ -110,17 +125,24 @@ void WorkerProcess::stop() {
 
 WorkerProcess::Reply WorkerProcess::request(const std::string& body, double timeout_s) {
   Reply reply;
+  const auto first_deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto deadline = first_deadline;
+  const auto compile_deadline = first_deadline + std::chrono::duration<double>(compile_limit_seconds());
   auto died = [&](Reply::Status st) {
     int status = 0;
     if (st == Reply::Status::timed_out) ::kill(pid_, SIGKILL);
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
-    if (st == Reply::Status::timed_out)
+    if (st == Reply::Status::timed_out) {
       reply.detail = "no reply within " + std::to_string(timeout_s) + " s; killed";
-    else if (WIFSIGNALED(status))
+      if (deadline > first_deadline)
+        reply.detail += " (waited " + std::to_string(std::chrono::duration<double>(deadline - first_deadline).count()) +
+                        " s more for compiling notices, ATTNFUZZ_COMPILE_LIMIT_S)";
+    } else if (WIFSIGNALED(status)) {
       reply.detail = std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
-    else
+    } else {
       reply.detail = "exited with status " + std::to_string(WEXITSTATUS(status));
+    }
     reply.status = st;
     stop();
     start();  // a fresh worker for the next request
@@ -134,6 +156,12 @@ WorkerProcess::Reply WorkerProcess::request(const std::string& body, double time
   auto take_reply = [&]() {
     while (auto f = reader_.next()) {
       if (f->seq != seq) continue;
+      if (f->kind == 'P' && is_compiling(f->payload)) {  // compile time: the watchdog waits (kCompilingProgress)
+        const auto wanted = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+        deadline = std::max(deadline, std::min(wanted, compile_deadline));
+        WorkerChannel::relay_compiling(f->payload);
+        continue;
+      }
       if (f->kind == 'P') reply.last_progress = f->payload;
       if (f->kind == 'R' && off == msg.size()) {
         reply.body = std::move(f->payload);
@@ -142,7 +170,6 @@ WorkerProcess::Reply WorkerProcess::request(const std::string& body, double time
     }
     return false;
   };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (;;) {
     if (take_reply()) return reply;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
@@ -191,7 +218,12 @@ WorkerChannel WorkerChannel::from_environment() {
   return WorkerChannel(in, out);
 }
 
+void WorkerChannel::relay_compiling(const std::string& text) {
+  if (serving_channel) serving_channel->progress(text);
+}
+
 bool WorkerChannel::next_request(std::string& body) {
+  serving_channel = this;
   for (;;) {
     while (auto f = reader_.next())
       if (f->kind == 'Q') {

@@ -24,6 +24,17 @@ namespace attnfuzz {
 // "REQUEST_FD,REPLY_FD" in the worker's environment.
 inline constexpr const char* kWorkerFdsEnv = "ATTNFUZZ_WORKER_FDS";
 
+// Compile time is not run time. A progress frame whose payload starts with kCompilingProgress
+// says "a JIT compiler in the backend is still at work" (torch.compile: the Python bridge sends
+// one every few seconds while a compile runs). Each one moves the request's watchdog to at
+// least timeout_s from now, but never past compile_limit_seconds() beyond the first deadline,
+// and is passed on to this process's own parent when it is a worker. So a compile of any
+// length within the limit is not a timeout, a hang (no such frames) still is, and so is a
+// compiler that runs past the limit.
+inline constexpr const char* kCompilingProgress = "compiling";
+// ATTNFUZZ_COMPILE_LIMIT_S, default 900: the most compile time one request may add.
+double compile_limit_seconds();
+
 class WorkerProcess {
  public:
   // argv[0] is the executable; env entries are "NAME=value" added to the environment.
@@ -66,6 +77,9 @@ class WorkerChannel {
   bool next_request(std::string& body);
   void progress(const std::string& text) { send('P', text); }
   void reply(const std::string& body) { send('R', body); }
+  // Sends a compiling frame (kCompilingProgress) on the channel of this process's current
+  // request, if this process is a worker serving one; otherwise nothing.
+  static void relay_compiling(const std::string& text);
 
  private:
   WorkerChannel(int in, int out) : in_(in), out_(out) {}

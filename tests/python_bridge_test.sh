@@ -53,6 +53,19 @@ expect IgnoresDlse 1 "py.ignores_dlse/merged/dQ/"
 expect Raises 1 "ValueError: planted error in forward"
 expect Crashes 1 "the Python worker died during forward (killed by signal 6"
 expect Hangs 1 "the Python worker hung during forward" ATTNFUZZ_PY_TIMEOUT_S=3
+expect CompilesSlowly 0 "py.compiles_slowly .* ok " ATTNFUZZ_PY_TIMEOUT_S=3
+expect CompilesForever 1 "the Python worker hung during forward" ATTNFUZZ_PY_TIMEOUT_S=2 ATTNFUZZ_COMPILE_LIMIT_S=3
+# In a campaign the compile notices reach the case watchdog too (through the attnfuzz worker).
+camp() {  # camp ADAPTER OUT [env...]: a 6 s campaign, a 3 s case watchdog
+  local a=$1 out=$2; shift 2
+  env "$@" "$bin" campaign --seconds 6 --jobs 1 --timeout 3 --no-minimize --quiet --tier toy --seed 3 \
+    --backends "py:bridge_test_adapters:$a" --out "$work/$out" >"$work/$out.txt" 2>&1
+}
+camp CompilesSlowly camp-slow
+grep -q "timeout" "$work/camp-slow/summary.json" 2>/dev/null && fail "CompilesSlowly: the campaign counted a compile as a timeout"
+grep -qE "^done +[1-9]" "$work/camp-slow.txt" || { fail "CompilesSlowly: the campaign ran no case"; tail -5 "$work/camp-slow.txt"; }
+camp CompilesForever camp-forever ATTNFUZZ_COMPILE_LIMIT_S=2
+ls "$work/camp-forever/findings" 2>/dev/null | grep -q -- "---timeout-" || { fail "CompilesForever: no timeout finding"; tail -5 "$work/camp-forever.txt"; }
 expect WrongShape 1 "o has shape \[1, 2, 63, 32\], expected \[1, 2, 64, 32\]"
 expect Declines 0 "planted: declines every problem"
 expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 2"

@@ -19,6 +19,7 @@ problem; a campaign repeats layouts).
 """
 import mmap
 import os
+import threading
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class Channel:
         os.set_inheritable(self._out, False)
         self._buf = b""
         self._seq = 0
+        self._write_lock = threading.Lock()  # replies (main thread) and compiling frames (attnfuzz_py.compiling's thread)
 
     def next_request(self):
         """The next request's payload (bytes), or None when attnfuzz closed the pipe.
@@ -79,11 +81,18 @@ class Channel:
             self._buf += chunk
 
     def reply(self, payload: bytes):
-        msg = encode_frame("R", self._seq, payload)
-        view = memoryview(msg)
-        while view:
-            n = os.write(self._out, view)
-            view = view[n:]
+        self._send("R", payload)
+
+    def progress(self, payload: bytes):
+        """A progress frame of the current request (a compiling notice: attnfuzz_py.compiling)."""
+        self._send("P", payload)
+
+    def _send(self, kind, payload):
+        with self._write_lock:
+            view = memoryview(encode_frame(kind, self._seq, payload))
+            while view:
+                n = os.write(self._out, view)
+                view = view[n:]
 
 
 _DTYPES = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "u8": np.dtype(np.uint8), "bf16": np.dtype(np.uint16)}

@@ -11,7 +11,7 @@ import traceback
 
 import numpy as np
 
-from . import protocol
+from . import compile_time, protocol
 from .adapter import Adapter, Problem
 from .tensors import as_numpy, to_device, write_result
 
@@ -117,8 +117,9 @@ class _Worker:
             raise RuntimeError(f"attnfuzz speaks bridge protocol {r.get('protocol')}, this attnfuzz_py speaks "
                                f"{protocol.PROTOCOL_VERSION}")
         op = r["op"]
-        if op == "hello":
-            return self.hello(r)
+        if op == "hello":  # imports (torch) and the constructor: not run time either
+            with compile_time.compiling():
+                return self.hello(r)
         if self.adapter is None:
             raise RuntimeError(f"'{op}' before hello")
         if op == "supports":
@@ -142,6 +143,7 @@ def _error(e):
 
 def main(argv):
     channel = protocol.Channel()
+    compile_time.attach(channel)
     worker = _Worker(argv[0])
     while True:
         req = channel.next_request()

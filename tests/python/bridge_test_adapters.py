@@ -4,6 +4,7 @@ import time
 
 import torch
 
+import attnfuzz_py
 import attnfuzz_py.protocol
 from attnfuzz_py.adapters.minimal import Minimal
 
@@ -44,6 +45,29 @@ class Hangs(Minimal):
 
     def forward(self, p, q, k, v):
         time.sleep(3600)
+
+
+class CompilesSlowly(Minimal):
+    """A JIT compile of 5 s in its first forward (attnfuzz_py.compiling): longer than the test's
+    watchdog (3 s), which must not count it."""
+    name = "compiles_slowly"
+    compiled = False
+
+    def forward(self, p, q, k, v):
+        if not self.compiled:
+            with attnfuzz_py.compiling():
+                time.sleep(5)
+            self.compiled = True
+        return super().forward(p, q, k, v)
+
+
+class CompilesForever(Minimal):
+    """A compiler that never ends: a timeout once ATTNFUZZ_COMPILE_LIMIT_S is spent."""
+    name = "compiles_forever"
+
+    def forward(self, p, q, k, v):
+        with attnfuzz_py.compiling():
+            time.sleep(3600)
 
 
 class WrongShape(Minimal):

@@ -14,22 +14,27 @@ one CUDA eager runs. FlexEager lifts that one guard for its backward (and says s
 version string). torch.compile(flex_attention) on the CPU runs inference only and returns no
 LSE, so FlexCompiled declines the CPU with that reason.
 
-Recompiles: torch.compile specializes on every new shape, dtype and mask, and after its recompile
-limit (8) silently falls back to eager. FlexCompiled raises the limits to 2^20 (static shapes,
-so each shape is compiled for itself, as users get by default), makes hitting a limit an error
-(fail_on_recompile_limit_hit), compiles with fullgraph=True (a graph break is an error), and
-watches every call for FlexAttention's "called without torch.compile()" warning: a fallback is
-reported as an error of the call, never tested as "compiled". Compile time (calls that compiled)
-is counted apart from run time, in stats().
+Recompiles: torch.compile specializes on every new shape, dtype, scale and mask, and after its
+recompile limit (8) silently falls back to eager. FlexCompiled (shapes=bucketed, the default)
+pads heads and head dims to a few buckets, compiles the forward with dynamic B and S and pads
+them for the backward (flex_buckets.py), so a campaign compiles each of a few kernels once; it also raises the limits to 2^20, makes hitting
+a limit an error (fail_on_recompile_limit_hit), compiles with fullgraph=True (a graph break is
+an error), and watches every call for FlexAttention's "called without torch.compile()" warning:
+a fallback is reported as an error of the call, never tested as "compiled". Compile time
+(attnfuzz_py.compile_time, from dynamo's compile callbacks) is counted apart from run time, in
+stats(), and the watchdogs do not count it. shapes=static: each shape compiled for itself.
 """
 import contextlib
+import sys
 import time
 import warnings
 
 import torch
 import torch.nn.attention.flex_attention as fa
 
-from attnfuzz_py import Adapter
+from attnfuzz_py import Adapter, watch_torch_compile
+from attnfuzz_py.adapters import flex_buckets
+from attnfuzz_py.compile_time import totals as compile_totals
 from attnfuzz_py.masks import contains_random, dense_from_mask_mod
 
 _EAGER_WARNING = "flex_attention called without torch.compile"
@@ -85,7 +90,11 @@ class FlexEager(Adapter):
     def _attend(self, p, q, k, v):
         score_mod = None
         if p.softcap is not None:
-            c = p.softcap
+            # c as a tensor, not a Python float: eager flex_attention's backward goes through an
+            # internal torch.compile, which fails (PendingUnbackedSymbolNotFound) once a captured
+            # float changes between calls (torch 2.11; docs/findings, standalone script). The
+            # product is the same fp32 one: the scores are fp32 in either case.
+            c = torch.tensor(p.softcap, dtype=torch.float32, device=self.device)
 
             def score_mod(score, b, h, q_idx, kv_idx):
                 return c * torch.tanh(score / c)
@@ -120,32 +129,59 @@ def _raise_compile_limits():
         cfg.fail_on_recompile_limit_hit = True
 
 
+_SHAPES = ("bucketed", "static")
+
+
 class FlexCompiled(FlexEager):
+    """torch.compile(flex_attention). shapes=bucketed (default): heads and head dims padded to a
+    few buckets, the forward with dynamic B and S, the backward with B and S padded to buckets
+    too (flex_buckets.py), so a campaign compiles each kernel once; shapes=static: the call as it
+    is, the mask as its expression, one compile per new shape, scale and mask."""
     name = "flex_compiled"
 
-    def __init__(self, device=None):
+    def __init__(self, device=None, shapes="bucketed"):
         super().__init__(device)
-        self.version = f"torch {torch.__version__}, torch.compile(fullgraph, static shapes, recompile limit 2^20)"
+        if shapes not in _SHAPES:
+            raise ValueError(f"shapes={shapes}: one of {', '.join(_SHAPES)}")
+        self.shapes = shapes
+        self.version = (f"torch {torch.__version__}, torch.compile(fullgraph, "
+                        + ("bucketed heads and head dims; forward: dynamic B and S; backward: bucketed B and S"
+                           if shapes == "bucketed" else "static shapes") + ", recompile limit 2^20)")
         _raise_compile_limits()
         self._fn = torch.compile(fa.flex_attention, fullgraph=True, dynamic=False)
-        self._stats = {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}
-        self._backward_seen = set()
+        self._fn_forward = self._fn
+        if shapes == "bucketed":  # the forward with symbolic B, S; a size of 1 is not a shape of its own
+            import torch.fx.experimental._config as fx_config
+            fx_config.backed_size_oblivious = True
+            self._fn_forward = torch.compile(fa.flex_attention, fullgraph=True, dynamic=True)
+        watch_torch_compile()
+        self._stats = {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}  # since the last reply
+        self._totals = {"compile_s": 0.0, "compiles": 0, "run_s": 0.0, "calls": 0}  # since the start
+        self._fallbacks = 0
 
     def supports(self, p):
         if self.device == "cpu":
             return "torch.compile(flex_attention) on CPU runs inference only, without LSE (torch 2.11): use device=cuda"
-        if min(p.head_dim_qk, p.head_dim_v) < 16:
+        dqk, dv = flex_buckets.bucket(p.head_dim_qk, 16), flex_buckets.bucket(p.head_dim_v, 16)
+        if p.dtype != "fp32" and (dqk, dv) == (128, 256):
+            # Measured twice on the H200 (torch 2.11): the flex backward for Dqk=128, Dv=256 in bf16
+            # has no config that fits the shared memory ("out of resource: Required 246784,
+            # Hardware limit 232448"); (16, 256), (64, 256), (256, 256), (256, 128) compile. The
+            # kernel rounds head dims up to powers of two, so this is by the rounded dims.
+            return ("torch.compile(flex_attention): no backward kernel fits the GPU's shared memory for head dims rounded to "
+                    "Dqk=128, Dv=256 in 16-bit (torch 2.11, H200)")
+        if self.shapes == "static" and min(p.head_dim_qk, p.head_dim_v) < 16:
             # Inductor's lowering refuses them (torch 2.11: "NYI: embedding dimension of the
             # query, key, and value must be at least 16"); eager FlexAttention takes them.
             return "torch.compile(flex_attention) needs head dims of at least 16 (torch 2.11 Inductor)"
         return super().supports(p)
 
-    def _timed(self, compiled_if, fn):
-        """Runs fn with the eager-fallback warning watched; time goes to compile_s or run_s."""
-        from torch._dynamo.utils import counters
-        graphs = counters["stats"]["unique_graphs"]
+    def _timed(self, fn):
+        """Runs fn with the eager-fallback warning watched; compile time (compile_time's count
+        of torch.compile's compiles) goes to compile_s, the rest to run_s."""
         # FlexAttention warns once per process; forget that it did, so every eager run shows.
         getattr(fa, "_WARNINGS_SHOWN", set()).discard("flex_attention_performance")
+        c0, n0 = compile_totals()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t0 = time.perf_counter()
@@ -155,22 +191,38 @@ class FlexCompiled(FlexEager):
             dt = time.perf_counter() - t0
         if any(_EAGER_WARNING in str(w.message) for w in caught):
             self._stats["fallbacks"] += 1
+            self._fallbacks += 1
+            print(f"py.{self.name}: FELL BACK TO EAGER (fallbacks={self._fallbacks})", file=sys.stderr, flush=True)
             raise RuntimeError("torch.compile(flex_attention) fell back to eager: this call did not test the compiled kernel")
-        compiled = counters["stats"]["unique_graphs"] > graphs or compiled_if
-        self._stats["compiles" if compiled else "run_s"] += 1 if compiled else dt
-        if compiled:
-            self._stats["compile_s"] += dt
+        c1, n1 = compile_totals()
+        for k, x in (("compile_s", c1 - c0), ("compiles", n1 - n0), ("run_s", max(0.0, dt - (c1 - c0)))):
+            self._stats[k] += x
+            self._totals[k] += x
+        self._totals["calls"] += 1
+        if n1 > n0:  # a campaign's workers are killed at its end, before the backend prints its stats: a line per compile
+            t = self._totals
+            print(f"py.{self.name}: compiled ({c1 - c0:.1f} s); so far compile_s={t['compile_s']:.1f} compiles={t['compiles']} "
+                  f"run_s={t['run_s']:.1f} calls={t['calls']} fallbacks={self._fallbacks}", file=sys.stderr, flush=True)
         return out
 
     def _call(self, fn, *args, **kwargs):
-        return self._timed(False, lambda: fn(*args, **kwargs))
+        return self._timed(lambda: fn(*args, **kwargs))
 
     def _grad(self, outputs, inputs, grads):
         # The backward graph is compiled on the first backward of each forward graph.
-        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
-        first = key not in self._backward_seen
-        self._backward_seen.add(key)
-        return self._timed(first, lambda: torch.autograd.grad(outputs, inputs, grads, allow_unused=True))
+        return self._timed(lambda: torch.autograd.grad(outputs, inputs, grads, allow_unused=True))
+
+    def forward(self, p, q, k, v):
+        if self.shapes == "static":
+            return super().forward(p, q, k, v)
+        with torch.no_grad():
+            return flex_buckets.forward(lambda *a, **kw: self._call(self._fn_forward, *a, **kw), p, q, k, v, self.device)
+
+    def backward(self, p, q, k, v, o, lse, d_o, d_lse):
+        if self.shapes == "static":
+            return super().backward(p, q, k, v, o, lse, d_o, d_lse)
+        return flex_buckets.backward(lambda *a, **kw: self._call(self._fn, *a, **kw), self._grad, p, q, k, v, d_o, d_lse,
+                                     self.device)
 
     def stats(self):
         out, self._stats = self._stats, {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}
