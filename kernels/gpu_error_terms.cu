@@ -279,7 +279,10 @@ __global__ void gradient_terms(ScoreBuffers s, const double* d_minus_g, MaskView
       ds = pc * (dp - dg);
       ds2 = sq(ds) + sq(pc * dp) + sq(pc * dg);
       const double dp_err = sqrt((sq(dp) / 3.0 + root(s.wd[e]) * root(s.wd[e]) / 2.0) * (static_cast<double>(dim_v) / 3.0));
-      wd = fabs(ds) * s.sens[e] + pc * dp_err;
+      // The softcap's chain factor 1 - t^2 from a rounded t: 2 t^2 / (1 - t^2) (oracles/error_terms.cpp).
+      const double chain = s.pc != s.p ? pc / s.p[e] : 1.0;
+      const double chain_sens = s.pc != s.p ? 2.0 * (1.0 - chain) / fmax(chain, 1e-300) : 0.0;
+      wd = fabs(ds) * (s.sens[e] + chain_sens) + pc * dp_err;
     }
     s.ds[e] = ds;
     s.ds2[e] = ds2;

@@ -8,7 +8,8 @@
 // P_c = P (1 - tanh^2) under a softcap (P without):
 //   s_ij   = scale sqrt(Dqk/3 ((QK^T)_ij^2 / 3 + (Q^2 K^2^T)_ij / 2)) + |S_ij| + |LSE_i|
 //   w      = P s,  dS = P_c (dP - (D - g)),  dS2 = dS^2 + (P_c dP)^2 + (P_c (D - g))^2
-//   wd     = |dS| s + P_c sqrt(Dv/3 (dP^2 / 3 + (dO^2 V^2^T) / 2))
+//   wd     = |dS| (s + 2 t^2 / (1 - t^2)) + P_c sqrt(Dv/3 (dP^2 / 3 + (dO^2 V^2^T) / 2)),
+//            t = tanh(S_pre / c) under a softcap (its rounding moves the chain factor 1 - t^2)
 //   O:   operand = sqrt(P^2 V^2), score_id = sqrt(sum_j w_ij^2 (V_jd - O_id)^2)
 //   LSE: score = sqrt(rowsum(w^2))
 //   dQ:  operand = scale sqrt(dS2 K^2), score = scale sqrt(wd^2 K^2), via_k = scale e_k |P_c K|

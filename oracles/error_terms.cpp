@@ -130,7 +130,12 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
           do2.cwiseProduct(squared(o_score)).rowwise().sum().cwiseSqrt()};
       // dS's error from P's (score) error and from dP's fp32 accumulation over Dv.
       const Mat dp_err = dot_error(dp, root(do2 * v2.transpose()), static_cast<double>(s.head_dim_v));
-      const Mat wd = ds.cwiseAbs().cwiseProduct(sens) + pc.cwiseProduct(dp_err);
+      // Under a softcap the chain factor 1 - t^2 comes from t = tanh(S/c) stored at u_acc:
+      // near saturation it loses 2 t^2 / (1 - t^2) of its relative accuracy per unit of t's
+      // rounding (a key seen at t = -0.9993 reads 8e-5 relative in fp32, FlexEager's dK row).
+      Mat ds_sens = sens;
+      if (p.softcap) ds_sens += (2.0 * (Mat::Ones(s.seq_q, s.seq_kv) - chain).cwiseQuotient(chain.cwiseMax(1e-300)));
+      const Mat wd = ds.cwiseAbs().cwiseProduct(ds_sens) + pc.cwiseProduct(dp_err);
       const Mat wd2 = squared(wd);
 
       const double sc2 = p.scale * p.scale;
