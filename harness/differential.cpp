@@ -194,7 +194,7 @@ class DifferentialSession::Impl {
       const int64_t width = whole.shape.size() > 3 ? whole.shape[3] : 1;
       for (size_t e = 0; e < whole.numel(); ++e) {
         const double r = std::isfinite(whole.data[e]) ? whole.data[e] : 0.0;
-        const double v = t == Output::LSE ? u.lse * u.lse * (1.0 + r * r) / 3.0 : u.store * u.store * r * r / 3.0;
+        const double v = storage_variance(t, r, u);
         sum_sigma2.data[e] += v;
         row_var.data[e / static_cast<size_t>(width)] += v;
         row_var2_dof.data[e / static_cast<size_t>(width)] += v * v;
@@ -377,9 +377,7 @@ class DifferentialSession::Impl {
       // of the L terms of an element's reduction may lose up to 2^-126: a floor on the allowance
       // (P itself below 2^-126 is the error model's underflow term). Beside the storage type's
       // smallest subnormal it matters only for elements near 1e-35 (H-4: dV rows of 1e-37).
-      const double reduction_length = t == Output::O || t == Output::dQ ? static_cast<double>(c_.shape.seq_kv)
-                                                                         : static_cast<double>(c_.shape.seq_q * c_.shape.group());
-      in.tiny = t == Output::LSE ? 0.0 : std::max(smallest_subnormal(c_.dtype), kSmallestNormalF32 * reduction_length);
+      in.tiny = t == Output::LSE ? 0.0 : std::max(smallest_subnormal(c_.dtype), kSmallestNormalF32 * reduction_length(t, c_.shape));
       TensorVerdict v = judge_tensor(name, in, opt_.rule);
       double rung_max = 0;  // the max error of the fingerprinted rung's emulation
       if (opt_.fingerprint_all || !v.pass) {

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "harness/case.h"
+
 namespace attnfuzz {
 
 std::optional<Output> output_from_string(std::string_view name) {
@@ -57,6 +59,14 @@ RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff) {
   return u;
 }
 
+double reduction_length(Output t, const Shape& s) {
+  return t == Output::dK || t == Output::dV ? static_cast<double>(s.seq_q * s.group()) : static_cast<double>(s.seq_kv);
+}
+
+double storage_variance(Output t, double ref, const RoundingUnits& u) {
+  return t == Output::LSE ? u.lse * u.lse * (1.0 + ref * ref) / 3.0 : u.store * u.store * ref * ref / 3.0;
+}
+
 namespace {
 
 // One element's variance, by how its errors are shared along the row (model_row_dof).
@@ -72,12 +82,12 @@ VarianceParts element_variance(Output t, const TermTensors& terms, double ref, c
   const double op = terms.operand.data[e], st = terms.stored.data[e], sc = terms.score.data[e];
   VarianceParts v;
   if (t == Output::LSE) {
-    v.independent = u.lse * u.lse * (1.0 + r * r) / 3.0 + acc2 / 2.0;
+    v.independent = storage_variance(t, r, u) + acc2 / 2.0;
     v.score = u_score2 * sc * sc;
     return v;
   }
   v.operand = u.operand * u.operand * op * op / 3.0;
-  v.independent = u.store * u.store * (r * r + st * st) / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0);
+  v.independent = storage_variance(t, r, u) + u.store * u.store * st * st / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0);
   v.score = u_score2 * sc * sc;
   // Lost whole where the kernel flushes (a one-source part of the row, like the operand's).
   if (!terms.underflow.data.empty()) v.operand += terms.underflow.data[e] * terms.underflow.data[e];

@@ -64,6 +64,8 @@
 
 namespace attnfuzz {
 
+struct Shape;
+
 // The outputs every backend is judged on, in report order.
 enum class Output { O, LSE, dQ, dK, dV };
 inline constexpr std::array<Output, 5> kOutputs{Output::O, Output::LSE, Output::dQ, Output::dK, Output::dV};
@@ -98,6 +100,14 @@ struct RoundingUnits {
   double lse = 0;         // u_lse: the LSE's declared accuracy
 };
 RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff);
+
+// L, the length of output t's last reduction: Skv for O, LSE and dQ; Sq times the GQA group
+// for dK and dV.
+double reduction_length(Output t, const Shape& s);
+
+// The variance of one element's own storage rounding (ref: the float64 value): u_st^2 ref^2 / 3,
+// and u_lse^2 (1 + LSE^2) / 3 for the LSE.
+double storage_variance(Output t, double ref, const RoundingUnits& u);
 
 // sigma per element of output `t` (the formulas above); `ref` is the float64 output.
 Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);

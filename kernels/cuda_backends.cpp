@@ -66,7 +66,7 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
       vv{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
   // Shapes and lengths as oracles/error_terms.cpp makes them.
   ErrorTerms e;
-  const double kv = static_cast<double>(s.seq_kv), q_group = static_cast<double>(s.seq_q * s.group());
+  const double kv = reduction_length(Output::O, s), q_group = reduction_length(Output::dK, s);
   e[Output::O] = TermTensors{Tensor(oq), Tensor(oq), Tensor(oq), kv};
   e[Output::LSE] = TermTensors{Tensor(lq), Tensor(lq), Tensor(lq), kv};
   e[Output::dQ] = TermTensors{Tensor(qq), Tensor(qq), Tensor(qq), kv, Tensor(qq), Tensor(qq), Tensor(qq), Tensor(qq)};

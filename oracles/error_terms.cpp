@@ -53,10 +53,10 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   auto init = [&](Output o, const std::vector<int64_t>& shape, double length) {
     t[o] = TermTensors{Tensor(shape), Tensor(shape), Tensor(shape), length};
   };
-  init(Output::O, oq, static_cast<double>(s.seq_kv));
-  init(Output::LSE, lq, static_cast<double>(s.seq_kv));
-  init(Output::dQ, qq, static_cast<double>(s.seq_kv));
-  init(Output::dK, kk, static_cast<double>(s.seq_q * s.group()));
+  init(Output::O, oq, reduction_length(Output::O, s));
+  init(Output::LSE, lq, reduction_length(Output::LSE, s));
+  init(Output::dQ, qq, reduction_length(Output::dQ, s));
+  init(Output::dK, kk, reduction_length(Output::dK, s));
   for (Output o : {Output::dQ, Output::dK}) {
     const auto& shape = o == Output::dQ ? qq : kk;
     t[o].via_op = Tensor(shape);
@@ -64,7 +64,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
     t[o].via_acc = Tensor(shape);
     t[o].via_sc = Tensor(shape);
   }
-  init(Output::dV, vv, static_cast<double>(s.seq_q * s.group()));
+  init(Output::dV, vv, reduction_length(Output::dV, s));
   t[Output::dK].underflow = Tensor(kk);
   t[Output::dV].underflow = Tensor(vv);
   // dK and dV sum over a GQA group: squares accumulate here, roots are taken at the end.
