@@ -75,6 +75,8 @@ class DifferentialSession::Impl {
     if (oracles_.error_terms) {
       const Problem full = full_problem(c_, in_);
       terms_ = oracles_.error_terms(full, ref_.fwd, in_.d_out, in_.d_lse);
+      attach_row_lse(*terms_, ref_.fwd.lse);
+      attach_directions(*terms_, full, in_.d_out);
     }
     report_.input_checksum = checksum(in_);
     report_.rule = opt_.rule;
@@ -219,6 +221,8 @@ class DifferentialSession::Impl {
     ct.records = run_composition(*oracles_.reference, c_, in_, comp, true).calls;
     for (const CallRecord& call : ct.records) {
       ct.terms.push_back(oracles_.error_terms(call.problem, call.fwd, call.d_out, call.d_lse));
+      attach_row_lse(ct.terms.back(), call.fwd.lse);
+      attach_directions(ct.terms.back(), call.problem, call.d_out);
       Tensor w(call.fwd.lse.shape);
       const auto& s = w.shape;
       for (int64_t b = 0; b < s[0]; ++b)

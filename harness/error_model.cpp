@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
 #include "harness/case.h"
+#include "harness/problem.h"
 
 namespace attnfuzz {
 
@@ -71,11 +73,21 @@ namespace {
 
 // One element's variance, by how its errors are shared along the row (model_row_dof).
 struct VarianceParts {
-  double operand = 0, score = 0, via = 0, independent = 0;
-  double total() const { return operand + score + via + independent; }
+  double operand = 0, score = 0, via = 0, normalizer = 0, independent = 0;
+  double total() const { return operand + score + via + normalizer + independent; }
 };
 
-VarianceParts element_variance(Output t, const TermTensors& terms, double ref, const RoundingUnits& u, size_t e) {
+// The relative variance of the row's normalizer (harness/error_model.h, "normalizer"); 0 for
+// outputs without one.
+double normalizer_variance(Output t, const TermTensors& terms, const RoundingUnits& u, size_t row) {
+  const double accumulated = u.accumulate * u.accumulate * terms.length / 6.0;
+  if (t == Output::O) return accumulated;
+  if (t != Output::dQ) return 0.0;
+  const double lse = terms.row_lse.data.empty() ? 0.0 : terms.row_lse.data[row];
+  return (std::isfinite(lse) ? storage_variance(Output::LSE, lse, u) : 0.0) + accumulated;
+}
+
+VarianceParts element_variance(Output t, const TermTensors& terms, double ref, const RoundingUnits& u, size_t e, size_t row) {
   const double u_score2 = u.accumulate * u.accumulate + u.input * u.input;
   const double acc2 = u.accumulate * u.accumulate * terms.length / 3.0;
   const double r = std::isfinite(ref) ? ref : 0.0;
@@ -89,6 +101,7 @@ VarianceParts element_variance(Output t, const TermTensors& terms, double ref, c
   v.operand = u.operand * u.operand * op * op / 3.0;
   v.independent = storage_variance(t, r, u) + u.store * u.store * st * st / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0);
   v.score = u_score2 * sc * sc;
+  v.normalizer = normalizer_variance(t, terms, u, row) * r * r;
   // Lost whole where the kernel flushes (a one-source part of the row, like the operand's).
   if (!terms.underflow.data.empty()) v.operand += terms.underflow.data[e] * terms.underflow.data[e];
   if (!terms.via_op.data.empty()) {
@@ -98,7 +111,58 @@ VarianceParts element_variance(Output t, const TermTensors& terms, double ref, c
   return v;
 }
 
+// How many different values a row holds (exactly equal float64 references count once).
+double distinct_values(const double* x, int64_t n) {
+  std::vector<double> v(x, x + n);
+  std::sort(v.begin(), v.end());
+  return static_cast<double>(std::max<ptrdiff_t>(1, std::unique(v.begin(), v.end()) - v.begin()));
+}
+
 }  // namespace
+
+void attach_row_lse(ErrorTerms& terms, const Tensor& lse) {
+  terms[Output::O].row_lse = lse;
+  terms[Output::dQ].row_lse = lse;
+}
+
+double directions(const double* x, int64_t n, int64_t dim) {
+  std::vector<double> sum(static_cast<size_t>(dim), 0.0);
+  double norm2 = 0;
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t d = 0; d < dim; ++d) {
+      const double v = x[k * dim + d];
+      sum[static_cast<size_t>(d)] += v;
+      norm2 += v * v;
+    }
+  double sum2 = 0;
+  for (double v : sum) sum2 += v * v;
+  const double count = static_cast<double>(std::max<int64_t>(n, 1));
+  return sum2 > 0 ? std::clamp(count * norm2 / sum2, 1.0, count) : count;
+}
+
+void attach_directions(ErrorTerms& terms, const Problem& p, const Tensor& d_out) {
+  const Shape& s = p.shape;
+  const int64_t group = s.group();
+  for (Output t : {Output::O, Output::dQ, Output::dK, Output::dV}) {
+    const bool q_rows = t == Output::O || t == Output::dQ;
+    Tensor cap({s.batch, q_rows ? s.heads_q : s.heads_kv, q_rows ? s.seq_q : s.seq_kv});
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < cap.shape[1]; ++h) {
+        double c;
+        if (q_rows) {
+          const int64_t hk = h / group;
+          c = directions(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk);
+          if (t == Output::O) c = std::min(c, directions(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v));
+        } else {
+          // The group's heads sit next to each other: their queries are one run of rows.
+          c = directions(p.q.at(b, h * group, 0), group * s.seq_q, s.head_dim_qk);
+          if (t == Output::dV) c = std::min(c, directions(d_out.at(b, h * group, 0), group * s.seq_q, s.head_dim_v));
+        }
+        std::fill(cap.at(b, h, 0), cap.at(b, h, 0) + cap.shape[2], c);
+      }
+    terms[t].direction_sources = std::move(cap);
+  }
+}
 
 void check_shapes(const char* who, const TermTensors& terms, const Tensor& ref) {
   if (terms.operand.shape != ref.shape) {
@@ -115,7 +179,8 @@ void check_shapes(const char* who, const TermTensors& terms, const Tensor& ref) 
 Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
   check_shapes("model_sigma", terms, ref);
   Tensor sigma(ref.shape);
-  for (size_t e = 0; e < ref.numel(); ++e) sigma.data[e] = std::sqrt(element_variance(t, terms, ref.data[e], u, e).total());
+  const size_t width = ref.shape.empty() || t == Output::LSE ? 1 : static_cast<size_t>(ref.shape.back());
+  for (size_t e = 0; e < ref.numel(); ++e) sigma.data[e] = std::sqrt(element_variance(t, terms, ref.data[e], u, e, e / width).total());
   return sigma;
 }
 
@@ -128,18 +193,26 @@ Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, cons
     VarianceParts sum;
     for (int64_t d = 0; d < width; ++d) {
       const size_t e = row * static_cast<size_t>(width) + static_cast<size_t>(d);
-      const VarianceParts v = element_variance(t, terms, ref.data[e], u, e);
+      const VarianceParts v = element_variance(t, terms, ref.data[e], u, e, row);
       sum.operand += v.operand;
       sum.score += v.score;
       sum.via += v.via;
+      sum.normalizer += v.normalizer;
       sum.independent += v.independent;
     }
     // dQ receives D's error through the one number D_i; dK's via parts sum over the queries
     // that see the key, as its operand does.
-    const double op_sources = terms.operand_sources.data[row], sc_sources = terms.score_sources.data[row];
+    double op_sources = terms.operand_sources.data[row], sc_sources = terms.score_sources.data[row];
+    if (!terms.direction_sources.data.empty()) {
+      op_sources = std::min(op_sources, terms.direction_sources.data[row]);
+      sc_sources = std::min(sc_sources, terms.direction_sources.data[row]);
+    }
     double correlated = sum.operand, via = sum.via;
     if (t == Output::dK) correlated += std::exchange(via, 0.0);
-    double denom = sum.independent * sum.independent / static_cast<double>(width) + via * via;
+    // Elements with the same value are computed alike and round alike (a row of an exactly
+    // constant V): they are one source of the independent part, not one each.
+    double denom = sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width) +
+                   via * via + sum.normalizer * sum.normalizer;
     if (correlated > 0) denom += correlated * correlated / std::max(1.0, op_sources);
     if (sum.score > 0) denom += sum.score * sum.score / std::max(1.0, sc_sources);
     const double total = sum.total();

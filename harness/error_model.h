@@ -34,6 +34,14 @@
 //            those terms are lost whole, together: a key whose every probability is below
 //            2^-126 gets a dK and dV row of zero where the reference has 1e-37 (campaigns on
 //            the H200, H-4 in docs/findings). Not a rounding unit: no contract removes it.
+//   normalizer  O and dQ only, a part shared by the whole row: O = (sum_j e_ij V_j) / l_i, and
+//            the normalizer l_i (summed at u_acc over L keys) errs by the LSE's accumulation
+//            error, relative variance u_acc^2 L / 6, which scales every O_id of the row alike;
+//            the backward recomputes P = exp(S - LSE) from the stored LSE, whose whole error
+//            (u_lse^2 (1 + LSE^2) / 3 + u_acc^2 L / 6, the LSE's form below) scales every P_ij of
+//            query i, hence dS_ij and the whole dQ row, alike:
+//              O:  u_acc^2 (L / 6) ref^2      dQ:  (u_lse^2 (1 + LSE_i^2) / 3 + u_acc^2 L / 6) ref^2
+//            (dK and dV sum over queries, whose normalizers err independently: the score part.)
 //   via_*    dQ and dK only: D = rowsum(dO*O) is computed from the computed O, so O's error
 //            (each of its parts above, with O's own L folded into via_acc) moves every dS of
 //            the row: dQ_id by scale * (P K)_id * dD_i, dK_jd by scale * sum_i P_ij Q_id dD_i.
@@ -41,7 +49,7 @@
 // How many independent errors a row's statistic averages (harness/tolerance.h judges blocks of
 // rows): the elements of one row share the row's reduction terms (every dK_jd sums dS_ij Q_id
 // over the same i), so the rounding of one dominant term (a key only one query sees, an
-// outlier) moves the whole row at once. A part whose terms have squared magnitudes a_k (summed
+// outlier) moves the whole row at once, and the normalizer part moves it always (one source). A part whose terms have squared magnitudes a_k (summed
 // over the row) comes from (sum_k a_k)^2 / sum_k a_k^2 effectively independent sources (the
 // participation ratio: 1 for one dominant term, K for K equal ones); the oracle supplies it per
 // row for the operand and score parts. D's error reaches a dQ row through one number (D_i):
@@ -50,6 +58,23 @@
 // (Satterthwaite):
 //
 //   dof = (sum_parts V)^2 / sum_parts (V^2 / sources),  clamped to [1, row width]
+//
+// The participation ratio counts the terms as if each moved the row along its own direction.
+// They do not when the terms' vectors share one (the X_k of the sum: V_j for O, K_j for dQ, Q_i
+// for dK, dO_i for dV): with near-constant or same-signed inputs every term pushes the row
+// along their common mean, and however many terms there are, the row errs as one. And where
+// the inputs that make the probabilities are copies of each other (K_j for a query row, Q_i
+// for a key row), the probabilities are copies too, and round alike. So each part's sources
+// are capped, per row, by how many directions those vectors span as a sum sees them:
+//
+//   directions(X) = n sum_k |X_k|^2 / |sum_k X_k|^2    (n vectors; 1 when all are equal, about
+//                                                      n for zero-mean or orthogonal ones)
+//   O: min(directions(V), directions(K))   dQ: directions(K)   over the head's keys
+//   dK: directions(Q)   dV: min(directions(dO), directions(Q))  over the GQA group's queries
+//
+// (a weight-free stand-in for trace(C) / lambda_max(C) of the row's error covariance
+// C = sum_k var_k X_k X_k^T: with a common mean of energy fraction f, any spread of weights
+// gives lambda_max of about f trace(C)).
 //
 // LSE (fp32 for every dtype, on an absolute scale) has its own form:
 //   sigma^2 = u_lse^2 * (1 + LSE^2) / 3 + u_acc^2 * L / 6 + (u_acc^2 + u_in^2) * score^2
@@ -84,12 +109,28 @@ struct TermTensors {
   // score parts (above); empty where the oracle does not supply them (every element then
   // counts as independent).
   Tensor operand_sources, score_sources;
+  // O and dQ: the reference LSE of each row ([B][H][S]), for the normalizer part (above); where
+  // empty, LSE_i is taken as 0. Attached by the harness (attach_row_lse), not by the oracles.
+  Tensor row_lse;
+  // Per row ([B][H][S]), the cap on the operand and score parts' sources from the directions
+  // of the sum's terms (above); empty: no cap. Attached by the harness (attach_directions).
+  Tensor direction_sources;
 };
 struct ErrorTerms {
   std::array<TermTensors, 5> by_output;  // indexed by Output
   const TermTensors& operator[](Output t) const { return by_output[static_cast<size_t>(t)]; }
   TermTensors& operator[](Output t) { return by_output[static_cast<size_t>(t)]; }
 };
+
+// Gives O's and dQ's terms the reference LSE their normalizer part needs.
+void attach_row_lse(ErrorTerms& terms, const Tensor& lse);
+
+// Gives every output's terms the per-row cap on their sources from the directions of the
+// problem's inputs (above); d_out is the call's upstream gradient of O.
+struct Problem;
+void attach_directions(ErrorTerms& terms, const Problem& p, const Tensor& d_out);
+// directions(X) above, of n vectors of `dim` values stored one after another.
+double directions(const double* x, int64_t n, int64_t dim);
 
 // The contract's rounding units for inputs of dtype `d`.
 struct RoundingUnits {

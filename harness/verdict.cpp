@@ -78,6 +78,9 @@ namespace {
 struct Elementwise {
   std::vector<double> err2, allow2;
   std::vector<uint8_t> used;
+  // Elements no correct implementation can get wrong: no rounded term reaches them (the model
+  // and the baselines say 0: a key no query sees), so their allowance is the floor alone.
+  std::vector<uint8_t> exact;
   const Tensor* row_dof = nullptr;                  // [heads][seq], or null
   int64_t rows = 1, heads = 1, seq = 1, width = 1;  // [heads = B*H][seq][width]
 };
@@ -89,6 +92,7 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
   w.err2.assign(n, 0.0);
   w.allow2.assign(n, 0.0);
   w.used.assign(n, 0);
+  w.exact.assign(n, 0);
   w.heads = ref.shape[0] * ref.shape[1];
   w.seq = ref.shape[2];
   w.width = ref.shape.size() > 3 ? ref.shape[3] : 1;
@@ -121,6 +125,7 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
     const double m = in.sigma ? in.sigma->data[e] : 0.0;
     const double allow = std::sqrt(std::max(k * k * m * m, base2[e])) + in.tiny;
     w.allow2[e] = allow * allow;
+    w.exact[e] = m == 0 && base2[e] == 0;
   }
   *kappa_out = kappa;
   *model_rms_out = used > 0 ? std::sqrt(sum_model2 / used) : 0.0;
@@ -129,6 +134,8 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
 
 // Sums over a box [h][s0, s1)[d0, d1) of the flattened tensor. A row's c elements in the box
 // carry min(c, the row's dof) independent errors: its shared sources reach every column.
+// Exact elements carry none: counting them made a tile of one query's dV rows (8 keys seen,
+// 8 not) read 198 independent errors where the 8 seen rows carried them all.
 struct BlockSum {
   double err2 = 0, allow2 = 0, n = 0, dof = 0;
 };
@@ -136,16 +143,17 @@ BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_
   BlockSum b;
   for (int64_t s = s0; s < s1; ++s) {
     const size_t row = static_cast<size_t>(h * w.seq + s);
-    double in_row = 0;
+    double in_row = 0, can_err = 0;
     for (int64_t d = d0; d < d1; ++d) {
       const size_t e = row * static_cast<size_t>(w.width) + static_cast<size_t>(d);
       if (!w.used[e]) continue;
       b.err2 += w.err2[e];
       b.allow2 += w.allow2[e];
       in_row += 1;
+      can_err += w.exact[e] ? 0 : 1;
     }
     b.n += in_row;
-    b.dof += w.row_dof ? std::min(in_row, w.row_dof->data[row]) : in_row;
+    b.dof += w.row_dof ? std::min(can_err, w.row_dof->data[row]) : can_err;
   }
   return b;
 }
@@ -175,7 +183,7 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
   double worst_score = -1;
   auto consider = [&](const char* granularity, const BlockSum& b, const std::function<std::string()>& where) {
     if (b.n == 0) return;
-    const double ratio = ratio_of(b), limit = rule.limit(b.dof);
+    const double ratio = ratio_of(b), limit = rule.limit(std::max(1.0, b.dof));
     if (ratio > limit) v.pass = false;
     double& m = v.margin[granularity];
     m = std::max(m, ratio / limit);
@@ -221,7 +229,7 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
   }
   consider("tensor", all, [] { return std::string("all"); });
   v.tensor_ratio = all.n > 0 ? ratio_of(all) : 0.0;
-  v.bound_rms = all.n > 0 ? rule.limit(all.dof) * std::sqrt(all.allow2 / all.n) : 0.0;
+  v.bound_rms = all.n > 0 ? rule.limit(std::max(1.0, all.dof)) * std::sqrt(all.allow2 / all.n) : 0.0;
   if (v.err.nonfinite_mismatch) v.pass = false;
   return v;
 }

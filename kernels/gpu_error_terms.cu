@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(kScoreRows * 32) o_score_terms(ScoreBuffers s,
   if (blockIdx.x == 0 && tx == 0 && i < m.sq) lse_score[zq * m.sq + i] = sqrt(w2sum);
 }
 
-// Per row: D - g, and the row errors e_k of D from O's error parts.
+// Per row: D - g, and the row errors e_k of D from O's error parts (oracles/error_terms.cpp).
 __global__ void row_errors(const double* d_out, const double* o, const double* o_operand, const double* o_score, const double* d_lse,
                            double* d_minus_g, double* d_err, int64_t row0, int64_t rows, int64_t rows_total, int64_t dim_v, double length) {
   const int64_t r = row0 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -263,6 +263,7 @@ __global__ void row_errors(const double* d_out, const double* o, const double* o
     e[2] += g2 * ((o2 / 3.0 + op2 / 2.0) * (length / 3.0));
     e[3] += g2 * sq(o_score[x]);
   }
+  e[2] += delta * delta * (length / 6.0);  // O's normalizer: the whole row scaled alike
   d_minus_g[r] = delta - d_lse[r];
   for (int k = 0; k < 4; ++k) d_err[k * rows_total + r] = sqrt(e[k]);
 }

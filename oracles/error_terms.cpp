@@ -123,10 +123,14 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       // the case dtype first (LibTorch's math path, XLA): both are correct implementations.
       const Mat ds2 = squared(ds) + squared(pc.cwiseProduct(dp)) + squared(Mat(pc.array().colwise() * (delta - g).array()));
       // D is computed from the computed O: each part of O's error (per rounding unit) moves every dS of the row.
+      // At u_acc, O's accumulation (independent per element) and its normalizer (every O_id of
+      // the row scaled alike, relative variance L / 6: D_i moves by that much of itself).
       const double o_len = static_cast<double>(s.seq_kv);
       const std::array<Eigen::VectorXd, 4> d_err{
           do2.cwiseProduct(squared(o_operand)).rowwise().sum().cwiseSqrt(), do2.cwiseProduct(squared(o)).rowwise().sum().cwiseSqrt(),
-          (do2.cwiseProduct(squared(o) / 3.0 + squared(o_operand) / 2.0) * (o_len / 3.0)).rowwise().sum().cwiseSqrt(),
+          ((do2.cwiseProduct(squared(o) / 3.0 + squared(o_operand) / 2.0) * (o_len / 3.0)).rowwise().sum() +
+           delta.cwiseAbs2() * (o_len / 6.0))
+              .cwiseSqrt(),
           do2.cwiseProduct(squared(o_score)).rowwise().sum().cwiseSqrt()};
       // dS's error from P's (score) error and from dP's fp32 accumulation over Dv.
       const Mat dp_err = dot_error(dp, root(do2 * v2.transpose()), static_cast<double>(s.head_dim_v));
