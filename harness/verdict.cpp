@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace attnfuzz {
 
@@ -81,6 +83,9 @@ struct Elementwise {
   // Elements no correct implementation can get wrong: no rounded term reaches them (the model
   // and the baselines say 0: a key no query sees), so their allowance is the floor alone.
   std::vector<uint8_t> exact;
+  // Per row, a hash of its reference values' bits: rows that are copies (every query the same
+  // vector, every key too) are computed alike and err alike, so a block counts one of them.
+  std::vector<uint64_t> row_hash;
   const Tensor* row_dof = nullptr;                  // [heads][seq], or null
   int64_t rows = 1, heads = 1, seq = 1, width = 1;  // [heads = B*H][seq][width]
 };
@@ -127,6 +132,17 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
     w.allow2[e] = allow * allow;
     w.exact[e] = m == 0 && base2[e] == 0;
   }
+  w.row_hash.assign(n / static_cast<size_t>(w.width), 0);
+  for (size_t row = 0; row < w.row_hash.size(); ++row) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the row's bits
+    for (int64_t d = 0; d < w.width; ++d) {
+      uint64_t bits;
+      const double r = ref.data[row * static_cast<size_t>(w.width) + static_cast<size_t>(d)];
+      std::memcpy(&bits, &r, sizeof bits);
+      h = (h ^ bits) * 1099511628211ull;
+    }
+    w.row_hash[row] = h;
+  }
   *kappa_out = kappa;
   *model_rms_out = used > 0 ? std::sqrt(sum_model2 / used) : 0.0;
   return w;
@@ -135,12 +151,16 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
 // Sums over a box [h][s0, s1)[d0, d1) of the flattened tensor. A row's c elements in the box
 // carry min(c, the row's dof) independent errors: its shared sources reach every column.
 // Exact elements carry none: counting them made a tile of one query's dV rows (8 keys seen,
-// 8 not) read 198 independent errors where the 8 seen rows carried them all.
+// 8 not) read 198 independent errors where the 8 seen rows carried them all. A row that copies
+// one already in the block carries none either (row_hash; `seen` spans the block).
 struct BlockSum {
   double err2 = 0, allow2 = 0, n = 0, dof = 0;
 };
-BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_t d0, int64_t d1) {
+BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_t d0, int64_t d1,
+                 std::unordered_set<uint64_t>* seen_rows = nullptr) {
   BlockSum b;
+  std::unordered_set<uint64_t> local;
+  std::unordered_set<uint64_t>& seen = seen_rows ? *seen_rows : local;
   for (int64_t s = s0; s < s1; ++s) {
     const size_t row = static_cast<size_t>(h * w.seq + s);
     double in_row = 0, can_err = 0;
@@ -153,6 +173,7 @@ BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_
       can_err += w.exact[e] ? 0 : 1;
     }
     b.n += in_row;
+    if (can_err > 0 && !seen.insert(w.row_hash[row]).second) continue;
     b.dof += w.row_dof ? std::min(can_err, w.row_dof->data[row]) : can_err;
   }
   return b;
@@ -195,6 +216,7 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
   const int64_t tile = std::max<int64_t>(1, rule.tile);
   double max_err2 = -1;
   BlockSum all;
+  std::unordered_set<uint64_t> tensor_rows;  // rows copied across heads count once in the tensor
   for (int64_t h = 0; h < w.heads; ++h) {
     for (int64_t s = 0; s < w.seq; ++s)
       for (int64_t d = 0; d < w.width; ++d) {
@@ -222,10 +244,11 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
       }
     const BlockSum head = sum_box(w, h, 0, w.seq, 0, w.width);
     consider("head", head, [&] { return head_name(h); });
-    all.err2 += head.err2;
-    all.allow2 += head.allow2;
-    all.n += head.n;
-    all.dof += head.dof;
+    const BlockSum in_tensor = sum_box(w, h, 0, w.seq, 0, w.width, &tensor_rows);
+    all.err2 += in_tensor.err2;
+    all.allow2 += in_tensor.allow2;
+    all.n += in_tensor.n;
+    all.dof += in_tensor.dof;
   }
   consider("tensor", all, [] { return std::string("all"); });
   v.tensor_ratio = all.n > 0 ? ratio_of(all) : 0.0;

@@ -382,7 +382,8 @@ TEST(Verdict, MergedRowWithOneDominantSourceIsNoFalseAlarm) {
 // softmax's normalizer. O = (sum_j e_j V_j) / l scales the whole row by l's error; the backward
 // recomputes P from the stored LSE and D from O, so with near-constant keys dQ (exactly 0 in
 // exact arithmetic) is that one error times K. Campaign false alarms at 7.8-9.9 sigma' against
-// row limits of 5.25-7.75 on the H200 (seed 61) until the model carried the part.
+// row limits of 5.25-7.75 on the H200 (seed 61) until the model carried the part. And blocks of
+// rows that are copies (every query the same vector): one row's errors, counted once (seed 81).
 TEST(Verdict, RowNormalizerErrorsAreNoFalseAlarm) {
   const std::string dir = std::string(ATTNFUZZ_SOURCE_DIR) + "/docs/findings/fixed/";
   const std::string mutant_ok = std::string("plugin:") + ATTNFUZZ_MUTANT_DIR + "/libattnfuzz_mutant_ok.so";
@@ -390,6 +391,8 @@ TEST(Verdict, RowNormalizerErrorsAreNoFalseAlarm) {
       {"H-5-mutant-ok-dQ-row-normalizer-near-constant-K.json", mutant_ok},
       {"H-5-mutant-ok-dQ-row-normalizer-kv-split-softcap.json", mutant_ok},
       {"H-5-torch-math-O-row-normalizer-constant-V.json", "torch.math"},
+      {"H-5-torch-math-LSE-copied-rows-near-constant-Q.json", "torch.math"},
+      {"H-5-torch-math-dV-copied-rows-near-constant-QK.json", "torch.math"},
   };
   for (const auto& [file, name] : cases) {
     std::unique_ptr<Backend> be;
