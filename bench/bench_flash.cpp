@@ -2,7 +2,8 @@
 // cuDNN frontend graphs, oracles/cudnn_graph.h) and LibTorch's flash kernel, in one process,
 // on the same shapes (llm.c dev/cuda style: one program, a table out).
 //
-//   bench_flash [--quick] [--iters N] [--dim D]     (--quick: S = 1k only; --dim: one head dim)
+//   bench_flash [--quick] [--iters N] [--dim D] [--seq S] [--causal 0|1]
+//     (--quick: S = 1k only; --dim, --seq, --causal: only those cases, e.g. one case for ncu)
 //
 // Cases (issue 12): bf16, D in {64, 128}, causal and not, S in {1k, 4k, 16k}, B S = 16k
 // tokens, H D = 2048. FLOPs: 4 B H Sq Skv D forward, 2.5 times that backward, halved causal.
@@ -80,7 +81,8 @@ std::string cell(double x) {
 int main(int argc, char** argv) {
   bool quick = false;
   int iters = 10;
-  int64_t only_dim = 0;
+  int64_t only_dim = 0, only_seq = 0;
+  int only_causal = -1;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
@@ -88,6 +90,10 @@ int main(int argc, char** argv) {
       iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--dim") && i + 1 < argc)
       only_dim = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--seq") && i + 1 < argc)
+      only_seq = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--causal") && i + 1 < argc)
+      only_causal = std::atoi(argv[++i]);
   }
 #if ATTNFUZZ_BENCH_TORCH
   std::string why;
@@ -96,10 +102,12 @@ int main(int argc, char** argv) {
 #endif
   attnfuzz::cudnn_detail::GraphCache cudnn;
   std::vector<Row> rows;
-  const std::vector<int64_t> seqs = quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096, 16384};
+  const std::vector<int64_t> seqs = only_seq > 0 ? std::vector<int64_t>{only_seq}
+                                    : quick      ? std::vector<int64_t>{1024}
+                                                 : std::vector<int64_t>{1024, 4096, 16384};
   for (int64_t d : {64, 128})
     for (bool causal : {false, true})
-      if (only_dim == 0 || only_dim == d)
+      if ((only_dim == 0 || only_dim == d) && (only_causal < 0 || only_causal == static_cast<int>(causal)))
         for (int64_t s : seqs) {
           const int64_t tokens = 16384, b = tokens / s, h = 2048 / d;
           const size_t n = static_cast<size_t>(b * h * s * d);

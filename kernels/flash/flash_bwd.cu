@@ -15,11 +15,15 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
   cudaFuncSetAttribute(backward_dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   const dim3 grid_kv(static_cast<unsigned>((p.seq_kv + T::kRows - 1) / T::kRows), static_cast<unsigned>(p.heads_kv),
                      static_cast<unsigned>(p.batch));
-  backward_dkdv_kernel<T><<<grid_kv, T::kThreads, smem, stream>>>(params);
+  BackwardParams ordered = params;
+  const int64_t tile_bytes = D * static_cast<int64_t>(sizeof(E));
+  ordered.group_dkdv = schedule_group(p, p.batch * p.heads_kv, 2 * p.seq_q * tile_bytes * (p.heads_q / p.heads_kv));  // Q, dO of the group
+  ordered.group_dq = schedule_group(p, p.batch * p.heads_q, 2 * p.seq_kv * tile_bytes);                               // K, V
+  backward_dkdv_kernel<T><<<grid_kv, T::kThreads, smem, stream>>>(ordered);
   check_launch("flash backward dK dV");
   const dim3 grid_q(static_cast<unsigned>((p.seq_q + T::kRows - 1) / T::kRows), static_cast<unsigned>(p.heads_q),
                     static_cast<unsigned>(p.batch));
-  backward_dq_kernel<T><<<grid_q, T::kThreads, smem, stream>>>(params);
+  backward_dq_kernel<T><<<grid_q, T::kThreads, smem, stream>>>(ordered);
   check_launch("flash backward dQ");
 }
 

@@ -23,6 +23,7 @@ struct BackwardParams {
   BackwardArgs a;
   float* rows_l2;     // [B][Hq][Sq]
   float* rows_delta;  // [B][Hq][Sq]
+  int group_dkdv = 1, group_dq = 1;  // planes per group of each kernel's block order (block_tile)
 };
 
 // One warp per row: D' and L2.
@@ -184,7 +185,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
   const Problem& p = params.p;
   const BackwardArgs& a = params.a;
   const int tid = threadIdx.x;
-  const int64_t n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z, group = p.heads_q / p.heads_kv;
+  // The first key tiles first: under a causal mask they have the most queries.
+  const BlockTile bt = block_tile(params.group_dkdv, false);
+  const int64_t n_block = bt.tile, h_kv = bt.head, b = bt.batch, group = p.heads_q / p.heads_kv;
   const int64_t k0 = n_block * kN, tk_mine = n_block * (kN / kU) + tid / 128;  // this warpgroup's mask unit column
 
   extern __shared__ __align__(1024) char smem_raw[];
@@ -274,13 +277,25 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
     const uint8_t cls = unit_class<kU>(mask, step % m_blocks, tk_mine);
     const float* l2 = col_rows + slot * 2 * kM;
     const float* delta = l2 + kM;
-    sg.dispatch(cls != kTileFull, [&](auto masked, auto capped) {
+    auto loop = [&](auto masked, auto capped, auto visible) {  // visible(key r, query c), read when masked
 #pragma unroll
       for (int i = 0; i < size(acc_s); ++i) {
         const int r = get<0>(tScS(i)), c = get<1>(tScS(i));
-        const bool vis = !decltype(masked)::value || visible_in(cls, mask, q0 + c, k0 + r);
+        const bool vis = !decltype(masked)::value || visible(r, c);
         sg.apply<decltype(capped)::value>(acc_s(i), acc_dp(i), l2[c], delta[c], vis);
       }
+    };
+    sg.dispatch(cls != kTileFull, [&](auto masked, auto capped) {
+      if constexpr (decltype(masked)::value) {
+        if (!mask.dense) {  // a band: 32-bit offsets from this thread's first element (key r0, query c0)
+          const int r0 = get<0>(tScS(0)), c0 = get<1>(tScS(0));
+          const BandTile band = band_tile(mask, q0 + c0, k0 + r0);
+          const bool partial = cls == kTilePartial;
+          loop(masked, capped, [&](int r, int c) { return partial && band.visible(c - c0, r - r0); });
+          return;
+        }
+      }
+      loop(masked, capped, [&](int r, int c) { return visible_in(cls, mask, q0 + c, k0 + r); });
     });
   };
   auto round = [&] {
@@ -321,7 +336,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
   const BackwardArgs& a = params.a;
   const int tid = threadIdx.x;
   // The last query tiles first: under a causal mask they have the most keys.
-  const int64_t m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
+  const BlockTile bt = block_tile(params.group_dq, true);
+  const int64_t m_block = bt.tile, h = bt.head, b = bt.batch, h_kv = h / (p.heads_q / p.heads_kv);
   const int64_t q0 = m_block * kM, tq_mine = m_block * (kM / kU) + tid / 128;  // this warpgroup's mask unit row
 
   extern __shared__ __align__(1024) char smem_raw[];
@@ -400,6 +416,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
     const uint8_t cls = unit_class<kU>(mask, tq_mine, n);
     Tensor s = make_tensor(acc_s.data(), rowcol_gmma(acc_s.layout()));
     Tensor dp = make_tensor(acc_dp.data(), rowcol_gmma(acc_dp.layout()));
+    // The masked case reads the mask per element (MaskView, int64): the 32-bit band test the
+    // forward and the dK/dV kernel use (BandTile) took this kernel past its registers (464-byte
+    // stack frame, 586 spill instructions at D = 128), so it stays out.
     sg.dispatch(cls != kTileFull, [&](auto masked, auto capped) {
 #pragma unroll
       for (int r = 0; r < size<0>(s); ++r)

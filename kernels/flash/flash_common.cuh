@@ -61,6 +61,37 @@ struct MaskView {
   }
 };
 
+// The band test of one tile in 32-bit offsets (dr, dc) from a thread's first element
+// (q, k) = (q0 + r0, k0 + c0) of the tile: with d = j - i - diagonal = (k - q - diagonal) + dc - dr,
+//   visible iff lo <= dc - dr <= hi,  dr < rows,  dc < cols
+// (lo, hi, rows, cols clamped to +-2^30, which no in-tile offset reaches). The same test as
+// MaskView::visible's band case, without its int64 arithmetic per element: dr and dc are
+// compile-time constants in an unrolled loop over a thread's accumulator.
+struct BandTile {
+  int lo, hi, rows, cols;
+  __device__ __forceinline__ bool visible(int dr, int dc) const {
+    const int d = dc - dr;
+    return d >= lo && d <= hi && dr < rows && dc < cols;
+  }
+};
+
+__device__ __forceinline__ int clamp_offset(int64_t x) {
+  constexpr int64_t kBig = int64_t{1} << 30;
+  return static_cast<int>(x < -kBig ? -kBig : (x > kBig ? kBig : x));
+}
+
+// mask: a band (dense == nullptr).
+__device__ __forceinline__ BandTile band_tile(const MaskView& mask, int64_t q, int64_t k) {
+  const int64_t base = k - q - mask.diagonal;
+#if ATTNFUZZ_FLASH_MUTANT == 3
+  const int64_t edge = 1;  // the planted bug of MaskView::visible: d > -left
+#else
+  const int64_t edge = 0;
+#endif
+  return {mask.left < 0 ? -(1 << 30) : clamp_offset(-mask.left + edge - base), mask.right < 0 ? (1 << 30) : clamp_offset(mask.right - base),
+          clamp_offset(mask.sq - q), clamp_offset(mask.skv - k)};
+}
+
 __device__ __forceinline__ MaskView mask_view(const Mask& m, int64_t plane, int64_t sq, int64_t skv, const uint8_t* tiles, int tile_q,
                                               int tile_kv) {
   MaskView v{m.left, m.right, m.diagonal, nullptr, nullptr, sq, skv, (skv + tile_kv - 1) / tile_kv};
@@ -70,6 +101,27 @@ __device__ __forceinline__ MaskView mask_view(const Mask& m, int64_t plane, int6
     v.tiles = tiles + p * ((sq + tile_q - 1) / tile_q) * v.tiles_kv;
   }
   return v;
+}
+
+// ---- the order blocks run in: heaviest first, a few (head, batch) planes at a time ----
+// Blocks start in launch order (blockIdx.x fastest). Under a causal mask a block's work grows
+// with its row tile (forward, dQ: the last query tiles see the most keys) or shrinks with it
+// (dK/dV), and the plain order (tiles of one plane, then the next plane) leaves the heavy
+// tiles of the last planes for the tail of the grid, where few SMs are busy. Here the grid
+// (tiles, heads, batch) is walked in groups of `group` planes; inside a group the heaviest
+// tile of every plane goes first, then the next heaviest, and so on (longest-processing-time
+// first), and the group's planes are few enough that their K/V stay in L2 while their blocks
+// run. group = 1 is the plain order (schedule_group() on the host picks it).
+struct BlockTile {
+  int tile, head, batch;  // 32 bits (grid limits): fewer registers held through the kernel
+};
+__device__ __forceinline__ BlockTile block_tile(int group, bool heavy_last) {
+  const int64_t tiles = gridDim.x, heads = gridDim.y, planes = heads * gridDim.z;
+  const int64_t linear = blockIdx.x + tiles * (blockIdx.y + heads * static_cast<int64_t>(blockIdx.z));
+  const int64_t per_group = group * tiles, g = linear / per_group, within = linear - g * per_group;
+  const int64_t in_group = planes - g * group < group ? planes - g * group : group;  // the last group may be smaller
+  const int64_t rank = within / in_group, plane = g * group + within % in_group;
+  return {static_cast<int>(heavy_last ? tiles - 1 - rank : rank), static_cast<int>(plane % heads), static_cast<int>(plane / heads)};
 }
 
 // ---- global -> shared, rows at or past `rows` zeroed (their values must not reach a product) ----

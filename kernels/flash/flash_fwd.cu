@@ -11,7 +11,9 @@ void run_forward(const ForwardParams& params, cudaStream_t stream) {
   cudaFuncSetAttribute(forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   const dim3 grid(static_cast<unsigned>((p.seq_q + T::kRows - 1) / T::kRows), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));
-  forward_kernel<T><<<grid, T::kThreads, smem, stream>>>(params);
+  ForwardParams ordered = params;
+  ordered.group = schedule_group(p, p.batch * p.heads_q, 2 * p.seq_kv * D * static_cast<int64_t>(sizeof(E)));  // K and V
+  forward_kernel<T><<<grid, T::kThreads, smem, stream>>>(ordered);
   check_launch("flash forward");
 }
 

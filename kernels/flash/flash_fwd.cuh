@@ -24,6 +24,7 @@ namespace attnfuzz::flash {
 struct ForwardParams {
   Problem p;
   ForwardArgs a;
+  int group = 1;  // planes per group of the block order (block_tile; schedule_group on the host)
 };
 
 // Ping-pong between the block's two warpgroups (named barriers 1 and 2; __syncthreads is 0):
@@ -51,8 +52,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   const Problem& p = params.p;
   const int tid = threadIdx.x;
   // The last query tiles first: under a causal mask they have the most keys, so the long
-  // blocks start in the first wave and the short ones fill the tail.
-  const int64_t m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
+  // blocks start early and the short ones fill the tail.
+  const BlockTile bt = block_tile(params.group, true);
+  const int64_t m_block = bt.tile, h = bt.head, b = bt.batch, h_kv = h / (p.heads_q / p.heads_kv);
   const int64_t q0 = m_block * kM;
 
   extern __shared__ __align__(1024) char smem_raw[];
@@ -86,8 +88,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
     Tensor dV = gthr.partition_D(make_tensor(make_smem_ptr(v_tile(stage)), typename T::SmemV{}));
     load_tile<kN>(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tKcK, p.seq_kv - n * kN);
   };
-  auto landed = [] {  // every copy this thread issued is in shared memory, and everyone's is
-    cute::cp_async_wait<0>();
+  // Every copy this thread issued, but for its last `pending` commit groups, is in shared
+  // memory, and everyone's is.
+  auto landed = [](auto pending) {
+    cute::cp_async_wait<decltype(pending)::value>();
     cutlass::arch::fence_view_async_shared();  // cp.async's (and the zero fills') writes, seen by wgmma
     __syncthreads();
   };
@@ -127,9 +131,17 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
       }
     }
     if (mask.tile_class(q0, kM, n * kN, kN, m_block, n) != kTileFull) {
+      if (mask.dense) {
 #pragma unroll
-      for (int i = 0; i < size(acc_s); ++i)
-        if (!mask.visible(q0 + get<0>(tScS(i)), n * kN + get<1>(tScS(i)))) acc_s(i) = -INFINITY;
+        for (int i = 0; i < size(acc_s); ++i)
+          if (!mask.visible(q0 + get<0>(tScS(i)), n * kN + get<1>(tScS(i)))) acc_s(i) = -INFINITY;
+      } else {  // a band: 32-bit offsets from this thread's first element (the causal diagonal's tiles)
+        const int r0 = get<0>(tScS(0)), c0 = get<1>(tScS(0));
+        const BandTile band = band_tile(mask, q0 + r0, n * kN + c0);
+#pragma unroll
+        for (int i = 0; i < size(acc_s); ++i)
+          if (!band.visible(get<0>(tScS(i)) - r0, get<1>(tScS(i)) - c0)) acc_s(i) = -INFINITY;
+      }
     }
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
@@ -176,12 +188,15 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   }
   int64_t n = next_block(0);
   int64_t n1 = n < n_blocks ? next_block(n + 1) : n_blocks;
-  if (n < n_blocks) load_k(n, 0), load_v(n, 0);
+  // Two commit groups: the first product waits for Q and K(t_0) only, not for V(t_0), K(t_1).
+  if (n < n_blocks) load_k(n, 0);
+  cute::cp_async_fence();
+  if (n < n_blocks) load_v(n, 0);
   if (n1 < n_blocks) load_k(n1, 1);
   cute::cp_async_fence();
   int stage_of_last = 0;  // the stages of the last visible tile's K and V
   if (n < n_blocks) {
-    landed();
+    landed(Int<1>{});
     turn.wait_turn();
     wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(0)), typename T::SmemK{})), acc_s);
     turn.pass_turn();
@@ -191,7 +206,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   }
   for (int j = 0; n1 < n_blocks; ++j) {
     const int cur = j & 1, nxt = cur ^ 1;  // K(t_j+1) sits in K stage nxt, V(t_j) in V stage cur
-    landed();  // V(t_j), K(t_j+1) are in; S(t_j) and P(t_j-1) V(t_j-1) are done in both warpgroups
+    landed(Int<0>{});  // V(t_j), K(t_j+1) are in; S(t_j) and P(t_j-1) V(t_j-1) are done in both warpgroups
     turn.wait_turn();
     wgmma_issue<true>(mma_s, tSrQ, thr_s.partition_fragment_B(make_tensor(make_smem_ptr(k_tile(nxt)), typename T::SmemK{})), acc_s);
     wgmma_issue<false>(mma_o, tOrP, thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(cur)), typename T::SmemVt{})), acc_o);
@@ -212,7 +227,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
     stage_of_last = nxt;
   }
   if (n < n_blocks) {  // the last tile's P V
-    landed();
+    landed(Int<0>{});
     turn.wait_turn();
     wgmma_issue<false>(mma_o, tOrP, thr_o.partition_fragment_B(make_tensor(make_smem_ptr(v_tile(stage_of_last)), typename T::SmemVt{})), acc_o);
     turn.pass_turn();

@@ -1,6 +1,8 @@
 // The launcher: checks a problem, then dispatches to the instantiation for its head dim and
 // element type (flash_launch.h).
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -13,6 +15,18 @@ namespace attnfuzz::flash {
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+int schedule_group(const Problem& p, int64_t planes, int64_t stream_bytes_per_plane) {
+  static const int64_t forced = [] {
+    const char* e = std::getenv("ATTNFUZZ_FLASH_GROUP");
+    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t{0};
+  }();
+  const bool uniform = !p.mask.dense && p.mask.left < 0 && p.mask.right < 0;
+  constexpr int64_t kL2Budget = int64_t{16} << 20;
+  int64_t group = forced > 0 ? forced : uniform ? 1 : kL2Budget / std::max<int64_t>(1, stream_bytes_per_plane);
+  group = std::min(std::max<int64_t>(group, 1), std::max<int64_t>(planes, 1));
+  return static_cast<int>(group);
 }
 
 TileShape forward_tile(int head_dim) {
