@@ -382,6 +382,8 @@ class DifferentialSession::Impl {
       // (P itself below 2^-126 is the error model's underflow term). Beside the storage type's
       // smallest subnormal it matters only for elements near 1e-35 (H-4: dV rows of 1e-37).
       in.tiny = t == Output::LSE ? 0.0 : std::max(smallest_subnormal(c_.dtype), kSmallestNormalF32 * reduction_length(t, c_.shape));
+      const double u_acc = rounding_units(contract, c_.dtype, 0.0).accumulate;
+      in.row_scale_variance = u_acc * u_acc * reduction_length(t, c_.shape);
       TensorVerdict v = judge_tensor(name, in, opt_.rule);
       double rung_max = 0;  // the max error of the fingerprinted rung's emulation
       if (opt_.fingerprint_all || !v.pass) {

@@ -105,6 +105,9 @@ struct JudgeInput {
   const std::vector<uint8_t>* skip_rows = nullptr;  // rows left out (fully masked)
   const Tensor* row_dof = nullptr;                  // per row: its independent errors (may be null: every element)
   double tiny = 0;                                  // the storage type's smallest subnormal
+  // The relative variance of a scale error shared by a whole row from its fp32 (accumulation
+  // precision) quantities, u_acc^2 L: the row projection's floor (verdict.cpp, row_projection).
+  double row_scale_variance = 0;
 };
 // Applies the rule of harness/tolerance.h.
 TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const ToleranceRule& rule);

@@ -2,6 +2,12 @@
 // correct kernel (the mutant zoo's mutant_ok), per dtype, size, output and planted error.
 //
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
+//                                     [--plugin SO | --backend NAME]
+//
+// --backend takes any registered backend as the correct kernel. The default, mutant_ok, is a
+// tiled kernel that rounds like a fused one (P and dS to the dtype, fp32 accumulation);
+// torch.math, LibTorch's unfused path, also stores S, P and dP in the dtype, so its natural
+// error is about that of the naive baselines.
 //
 // Prints one markdown table per configuration; the ratio column is the planted error at the
 // threshold over the natural error, in the same units (sensitivity.h; goal: <= 8).
@@ -39,7 +45,7 @@ int main(int argc, char** argv) {
   using namespace attnfuzz;
   std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
   std::vector<long> seqs{16, 64, 256}, dims{16, 64, 128};
-  std::string csv_path, plugin = ATTNFUZZ_CORRECT_PLUGIN;
+  std::string csv_path, plugin = ATTNFUZZ_CORRECT_PLUGIN, backend;
   bool causal = true;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
@@ -61,15 +67,17 @@ int main(int argc, char** argv) {
       csv_path = next();
     } else if (!std::strcmp(argv[i], "--plugin")) {
       plugin = next();
+    } else if (!std::strcmp(argv[i], "--backend")) {
+      backend = next();
     } else if (!std::strcmp(argv[i], "--no-mask")) {
       causal = false;
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO] [--no-mask]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--no-mask]\n");
       return 2;
     }
   }
-  auto correct = make_backend("plugin:" + plugin);
+  auto correct = make_backend(backend.empty() ? "plugin:" + plugin : backend);
   const OracleSet oracles = default_oracles();
   std::ofstream csv;
   if (!csv_path.empty()) {
