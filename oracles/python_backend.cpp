@@ -208,7 +208,7 @@ class PythonBackend final : public Backend {
         msg += "; is the interpreter '" + env_or("ATTNFUZZ_PYTHON", ATTNFUZZ_PYTHON_DEFAULT) + "' there (ATTNFUZZ_PYTHON)?";
       throw std::runtime_error(msg);
     }
-    if (reply.body.empty()) return nlohmann::json::object();  // ok, nothing to say: a forward or backward without stats
+    if (reply.body.empty()) return nlohmann::json::object();  // ok, nothing to say: supported, or no stats
     nlohmann::json r;
     try {
       r = nlohmann::json::parse(reply.body);

@@ -1,17 +1,18 @@
 #pragma once
 // The Python bridge's protocol (docs/python-backends.md): what attnfuzz and its Python worker
 // (python/attnfuzz_py/worker.py) say to each other, in the worker frames of
-// harness/worker_protocol.h. Tensor data lies in shared memory (oracles/shared_tensors.h) and a
+// harness/worker_frame.h. Tensor data lies in shared memory (oracles/shared_tensors.h) and a
 // message only says where.
 //
 //   hello     -> {protocol, name, version, device, contracts, backward_takes_dlse,
 //                 masked_rows_zero, returns_lse, checks_support}  (once per worker process)
-//   supports  -> {reason: null | "why not"}                (the problem, without tensors; only
-//                                                           asked of adapters with checks_support)
+//   supports  -> {ok, reason: "why not"} or nothing (supported)  (the problem, without tensors;
+//                                                   only asked of adapters with checks_support)
 //   forward   -> {ok, stats} or nothing after writing o, lse      (q, k, v, mask in; o, lse poisoned)
 //   backward  -> {ok, stats} or nothing after writing d_q, d_k, d_v (+ o, lse, d_out, d_lse in;
 //                                                   stats: the adapter's stats(), where not empty;
-//                                                   an empty reply is ok without stats)
+//                                                   an empty reply is ok without stats: every
+//                                                   reply byte costs its checksum in Python)
 //   any error -> {ok: false, error, traceback}             (the traceback's last lines)
 //
 // hello is one JSON object, {protocol, op: "hello", module, class, options}, so that a worker of

@@ -1,6 +1,6 @@
 """The worker's side of the bridge protocol (oracles/python_bridge_protocol.h).
 
-Frames are those of harness/worker_protocol.h:
+Frames are those of harness/worker_frame.h:
 
     "AF1 " kind ' ' seq(16 hex) ' ' length(8 hex) ' ' fnv1a64(kind, seq, payload)(16 hex) '\\n' payload
 
@@ -51,10 +51,13 @@ _FNV_MASK = 0xFFFFFFFFFFFFFFFF
 
 
 def _fnv(h: int, data: bytes) -> int:
-    # FNV-1a mod 2^64, reduced once at the end: XOR with a byte touches only the low bits and the
-    # product's low 64 bits depend only on the factors' low 64 bits, so the result is the same.
-    for ch in data:
-        h = (h ^ ch) * _FNV_PRIME
+    # FNV-1a mod 2^64, reduced every 8 bytes rather than every byte: XOR with a byte touches only
+    # the low bits and the product's low 64 bits depend only on the factors' low 64 bits, so the
+    # result is the same (reducing less often would grow the numbers into slow multiplications).
+    for i in range(0, len(data), 8):
+        for ch in data[i:i + 8]:
+            h = (h ^ ch) * _FNV_PRIME
+        h &= _FNV_MASK
     return h & _FNV_MASK
 
 

@@ -133,6 +133,22 @@ os.pwrite(fd, bits.tobytes(), 4096)
 t = w.shm.torch_view(4096, "bf16", [3], [1])
 check(t.dtype == torch.bfloat16 and t.tolist() == [1.5, -2.0, 3.25], "bf16 is viewed from its bits")
 
+# supports: an empty reply when supported (Recorder has the base class's), the reason otherwise.
+check(w.handle(protocol.encode_request("supports", 1 << 20, PROBLEM, [])) == b"", "supports answers an empty reply when supported")
+Recorder.supports = lambda self, p: f"no seq_q={p.seq_q}"
+check(json.loads(w.handle(protocol.encode_request("supports", 1 << 20, PROBLEM, [])))["reason"] == f"no seq_q={S}",
+      "supports answers the reason")
+del Recorder.supports
+
+# The replies' checksum is FNV-1a 64 of kind, seq (8 bytes, little-endian) and payload, as
+# harness/worker_frame.cpp checks it (reduced every 8 bytes in Python: the same sum).
+for n in (0, 1, 7, 8, 9, 63, 200):
+    data = bytes(range(n))
+    h = 1469598103934665603
+    for ch in b"R" + (0x0123456789ABCDEF).to_bytes(8, "little") + data:
+        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    check(protocol._frame_sum(b"R", 0x0123456789ABCDEF, data) == h, f"the frame checksum of a {n}-byte payload")
+
 # Another protocol version is refused, naming both: a binary request, and a JSON one (protocol 2's).
 bad = bytearray(payload(1 << 20, lines))
 bad[0:8] = (7).to_bytes(8, "little")
