@@ -6,9 +6,13 @@
 // bridge adds the request, the worker's views and its one copy of each result.
 //   build/cpu/bench/bench_python_bridge
 #include <benchmark/benchmark.h>
+#include <dirent.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,10 +34,52 @@ Case bench_case(bool large) {
   return c;
 }
 
+// CPU seconds (user + system) used so far by this process's children: the Python workers.
+// /proc/PID/stat counts in clock ticks (10 ms): read over a whole benchmark run, not per call.
+double children_cpu_seconds() {
+  double ticks = 0;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return 0;
+  while (const dirent* e = ::readdir(proc)) {
+    char path[300];
+    std::snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE* f = std::fopen(path, "r");
+    if (!f) continue;
+    int ppid = 0;
+    unsigned long utime = 0, stime = 0;
+    // pid (comm) state ppid ... field 14 utime, 15 stime; comm has no spaces here (python3, attnfuzz).
+    if (std::fscanf(f, "%*d %*s %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ppid, &utime, &stime) == 3 && ppid == ::getpid())
+      ticks += static_cast<double>(utime + stime);
+    std::fclose(f);
+  }
+  ::closedir(proc);
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// Reports the workers' CPU time per call beside the bench's own: the bridge's whole CPU cost,
+// which a loaded machine stretches less than the wall time (waits for a core are not in it).
+struct WorkerCpu {
+  benchmark::State& st;
+  double start = children_cpu_seconds();
+  explicit WorkerCpu(benchmark::State& s) : st(s) {}
+  ~WorkerCpu() {
+    st.counters["worker_cpu_ms"] = benchmark::Counter((children_cpu_seconds() - start) * 1e3, benchmark::Counter::kAvgIterations);
+  }
+};
+
+// The build's paths, or the environment's (ATTNFUZZ_NOOP_PLUGIN, ATTNFUZZ_BENCH_DIR) where the
+// binary runs elsewhere (the GPU machine, a quiet one).
+std::string path_from_env(const char* name, const char* built) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : built;
+}
+
+void set_pythonpath() { ::setenv("PYTHONPATH", path_from_env("ATTNFUZZ_BENCH_DIR", ATTNFUZZ_BENCH_DIR).c_str(), 1); }
+
 Backend& backend(bool python) {
-  static std::unique_ptr<Backend> plugin = make_backend(std::string("plugin:") + ATTNFUZZ_NOOP_PLUGIN);
+  static std::unique_ptr<Backend> plugin = make_backend("plugin:" + path_from_env("ATTNFUZZ_NOOP_PLUGIN", ATTNFUZZ_NOOP_PLUGIN));
   static std::unique_ptr<Backend> bridge = [] {
-    ::setenv("PYTHONPATH", ATTNFUZZ_BENCH_DIR, 1);
+    set_pythonpath();
     return make_backend("py:noop_adapter:NoOp");
   }();
   return python ? *bridge : *plugin;
@@ -44,6 +90,7 @@ void BM_Forward(benchmark::State& st) {
   const Inputs in = generate_inputs(c);
   const Problem p = full_problem(c, in);
   Backend& b = backend(st.range(0) != 0);
+  WorkerCpu cpu(st);
   for (auto _ : st) benchmark::DoNotOptimize(b.forward(p));
 }
 
@@ -53,6 +100,7 @@ void BM_Backward(benchmark::State& st) {
   const Problem p = full_problem(c, in);
   Backend& b = backend(st.range(0) != 0);
   const Forward f = b.forward(p);
+  WorkerCpu cpu(st);
   for (auto _ : st) benchmark::DoNotOptimize(b.backward(p, f, in.d_out, in.d_lse));
 }
 
@@ -77,6 +125,7 @@ void BM_ForwardDistinct(benchmark::State& st) {
   static const DistinctToys toys;
   Backend& b = backend(st.range(0) != 0);
   size_t i = 0;
+  WorkerCpu cpu(st);
   for (auto _ : st) benchmark::DoNotOptimize(b.forward(toys.problems[i++ % toys.problems.size()]));
 }
 
@@ -86,6 +135,7 @@ void BM_BackwardDistinct(benchmark::State& st) {
   std::vector<Forward> fwd;
   for (const auto& p : toys.problems) fwd.push_back(b.forward(p));
   size_t i = 0;
+  WorkerCpu cpu(st);
   for (auto _ : st) {
     const size_t k = i++ % toys.problems.size();
     benchmark::DoNotOptimize(b.backward(toys.problems[k], fwd[k], toys.inputs[k].d_out, toys.inputs[k].d_lse));
@@ -96,12 +146,13 @@ void BM_BackwardDistinct(benchmark::State& st) {
 // no supports() of its own, so the bridge never asks it; NoOpSupports has one.
 void BM_SupportsRoundTrip(benchmark::State& st) {
   static std::unique_ptr<Backend> checking = [] {
-    ::setenv("PYTHONPATH", ATTNFUZZ_BENCH_DIR, 1);
+    set_pythonpath();
     return make_backend("py:noop_adapter:NoOpSupports");
   }();
   const Case c = bench_case(false);
   const Inputs in = generate_inputs(c);
   const Problem p = full_problem(c, in);
+  WorkerCpu cpu(st);
   for (auto _ : st) benchmark::DoNotOptimize(checking->unsupported_reason(p));
 }
 

@@ -148,7 +148,10 @@ WorkerProcess::Reply WorkerProcess::request(const std::string& body, double time
     start();  // a fresh worker for the next request
     return reply;
   };
-  ::signal(SIGPIPE, SIG_IGN);
+  // A worker that died must not kill us through a write to its pipe. Set once: one syscall
+  // fewer per request (the Python bridge makes one request per backend call).
+  static const bool sigpipe_ignored = (::signal(SIGPIPE, SIG_IGN), true);
+  (void)sigpipe_ignored;
   const uint64_t seq = ++seq_;
   const std::string msg = encode_frame('Q', seq, body);
   size_t off = 0;

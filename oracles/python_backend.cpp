@@ -80,6 +80,7 @@ class PythonBackend final : public Backend {
     if (stats_.count("compile_s") || stats_.count("fallbacks")) {
       std::string line;
       for (const auto& [k, v] : stats_) line += " " + k + "=" + std::to_string(v);
+      std::fflush(stdout);  // after the results printed so far, not inside one of their lines
       std::fprintf(stderr, "%s: stats%s\n", name().c_str(), line.c_str());
     }
   }
@@ -98,7 +99,7 @@ class PythonBackend final : public Backend {
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the adapter's contract";
     if (!info_.value("checks_support", true)) return std::nullopt;  // the base class's supports: a round trip saved
-    const auto r = const_cast<PythonBackend*>(this)->call(request_payload(bridge_request("supports"), &p), "supports");
+    const auto r = const_cast<PythonBackend*>(this)->call(request_payload(BridgeOp::supports, arena_.size(), p, nullptr), "supports");
     if (r.contains("reason") && r["reason"].is_string()) return r["reason"].get<std::string>();
     return std::nullopt;
   }
@@ -116,9 +117,7 @@ class PythonBackend final : public Backend {
     shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
     shm_poison(arena_, o), shm_poison(arena_, lse);
     copy_mask(mask, p);
-    auto req = bridge_request("forward");
-    req["shm_size"] = arena_.size();
-    add_stats(call(request_payload(req, &p, &mem), "forward"));
+    add_stats(call(request_payload(BridgeOp::forward, arena_.size(), p, &mem), "forward"));
     Forward f;
     f.o = shm_load(arena_, o, &f.unwritten["O"]);
     // Without returns_lse the LSE is not compared (harness/backend.h): not read back either.
@@ -136,7 +135,7 @@ class PythonBackend final : public Backend {
     const ShmTensor o = mem.add("o", R::o, place(p.layouts, R::o, p.shape), dt);
     const ShmTensor lse = mem.add("lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
     // The forward's tensors first, in its order: at the forward's offsets, so the worker's views
-    // of them (kept by their text) serve the backward too.
+    // of them (kept by their table entries) serve the backward too.
     const ShmTensor mask = add_mask(mem, p);
     const ShmTensor d_o = mem.add("d_out", R::d_out, place(p.layouts, R::d_out, p.shape), dt);
     std::optional<ShmTensor> g;  // dLSE, laid out as LSE; only for adapters that honour it (as in the C ABI)
@@ -149,9 +148,7 @@ class PythonBackend final : public Backend {
     if (g) shm_store(arena_, *g, d_lse);
     shm_poison(arena_, dq), shm_poison(arena_, dk), shm_poison(arena_, dv);
     copy_mask(mask, p);
-    auto req = bridge_request("backward");
-    req["shm_size"] = arena_.size();
-    add_stats(call(request_payload(req, &p, &mem), "backward"));
+    add_stats(call(request_payload(BridgeOp::backward, arena_.size(), p, &mem), "backward"));
     Gradients out;
     out.dq = shm_load(arena_, dq, &out.unwritten["dQ"]);
     out.dk = shm_load(arena_, dk, &out.unwritten["dK"]);
@@ -177,11 +174,7 @@ class PythonBackend final : public Backend {
   }
 
   void hello() {
-    auto req = bridge_request("hello");
-    req["module"] = spec_.module;
-    req["class"] = spec_.cls;
-    req["options"] = spec_.options;
-    const auto r = exchange(request_payload(req), "start-up", /*hello=*/true);
+    const auto r = exchange(hello_payload(spec_), "start-up", /*hello=*/true);
     const int theirs = r.value("protocol", -1);
     if (theirs != kPythonBridgeProtocol)
       throw std::runtime_error("python backend 'py:" + spec_.text + "': its attnfuzz_py speaks bridge protocol " + std::to_string(theirs) +
@@ -215,6 +208,7 @@ class PythonBackend final : public Backend {
         msg += "; is the interpreter '" + env_or("ATTNFUZZ_PYTHON", ATTNFUZZ_PYTHON_DEFAULT) + "' there (ATTNFUZZ_PYTHON)?";
       throw std::runtime_error(msg);
     }
+    if (reply.body.empty()) return nlohmann::json::object();  // ok, nothing to say: supported, or no stats
     nlohmann::json r;
     try {
       r = nlohmann::json::parse(reply.body);

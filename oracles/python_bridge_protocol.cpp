@@ -1,5 +1,9 @@
 #include "oracles/python_bridge_protocol.h"
 
+#include <algorithm>
+#include <bit>
+#include <iterator>
+#include <limits>
 #include <stdexcept>
 
 #include "harness/case_json.h"
@@ -33,52 +37,58 @@ AdapterSpec parse_adapter_spec(const std::string& text) {
   return s;
 }
 
-nlohmann::json problem_json(const Problem& p) {
-  const Shape& s = p.shape;
+nlohmann::json problem_extra_json(const Problem& p) {
   nlohmann::json restrictions = nlohmann::json::array();
   for (const auto& r : p.restrictions)
     restrictions.push_back({{"left", r.left},
                             {"right", r.right},
                             {"align", r.align == Align::bottom_right ? "bottom_right" : "top_left"},
                             {"inside", r.inside}});
-  return {{"batch", s.batch},
-          {"heads_q", s.heads_q},
-          {"heads_kv", s.heads_kv},
-          {"seq_q", s.seq_q},
-          {"seq_kv", s.seq_kv},
-          {"head_dim_qk", s.head_dim_qk},
-          {"head_dim_v", s.head_dim_v},
-          {"dtype", std::string(to_string(p.dtype))},
-          {"scale", p.scale},
-          {"softcap", p.softcap ? nlohmann::json(*p.softcap) : nlohmann::json(nullptr)},
-          {"mask", p.mask_expr ? to_json(*p.mask_expr) : nlohmann::json{{"kind", "none"}}},
-          {"restrictions", restrictions},
-          {"q_offset", p.q_offset},
-          {"kv_offset", p.kv_offset},
-          {"full_seq_q", p.full_seq_q},
-          {"full_seq_kv", p.full_seq_kv}};
+  return {{"mask", p.mask_expr ? to_json(*p.mask_expr) : nlohmann::json{{"kind", "none"}}}, {"restrictions", restrictions}};
 }
 
-std::string tensor_line(const std::string& name, const ShmTensor& t) {
-  // Written by hand: a name, a dtype name and integers need no escaping, and this runs for
-  // every tensor of every call.
-  auto ints = [&](const auto& v) {
-    std::string s = "[";
-    for (int i = 0; i < t.pl.ndim; ++i) s += (i ? "," : "") + std::to_string(v[static_cast<size_t>(i)]);
-    return s + "]";
-  };
-  return "[\"" + name + "\"," + std::to_string(t.first_element()) + ",\"" + shm_type_name(t.type) + "\"," + ints(t.pl.sizes) + "," +
-         ints(t.pl.strides) + "]";
+std::string hello_payload(const AdapterSpec& spec) {
+  return nlohmann::json{{"protocol", kPythonBridgeProtocol}, {"op", "hello"}, {"module", spec.module}, {"class", spec.cls}, {"options", spec.options}}
+      .dump();
 }
 
-nlohmann::json bridge_request(const std::string& op) { return {{"protocol", kPythonBridgeProtocol}, {"op", op}}; }
+namespace {
 
-std::string request_payload(const nlohmann::json& envelope, const Problem* p, const ShmLayout* layout) {
-  std::string out = envelope.dump();
-  if (p) out += "\n" + problem_json(*p).dump();
+static_assert(std::endian::native == std::endian::little, "the binary requests are little-endian words, written as they lie in memory");
+
+void put(std::string& out, int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+void put(std::string& out, double v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+
+int64_t tensor_name_code(const std::string& name) {
+  const auto* names = std::begin(kBridgeTensorNames);
+  const auto* it = std::find_if(names, std::end(kBridgeTensorNames), [&](const char* n) { return name == n; });
+  if (it == std::end(kBridgeTensorNames)) throw std::logic_error("python bridge: no code for tensor '" + name + "'");
+  return it - names;
+}
+
+}  // namespace
+
+std::string request_payload(BridgeOp op, size_t shm_size, const Problem& p, const ShmLayout* layout) {
+  const std::string extra = problem_extra_json(p).dump();
+  const size_t n = layout ? layout->tensors().size() : 0;
+  std::string out;
+  out.reserve(8 * (5 + 14 + 12 * n) + extra.size());
+  for (int64_t w : {int64_t{kPythonBridgeProtocol}, static_cast<int64_t>(op), static_cast<int64_t>(shm_size), static_cast<int64_t>(n),
+                    static_cast<int64_t>(extra.size())})
+    put(out, w);
+  const Shape& s = p.shape;
+  for (int64_t w : {s.batch, s.heads_q, s.heads_kv, s.seq_q, s.seq_kv, s.head_dim_qk, s.head_dim_v, static_cast<int64_t>(p.dtype)}) put(out, w);
+  put(out, p.scale);
+  put(out, p.softcap ? *p.softcap : std::numeric_limits<double>::quiet_NaN());
+  for (int64_t w : {p.q_offset, p.kv_offset, p.full_seq_q, p.full_seq_kv}) put(out, w);
   if (layout)
-    for (const auto& [name, t] : layout->tensors()) out += "\n" + tensor_line(name, t);
-  return out;
+    for (const auto& [name, t] : layout->tensors()) {
+      for (int64_t w : {tensor_name_code(name), static_cast<int64_t>(t.type), int64_t{t.pl.ndim}, static_cast<int64_t>(t.first_element())})
+        put(out, w);
+      for (int i = 0; i < 4; ++i) put(out, i < t.pl.ndim ? t.pl.sizes[static_cast<size_t>(i)] : int64_t{0});
+      for (int i = 0; i < 4; ++i) put(out, i < t.pl.ndim ? t.pl.strides[static_cast<size_t>(i)] : int64_t{0});
+    }
+  return out + extra;
 }
 
 }  // namespace attnfuzz

@@ -1,21 +1,36 @@
 #pragma once
 // The Python bridge's protocol (docs/python-backends.md): what attnfuzz and its Python worker
-// (python/attnfuzz_py/worker.py) say to each other. Control messages are small JSON documents in
-// the worker frames of harness/worker_protocol.h; tensor data lies in shared memory
-// (oracles/shared_tensors.h) and a message only says where. A request is one document a line:
-// the envelope {protocol, op, ...}, then the problem (supports, forward, backward), then one line
-// per tensor (forward, backward), so that the worker can keep what it parsed by its text.
+// (python/attnfuzz_py/worker.py) say to each other, in the worker frames of
+// harness/worker_frame.h. Tensor data lies in shared memory (oracles/shared_tensors.h) and a
+// message only says where.
 //
 //   hello     -> {protocol, name, version, device, contracts, backward_takes_dlse,
 //                 masked_rows_zero, returns_lse, checks_support}  (once per worker process)
-//   supports  -> {reason: null | "why not"}                (the problem, without tensors; only
-//                                                           asked of adapters with checks_support)
-//   forward   -> {[stats]} after writing o, lse             (q, k, v, mask in; o, lse poisoned)
-//   backward  -> {[stats]} after writing d_q, d_k, d_v      (+ o, lse, d_out, d_lse in; stats: the
-//                                                           adapter's stats(), where not empty)
+//   supports  -> {ok, reason: "why not"} or nothing (supported)  (the problem, without tensors;
+//                                                   only asked of adapters with checks_support)
+//   forward   -> {ok, stats} or nothing after writing o, lse      (q, k, v, mask in; o, lse poisoned)
+//   backward  -> {ok, stats} or nothing after writing d_q, d_k, d_v (+ o, lse, d_out, d_lse in;
+//                                                   stats: the adapter's stats(), where not empty;
+//                                                   an empty reply is ok without stats: every
+//                                                   reply byte costs its checksum in Python)
 //   any error -> {ok: false, error, traceback}             (the traceback's last lines)
 //
-// Every request carries the protocol version; each side refuses another one, by name.
+// hello is one JSON object, {protocol, op: "hello", module, class, options}, so that a worker of
+// any version reads it and can say which version it speaks. Every other request is binary, a
+// fixed layout the worker reads with one struct.unpack each (python/attnfuzz_py/protocol.py has
+// the same layout), little-endian 8-byte words:
+//
+//   header   protocol, op (BridgeOp), shm_size (bytes), tensor count, extra's length (bytes)
+//   problem  batch, heads_q, heads_kv, seq_q, seq_kv, head_dim_qk, head_dim_v,
+//            dtype (DType: 0 fp32, 1 fp16, 2 bf16), scale (float64), softcap (float64, NaN: none),
+//            q_offset, kv_offset, full_seq_q, full_seq_kv
+//   tensors  each: name (index in kBridgeTensorNames), type (ShmType: 0 fp32, 1 fp16, 2 bf16,
+//            3 u8), ndim, offset (bytes, of element 0), sizes[4], strides[4] (elements)
+//   extra    JSON {"mask": the mask expression, "restrictions": [band, ...]}, parsed only if the
+//            adapter reads them (the dense mask is a tensor)
+//
+// Replies are small JSON objects. Every request carries the protocol version; each side refuses
+// another one, by name.
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -26,8 +41,13 @@
 namespace attnfuzz {
 
 // Bumped on any change of the messages' meaning; python/attnfuzz_py/protocol.py has the same number.
-// 2: requests as lines (envelope, problem, one per tensor) instead of one object.
-inline constexpr int kPythonBridgeProtocol = 2;
+// 2: requests as JSON lines (envelope, problem, one per tensor) instead of one object.
+// 3: requests other than hello in a binary fixed layout instead of JSON lines.
+inline constexpr int kPythonBridgeProtocol = 3;
+
+enum class BridgeOp : int64_t { supports = 1, forward = 2, backward = 3 };
+// The tensors a request can name; a tensor's name is its index here.
+inline constexpr const char* kBridgeTensorNames[] = {"q", "k", "v", "o", "lse", "mask", "d_out", "d_lse", "d_q", "d_k", "d_v"};
 
 // "MODULE:CLASS[?key=value&key=value]" (the part after "py:"): the adapter class and the
 // keyword arguments (strings) its constructor gets.
@@ -39,18 +59,11 @@ struct AdapterSpec {
 // Throws std::invalid_argument naming what is wrong.
 AdapterSpec parse_adapter_spec(const std::string& text);
 
-// The problem as the worker receives it: shape, dtype, scale, softcap, the mask expression with
-// the call's offsets and band restrictions (the fields of the C ABI's af_problem).
-nlohmann::json problem_json(const Problem& p);
-// Where one tensor lies, a line of the tensor table: ["name", offset (bytes, of element 0),
-// "dtype", [shape], [strides (elements)]]. One line a tensor, so that the worker keeps each
-// tensor's views by its line: a backward's q, k, v, o, lse and mask repeat its forward's.
-std::string tensor_line(const std::string& name, const ShmTensor& t);
-// The request envelope: {"protocol", "op", ...}.
-nlohmann::json bridge_request(const std::string& op);
-// A request's payload: the envelope, then problem_json(*p) and a tensor_line of each of the
-// layout's tensors where given, one JSON document a line (a dumped document holds no raw newline). hello is the envelope alone,
-// so that a worker of any version reads it and can say which version it speaks.
-std::string request_payload(const nlohmann::json& envelope, const Problem* p = nullptr, const ShmLayout* layout = nullptr);
+// The mask expression and the band restrictions of a composition's call (the request's extra).
+nlohmann::json problem_extra_json(const Problem& p);
+// hello: the JSON envelope with the adapter to load.
+std::string hello_payload(const AdapterSpec& spec);
+// supports (layout null), forward, backward: the binary request above.
+std::string request_payload(BridgeOp op, size_t shm_size, const Problem& p, const ShmLayout* layout);
 
 }  // namespace attnfuzz

@@ -68,8 +68,20 @@ camp CompilesForever camp-forever ATTNFUZZ_COMPILE_LIMIT_S=2
 ls "$work/camp-forever/findings" 2>/dev/null | grep -q -- "---timeout-" || { fail "CompilesForever: no timeout finding"; tail -5 "$work/camp-forever.txt"; }
 expect WrongShape 1 "o has shape \[1, 2, 63, 32\], expected \[1, 2, 64, 32\]"
 expect Declines 0 "planted: declines every problem"
-expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 2"
+expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 3"
 # The ignores-dLSE adapter passes the single call: the bug shows only through the merge.
 grep -q "py.ignores_dlse .*single .*dQ .* ok " "$work/IgnoresDlse.txt" || fail "IgnoresDlse: the single call's dQ should pass"
+
+# 4. "Bring your own Triton kernel" as docs/python-backends.md says, step by step: a copy of the
+# example with a kernels' module and a name of its own, found through PYTHONPATH.
+mkdir -p "$work/my_kernel"
+cp "$src/python/attnfuzz_py/adapters/triton_flash.py" "$work/my_kernel/my_adapter.py"
+cp "$src/python/attnfuzz_py/adapters/triton_flash_kernels.py" "$work/my_kernel/my_kernels.py"
+sed -i 's/^KERNELS = .*/KERNELS = "my_kernels"/; s/self.name = "triton_flash"/self.name = "my_flash"/' "$work/my_kernel/my_adapter.py"
+(cd "$src" && PYTHONPATH=$work/my_kernel "$bin" run corpus/seed-flex-lse-merge.json --backends 'reference,py:my_adapter:TritonFlash?device=cpu' \
+  --no-determinism-check >"$work/my_kernel.txt" 2>&1) || fail "the doc's own-Triton-kernel steps: exit $?"
+grep -q "py.my_flash.interpreted .*q_split.*dV .* ok " "$work/my_kernel.txt" || { fail "the doc's own-Triton-kernel steps did not run the copy"; tail -5 "$work/my_kernel.txt"; }
+grep -q "my_kernel/my_adapter.py" "$src/docs/python-backends.md" && grep -q 'KERNELS = "my_kernels"' "$src/docs/python-backends.md" \
+  || fail "docs/python-backends.md no longer gives these steps"
 
 if [ $fails = 0 ]; then echo "python bridge: all checks passed"; else echo "python bridge: $fails check(s) failed"; exit 1; fi

@@ -4,6 +4,8 @@ An adapter declares what the C plugin ABI's af_plugin declares (docs/plugins.md)
 one attention call forward (O, LSE) or backward (dQ, dK, dV), on tensors in the logical
 [B][H][S][D] order ([B][H][S] for LSE and dLSE), as DESIGN.md's formulas say.
 """
+import json
+
 import numpy as np
 
 
@@ -21,8 +23,34 @@ class Problem:
 
     def __init__(self, fields: dict, mask=None):
         self.__dict__.update(fields)
-        self.mask_expr = fields["mask"]
-        self.mask = mask
+        if "mask" in fields:  # the expression given as such (tests), not as the request's text
+            self._extra = {"mask": fields["mask"], "restrictions": fields.get("restrictions", [])}
+        self._mask = mask  # the array, or (from the worker) a function making its kept view
+
+    @property
+    def mask(self):
+        if callable(self._mask):
+            self._mask = self._mask().view()  # a fresh array object, over the same memory
+        return self._mask
+
+    @mask.setter
+    def mask(self, value):
+        self._mask = value
+
+    # The bridge sends the expression and the bands as JSON text ("extra"): parsed on first use,
+    # so that adapters that read only the dense mask never pay for it.
+    @property
+    def mask_expr(self):
+        return self._parsed_extra()["mask"]
+
+    @property
+    def restrictions(self):
+        return self._parsed_extra()["restrictions"]
+
+    def _parsed_extra(self):
+        if "_extra" not in self.__dict__:
+            self._extra = json.loads(self.extra)
+        return self._extra
 
     @property
     def group(self):

@@ -5,6 +5,7 @@ attnfuzz so, and the watchdogs (ATTNFUZZ_PY_TIMEOUT_S, the campaign's --timeout)
         kernel = build(...)
 
     attnfuzz_py.watch_torch_compile()   # once: torch.compile's compiles count by themselves
+    attnfuzz_py.watch_triton_compile()  # once: Triton's JIT compiles (@triton.jit kernels) too
 
 While at least one `compiling()` block is open, a thread of the worker sends a progress frame
 "compiling ..." every HEARTBEAT_S seconds (harness/worker.h, kCompilingProgress). Each one gives
@@ -109,3 +110,57 @@ def watch_torch_compile():
     handler.register_start_callback(lambda args: enter())
     handler.register_end_callback(lambda args: exit())
     _torch_watched = True
+
+
+_triton_watched = False
+
+
+def watch_triton_compile():
+    """Counts Triton's JIT compiles (a @triton.jit kernel launched with a new specialization) as
+    compiling() blocks, through Triton's compile hooks: knobs.runtime.jit_cache_hook runs just
+    before a compile, jit_post_compile_hook just after (Triton 3.x). Hooks set before are kept and
+    still called. Triton's interpreter (TRITON_INTERPRET=1) compiles nothing: nothing is counted."""
+    global _triton_watched
+    if _triton_watched:
+        return
+    from triton import knobs
+    before, after = knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook
+
+    def cache_hook(*args, **kwargs):
+        # A true return value tells Triton to skip the compile: only a hook set before may say so.
+        skip = before(*args, **kwargs) if before else None
+        if not skip:
+            enter()
+        return skip
+
+    def post_compile_hook(*args, **kwargs):
+        exit()
+        return after(*args, **kwargs) if after else None
+
+    knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = cache_hook, post_compile_hook
+    _triton_watched = True
+
+
+def end_call():
+    """Closes every compiling() block a call left open (a compile that raised before its end
+    callback ran), so that no compiling notice outlives the call. The worker calls it after each
+    request."""
+    global _depth, _seconds
+    with _lock:
+        if _depth:
+            _depth = 0
+            _seconds += time.perf_counter() - _since
+
+
+def split(fn, sync=None):
+    """Runs fn() and returns (its result, {"compile_s", "compiles", "run_s"}): the compile time
+    counted meanwhile, and the rest of the call's time (after sync(), where given: the GPU's
+    queue drained)."""
+    c0, n0 = totals()
+    t0 = time.perf_counter()
+    out = fn()
+    if sync is not None:
+        sync()
+    dt = time.perf_counter() - t0
+    c1, n1 = totals()
+    return out, {"compile_s": c1 - c0, "compiles": n1 - n0, "run_s": max(0.0, dt - (c1 - c0))}

@@ -1,40 +1,72 @@
 """The worker's side of the bridge protocol (oracles/python_bridge_protocol.h).
 
-Frames are those of harness/worker_protocol.h:
+Frames are those of harness/worker_frame.h:
 
     "AF1 " kind ' ' seq(16 hex) ' ' length(8 hex) ' ' fnv1a64(kind, seq, payload)(16 hex) '\\n' payload
 
-A request's payload is one small JSON document per line: the envelope ({protocol, op, ...}),
-then, for supports, forward and backward, the problem, then, for forward and backward, the
-tensor table. Tensor data is never in a frame: it lies in one shared memory region (a memfd of
-the attnfuzz process, opened through /proc), and the table says where each tensor starts
-(bytes), its dtype, shape and strides (elements). Views of it are zero-copy.
+hello is one JSON object ({protocol, op: "hello", module, class, options}), readable by a worker
+of any version. supports, forward and backward are binary, little-endian 8-byte words in a
+fixed layout (HEADER, PROBLEM, TENSOR below; the C++ header has the same table), then the
+problem's extra: JSON of the mask expression and the band restrictions, parsed only when an
+adapter reads them. Tensor data is never in a frame: it lies in one shared memory region (a
+memfd of the attnfuzz process, opened through /proc), and the tensor table says where each
+tensor starts (bytes), its type, shape and strides (elements). Views of it are zero-copy.
 
 Speed (docs/python-backends.md, "Speed"): a byte-wise checksum costs about 0.3 us a byte in
 Python, so the worker does not check the requests' checksums (only attnfuzz holds the write end
 of the request pipe: nothing else can put bytes there) and keeps its replies short; attnfuzz
-checks every reply's. The problem and the tensor table arrive as text: the worker keeps the
-last few it parsed, keyed by that text, with their views (a forward and its backward share the
-problem; a campaign repeats layouts).
+checks every reply's. A request is read with one struct.unpack per part, no text parsed; the
+worker keeps the views of the last tensors it saw, keyed by their table entries (a backward
+repeats its forward's q, k, v, o, lse and mask).
 """
+import collections
 import mmap
 import os
+import struct
 import threading
 
 import numpy as np
 
 # Bumped on any change of the messages' meaning; oracles/python_bridge_protocol.h has the same number.
-PROTOCOL_VERSION = 2
+# 3: requests other than hello binary (2: JSON lines).
+PROTOCOL_VERSION = 3
+
+# The binary requests (oracles/python_bridge_protocol.h).
+HEADER = struct.Struct("<5q")  # protocol, op, shm_size, tensor count, extra's length
+OPS = {1: "supports", 2: "forward", 3: "backward"}
+PROBLEM = struct.Struct("<8q2d4q")
+PROBLEM_FIELDS = ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim_qk", "head_dim_v", "dtype", "scale", "softcap",
+                  "q_offset", "kv_offset", "full_seq_q", "full_seq_kv")
+DTYPE_NAMES = ("fp32", "fp16", "bf16")  # the problem's dtype (harness DType)
+TENSOR = struct.Struct("<12q")  # name, type, ndim, offset (bytes), sizes[4], strides[4] (elements)
+TENSOR_NAMES = ("q", "k", "v", "o", "lse", "mask", "d_out", "d_lse", "d_q", "d_k", "d_v")
+TYPE_NAMES = ("fp32", "fp16", "bf16", "u8")  # a tensor's element type (ShmType)
 
 _MAGIC = b"AF1 "
 _HEADER_LEN = 49
 
 
+_FNV_PRIME = 1099511628211
+_FNV_MASK = 0xFFFFFFFFFFFFFFFF
+
+
+def _fnv(h: int, data: bytes) -> int:
+    # FNV-1a mod 2^64, reduced every 8 bytes rather than every byte: XOR with a byte touches only
+    # the low bits and the product's low 64 bits depend only on the factors' low 64 bits, so the
+    # result is the same (reducing less often would grow the numbers into slow multiplications).
+    for i in range(0, len(data), 8):
+        for ch in data[i:i + 8]:
+            h = (h ^ ch) * _FNV_PRIME
+        h &= _FNV_MASK
+    return h & _FNV_MASK
+
+
+_FNV_AFTER_KIND = {k: _fnv(1469598103934665603, k) for k in (b"R", b"P", b"Q")}  # the sum's constant start
+
+
 def _frame_sum(kind: bytes, seq: int, payload: bytes) -> int:
-    h = 1469598103934665603
-    for ch in kind + seq.to_bytes(8, "little") + payload:
-        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return h
+    start = _FNV_AFTER_KIND.get(kind)
+    return _fnv(_fnv(1469598103934665603, kind) if start is None else start, seq.to_bytes(8, "little") + payload)
 
 
 def encode_frame(kind: str, seq: int, payload: bytes) -> bytes:
@@ -152,10 +184,11 @@ class SharedMemory:
 
 
 class TextCache:
-    """The last few values parsed from request text, keyed by the text (oldest dropped first)."""
+    """The last few values made from request bytes, keyed by those bytes (oldest dropped first).
+    An OrderedDict: a plain dict's first key after many deletions is found by a scan."""
 
     def __init__(self, capacity: int = 16):
-        self._items = {}
+        self._items = collections.OrderedDict()
         self._capacity = capacity
 
     def get(self, text: bytes, make=None):
@@ -167,7 +200,7 @@ class TextCache:
 
     def put(self, text: bytes, value):
         if len(self._items) >= self._capacity:
-            del self._items[next(iter(self._items))]
+            self._items.popitem(last=False)
         self._items[text] = value
         return value
 
@@ -175,7 +208,48 @@ class TextCache:
         self._items.clear()
 
 
-def split_request(payload: bytes):
-    """(envelope, problem or None, [tensor lines]) as text: one JSON document a line."""
-    lines = payload.split(b"\n")
-    return lines[0], (lines[1] if len(lines) > 1 else None), lines[2:]
+def read_request(payload: bytes):
+    """A binary request: (version, op name, shm_size, problem entry + extra (bytes), tensor table
+    (bytes: TENSOR.size per tensor)). The bytes are the keys of what the worker keeps."""
+    version, op, shm_size, n, extra_len = HEADER.unpack_from(payload)
+    if version != PROTOCOL_VERSION:
+        return version, None, 0, b"", b""
+    at = HEADER.size + PROBLEM.size
+    end = at + n * TENSOR.size
+    return version, OPS.get(op, op), shm_size, payload[HEADER.size:at] + payload[end:end + extra_len], payload[at:end]
+
+
+def problem_fields(problem: bytes) -> dict:
+    """The problem's fields (those of the C ABI's af_problem) from its binary entry and its extra;
+    the mask expression and the bands stay JSON text in "extra" until an adapter reads them
+    (Problem.mask_expr)."""
+    fields = dict(zip(PROBLEM_FIELDS, PROBLEM.unpack_from(problem)))
+    fields["dtype"] = DTYPE_NAMES[fields["dtype"]]
+    if fields["softcap"] != fields["softcap"]:  # NaN: none
+        fields["softcap"] = None
+    fields["extra"] = problem[PROBLEM.size:]
+    return fields
+
+
+def tensor_entry(entry: bytes):
+    """(name, offset in bytes, type, shape, strides) of one tensor table entry."""
+    w = TENSOR.unpack(entry)
+    ndim = w[2]
+    return TENSOR_NAMES[w[0]], w[3], TYPE_NAMES[w[1]], w[4:4 + ndim], w[8:8 + ndim]
+
+
+def encode_request(op: str, shm_size: int, fields: dict, tensors, mask_expr=None, restrictions=()):
+    """A binary request as attnfuzz writes it (oracles/python_bridge_protocol.cpp), for tests and
+    benchmarks of the worker without attnfuzz. tensors: (name, offset, type, shape, strides)."""
+    import json
+    extra = json.dumps({"mask": mask_expr or {"kind": "none"}, "restrictions": list(restrictions)}).encode()
+    op_code = {v: k for k, v in OPS.items()}[op]
+    out = HEADER.pack(PROTOCOL_VERSION, op_code, shm_size, len(tensors), len(extra))
+    values = dict(fields, dtype=DTYPE_NAMES.index(fields["dtype"]),
+                  softcap=float("nan") if fields.get("softcap") is None else fields["softcap"])
+    out += PROBLEM.pack(*(values[f] for f in PROBLEM_FIELDS))
+    for name, offset, type_name, shape, strides in tensors:
+        pad = [0] * (4 - len(shape))
+        out += TENSOR.pack(TENSOR_NAMES.index(name), TYPE_NAMES.index(type_name), len(shape), offset,
+                           *shape, *pad, *strides, *pad)
+    return out + extra

@@ -19,41 +19,51 @@ _TRACEBACK_LINES = 12
 
 
 class _Tensor:
-    """One tensor line, ["name", offset, "dtype", shape, strides], and its views, kept while the
-    shared memory's mapping lasts and made on first use. An adapter gets a fresh alias of a view
-    each call, so whatever it does to the tensor object (requires_grad_, say) stays in that call."""
+    """One tensor table entry (protocol.tensor_entry) and its views, kept while the shared
+    memory's mapping lasts and made on first use. An adapter gets a fresh alias of a view each
+    call, so whatever it does to the tensor object (requires_grad_, say) stays in that call."""
+    __slots__ = ("name", "dtype", "_where", "_shm", "_numpy", "_torch")
 
-    def __init__(self, shm, fields):
-        self.name, self._offset, self.dtype, self._shape, self._strides = fields
+    def __init__(self, shm, entry):
+        self.name, offset, self.dtype, shape, strides = protocol.tensor_entry(entry)
+        self._where = (offset, self.dtype, shape, strides)
         self._shm = shm
         self._numpy = self._torch = None
 
     def numpy(self):
         if self._numpy is None:
-            self._numpy = self._shm.view(self._offset, self.dtype, self._shape, self._strides)
+            self._numpy = self._shm.view(*self._where)
         return self._numpy
 
     def torch(self):
         if self._torch is None:
-            self._torch = self._shm.torch_view(self._offset, self.dtype, self._shape, self._strides)
+            self._torch = self._shm.torch_view(*self._where)
         return self._torch
+
+
+_TorchTensor = None  # torch.Tensor, once an adapter of torch tensors is loaded (numpy adapters never import torch)
+_OK = b""  # the reply "ok, nothing to say" (supported; no stats): the frame's checksum costs ~0.5 us a byte in Python
 
 
 class _Worker:
     def __init__(self, shm_path):
         self.shm = protocol.SharedMemory(shm_path)
         self.adapter = None
-        self.problems = protocol.TextCache()  # problem text -> its fields (a forward and its backward share one)
-        self.tensors = protocol.TextCache(64)  # tensor line -> _Tensor (a backward shares its forward's q, k, v, o, lse, mask)
-        self.envelopes = protocol.TextCache()  # {protocol, op, shm_size} repeat call after call
+        self.problems = protocol.TextCache()  # problem entry + extra -> its fields (a forward and its backward share one)
+        self.tables = protocol.TextCache()  # tensor table -> {name: _Tensor} (a problem called again)
+        self.tensors = protocol.TextCache(64)  # tensor entry -> _Tensor (a backward shares its forward's q, k, v, o, lse, mask)
 
     def hello(self, r):
+        global _TorchTensor
         module = importlib.import_module(r["module"])
         cls = getattr(module, r["class"], None)
         if not (isinstance(cls, type) and issubclass(cls, Adapter)):
             raise TypeError(f"{r['module']}:{r['class']} is not an attnfuzz_py.Adapter subclass")
         a = cls(**r.get("options", {}))
         self.adapter = a
+        if a.tensors == "torch":
+            import torch
+            _TorchTensor = torch.Tensor
         # Read at reply time: the number this package really speaks.
         return {"protocol": protocol.PROTOCOL_VERSION, "name": a.name, "version": a.version or "",
                 "device": a.device, "contracts": dict(a.contracts), "backward_takes_dlse": bool(a.backward_takes_dlse),
@@ -62,76 +72,107 @@ class _Worker:
                 "checks_support": type(a).supports is not Adapter.supports,
                 "python": platform.python_version()}
 
-    def _problem(self, text, mask=None):
-        # A fresh Problem each call (adapters may hang things on it); the parsed fields are shared.
-        return Problem(self.problems.get(text, json.loads), mask)
+    def _problem(self, key, mask=None):
+        # A fresh Problem each call (adapters may hang things on it); the fields are shared.
+        fields = self.problems.get(key)
+        if fields is None:
+            fields = self.problems.put(key, protocol.problem_fields(key))
+        return Problem(fields, mask)
 
-    def _inputs(self, r, problem, lines, names):
-        if self.shm.ensure(r["shm_size"]):
+    def _tensors(self, shm_size, table):
+        """name -> _Tensor of each entry of the tensor table."""
+        if self.shm.ensure(shm_size):
+            self.tables.clear()
             self.tensors.clear()
-        found = {line: self.tensors.get(line) for line in lines}
-        missing = [line for line, x in found.items() if x is None]
-        if missing:  # one json.loads for all of them: each call of it costs more than its parsing
-            for line, fields in zip(missing, json.loads(b"[" + b",".join(missing) + b"]")):
-                found[line] = self.tensors.put(line, _Tensor(self.shm, fields))
-        t = {x.name: x for x in found.values()}
-        a = self.adapter
+        t = self.tables.get(table)
+        if t is not None:
+            return t
+        step = protocol.TENSOR.size
+        entries = [table[i:i + step] for i in range(0, len(table), step)]
+        get, t, missing = self.tensors.get, {}, []
+        for entry in entries:  # the kept ones first: a table with more new entries than the cache holds still gets all
+            x = get(entry)
+            if x is None:
+                missing.append(entry)
+            else:
+                t[x.name] = x
+        for entry in missing:
+            x = self.tensors.put(entry, _Tensor(self.shm, entry))
+            t[x.name] = x
+        return self.tables.put(table, t)
 
-        def convert(n):
-            if n not in t:
-                return None
-            if a.tensors == "numpy":
-                return as_numpy(t[n].numpy().view(), t[n].dtype)
-            return to_device(t[n].torch().detach(), a.device)
-        mask = t.get("mask")
-        return self._problem(problem, None if mask is None else mask.numpy().view()), t, [convert(n) for n in names]
+    def _inputs(self, t, names):
+        a = self.adapter
+        if a.tensors == "numpy":
+            return [as_numpy(t[n].numpy().view(), t[n].dtype) if n in t else None for n in names]
+        if a.device == "cpu":  # an alias of the kept view (detach: nothing the adapter does to it reaches the next call)
+            return [t[n].torch().detach() if n in t else None for n in names]
+        return [to_device(t[n].torch().detach(), a.device) if n in t else None for n in names]
 
     def _write(self, t, outputs):
         a = self.adapter
         for name, value in outputs:
             x = t[name]
-            if a.tensors == "torch":  # a numpy result is copied through the numpy view
+            if a.tensors == "torch" and type(value) is _TorchTensor:  # the common case, inline: the shape checked, one copy_
+                target = x.torch()
+                if value.shape != target.shape:
+                    raise ValueError(f"{a.name}: {name} has shape {list(value.shape)}, expected {list(target.shape)}")
+                target.copy_(value.detach() if value.requires_grad else value)
+            elif a.tensors == "torch":  # a numpy result is copied through the numpy view
                 write_result(x.numpy() if isinstance(value, np.ndarray) else None, x.dtype, value, f"{a.name}: {name}", a.tensors, x.torch())
             else:
                 write_result(x.numpy(), x.dtype, value, f"{a.name}: {name}", a.tensors)
 
-    def forward(self, r, problem, lines):
-        p, t, (q, k, v) = self._inputs(r, problem, lines, ["q", "k", "v"])
-        o, lse = self.adapter.forward(p, q, k, v)
+    def _call_problem(self, key, t):
+        mask = t.get("mask")
+        return self._problem(key, None if mask is None else mask.numpy)  # the mask's view made if the adapter reads it
+
+    def forward(self, shm_size, key, table):
+        t = self._tensors(shm_size, table)
+        q, k, v = self._inputs(t, ("q", "k", "v"))
+        o, lse = self.adapter.forward(self._call_problem(key, t), q, k, v)
         if lse is None and self.adapter.returns_lse:
             raise ValueError("forward returned no LSE, but the adapter declares returns_lse")
-        self._write(t, [("o", o)] + ([("lse", lse)] if lse is not None else []))
-        return {}
+        self._write(t, (("o", o), ("lse", lse)) if lse is not None else (("o", o),))
 
-    def backward(self, r, problem, lines):
-        names = ["q", "k", "v", "o", "lse", "d_out", "d_lse"]
-        p, t, ins = self._inputs(r, problem, lines, names)
-        dq, dk, dv = self.adapter.backward(p, *ins)
-        self._write(t, [("d_q", dq), ("d_k", dk), ("d_v", dv)])
-        return {}
+    def backward(self, shm_size, key, table):
+        t = self._tensors(shm_size, table)
+        ins = self._inputs(t, ("q", "k", "v", "o", "lse", "d_out", "d_lse"))
+        dq, dk, dv = self.adapter.backward(self._call_problem(key, t), *ins)
+        self._write(t, (("d_q", dq), ("d_k", dk), ("d_v", dv)))
 
     def handle(self, payload):
-        envelope, problem, lines = protocol.split_request(payload)
-        r = self.envelopes.get(envelope, json.loads)  # never changed below: a cached one is safe to share
-        if r.get("protocol") != protocol.PROTOCOL_VERSION:
-            raise RuntimeError(f"attnfuzz speaks bridge protocol {r.get('protocol')}, this attnfuzz_py speaks "
+        """The reply's JSON text (bytes) to one request."""
+        if payload[:1] == b"{":  # hello, or a request of protocol 2 or older (JSON)
+            r = json.loads(payload.split(b"\n", 1)[0])
+            version, op = r.get("protocol"), r.get("op")
+        else:
+            version, op, shm_size, key, table = protocol.read_request(payload)
+        if version != protocol.PROTOCOL_VERSION:
+            raise RuntimeError(f"attnfuzz speaks bridge protocol {version}, this attnfuzz_py speaks "
                                f"{protocol.PROTOCOL_VERSION}")
-        op = r["op"]
         if op == "hello":  # imports (torch) and the constructor: not run time either
+            if payload[:1] != b"{":
+                raise ValueError("hello is a JSON request")
             with compile_time.compiling():
-                return self.hello(r)
+                return _json_ok(self.hello(r))
+        if payload[:1] == b"{":
+            raise ValueError(f"'{op}' as JSON: bridge protocol {protocol.PROTOCOL_VERSION} sends it binary")
         if self.adapter is None:
             raise RuntimeError(f"'{op}' before hello")
         if op == "supports":
-            reason = self.adapter.supports(self._problem(problem))
-            return {"reason": None if reason is None else str(reason)}
+            reason = self.adapter.supports(self._problem(key))
+            return _OK if reason is None else _json_ok({"reason": str(reason)})  # empty: supported
         if op in ("forward", "backward"):
-            out = getattr(self, op)(r, problem, lines)
+            getattr(self, op)(shm_size, key, table)
             stats = self.adapter.stats()
-            if stats:  # left out when empty: every reply byte costs its checksum in Python
-                out["stats"] = stats
-            return out
+            return _json_ok({"stats": stats}) if stats else _OK
         raise ValueError(f"unknown request '{op}'")
+
+
+def _json_ok(reply):
+    reply["ok"] = True
+    return json.dumps(reply, separators=(",", ":")).encode()
 
 
 def _error(e):
@@ -151,8 +192,9 @@ def main(argv):
             return
         try:
             reply = worker.handle(req)
-            reply["ok"] = True
         except Exception as e:  # noqa: BLE001 - every error goes back to attnfuzz
-            reply = _error(e)
+            reply = json.dumps(_error(e), separators=(",", ":")).encode()
+        finally:
+            compile_time.end_call()
         sys.stdout.flush()
-        channel.reply(json.dumps(reply, separators=(",", ":")).encode())
+        channel.reply(reply)

@@ -44,15 +44,17 @@ def strides_of(shape, order):
 
 
 def line(name, offset, dtype, shape, strides):
-    return json.dumps([name, offset, dtype, shape, strides]).encode()
+    return (name, offset, dtype, shape, strides)
 
 
-def payload(size, lines):
-    problem = {"batch": B, "heads_q": H, "heads_kv": H, "seq_q": S, "seq_kv": S, "head_dim_qk": D, "head_dim_v": D,
-               "dtype": "fp32", "scale": 0.5, "softcap": None, "mask": {"kind": "none"}, "restrictions": [],
-               "q_offset": 0, "kv_offset": 0, "full_seq_q": S, "full_seq_kv": S}
-    envelope = {"protocol": protocol.PROTOCOL_VERSION, "op": "forward", "shm_size": size}
-    return b"\n".join([json.dumps(envelope).encode(), json.dumps(problem).encode()] + lines)
+PROBLEM = {"batch": B, "heads_q": H, "heads_kv": H, "seq_q": S, "seq_kv": S, "head_dim_qk": D, "head_dim_v": D,
+           "dtype": "fp32", "scale": 0.5, "softcap": None, "q_offset": 0, "kv_offset": 0, "full_seq_q": S, "full_seq_kv": S}
+
+
+def payload(size, lines, **problem):
+    return protocol.encode_request("forward", size, dict(PROBLEM, **problem), lines,
+                                   {"kind": "sliding_window", "left": 2, "right": 0, "align": "top_left"},
+                                   [{"left": 1, "right": 1, "align": "top_left", "inside": True}])
 
 
 failures = []
@@ -102,12 +104,28 @@ base = w.shm._torch_bases["u8"].data_ptr()
 check(base <= got[2]["ptr"] < base + (1 << 20), "after a remapping, q is a view of the new mapping")
 check(torch.equal(got[2]["q"], expected_q + 100), "after a remapping, q holds the current values")
 
-# A request with more new lines than the cache holds still gets every tensor (the kept ones are
+# A request with more new entries than the cache holds still gets every tensor (the kept ones are
 # taken before the new ones push anything out).
 w.tensors = protocol.TextCache(2)
+w.tables = protocol.TextCache(1)
 w.handle(payload(1 << 20, lines))
-w.handle(payload(1 << 20, lines))
+w.handle(payload(1 << 20, lines[:4] + [lines[4][:3] + ([B, H, S], [H, 1, B * H])]))  # a new table: lse in [S][B][H] order
 check(torch.equal(got[4]["q"], expected_q + 100), "a request that overflows the cache still sees its tensors")
+lse = np.frombuffer(os.pread(fd, B * H * S * 4, 1280), np.float32).reshape(S, B * H).T.reshape(-1)  # [S][B*H] in memory
+check(np.array_equal(lse, np.tile(np.arange(S, dtype=np.float32), B * H)), "LSE lands at the new table's strides")
+
+# The problem's fields from the binary request; the mask expression and the bands parsed when read.
+p = got[4]["p"]
+check((p.batch, p.heads_q, p.seq_kv, p.head_dim_v, p.dtype, p.scale, p.softcap) == (B, H, S, D, "fp32", 0.5, None),
+      f"the problem's fields arrive: {vars(p)}")
+check(p.mask_expr == {"kind": "sliding_window", "left": 2, "right": 0, "align": "top_left"}, "the mask expression arrives")
+check(p.restrictions == [{"left": 1, "right": 1, "align": "top_left", "inside": True}], "the band restrictions arrive")
+w.handle(payload(1 << 20, lines, softcap=30.0, dtype="fp16", q_offset=3))
+p = got[5]["p"]
+check((p.softcap, p.dtype, p.q_offset) == (30.0, "fp16", 3), "softcap, dtype and offsets arrive")
+
+# An empty reply is ok without stats (forward, backward); hello answers JSON.
+check(w.handle(payload(1 << 20, lines)) == b"", "a forward without stats is answered with an empty reply")
 
 # bf16 arrives as bf16, from its bits.
 bits = torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16).view(torch.uint16).numpy()
@@ -115,13 +133,32 @@ os.pwrite(fd, bits.tobytes(), 4096)
 t = w.shm.torch_view(4096, "bf16", [3], [1])
 check(t.dtype == torch.bfloat16 and t.tolist() == [1.5, -2.0, 3.25], "bf16 is viewed from its bits")
 
-# Another protocol version is refused, naming both.
-bad = payload(1 << 20, lines).replace(b'"protocol": %d' % protocol.PROTOCOL_VERSION, b'"protocol": 1', 1)
-try:
-    w.handle(bad)
-    check(False, "a request of another protocol version is refused")
-except RuntimeError as e:
-    check(f"speaks bridge protocol 1, this attnfuzz_py speaks {protocol.PROTOCOL_VERSION}" in str(e), f"the refusal names both versions: {e}")
+# supports: an empty reply when supported (Recorder has the base class's), the reason otherwise.
+check(w.handle(protocol.encode_request("supports", 1 << 20, PROBLEM, [])) == b"", "supports answers an empty reply when supported")
+Recorder.supports = lambda self, p: f"no seq_q={p.seq_q}"
+check(json.loads(w.handle(protocol.encode_request("supports", 1 << 20, PROBLEM, [])))["reason"] == f"no seq_q={S}",
+      "supports answers the reason")
+del Recorder.supports
+
+# The replies' checksum is FNV-1a 64 of kind, seq (8 bytes, little-endian) and payload, as
+# harness/worker_frame.cpp checks it (reduced every 8 bytes in Python: the same sum).
+for n in (0, 1, 7, 8, 9, 63, 200):
+    data = bytes(range(n))
+    h = 1469598103934665603
+    for ch in b"R" + (0x0123456789ABCDEF).to_bytes(8, "little") + data:
+        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    check(protocol._frame_sum(b"R", 0x0123456789ABCDEF, data) == h, f"the frame checksum of a {n}-byte payload")
+
+# Another protocol version is refused, naming both: a binary request, and a JSON one (protocol 2's).
+bad = bytearray(payload(1 << 20, lines))
+bad[0:8] = (7).to_bytes(8, "little")
+for what, request in [("binary", bytes(bad)), ("JSON", b'{"protocol": 2, "op": "forward", "shm_size": 65536}\n{}')]:
+    try:
+        w.handle(request)
+        check(False, f"a {what} request of another protocol version is refused")
+    except RuntimeError as e:
+        v = 7 if what == "binary" else 2
+        check(f"speaks bridge protocol {v}, this attnfuzz_py speaks {protocol.PROTOCOL_VERSION}" in str(e), f"the refusal names both versions: {e}")
 
 print("python worker views:", "all checks passed" if not failures else f"{len(failures)} check(s) failed")
 sys.exit(1 if failures else 0)

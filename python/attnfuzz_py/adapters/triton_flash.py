@@ -13,23 +13,31 @@ The mask is read from the dense mask attnfuzz sends (the simplest correct choice
 rows give O = 0, LSE = -inf and no gradient. fp32 runs its dots in IEEE fp32 (Triton's default
 for fp32 would be TF32: declare "tf32" if you keep it); fp16/bf16 round P and dS to the input
 type before their dots, as the contract says. No softcap.
+
+Compile time is not run time: Triton compiles a kernel at its first launch with each new
+specialization (dtype, the constexpr head dims, divisibility of sizes and strides), for seconds.
+watch_triton_compile() makes those compiles count as compile time (the watchdogs wait), and
+stats() reports compile_s, compiles and run_s apart, like FlexCompiled's.
 """
+import importlib
 import os
+import sys
 
 import torch
 
-from attnfuzz_py import Adapter
+from attnfuzz_py import Adapter, compile_time
 
 
-def _load_triton(interpret):
+# The module holding the @triton.jit kernels. In your copy of this adapter: your kernels' module
+# (docs/python-backends.md, "Bring your own Triton kernel").
+KERNELS = "attnfuzz_py.adapters.triton_flash_kernels"
+
+
+def _import_triton(interpret):
     if interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # read when triton is imported
     import triton
-
-    from . import triton_flash_kernels
-    return triton, triton_flash_kernels
-
-
+    return triton
 
 
 def _block(d):
@@ -49,11 +57,34 @@ class TritonFlash(Adapter):
             self.contracts = {"fp32": "fp32", "fp16": "fp16"}
         self._why_not = None
         try:
-            self._triton, k = _load_triton(interpret=device == "cpu")
-            self.version = f"triton {self._triton.__version__}" + (" (interpreter)" if device == "cpu" else "")
-            self._fwd, self._bwd_kv, self._bwd_q = k._fwd, k._bwd_kv, k._bwd_q
+            self._triton = _import_triton(interpret=device == "cpu")
         except ImportError as e:
             self._why_not, self.version = f"Triton is not installed in this Python ({e})", "triton missing"
+        else:
+            k = importlib.import_module(KERNELS)  # an error in the kernels' module stops the start-up, with its traceback
+            self.version = f"triton {self._triton.__version__}" + (" (interpreter)" if device == "cpu" else "")
+            self._fwd, self._bwd_kv, self._bwd_q = k._fwd, k._bwd_kv, k._bwd_q
+            if device != "cpu":  # the interpreter compiles nothing
+                compile_time.watch_triton_compile()
+        self._stats = {}  # since the last reply
+        self._totals = {"compile_s": 0.0, "compiles": 0, "run_s": 0.0, "calls": 0}
+
+    def _timed(self, launch):
+        """Runs the launches, compile time (Triton's compile hooks) apart from run time."""
+        out, split = compile_time.split(launch, torch.cuda.synchronize if self.device == "cuda" else None)
+        for k, x in split.items():
+            self._stats[k] = self._stats.get(k, 0) + x
+            self._totals[k] += x
+        self._totals["calls"] += 1
+        if split["compiles"]:  # a campaign's workers are killed at its end, before the stats line: a line per compile
+            t = self._totals
+            print(f"py.{self.name}: compiled ({split['compile_s']:.1f} s); so far compile_s={t['compile_s']:.1f} "
+                  f"compiles={t['compiles']} run_s={t['run_s']:.1f} calls={t['calls']}", file=sys.stderr, flush=True)
+        return out
+
+    def stats(self):
+        out, self._stats = self._stats, {}
+        return out
 
     def supports(self, p):
         if self._why_not:
@@ -77,8 +108,8 @@ class TritonFlash(Adapter):
         o = torch.empty(p.batch, p.heads_q, p.seq_q, p.head_dim_v, dtype=q.dtype, device=self.device)
         lse = torch.empty(p.batch, p.heads_q, p.seq_q, dtype=torch.float32, device=self.device)
         grid = (self._triton.cdiv(p.seq_q, self.BM), p.batch * p.heads_q)
-        self._fwd[grid](q, k, v, mask, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
-                        p.seq_q, p.seq_kv, p.heads_q, p.group, p.scale, **c)
+        self._timed(lambda: self._fwd[grid](q, k, v, mask, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+                                            *lse.stride(), p.seq_q, p.seq_kv, p.heads_q, p.group, p.scale, **c))
         return o, lse
 
     def backward(self, p, q, k, v, o, lse, d_o, d_lse):
@@ -87,10 +118,13 @@ class TritonFlash(Adapter):
         dq = torch.empty(p.batch, p.heads_q, p.seq_q, p.head_dim_qk, dtype=q.dtype, device=self.device)
         dk = torch.empty(p.batch, p.heads_kv, p.seq_kv, p.head_dim_qk, dtype=q.dtype, device=self.device)
         dv = torch.empty(p.batch, p.heads_kv, p.seq_kv, p.head_dim_v, dtype=q.dtype, device=self.device)
-        self._bwd_kv[(self._triton.cdiv(p.seq_kv, self.BN), p.batch * p.heads_kv)](
-            q, k, v, mask, lse, D, d_lse, d_o, dk, dv, *q.stride(), *k.stride(), *v.stride(), *d_o.stride(), *lse.stride(),
-            *dk.stride(), *dv.stride(), p.seq_q, p.seq_kv, p.heads_q, p.heads_kv, p.group, p.scale, **c)
-        self._bwd_q[(self._triton.cdiv(p.seq_q, self.BM), p.batch * p.heads_q)](
-            q, k, v, mask, lse, D, d_lse, d_o, dq, *q.stride(), *k.stride(), *v.stride(), *d_o.stride(), *lse.stride(),
-            *dq.stride(), p.seq_q, p.seq_kv, p.heads_q, p.group, p.scale, **c)
+
+        def launch():
+            self._bwd_kv[(self._triton.cdiv(p.seq_kv, self.BN), p.batch * p.heads_kv)](
+                q, k, v, mask, lse, D, d_lse, d_o, dk, dv, *q.stride(), *k.stride(), *v.stride(), *d_o.stride(), *lse.stride(),
+                *dk.stride(), *dv.stride(), p.seq_q, p.seq_kv, p.heads_q, p.heads_kv, p.group, p.scale, **c)
+            self._bwd_q[(self._triton.cdiv(p.seq_q, self.BM), p.batch * p.heads_q)](
+                q, k, v, mask, lse, D, d_lse, d_o, dq, *q.stride(), *k.stride(), *v.stride(), *d_o.stride(), *lse.stride(),
+                *dq.stride(), p.seq_q, p.seq_kv, p.heads_q, p.group, p.scale, **c)
+        self._timed(launch)
         return dq, dk, dv
