@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/timed_backend.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
@@ -22,45 +23,10 @@
 namespace {
 
 using namespace attnfuzz;
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-// Milliseconds per role over one session: "reference", "baselines", "error terms", "backends".
-std::map<std::string, double>& ledger() {
-  static std::map<std::string, double> m;
-  return m;
-}
-
-// A backend whose calls are added to the ledger under `role`; everything else passes through.
-class Timed final : public Backend {
- public:
-  Timed(std::shared_ptr<Backend> inner, std::string role) : inner_(std::move(inner)), role_(std::move(role)) {}
-  std::string name() const override { return inner_->name(); }
-  std::string version() const override { return inner_->version(); }
-  std::string device() const override { return inner_->device(); }
-  std::optional<Contract> contract(DType d) const override { return inner_->contract(d); }
-  bool masked_rows_zero() const override { return inner_->masked_rows_zero(); }
-  bool returns_lse() const override { return inner_->returns_lse(); }
-  double lse_unit_roundoff(DType d) const override { return inner_->lse_unit_roundoff(d); }
-  std::optional<std::string> unsupported_reason(const Problem& p) const override { return inner_->unsupported_reason(p); }
-  bool backward_takes_dlse() const override { return inner_->backward_takes_dlse(); }
-  Forward forward(const Problem& p) override {
-    const auto t0 = Clock::now();
-    Forward f = inner_->forward(p);
-    ledger()[role_] += ms_since(t0);
-    return f;
-  }
-  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
-    const auto t0 = Clock::now();
-    Gradients g = inner_->backward(p, f, d_out, d_lse);
-    ledger()[role_] += ms_since(t0);
-    return g;
-  }
-
- private:
-  std::shared_ptr<Backend> inner_;
-  std::string role_;
-};
+using bench::Clock;
+using bench::ledger;
+using bench::ms_since;
+using bench::Timed;
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
