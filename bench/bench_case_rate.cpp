@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,8 +27,11 @@ namespace {
 
 using namespace attnfuzz;
 using bench::Clock;
+using bench::cpu_ledger;
 using bench::ledger;
 using bench::ms_since;
+using bench::RoleTimer;
+using bench::thread_cpu_ms;
 using bench::Timed;
 
 // FNV-1a over the bytes of everything a verdict reports.
@@ -139,15 +143,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   Digest digest;
-  double generate_ms = 0, judge_ms = 0, reply_ms = 0;
   size_t findings = 0, gpu_set = 0;
-  ledger().clear();
   const auto start = Clock::now();
+  const double cpu_start = thread_cpu_ms();
   for (uint64_t k = 0; k < cases; ++k) {
-    auto t0 = Clock::now();
+    std::optional<RoleTimer> generating(std::in_place, "generate");
     const Case c = campaign_case(seed, k, gen);
-    generate_ms += ms_since(t0);
-    t0 = Clock::now();
+    generating.reset();
+    std::optional<RoleTimer> judging(std::in_place, "judge");
     OracleDevice chosen = OracleDevice::cpu;
     const OracleSet base = oracles_for(backends, c.shape, &chosen);
     gpu_set += chosen == OracleDevice::cuda;
@@ -159,35 +162,37 @@ int main(int argc, char** argv) {
     };
     if (base.error_terms)
       timed.error_terms = [&base](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
-        const auto e0 = Clock::now();
-        ErrorTerms e = base.error_terms(p, f, d_out, d_lse);
-        ledger()["error terms"] += ms_since(e0);
-        return e;
+        RoleTimer t("error terms");
+        return base.error_terms(p, f, d_out, d_lse);
       };
     DiffOptions opt;  // as serve_worker sets it (campaign/worker_protocol.cpp)
     opt.fingerprint_all = false;
     opt.check_determinism = determinism && k % 4 == 0;
     opt.gpu_health = gpu_health;
     const DiffReport r = run_differential(c, backends, timed, opt);
-    judge_ms += ms_since(t0);
-    t0 = Clock::now();
-    WorkerReply reply;
-    for (const auto& f : r.findings) reply.findings.push_back(reproducer_of(c, names, f, r, environment()));
-    reply.runs = run_outcomes(r);
-    const std::string body = encode(reply);
-    reply_ms += ms_since(t0);
+    judging.reset();
+    {
+      RoleTimer t("reply");
+      WorkerReply reply;
+      for (const auto& f : r.findings) reply.findings.push_back(reproducer_of(c, names, f, r, environment()));
+      reply.runs = run_outcomes(r);
+      const std::string body = encode(reply);
+    }
     digest.add(r);
     findings += r.findings.size();
   }
-  const double total = ms_since(start);
-  double oracles_and_backends = 0;
-  for (const auto& [role, ms] : ledger()) oracles_and_backends += ms;
+  const double total = ms_since(start), cpu = thread_cpu_ms() - cpu_start;
   const double n = static_cast<double>(cases);
-  std::printf("%llu %s cases (seed %llu, %s; GPU oracle set on %zu): %.1f cases/s, %.3f ms a case; %zu finding(s); digest %016llx\n",
+  std::printf("%llu %s cases (seed %llu, %s; GPU oracle set on %zu): %.1f cases/s, %.3f ms a case (CPU %.3f); %zu finding(s); digest %016llx\n",
               static_cast<unsigned long long>(cases), tier.c_str(), static_cast<unsigned long long>(seed), backends_arg.c_str(), gpu_set,
-              1000.0 * n / total, total / n, findings, static_cast<unsigned long long>(digest.h));
-  std::printf("per case, ms: generate %.3f, reference %.3f, error terms %.3f, baselines %.3f, backends %.3f, other judging %.3f, reply %.3f\n",
-              generate_ms / n, ledger()["reference"] / n, ledger()["error terms"] / n, ledger()["baselines"] / n, ledger()["backends"] / n,
-              (judge_ms - oracles_and_backends) / n, reply_ms / n);
+              1000.0 * n / total, total / n, cpu / n, findings, static_cast<unsigned long long>(digest.h));
+  // The judging's own work: its time less the oracle and backend calls inside it.
+  for (auto* l : {&ledger(), &cpu_ledger()}) {
+    auto& m = *l;
+    const double own = m["judge"] - m["reference"] - m["error terms"] - m["baselines"] - m["backends"];
+    std::printf("per case, %s ms: generate %.3f, reference %.3f, error terms %.3f, baselines %.3f, backends %.3f, other judging %.3f, reply %.3f\n",
+                l == &ledger() ? "wall" : "CPU", m["generate"] / n, m["reference"] / n, m["error terms"] / n, m["baselines"] / n,
+                m["backends"] / n, own / n, m["reply"] / n);
+  }
   return 0;
 }

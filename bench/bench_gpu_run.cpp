@@ -3,8 +3,13 @@
 // timed through a wrapper. The rest of the session's wall time is host work: the inputs and the
 // dense mask, the error model's sigma, the verdicts and fingerprints, the GPU health checks.
 //   build/gpu/bench/bench_gpu_run CASE.json --backends torch.flash,cudnn [--oracle-device cpu|cuda]
-//                                 [--reps N] [--no-determinism-check]
+//                                 [--reps N] [--no-determinism-check] [--null-calls]
+// --null-calls: every oracle and backend call answers zeros of the right shapes at once (the
+// backends keep their declarations: contract, LSE, dLSE), so what is timed is the host work
+// around the calls alone, on any machine (the verdicts then judge zeros: the figure is a cost,
+// not a result).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +33,48 @@ using bench::ledger;
 using bench::ms_since;
 using bench::Timed;
 
+// The answer of --null-calls: zeros shaped as the problem's outputs.
+class NullCalls final : public Backend {
+ public:
+  explicit NullCalls(std::shared_ptr<Backend> declared) : declared_(std::move(declared)) {}
+  std::string name() const override { return declared_->name(); }
+  std::string device() const override { return declared_->device(); }
+  std::optional<Contract> contract(DType d) const override { return declared_->contract(d); }
+  bool masked_rows_zero() const override { return declared_->masked_rows_zero(); }
+  bool returns_lse() const override { return declared_->returns_lse(); }
+  bool backward_takes_dlse() const override { return declared_->backward_takes_dlse(); }
+  std::vector<Output> nondeterministic_outputs() const override { return declared_->nondeterministic_outputs(); }
+  Forward forward(const Problem& p) override {
+    const Shape& s = p.shape;
+    return Forward{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
+  }
+  Gradients backward(const Problem& p, const Forward&, const Tensor&, const Tensor&) override {
+    const Shape& s = p.shape;
+    return Gradients{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
+                     Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
+  }
+
+ private:
+  std::shared_ptr<Backend> declared_;
+};
+
+ErrorTerms null_error_terms(const Problem& p, const Forward& f) {
+  const Shape& s = p.shape;
+  ErrorTerms e;
+  const std::array<std::vector<int64_t>, 5> shapes{f.o.shape, f.lse.shape, std::vector<int64_t>{s.batch, s.heads_q, s.seq_q, s.head_dim_qk},
+                                                   std::vector<int64_t>{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk},
+                                                   std::vector<int64_t>{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}};
+  for (Output t : kOutputs) {
+    TermTensors& tt = e[t];
+    const auto& shape = shapes[static_cast<size_t>(t)];
+    tt.operand = tt.stored = tt.score = Tensor(shape);
+    tt.length = static_cast<double>(s.seq_kv);
+    if (t == Output::dQ || t == Output::dK) tt.via_op = tt.via_st = tt.via_acc = tt.via_sc = Tensor(shape);
+    if (shape.size() == 4) tt.operand_sources = tt.score_sources = Tensor({shape[0], shape[1], shape[2]}, 1.0);
+  }
+  return e;
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -48,7 +95,7 @@ int main(int argc, char** argv) {
   std::string case_path, device = "cuda";
   std::vector<std::string> names;
   int reps = 5;
-  bool determinism = true;
+  bool determinism = true, null_calls = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--backends" && i + 1 < argc)
@@ -59,10 +106,12 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[++i]);
     else if (a == "--no-determinism-check")
       determinism = false;
+    else if (a == "--null-calls")
+      null_calls = true;
     else if (case_path.empty() && a[0] != '-')
       case_path = a;
     else {
-      std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check] [--null-calls]\n", argv[0]);
       return 2;
     }
   }
@@ -75,7 +124,9 @@ int main(int argc, char** argv) {
   std::vector<Backend*> backends;
   try {
     for (const auto& n : names) {
-      owned.push_back(std::make_unique<Timed>(std::shared_ptr<Backend>(make_backend(n)), "backends"));
+      std::shared_ptr<Backend> be(make_backend(n));
+      if (null_calls) be = std::make_shared<NullCalls>(be);
+      owned.push_back(std::make_unique<Timed>(be, "backends"));
       backends.push_back(owned.back().get());
     }
   } catch (const std::exception& e) {
@@ -89,23 +140,25 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: %s\n", e.what());
     return 0;
   }
-  Timed reference(std::shared_ptr<Backend>(base.reference, [](Backend*) {}), "reference");
+  std::shared_ptr<Backend> ref_be(base.reference, [](Backend*) {});
+  if (null_calls) ref_be = std::make_shared<NullCalls>(ref_be);
+  Timed reference(ref_be, "reference");
   OracleSet timed;
   timed.reference = &reference;
-  timed.emulate = [&base](Contract k, bool reversed) -> std::unique_ptr<Backend> {
-    return std::make_unique<Timed>(std::shared_ptr<Backend>(base.emulate(k, reversed)), "baselines");
+  timed.emulate = [&base, null_calls](Contract k, bool reversed) -> std::unique_ptr<Backend> {
+    std::shared_ptr<Backend> be(base.emulate(k, reversed));
+    if (null_calls) be = std::make_shared<NullCalls>(be);
+    return std::make_unique<Timed>(be, "baselines");
   };
-  timed.error_terms = [&base](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
-    const auto t0 = Clock::now();
-    ErrorTerms e = base.error_terms(p, f, d_out, d_lse);
-    ledger()["error terms"] += ms_since(t0);
-    return e;
+  timed.error_terms = [&base, null_calls](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
+    bench::RoleTimer t("error terms");
+    return null_calls ? null_error_terms(p, f) : base.error_terms(p, f, d_out, d_lse);
   };
   DiffOptions opt;
   opt.check_determinism = determinism;
   opt.gpu_health = gpu_health;
-  std::printf("case %s, backends %s, oracles %s, determinism check %s\n", case_path.c_str(), join(names).c_str(), device.c_str(),
-              determinism ? "on" : "off");
+  std::printf("case %s, backends %s, oracles %s, determinism check %s%s\n", case_path.c_str(), join(names).c_str(), device.c_str(),
+              determinism ? "on" : "off", null_calls ? ", null calls (host work alone)" : "");
   for (int r = 0; r < reps + 1; ++r) {
     ledger().clear();
     auto t0 = Clock::now();
