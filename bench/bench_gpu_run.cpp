@@ -1,19 +1,27 @@
 // Where the time of one `attnfuzz run` goes (docs/gpu.md, "Speed"): the case through
 // run_differential in this process, as `run` judges it, with every oracle and backend call
-// timed through a wrapper. The rest of the session's wall time is host work: the inputs and the
-// dense mask, the error model's sigma, the verdicts and fingerprints, the GPU health checks.
+// timed through a wrapper. The rest of the session's wall time is host work: the inputs (timed
+// alone beside the session), the Problems and masks of every call, the error model's sigma, the
+// verdicts and fingerprints, the GPU health checks.
 //   build/gpu/bench/bench_gpu_run CASE.json --backends torch.flash,cudnn [--oracle-device cpu|cuda]
-//                                 [--reps N] [--no-determinism-check]
+//                                 [--reps N] [--no-determinism-check] [--null-calls]
+// --null-calls: every oracle and backend call answers zeros of the right shapes at once (the
+// backends keep their declarations: contract, LSE, dLSE), so what is timed is the host work
+// around the calls alone, on any machine (the verdicts then judge zeros: the figure is a cost,
+// not a result).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/timed_backend.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
@@ -22,45 +30,52 @@
 namespace {
 
 using namespace attnfuzz;
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+using bench::Clock;
+using bench::ledger;
+using bench::ms_since;
+using bench::Timed;
 
-// Milliseconds per role over one session: "reference", "baselines", "error terms", "backends".
-std::map<std::string, double>& ledger() {
-  static std::map<std::string, double> m;
-  return m;
-}
-
-// A backend whose calls are added to the ledger under `role`; everything else passes through.
-class Timed final : public Backend {
+// The answer of --null-calls: zeros shaped as the problem's outputs.
+class NullCalls final : public Backend {
  public:
-  Timed(std::shared_ptr<Backend> inner, std::string role) : inner_(std::move(inner)), role_(std::move(role)) {}
-  std::string name() const override { return inner_->name(); }
-  std::string version() const override { return inner_->version(); }
-  std::string device() const override { return inner_->device(); }
-  std::optional<Contract> contract(DType d) const override { return inner_->contract(d); }
-  bool masked_rows_zero() const override { return inner_->masked_rows_zero(); }
-  bool returns_lse() const override { return inner_->returns_lse(); }
-  double lse_unit_roundoff(DType d) const override { return inner_->lse_unit_roundoff(d); }
-  std::optional<std::string> unsupported_reason(const Problem& p) const override { return inner_->unsupported_reason(p); }
-  bool backward_takes_dlse() const override { return inner_->backward_takes_dlse(); }
+  explicit NullCalls(std::shared_ptr<Backend> declared) : declared_(std::move(declared)) {}
+  std::string name() const override { return declared_->name(); }
+  std::string device() const override { return declared_->device(); }
+  std::optional<Contract> contract(DType d) const override { return declared_->contract(d); }
+  bool masked_rows_zero() const override { return declared_->masked_rows_zero(); }
+  bool returns_lse() const override { return declared_->returns_lse(); }
+  bool backward_takes_dlse() const override { return declared_->backward_takes_dlse(); }
+  std::vector<Output> nondeterministic_outputs() const override { return declared_->nondeterministic_outputs(); }
   Forward forward(const Problem& p) override {
-    const auto t0 = Clock::now();
-    Forward f = inner_->forward(p);
-    ledger()[role_] += ms_since(t0);
-    return f;
+    const Shape& s = p.shape;
+    return Forward{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
   }
-  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
-    const auto t0 = Clock::now();
-    Gradients g = inner_->backward(p, f, d_out, d_lse);
-    ledger()[role_] += ms_since(t0);
-    return g;
+  Gradients backward(const Problem& p, const Forward&, const Tensor&, const Tensor&) override {
+    const Shape& s = p.shape;
+    return Gradients{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
+                     Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
   }
 
  private:
-  std::shared_ptr<Backend> inner_;
-  std::string role_;
+  std::shared_ptr<Backend> declared_;
 };
+
+ErrorTerms null_error_terms(const Problem& p, const Forward& f) {
+  const Shape& s = p.shape;
+  ErrorTerms e;
+  const std::array<std::vector<int64_t>, 5> shapes{f.o.shape, f.lse.shape, std::vector<int64_t>{s.batch, s.heads_q, s.seq_q, s.head_dim_qk},
+                                                   std::vector<int64_t>{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk},
+                                                   std::vector<int64_t>{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}};
+  for (Output t : kOutputs) {
+    TermTensors& tt = e[t];
+    const auto& shape = shapes[static_cast<size_t>(t)];
+    tt.operand = tt.stored = tt.score = Tensor(shape);
+    tt.length = static_cast<double>(s.seq_kv);
+    if (t == Output::dQ || t == Output::dK) tt.via_op = tt.via_st = tt.via_acc = tt.via_sc = Tensor(shape);
+    if (shape.size() == 4) tt.operand_sources = tt.score_sources = Tensor({shape[0], shape[1], shape[2]}, 1.0);
+  }
+  return e;
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -82,7 +97,7 @@ int main(int argc, char** argv) {
   std::string case_path, device = "cuda";
   std::vector<std::string> names;
   int reps = 5;
-  bool determinism = true;
+  bool determinism = true, null_calls = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--backends" && i + 1 < argc)
@@ -93,10 +108,12 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[++i]);
     else if (a == "--no-determinism-check")
       determinism = false;
+    else if (a == "--null-calls")
+      null_calls = true;
     else if (case_path.empty() && a[0] != '-')
       case_path = a;
     else {
-      std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check] [--null-calls]\n", argv[0]);
       return 2;
     }
   }
@@ -109,7 +126,9 @@ int main(int argc, char** argv) {
   std::vector<Backend*> backends;
   try {
     for (const auto& n : names) {
-      owned.push_back(std::make_unique<Timed>(std::shared_ptr<Backend>(make_backend(n)), "backends"));
+      std::shared_ptr<Backend> be(make_backend(n));
+      if (null_calls) be = std::make_shared<NullCalls>(be);
+      owned.push_back(std::make_unique<Timed>(be, "backends"));
       backends.push_back(owned.back().get());
     }
   } catch (const std::exception& e) {
@@ -123,39 +142,41 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: %s\n", e.what());
     return 0;
   }
-  Timed reference(std::shared_ptr<Backend>(base.reference, [](Backend*) {}), "reference");
+  std::shared_ptr<Backend> ref_be(base.reference, [](Backend*) {});
+  if (null_calls) ref_be = std::make_shared<NullCalls>(ref_be);
+  Timed reference(ref_be, "reference");
   OracleSet timed;
   timed.reference = &reference;
-  timed.emulate = [&base](Contract k, bool reversed) -> std::unique_ptr<Backend> {
-    return std::make_unique<Timed>(std::shared_ptr<Backend>(base.emulate(k, reversed)), "baselines");
+  timed.emulate = [&base, null_calls](Contract k, bool reversed) -> std::unique_ptr<Backend> {
+    std::shared_ptr<Backend> be(base.emulate(k, reversed));
+    if (null_calls) be = std::make_shared<NullCalls>(be);
+    return std::make_unique<Timed>(be, "baselines");
   };
-  timed.error_terms = [&base](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
-    const auto t0 = Clock::now();
-    ErrorTerms e = base.error_terms(p, f, d_out, d_lse);
-    ledger()["error terms"] += ms_since(t0);
-    return e;
+  timed.error_terms = [&base, null_calls](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
+    bench::RoleTimer t("error terms");
+    return null_calls ? null_error_terms(p, f) : base.error_terms(p, f, d_out, d_lse);
   };
   DiffOptions opt;
   opt.check_determinism = determinism;
   opt.gpu_health = gpu_health;
-  std::printf("case %s, backends %s, oracles %s, determinism check %s\n", case_path.c_str(), join(names).c_str(), device.c_str(),
-              determinism ? "on" : "off");
+  std::printf("case %s, backends %s, oracles %s, determinism check %s%s\n", case_path.c_str(), join(names).c_str(), device.c_str(),
+              determinism ? "on" : "off", null_calls ? ", null calls (host work alone)" : "");
   for (int r = 0; r < reps + 1; ++r) {
     ledger().clear();
     auto t0 = Clock::now();
     const Inputs in = generate_inputs(c);
-    const Problem p = full_problem(c, in);
     const double inputs_ms = ms_since(t0);  // what the session repeats before its first call
-    if (p.q.numel() == 0) return 1;
+    if (in.q.numel() == 0) return 1;
     t0 = Clock::now();
+    const std::clock_t cpu0 = std::clock();
     const DiffReport rep = run_differential(c, backends, timed, opt);
-    const double total = ms_since(t0);
+    const double total = ms_since(t0), cpu = 1e3 * static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
     double accounted = inputs_ms;
     for (const auto& [k, v] : ledger()) accounted += v;
     std::printf(
-        "%s total %8.1f ms: inputs+mask %6.1f, reference %6.1f, error terms %6.1f, baselines %6.1f, backends %6.1f, "
+        "%s total %8.1f ms (process CPU %8.1f): inputs %6.1f, reference %6.1f, error terms %6.1f, baselines %6.1f, backends %6.1f, "
         "other host work %6.1f; %zu finding(s)\n",
-        r == 0 ? "first" : "warm ", total, inputs_ms, ledger()["reference"], ledger()["error terms"], ledger()["baselines"],
+        r == 0 ? "first" : "warm ", total, cpu, inputs_ms, ledger()["reference"], ledger()["error terms"], ledger()["baselines"],
         ledger()["backends"], total - accounted, rep.findings.size());
   }
   return 0;

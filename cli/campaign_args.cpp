@@ -26,12 +26,9 @@ namespace {
 
 std::vector<std::string> resolve_backends(const std::vector<std::string>& given) { return given.empty() ? default_backend_names() : given; }
 
-// The default mix: random cases of every kind, in the size tier of --tier (generators/domain.h;
-// the CPU default `small` keeps Sq, Skv <= 64 for throughput and reaches every kernel head dim).
-Case campaign_case(uint64_t seed, uint64_t index, const RandomCaseOptions& g) {
-  return random_case(splitmix64(seed ^ splitmix64(index)), g);
-}
-
+// The default mix: random cases of every kind (generators/random_case.h, campaign_case), in the
+// size tier of --tier (generators/domain.h; the CPU default `small` keeps Sq, Skv <= 64 for
+// throughput and reaches every kernel head dim).
 RandomCaseOptions tier_options(const std::string& tier, int64_t max_seq, int64_t max_dim) {
   const auto t = domain::tier_from_name(tier);
   if (!t) throw std::invalid_argument("--tier takes toy, small or real, got '" + tier + "'");

@@ -225,4 +225,8 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
   return c;
 }
 
+Case campaign_case(uint64_t seed, uint64_t index, const RandomCaseOptions& opt) {
+  return random_case(splitmix64(seed ^ splitmix64(index)), opt);
+}
+
 }  // namespace attnfuzz

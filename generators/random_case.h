@@ -45,5 +45,7 @@ Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth =
 // the shape allows them.
 Layouts random_layouts(SplitMix& r, const Shape& s);
 Case random_case(uint64_t seed, const RandomCaseOptions& opt = {});
+// The index-th case of a campaign's stream (`attnfuzz campaign`, bench_case_rate).
+Case campaign_case(uint64_t seed, uint64_t index, const RandomCaseOptions& opt);
 
 }  // namespace attnfuzz

@@ -91,8 +91,10 @@ class DifferentialSession::Impl {
     if (opt_.include_single || c_.composition == Composition{}) comps.push_back(Composition{});
     if (!(c_.composition == Composition{})) comps.push_back(c_.composition);
     for (const auto& comp : comps) {
-      run_one(be, comp);
-      if (!be.on_gpu() || report_.gpu_error || !opt_.gpu_health) continue;
+      // A run refused before any of the backend's code ran (its dtype, no LSE, an earlier GPU
+      // error) launched nothing: there is nothing new on the device to look for.
+      const bool backend_called = run_one(be, comp);
+      if (!backend_called || !be.on_gpu() || report_.gpu_error || !opt_.gpu_health) continue;
       if (auto err = opt_.gpu_health()) {
         add(be.name(), composition_class(comp), Signature::kNoTensor, FindingClass::backend_error,
             "the GPU is unusable after this backend ran: " + *err);
@@ -263,15 +265,16 @@ class DifferentialSession::Impl {
     return run;
   }
 
-  // One backend through one composition: the skip policy, the run, then each check.
-  void run_one(Backend& be, const Composition& comp) {
+  // One backend through one composition: the skip policy, the run, then each check. Returns
+  // whether any of the backend's code ran (false: refused by the skip policy alone).
+  bool run_one(Backend& be, const Composition& comp) {
     BackendRun run = describe_run(be, comp);
     const auto contract = be.contract(c_.dtype);
     if (const auto why = why_not_run(be, comp, contract)) {
       run.skipped = true;
       run.skip_reason = *why;
       report_.runs.push_back(std::move(run));
-      return;
+      return false;
     }
     run.contract = std::string(to_string(*contract));
     ComposedResult r;
@@ -281,14 +284,14 @@ class DifferentialSession::Impl {
       run.skipped = true;
       run.skip_reason = e.what();
       report_.runs.push_back(std::move(run));
-      return;
+      return true;
     } catch (const std::exception& e) {
       add(run.backend, run.composition_class, Signature::kNoTensor, FindingClass::backend_error, e.what());
       report_.gpu_error = report_.gpu_error || be.on_gpu();
       run.skipped = true;
       run.skip_reason = std::string("error: ") + e.what();
       report_.runs.push_back(std::move(run));
-      return;
+      return true;
     }
     run.notes = r.notes;
     run.backend_calls = r.backend_calls;
@@ -297,6 +300,7 @@ class DifferentialSession::Impl {
     check_masked_rows(be, r, run);
     judge_numbers(be, *contract, comp, r, run);
     report_.runs.push_back(std::move(run));
+    return true;
   }
 
   // Why the backend does not run this composition here, or nothing when it does.

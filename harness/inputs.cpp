@@ -2,6 +2,7 @@
 
 #include <bit>
 
+#include "harness/parallel.h"
 #include "harness/rng.h"
 
 namespace attnfuzz {
@@ -31,7 +32,10 @@ double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index
 namespace {
 Tensor make(const Case& c, const ValueDist& d, TensorId id, std::vector<int64_t> shape) {
   Tensor t(std::move(shape));
-  for (size_t i = 0; i < t.numel(); ++i) t.data[i] = round_to(c.dtype, draw_value(d, c.seed, id, i));
+  // Each element is a pure function of (seed, tensor, index): any split gives the same bits.
+  parallel_for(t.numel(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) t.data[i] = round_to(c.dtype, draw_value(d, c.seed, id, i));
+  });
   return t;
 }
 }  // namespace
@@ -45,7 +49,9 @@ Inputs generate_inputs(const Case& c) {
   in.d_out = make(c, c.d_out, TensorId::d_out, {s.batch, s.heads_q, s.seq_q, s.head_dim_v});
   // dLSE is an upstream gradient in float32 for every dtype (LSE is always fp32).
   Tensor g({s.batch, s.heads_q, s.seq_q});
-  for (size_t i = 0; i < g.numel(); ++i) g.data[i] = static_cast<float>(draw_value(c.d_lse, c.seed, TensorId::d_lse, i));
+  parallel_for(g.numel(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) g.data[i] = static_cast<float>(draw_value(c.d_lse, c.seed, TensorId::d_lse, i));
+  });
   in.d_lse = std::move(g);
   return in;
 }

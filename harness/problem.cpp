@@ -1,6 +1,9 @@
 #include "harness/problem.h"
 
 #include <algorithm>
+#include <deque>
+#include <utility>
+#include <vector>
 
 namespace attnfuzz {
 
@@ -10,29 +13,79 @@ bool in_band(const BandRestriction& r, int64_t q, int64_t kv, int64_t sq, int64_
 }
 }  // namespace
 
+namespace {
+
+// The last few (b, h) planes evaluated, by everything a plane depends on. A case builds a
+// Problem for every call of every oracle and backend (the reference, each baseline, each backend
+// and its determinism rerun, each part of a composition), mostly over the same region: at real
+// sizes each evaluation is one visible() per element (~40 ms a plane at S=1088), a copy is not.
+struct PlaneKey {
+  bool has_expr = false;
+  MaskExpr expr;
+  int64_t seq_q = 0, seq_kv = 0, q_offset = 0, kv_offset = 0, full_seq_q = 0, full_seq_kv = 0;
+  std::vector<BandRestriction> restrictions;
+  bool operator==(const PlaneKey&) const = default;
+};
+
+// Planes below this many elements are evaluated each time (toy cases: cheaper than a lookup).
+constexpr size_t kCachedPlaneMin = size_t{1} << 14;
+constexpr size_t kCachedPlanes = 4;
+
+struct PlaneCache {
+  std::deque<std::pair<PlaneKey, std::vector<uint8_t>>> planes;  // most recent first
+  const std::vector<uint8_t>* find(const PlaneKey& k) const {
+    for (const auto& [key, plane] : planes)
+      if (key == k) return &plane;
+    return nullptr;
+  }
+  void add(PlaneKey k, std::vector<uint8_t> plane) {
+    planes.emplace_front(std::move(k), std::move(plane));
+    if (planes.size() > kCachedPlanes) planes.pop_back();
+  }
+};
+
+// One (b, h) plane of the mask, into `out` (seq_q x seq_kv).
+void evaluate_plane(const Problem& p, int64_t b, int64_t h, uint8_t* out) {
+  const Shape& s = p.shape;
+  size_t idx = 0;
+  for (int64_t i = 0; i < s.seq_q; ++i)
+    for (int64_t j = 0; j < s.seq_kv; ++j, ++idx) {
+      const int64_t q = i + p.q_offset, kv = j + p.kv_offset;
+      bool vis = p.mask_expr ? visible(*p.mask_expr, b, h, q, kv, p.full_seq_q, p.full_seq_kv) : true;
+      for (const auto& r : p.restrictions) vis = vis && (in_band(r, q, kv, p.full_seq_q, p.full_seq_kv) == r.inside);
+      out[idx] = vis;
+    }
+}
+
+}  // namespace
+
 void materialize_mask(Problem& p) {
   const Shape& s = p.shape;
   p.mask.assign(static_cast<size_t>(s.batch * s.heads_q * s.seq_q * s.seq_kv), 0);
-  // Without a random leaf every (b, h) plane is the same: evaluated once, then copied (at real
-  // sizes the evaluation, one visible() per element, cost ~40 ms a plane).
-  const bool per_head = p.mask_expr && varies_by_head(*p.mask_expr);
   const size_t plane = static_cast<size_t>(s.seq_q * s.seq_kv);
-  size_t idx = 0;
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.heads_q; ++h) {
-      if (!per_head && idx > 0) {
-        std::copy_n(p.mask.begin(), plane, p.mask.begin() + static_cast<std::ptrdiff_t>(idx));
-        idx += plane;
-        continue;
-      }
-      for (int64_t i = 0; i < s.seq_q; ++i)
-        for (int64_t j = 0; j < s.seq_kv; ++j, ++idx) {
-          const int64_t q = i + p.q_offset, kv = j + p.kv_offset;
-          bool vis = p.mask_expr ? visible(*p.mask_expr, b, h, q, kv, p.full_seq_q, p.full_seq_kv) : true;
-          for (const auto& r : p.restrictions) vis = vis && (in_band(r, q, kv, p.full_seq_q, p.full_seq_kv) == r.inside);
-          p.mask[idx] = vis;
-        }
+  if (p.mask.empty()) return;
+  // A mask with a random leaf differs per (b, h): every plane evaluated.
+  if (p.mask_expr && varies_by_head(*p.mask_expr)) {
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.heads_q; ++h) evaluate_plane(p, b, h, p.mask.data() + static_cast<size_t>(b * s.heads_q + h) * plane);
+    return;
+  }
+  // Otherwise every (b, h) plane is the same: one evaluated (or found), then copied.
+  if (plane >= kCachedPlaneMin) {
+    thread_local PlaneCache cache;
+    PlaneKey key{p.mask_expr != nullptr, p.mask_expr ? *p.mask_expr : MaskExpr{}, s.seq_q, s.seq_kv, p.q_offset, p.kv_offset,
+                 p.full_seq_q, p.full_seq_kv, p.restrictions};
+    if (const std::vector<uint8_t>* found = cache.find(key)) {
+      std::copy(found->begin(), found->end(), p.mask.begin());
+    } else {
+      evaluate_plane(p, 0, 0, p.mask.data());
+      cache.add(std::move(key), std::vector<uint8_t>(p.mask.begin(), p.mask.begin() + static_cast<std::ptrdiff_t>(plane)));
     }
+  } else {
+    evaluate_plane(p, 0, 0, p.mask.data());
+  }
+  for (size_t idx = plane; idx < p.mask.size(); idx += plane)
+    std::copy_n(p.mask.begin(), plane, p.mask.begin() + static_cast<std::ptrdiff_t>(idx));
 }
 
 }  // namespace attnfuzz

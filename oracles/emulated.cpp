@@ -42,10 +42,34 @@ struct Numerics {
   }
 };
 
+// Every matmul operand of one head, rounded once by the contract (op is a pure function of its
+// argument, so rounding each element once gives the products the per-product rounding gave, at a
+// fraction of the cost: a toy case's baselines spent most of their time re-rounding the same
+// elements). Rows are contiguous: [row][d].
+template <class Acc>
+struct RoundedRows {
+  std::vector<Acc> data;
+  int64_t width = 0;
+  const Acc* row(int64_t r) const { return data.data() + r * width; }
+};
+
+template <class Acc>
+RoundedRows<Acc> rounded_rows(const Tensor& t, const Numerics<Acc>& nx, int64_t b, int64_t h) {
+  RoundedRows<Acc> out;
+  const int64_t rows = t.shape[2];
+  out.width = t.shape[3];
+  out.data.resize(static_cast<size_t>(rows * out.width));
+  const double* src = t.at(b, h, 0);
+  for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = nx.op(src[i]);
+  return out;
+}
+
 template <class Acc>
 struct HeadState {
   std::vector<Acc> s_pre, p;  // Sq x Skv
   std::vector<Acc> lse;
+  std::vector<Acc> p_op;         // op(p), the operand P is in P V and in dV = P^T dO
+  std::vector<uint8_t> visible;  // Sq x Skv, the problem's mask for this head
 };
 
 template <class Acc>
@@ -56,31 +80,38 @@ HeadState<Acc> scores(const Problem& pr, const Numerics<Acc>& nx, int64_t b, int
   st.s_pre.assign(static_cast<size_t>(s.seq_q * s.seq_kv), 0);
   st.p.assign(st.s_pre.size(), 0);
   st.lse.assign(static_cast<size_t>(s.seq_q), -std::numeric_limits<Acc>::infinity());
+  st.visible.resize(st.s_pre.size());
+  for (int64_t i = 0; i < s.seq_q; ++i)
+    for (int64_t j = 0; j < s.seq_kv; ++j) st.visible[static_cast<size_t>(i * s.seq_kv + j)] = pr.visible(b, h, i, j);
+  const RoundedRows<Acc> q = rounded_rows(pr.q, nx, b, h), k = rounded_rows(pr.k, nx, b, hk);
   const Acc scale = static_cast<Acc>(pr.scale);
+  std::vector<Acc> row(static_cast<size_t>(s.seq_kv));
   for (int64_t i = 0; i < s.seq_q; ++i) {
-    const double* q = pr.q.at(b, h, i);
+    const Acc* qi = q.row(i);
+    const uint8_t* vis = st.visible.data() + i * s.seq_kv;
     Acc m = -std::numeric_limits<Acc>::infinity();
-    std::vector<Acc> row(static_cast<size_t>(s.seq_kv));
     for (int64_t j = 0; j < s.seq_kv; ++j) {
-      const double* k = pr.k.at(b, hk, j);
+      const Acc* kj = k.row(j);
       Acc acc = 0;
-      nx.each(s.head_dim_qk, [&](int64_t d) { acc += nx.op(q[d]) * nx.op(k[d]); });
+      nx.each(s.head_dim_qk, [&](int64_t d) { acc += qi[d] * kj[d]; });
       Acc sc = acc * scale;
       st.s_pre[static_cast<size_t>(i * s.seq_kv + j)] = sc;
       if (pr.softcap) sc = static_cast<Acc>(*pr.softcap) * std::tanh(sc / static_cast<Acc>(*pr.softcap));
       row[static_cast<size_t>(j)] = sc;
-      if (pr.visible(b, h, i, j)) m = std::max(m, sc);
+      if (vis[j]) m = std::max(m, sc);
     }
     if (m == -std::numeric_limits<Acc>::infinity()) continue;  // fully masked row
     Acc l = 0;
     nx.each(s.seq_kv, [&](int64_t j) {
-      if (pr.visible(b, h, i, j)) l += std::exp(row[static_cast<size_t>(j)] - m);
+      if (vis[j]) l += std::exp(row[static_cast<size_t>(j)] - m);
     });
     const Acc lse = m + std::log(l);
     st.lse[static_cast<size_t>(i)] = lse;
     for (int64_t j = 0; j < s.seq_kv; ++j)
-      if (pr.visible(b, h, i, j)) st.p[static_cast<size_t>(i * s.seq_kv + j)] = std::exp(row[static_cast<size_t>(j)] - lse);
+      if (vis[j]) st.p[static_cast<size_t>(i * s.seq_kv + j)] = std::exp(row[static_cast<size_t>(j)] - lse);
   }
+  st.p_op.resize(st.p.size());
+  for (size_t i = 0; i < st.p.size(); ++i) st.p_op[i] = nx.op(st.p[i]);
   return st;
 }
 
@@ -92,12 +123,15 @@ Forward forward_impl(const Problem& pr, const Numerics<Acc>& nx) {
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const HeadState<Acc> st = scores(pr, nx, b, h);
       const int64_t hk = h / s.group();
+      const RoundedRows<Acc> v = rounded_rows(pr.v, nx, b, hk);
       for (int64_t i = 0; i < s.seq_q; ++i) {
         *f.lse.at(b, h, i) = nx.store_f32(st.lse[static_cast<size_t>(i)]);
+        const Acc* p = st.p_op.data() + i * s.seq_kv;
+        double* o = f.o.at(b, h, i);
         for (int64_t d = 0; d < s.head_dim_v; ++d) {
           Acc acc = 0;
-          nx.each(s.seq_kv, [&](int64_t j) { acc += nx.op(st.p[static_cast<size_t>(i * s.seq_kv + j)]) * nx.op(pr.v.at(b, hk, j)[d]); });
-          f.o.at(b, h, i)[d] = nx.store(acc);
+          nx.each(s.seq_kv, [&](int64_t j) { acc += p[j] * v.row(j)[d]; });
+          o[d] = nx.store(acc);
         }
       }
     }
@@ -115,40 +149,49 @@ Gradients backward_impl(const Problem& pr, const Numerics<Acc>& nx, const Forwar
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const HeadState<Acc> st = scores(pr, nx, b, h);
       const int64_t hk = h / s.group();
+      const RoundedRows<Acc> q = rounded_rows(pr.q, nx, b, h), k = rounded_rows(pr.k, nx, b, hk), v = rounded_rows(pr.v, nx, b, hk),
+                             d_o = rounded_rows(d_out, nx, b, h);
       std::vector<Acc> ds(n, 0);
       for (int64_t i = 0; i < s.seq_q; ++i) {
-        Acc delta = 0;  // D_i = rowsum(dO * O)
-        nx.each(s.head_dim_v, [&](int64_t d) { delta += static_cast<Acc>(d_out.at(b, h, i)[d]) * static_cast<Acc>(fwd.o.at(b, h, i)[d]); });
+        Acc delta = 0;  // D_i = rowsum(dO * O), unrounded operands
+        const double *doi = d_out.at(b, h, i), *oi = fwd.o.at(b, h, i);
+        nx.each(s.head_dim_v, [&](int64_t d) { delta += static_cast<Acc>(doi[d]) * static_cast<Acc>(oi[d]); });
         const Acc g = static_cast<Acc>(*d_lse.at(b, h, i));
+        const Acc* doi_op = d_o.row(i);
         for (int64_t j = 0; j < s.seq_kv; ++j) {
           const size_t ij = static_cast<size_t>(i * s.seq_kv + j);
           if (st.p[ij] == 0) continue;
+          const Acc* vj = v.row(j);
           Acc dp = 0;
-          nx.each(s.head_dim_v, [&](int64_t d) { dp += nx.op(d_out.at(b, h, i)[d]) * nx.op(pr.v.at(b, hk, j)[d]); });
-          Acc v = st.p[ij] * (dp - delta + g);
+          nx.each(s.head_dim_v, [&](int64_t d) { dp += doi_op[d] * vj[d]; });
+          Acc val = st.p[ij] * (dp - delta + g);
           if (pr.softcap) {
             const Acc t = std::tanh(st.s_pre[ij] / static_cast<Acc>(*pr.softcap));
-            v *= 1 - t * t;
+            val *= 1 - t * t;
           }
-          ds[ij] = v;
+          ds[ij] = val;
         }
       }
+      std::vector<Acc> ds_op(n);
+      for (size_t i = 0; i < n; ++i) ds_op[i] = nx.op(ds[i]);
       const Acc scale = static_cast<Acc>(pr.scale);
-      for (int64_t i = 0; i < s.seq_q; ++i)
+      for (int64_t i = 0; i < s.seq_q; ++i) {
+        const Acc* dsi = ds_op.data() + i * s.seq_kv;
         for (int64_t d = 0; d < s.head_dim_qk; ++d) {
           Acc acc = 0;
-          nx.each(s.seq_kv, [&](int64_t j) { acc += nx.op(ds[static_cast<size_t>(i * s.seq_kv + j)]) * nx.op(pr.k.at(b, hk, j)[d]); });
+          nx.each(s.seq_kv, [&](int64_t j) { acc += dsi[j] * k.row(j)[d]; });
           dq_acc[static_cast<size_t>(((b * s.heads_q + h) * s.seq_q + i) * s.head_dim_qk + d)] = scale * acc;
         }
+      }
       for (int64_t j = 0; j < s.seq_kv; ++j) {
         for (int64_t d = 0; d < s.head_dim_qk; ++d) {
           Acc acc = 0;
-          nx.each(s.seq_q, [&](int64_t i) { acc += nx.op(ds[static_cast<size_t>(i * s.seq_kv + j)]) * nx.op(pr.q.at(b, h, i)[d]); });
+          nx.each(s.seq_q, [&](int64_t i) { acc += ds_op[static_cast<size_t>(i * s.seq_kv + j)] * q.row(i)[d]; });
           dk_acc[static_cast<size_t>(((b * s.heads_kv + hk) * s.seq_kv + j) * s.head_dim_qk + d)] += scale * acc;
         }
         for (int64_t d = 0; d < s.head_dim_v; ++d) {
           Acc acc = 0;
-          nx.each(s.seq_q, [&](int64_t i) { acc += nx.op(st.p[static_cast<size_t>(i * s.seq_kv + j)]) * nx.op(d_out.at(b, h, i)[d]); });
+          nx.each(s.seq_q, [&](int64_t i) { acc += st.p_op[static_cast<size_t>(i * s.seq_kv + j)] * d_o.row(i)[d]; });
           dv_acc[static_cast<size_t>(((b * s.heads_kv + hk) * s.seq_kv + j) * s.head_dim_v + d)] += acc;
         }
       }

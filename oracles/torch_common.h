@@ -54,14 +54,15 @@ inline at::Tensor view_at(const at::Tensor& storage, const Placement& pl) {
 }
 
 // Zero-filled views of `roles` as a real caller lays them out: each in a buffer of its
-// extent, the members of a packed group views of one buffer.
+// extent, the members of a packed group views of one buffer. Unfilled (zero_filled false) where
+// only their sizes, strides and offsets are looked at: no kernel, no device round trip.
 inline std::map<TensorRole, at::Tensor> laid_out_views(const Problem& p, std::initializer_list<TensorRole> roles,
-                                                       const at::TensorOptions& opts) {
+                                                       const at::TensorOptions& opts, bool zero_filled = true) {
   std::map<TensorRole, at::Tensor> buffers, views;
   for (TensorRole r : roles) {
     const Placement pl = place(p.layouts, r, p.shape);
     at::Tensor& buf = buffers[pl.buffer];
-    if (!buf.defined()) buf = at::zeros({pl.extent}, opts);
+    if (!buf.defined()) buf = zero_filled ? at::zeros({pl.extent}, opts) : at::empty({pl.extent}, opts);
     views[r] = view_at(buf, pl);
   }
   return views;

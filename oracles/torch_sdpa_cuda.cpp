@@ -94,21 +94,29 @@ struct MaskArg {
   std::optional<at::Tensor> mask;
 };
 
-MaskArg mask_arg(const Problem& p, at::Device dev) {
+// `with_values` false: a boolean mask of the right sizes but unfilled, for a caller that only
+// looks at its metadata (LibTorch's kernel choice), so no copy to the device.
+MaskArg mask_arg(const Problem& p, at::Device dev, bool with_values = true) {
   const Shape& s = p.shape;
   bool all = true, causal = true;
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.heads_q; ++h)
-      for (int64_t i = 0; i < s.seq_q; ++i)
-        for (int64_t j = 0; j < s.seq_kv; ++j) {
-          const bool v = p.visible(b, h, i, j);
-          all = all && v;
-          causal = causal && v == (j <= i);
-        }
+  // Row by row through the dense mask, stopping once it is neither (at real sizes a full scan
+  // per call, forward, backward and LibTorch's choice, was milliseconds each).
+  const uint8_t* row = p.mask.data();
+  for (int64_t bh = 0; bh < s.batch * s.heads_q && (all || causal); ++bh)
+    for (int64_t i = 0; i < s.seq_q && (all || causal); ++i, row += s.seq_kv)
+      for (int64_t j = 0; j < s.seq_kv; ++j) {
+        const bool v = row[j] != 0;
+        all = all && v;
+        causal = causal && v == (j <= i);
+      }
   MaskArg m;
   if (all) return m;
   if (causal) {
     m.is_causal = true;
+    return m;
+  }
+  if (!with_values) {
+    m.mask = at::empty({s.batch, s.heads_q, s.seq_q, s.seq_kv}, at::TensorOptions().dtype(at::kBool).device(dev));
     return m;
   }
   m.mask = at::from_blob(const_cast<uint8_t*>(p.mask.data()), {s.batch, s.heads_q, s.seq_q, s.seq_kv}, at::kByte).to(at::kBool).to(dev);
@@ -209,12 +217,14 @@ class TorchCudaSdpaBackend final : public Backend {
     const auto opts = at::TensorOptions().dtype(st).device(dev);
     const Shape& s = p.shape;
     // The real strides and storage offsets: LibTorch's checks look at them (alignment), as
-    // they do for a caller.
+    // they do for a caller. They look at nothing else (sizes, strides, offsets, dtypes, device,
+    // whether a mask is given): unfilled tensors, so asking costs no kernel and no copy (a case
+    // the kernel declines, most of a toy campaign, then never waits on the GPU for it).
     using R = TensorRole;
-    auto views = laid_out_views(p, {R::q, R::k, R::v}, opts);
+    auto views = laid_out_views(p, {R::q, R::k, R::v}, opts, false);
     at::Tensor q = views[R::q], k = views[R::k], v = views[R::v];
     q.set_requires_grad(true);  // the choice differs for training: backward must be supported
-    const MaskArg m = mask_arg(p, dev);
+    const MaskArg m = mask_arg(p, dev, false);
     WarningCollector warnings;
     c10::WarningUtils::WarningHandlerGuard guard(&warnings);
     c10::WarningUtils::WarnAlways warn_always(true);

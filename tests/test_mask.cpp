@@ -101,6 +101,43 @@ TEST(Mask, MaterializationMatchesExpressionWithOffsetsAndRestrictions) {
         }
 }
 
+// Planes of 2^14 elements or more are kept and reused by what they depend on (harness/problem.cpp):
+// a reused plane must be the one the problem asks for, so every problem here, built one after
+// another over the same sizes with another expression, offset or restriction, and again, is
+// checked element by element against the expression.
+TEST(Mask, ReusedPlanesMatchTheirProblems) {
+  Case c;
+  c.shape = {1, 2, 2, 160, 150, 8, 8};
+  const MaskExpr causal = MaskExpr::causal_mask(Align::top_left), window = MaskExpr::window(20, 3, Align::bottom_right);
+  struct Variant {
+    const MaskExpr* m;
+    int64_t q_offset;
+    std::vector<BandRestriction> restrictions;
+  };
+  const std::vector<Variant> variants{{&causal, 0, {}},   {&window, 0, {}}, {&causal, 5, {}}, {&causal, 0, {{4, 0, Align::top_left, false}}},
+                                      {&causal, 0, {}},   {nullptr, 0, {}}, {&window, 0, {}}, {&causal, 5, {}},
+                                      {&window, 5, {}},   {&causal, 0, {}}};
+  const Problem base = full_problem(c, generate_inputs(c));
+  for (const Variant& v : variants) {
+    Problem p = base;
+    p.mask_expr = v.m;
+    p.q_offset = v.q_offset;
+    p.full_seq_q = c.shape.seq_q + 5;  // the same for every variant: only the offset tells them apart
+    p.restrictions = v.restrictions;
+    materialize_mask(p);
+    size_t wrong = 0;
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < c.shape.seq_q; ++i)
+        for (int64_t j = 0; j < c.shape.seq_kv; ++j) {
+          const int64_t q = i + v.q_offset;
+          bool want = v.m ? visible(*v.m, 0, h, q, j, p.full_seq_q, p.full_seq_kv) : true;
+          for (const auto& r : v.restrictions) want = want && (in_window(j - q, r.left, r.right) == r.inside);
+          wrong += p.visible(0, h, i, j) != want;
+        }
+    EXPECT_EQ(wrong, 0u) << "variant with q_offset " << v.q_offset << ", " << v.restrictions.size() << " restriction(s)";
+  }
+}
+
 // The tile query is exact: it agrees with looking at every element, for random
 // expressions (every kind and combinator) and random tiles.
 RC_GTEST_PROP(Mask, TileClassificationIsExact, (uint64_t seed)) {

@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "harness/case.h"
 #include "harness/inputs.h"
+#include "harness/parallel.h"
 #include "harness/rng.h"
 
 namespace attnfuzz {
@@ -48,6 +51,27 @@ TEST(Inputs, DeterministicAndIndependentOfGenerationOrder) {
   EXPECT_NE(checksum(a), checksum(generate_inputs(other)));
   // Different tensors draw from different streams.
   EXPECT_NE(a.q.data[0], a.k.data[0]);
+}
+
+// Tensors of at least kParallelMinElements are filled by several threads (harness/parallel.h):
+// every element must still be the one serial draw gives, each index visited once.
+TEST(Inputs, ThreadedGenerationEqualsSerialDraws) {
+  Case c;
+  c.seed = 7;
+  c.shape = {1, 2, 2, 4099, 4099, 128, 136};  // 1.05M elements in Q: above the threshold, not a multiple of the split
+  c.dtype = DType::f16;
+  c.d_lse = ValueDist{};
+  ASSERT_GE(static_cast<size_t>(c.shape.batch * c.shape.heads_q * c.shape.seq_q * c.shape.head_dim_qk), kParallelMinElements);
+  const Inputs in = generate_inputs(c);
+  size_t mismatches = 0;
+  for (size_t i = 0; i < in.q.numel(); ++i) mismatches += in.q.data[i] != round_to(DType::f16, draw_value(c.q, c.seed, TensorId::q, i));
+  for (size_t i = 0; i < in.v.numel(); ++i) mismatches += in.v.data[i] != round_to(DType::f16, draw_value(c.v, c.seed, TensorId::v, i));
+  EXPECT_EQ(mismatches, 0u);
+  std::vector<int> visits(kParallelMinElements + 12345, 0);
+  parallel_for(visits.size(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) ++visits[i];
+  });
+  EXPECT_EQ(std::count(visits.begin(), visits.end(), 1), static_cast<std::ptrdiff_t>(visits.size()));
 }
 
 TEST(Inputs, DistributionsDoWhatTheySay) {

@@ -1,0 +1,198 @@
+// The case rate of a campaign's judging, in one process (docs/gpu.md, "Speed"): the case stream
+// of `attnfuzz campaign --seed S --tier T` judged as a campaign worker judges it (fingerprints of
+// failing tensors only, determinism on every 4th case, the oracle set chosen per case), with
+// every oracle and backend call timed, the worker's reply encoded, and a digest of every verdict
+// number. The digest is the check that a speed change judged nothing differently: the same
+// seed, cases and backends must print the same digest before and after.
+//   build/cpu/bench/bench_case_rate --tier toy --cases 2000 --seed 7 --backends torch.math
+//                                   [--oracle-device auto|cpu|cuda] [--no-determinism-check]
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/timed_backend.h"
+#include "campaign/coverage.h"
+#include "campaign/repro.h"
+#include "campaign/worker_protocol.h"
+#include "generators/random_case.h"
+#include "harness/differential.h"
+#include "oracles/provenance.h"
+#include "oracles/registry.h"
+
+namespace {
+
+using namespace attnfuzz;
+using bench::Clock;
+using bench::cpu_ledger;
+using bench::ledger;
+using bench::ms_since;
+using bench::RoleTimer;
+using bench::thread_cpu_ms;
+using bench::Timed;
+
+// FNV-1a over the bytes of everything a verdict reports.
+struct Digest {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  }
+  void add(double x) { bytes(&x, sizeof x); }
+  void add(uint64_t x) { bytes(&x, sizeof x); }
+  void add(const std::string& s) {
+    add(static_cast<uint64_t>(s.size()));
+    bytes(s.data(), s.size());
+  }
+  void add(const ErrorStats& e) {
+    for (double x : {e.max_abs, e.rel_fro, e.mean_abs, e.rms, e.ref_max_abs, e.ref_rms}) add(x);
+    add(static_cast<uint64_t>(e.nonfinite_mismatch));
+    add(static_cast<uint64_t>(e.count));
+  }
+  void add(const DiffReport& r) {
+    add(r.input_checksum);
+    for (const BackendRun& run : r.runs) {
+      for (const auto* s : {&run.backend, &run.version, &run.composition, &run.composition_class, &run.contract, &run.skip_reason}) add(*s);
+      add(static_cast<uint64_t>(run.skipped));
+      add(static_cast<uint64_t>(run.backend_calls));
+      for (const auto& n : run.notes) add(n);
+      for (const TensorVerdict& t : run.tensors) {
+        add(t.tensor);
+        add(t.err);
+        add(t.baseline);
+        for (double x : {t.bound_rms, t.bound_max, t.kappa, t.model_rms, t.tensor_ratio, t.worst.ratio, t.worst.limit, t.worst.n, t.worst.dof})
+          add(x);
+        add(t.worst.granularity);
+        add(t.worst.where);
+        for (const auto& [k, v] : t.margin) {
+          add(k);
+          add(v);
+        }
+        add(t.print.label);
+        add(static_cast<uint64_t>(t.compared) * 2 + static_cast<uint64_t>(t.pass));
+      }
+    }
+    for (const Finding& f : r.findings) {
+      add(f.signature.to_string());
+      add(f.detail);
+      for (const auto& [k, v] : f.metrics) {
+        add(k);
+        add(v);
+      }
+    }
+  }
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string tier = "toy", backends_arg, device = "auto";
+  uint64_t cases = 1000, seed = 7;
+  bool determinism = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--tier" && has_value)
+      tier = argv[++i];
+    else if (a == "--cases" && has_value)
+      cases = std::stoull(argv[++i]);
+    else if (a == "--seed" && has_value)
+      seed = std::stoull(argv[++i]);
+    else if (a == "--backends" && has_value)
+      backends_arg = argv[++i];
+    else if (a == "--oracle-device" && has_value)
+      device = argv[++i];
+    else if (a == "--no-determinism-check")
+      determinism = false;
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_case_rate [--tier toy|small|real] [--cases N] [--seed S] --backends a,b [--oracle-device auto|cpu|cuda] "
+                   "[--no-determinism-check]\n");
+      return 2;
+    }
+  }
+  const auto t = domain::tier_from_name(tier);
+  if (!t || backends_arg.empty()) {
+    std::fprintf(stderr, "bench_case_rate: --backends and a known --tier are needed\n");
+    return 2;
+  }
+  set_oracle_device_override(device);
+  set_backend_threads(1);  // as a campaign worker runs
+  const RandomCaseOptions gen = RandomCaseOptions::for_tier(*t);
+  const std::vector<std::string> names = split(backends_arg);
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;
+  try {
+    for (const auto& n : names) {
+      owned.push_back(std::make_unique<Timed>(std::shared_ptr<Backend>(make_backend(n)), "backends"));
+      backends.push_back(owned.back().get());
+    }
+  } catch (const std::exception& e) {
+    std::printf("SKIPPED: %s\n", e.what());
+    return 0;
+  }
+  Digest digest;
+  size_t findings = 0, gpu_set = 0;
+  const auto start = Clock::now();
+  const double cpu_start = thread_cpu_ms();
+  for (uint64_t k = 0; k < cases; ++k) {
+    std::optional<RoleTimer> generating(std::in_place, "generate");
+    const Case c = campaign_case(seed, k, gen);
+    generating.reset();
+    std::optional<RoleTimer> judging(std::in_place, "judge");
+    OracleDevice chosen = OracleDevice::cpu;
+    const OracleSet base = oracles_for(backends, c.shape, &chosen);
+    gpu_set += chosen == OracleDevice::cuda;
+    Timed reference(std::shared_ptr<Backend>(base.reference, [](Backend*) {}), "reference");
+    OracleSet timed;
+    timed.reference = &reference;
+    timed.emulate = [&base](Contract kc, bool reversed) -> std::unique_ptr<Backend> {
+      return std::make_unique<Timed>(std::shared_ptr<Backend>(base.emulate(kc, reversed)), "baselines");
+    };
+    if (base.error_terms)
+      timed.error_terms = [&base](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
+        RoleTimer t("error terms");
+        return base.error_terms(p, f, d_out, d_lse);
+      };
+    DiffOptions opt;  // as serve_worker sets it (campaign/worker_protocol.cpp)
+    opt.fingerprint_all = false;
+    opt.check_determinism = determinism && k % 4 == 0;
+    opt.gpu_health = gpu_health;
+    const DiffReport r = run_differential(c, backends, timed, opt);
+    judging.reset();
+    {
+      RoleTimer t("reply");
+      WorkerReply reply;
+      for (const auto& f : r.findings) reply.findings.push_back(reproducer_of(c, names, f, r, environment()));
+      reply.runs = run_outcomes(r);
+      const std::string body = encode(reply);
+    }
+    digest.add(r);
+    findings += r.findings.size();
+  }
+  const double total = ms_since(start), cpu = thread_cpu_ms() - cpu_start;
+  const double n = static_cast<double>(cases);
+  std::printf("%llu %s cases (seed %llu, %s; GPU oracle set on %zu): %.1f cases/s, %.3f ms a case (CPU %.3f); %zu finding(s); digest %016llx\n",
+              static_cast<unsigned long long>(cases), tier.c_str(), static_cast<unsigned long long>(seed), backends_arg.c_str(), gpu_set,
+              1000.0 * n / total, total / n, cpu / n, findings, static_cast<unsigned long long>(digest.h));
+  // The judging's own work: its time less the oracle and backend calls inside it.
+  for (auto* l : {&ledger(), &cpu_ledger()}) {
+    auto& m = *l;
+    const double own = m["judge"] - m["reference"] - m["error terms"] - m["baselines"] - m["backends"];
+    std::printf("per case, %s ms: generate %.3f, reference %.3f, error terms %.3f, baselines %.3f, backends %.3f, other judging %.3f, reply %.3f\n",
+                l == &ledger() ? "wall" : "CPU", m["generate"] / n, m["reference"] / n, m["error terms"] / n, m["baselines"] / n,
+                m["backends"] / n, own / n, m["reply"] / n);
+  }
+  return 0;
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The digests of every verdict over four fixed case streams (bench_case_rate): a speed change
+# must print the same four lines before and after (docs/gpu.md, "Harness speed").
+#   bench/speed_digests.sh [build dir, default build/cpu]
+set -euo pipefail
+b=${1:-build/cpu}
+m=$b/mutants
+run() { "$b/bench/bench_case_rate" "$@" | head -1 | sed -E "s/: [0-9.]* cases\/s, [0-9.]* ms a case( \(CPU [0-9.]*\))?//"; }
+run --tier toy --cases 1000 --seed 7 --backends torch.math
+run --tier toy --cases 400 --seed 3 --backends plugin:$m/libattnfuzz_mutant_tf32_backward.so,plugin:$m/libattnfuzz_mutant_last_tile_unmasked.so,plugin:$m/libattnfuzz_mutant_ok.so
+run --tier toy --cases 300 --seed 5 --backends plugin:$m/libattnfuzz_mutant_ignores_dlse.so,plugin:$m/libattnfuzz_mutant_gqa_backward_map.so,plugin:$m/libattnfuzz_mutant_masked_rows_nan.so,plugin:$m/libattnfuzz_mutant_causal_align.so
+run --tier small --cases 60 --seed 11 --backends torch.sdpa.cpu_flash,plugin:$m/libattnfuzz_mutant_ok.so
