@@ -206,7 +206,10 @@ BlockSum row_projection(const Elementwise& w, size_t row, double row_scale_varia
     ref2 += w.ref[e] * w.ref[e];
     can_err += 1;
   }
-  if (can_err == 0) return {};
+  // Only where the reference stands above the errors a correct kernel may make: where a row
+  // cancels to rounding noise (dQ of a constant V, exactly 0), the reference's direction is
+  // that rounding's own, and errors lie along it (mutant_ok's fp32 dQ row, 12.1 against 12).
+  if (can_err == 0 || allow2 >= ref2) return {};
   const double dof = std::max(1.0, w.row_dof ? std::min(can_err, w.row_dof->data[row]) : can_err);
   return {along * along, std::max(independent, allow2 * ref2 / dof) + row_scale_variance * ref2 * ref2, can_err, 1};
 }
