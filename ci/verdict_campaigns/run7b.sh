@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Session 7, the final call (issue 10): the false-alarm counts under the final rule (the
+# projection along each row included), the GPU tests touched this session, and the Python
+# medium tier's four marginal rows of session 6 replayed through their adapters.
+#   TOTAL=<seconds> SEED=<seed> bash .carry-v7/run2.sh
+set -uo pipefail
+C=$(cd "$(dirname "$0")" && pwd)
+R=$(cd "$C/.." && pwd)
+OUT=${OUT:-/tmp/out}
+TOTAL=${TOTAL:-330}
+S=$(( TOTAL - 75 ))
+CAMPS=$OUT/camps
+mkdir -p "$OUT/logs" "$CAMPS"
+torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
+site=$(dirname "$torch_dir")
+export LD_LIBRARY_PATH="$torch_dir/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+A="$C/bin/attnfuzz"
+OK="plugin:$C/lib/libattnfuzz_mutant_ok.so"
+CPU5="torch.math,torch.sdpa.math,torch.sdpa.cpu_flash,$OK,plugin:$C/lib/libattnfuzz_plugin_minimal.so"
+LIBTORCH="torch.flash,torch.efficient,torch.cudnn,cudnn"
+camp() {  # camp NAME JOBS TIMEOUT ARGS...
+  local name=$1 jobs=$2 to=$3; shift 3
+  ( timeout $(( S + 60 )) "$A" campaign --seconds "$S" --seed "${SEED:-101}" --jobs "$jobs" --timeout "$to" --no-minimize --quiet \
+      --known "$R/docs/findings/repro" --out "$CAMPS/$name" "$@" > "$OUT/logs/camp-$name.log" 2>&1
+    echo "campaign $name exit $?" >> "$OUT/logs/camp-$name.log" ) &
+}
+nproc; nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+camp cpu-toy "${CPU_JOBS:-7}" 60 --tier toy --backends "$CPU5" --oracle-device cpu
+camp cpu-512 4 300 --tier real --max-seq 512 --max-dim 128 --backends "$CPU5" --oracle-device cuda
+camp gpu-toy 3 60 --devices 0 --tier toy --backends "$LIBTORCH"
+( for t in test_gpu_error_terms test_gpu_health_calls; do
+    [ -x "$C/bin/$t" ] || continue
+    timeout 200 "$C/bin/$t" > "$OUT/logs/$t.log" 2>&1; echo "exit $?" >> "$OUT/logs/$t.log"
+  done
+  export ATTNFUZZ_PYTHON=python3 ATTNFUZZ_PY_PACKAGE_DIR=$C/python ATTNFUZZ_PY_TIMEOUT_S=300 ATTNFUZZ_COMPILE_LIMIT_S=600 OMP_NUM_THREADS=1
+  for f in "$C"/pymedium/*.json "$C"/replay/*.json; do
+    [ -f "$f" ] || continue
+    b=$(basename "$f")
+    case $b in py_flex_eager_cuda*) be="py:attnfuzz_py.adapters.flex:FlexEager?device=cuda";;
+      py_flex_compiled_cuda*) be="py:attnfuzz_py.adapters.flex:FlexCompiled?device=cuda";;
+      *torch_efficient*) be=torch.efficient;; *plugin_mutant_ok*) be=$OK;; *torch_sdpa_cpu_flash*) be=torch.sdpa.cpu_flash;;
+      *torch_math*) be=torch.math;; *) continue;; esac
+    timeout 200 "$A" run --oracle-device cuda --backends "$be" "$f" > /tmp/one.log 2>&1
+    echo "$b: exit $? $(grep -E -o "worst [a-z ]+ [^;]*sigma' \(limit [0-9.e+-]*" /tmp/one.log | head -1)"
+  done > "$OUT/logs/replay-open.log" 2>&1 ) &
+wait
+for f in "$OUT"/logs/*.log; do echo "=== $(basename "$f")"; grep -vE "elapsed|^\[ RUN|^\[       OK" "$f" | tail -16 | cut -c1-300; done
+for n in "$CAMPS"/*; do [ -f "$n/summary.json" ] && cp "$n/summary.json" "$OUT/logs/summary-$(basename "$n").json"; done
+(cd "$CAMPS" && tar czf "$OUT/camps.tgz" --exclude='*.html' . 2>/dev/null && cd .. && rm -rf "$CAMPS")
+(cd "$OUT" && tar czf logs.tgz logs && rm -rf logs)
