@@ -15,12 +15,7 @@ TOTAL=${TOTAL:-540}        # the whole script's wall time
 S=$(( TOTAL - 120 ))        # campaigns stop taking cases here; summaries and the tarballs follow
 CAMPS=$OUT/camps
 mkdir -p "$OUT/logs" "$CAMPS"
-torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
-site=$(dirname "$torch_dir")
-export LD_LIBRARY_PATH="$torch_dir/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-A="$C/bin/attnfuzz"
-CPU5="torch.math,torch.sdpa.math,torch.sdpa.cpu_flash,plugin:$C/lib/libattnfuzz_mutant_ok.so,plugin:$C/lib/libattnfuzz_plugin_minimal.so"
-LIBTORCH="torch.flash,torch.efficient,torch.cudnn,cudnn"
+. "$C/device_env.sh"
 camp() {  # camp NAME JOBS TIMEOUT ARGS...
   local name=$1 jobs=$2 to=$3; shift 3
   ( timeout $(( S + 100 )) "$A" campaign --seconds "$S" --seed 61 --jobs "$jobs" --timeout "$to" --no-minimize --quiet \
@@ -42,7 +37,4 @@ if [ -f "$R/.carry-pyflex/campaign.sh" ]; then
   ( mkdir -p "$OUT/py"; OUT=$OUT/py SECONDS_TOTAL=$(( TOTAL - 15 )) bash "$R/.carry-pyflex/campaign.sh" > "$OUT/logs/pyflex.log" 2>&1; echo "pyflex exit $?" >> "$OUT/logs/pyflex.log" ) &
 fi
 wait
-for f in "$OUT"/logs/*.log; do echo "=== $(basename "$f")"; grep -vE "elapsed|^\[ RUN|^\[       OK" "$f" | tail -14; done
-for n in "$CAMPS"/*; do [ -f "$n/summary.json" ] && cp "$n/summary.json" "$OUT/logs/summary-$(basename "$n").json"; done
-(cd "$CAMPS" && tar czf "$OUT/camps.tgz" --exclude='*.html' . 2>/dev/null && cd .. && rm -rf "$CAMPS")
-(cd "$OUT" && tar czf logs.tgz logs && rm -rf logs)
+pack_outputs "$CAMPS"

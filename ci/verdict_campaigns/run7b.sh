@@ -3,6 +3,9 @@
 # projection along each row included), the GPU tests touched this session, and the Python
 # medium tier's four marginal rows of session 6 replayed through their adapters.
 #   TOTAL=<seconds> SEED=<seed> bash .carry-v7/run2.sh
+# Staging: copy this folder's *.sh into the carry folder (.carry-v7), run its stage.sh on a gpu
+# build, and put the cases to replay in pymedium/ and replay/ there. Seeds 71 and 81 ran the
+# same campaigns before the replays were added (CPU_JOBS=8).
 set -uo pipefail
 C=$(cd "$(dirname "$0")" && pwd)
 R=$(cd "$C/.." && pwd)
@@ -11,13 +14,7 @@ TOTAL=${TOTAL:-330}
 S=$(( TOTAL - 75 ))
 CAMPS=$OUT/camps
 mkdir -p "$OUT/logs" "$CAMPS"
-torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
-site=$(dirname "$torch_dir")
-export LD_LIBRARY_PATH="$torch_dir/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-A="$C/bin/attnfuzz"
-OK="plugin:$C/lib/libattnfuzz_mutant_ok.so"
-CPU5="torch.math,torch.sdpa.math,torch.sdpa.cpu_flash,$OK,plugin:$C/lib/libattnfuzz_plugin_minimal.so"
-LIBTORCH="torch.flash,torch.efficient,torch.cudnn,cudnn"
+. "$C/device_env.sh"
 camp() {  # camp NAME JOBS TIMEOUT ARGS...
   local name=$1 jobs=$2 to=$3; shift 3
   ( timeout $(( S + 60 )) "$A" campaign --seconds "$S" --seed "${SEED:-101}" --jobs "$jobs" --timeout "$to" --no-minimize --quiet \
@@ -25,7 +22,7 @@ camp() {  # camp NAME JOBS TIMEOUT ARGS...
     echo "campaign $name exit $?" >> "$OUT/logs/camp-$name.log" ) &
 }
 nproc; nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
-camp cpu-toy "${CPU_JOBS:-7}" 60 --tier toy --backends "$CPU5" --oracle-device cpu
+camp cpu-toy "${CPU_JOBS:-8}" 60 --tier toy --backends "$CPU5" --oracle-device cpu
 camp cpu-512 4 300 --tier real --max-seq 512 --max-dim 128 --backends "$CPU5" --oracle-device cuda
 camp gpu-toy 3 60 --devices 0 --tier toy --backends "$LIBTORCH"
 ( for t in test_gpu_error_terms test_gpu_health_calls; do
@@ -44,7 +41,4 @@ camp gpu-toy 3 60 --devices 0 --tier toy --backends "$LIBTORCH"
     echo "$b: exit $? $(grep -E -o "worst [a-z ]+ [^;]*sigma' \(limit [0-9.e+-]*" /tmp/one.log | head -1)"
   done > "$OUT/logs/replay-open.log" 2>&1 ) &
 wait
-for f in "$OUT"/logs/*.log; do echo "=== $(basename "$f")"; grep -vE "elapsed|^\[ RUN|^\[       OK" "$f" | tail -16 | cut -c1-300; done
-for n in "$CAMPS"/*; do [ -f "$n/summary.json" ] && cp "$n/summary.json" "$OUT/logs/summary-$(basename "$n").json"; done
-(cd "$CAMPS" && tar czf "$OUT/camps.tgz" --exclude='*.html' . 2>/dev/null && cd .. && rm -rf "$CAMPS")
-(cd "$OUT" && tar czf logs.tgz logs && rm -rf logs)
+pack_outputs "$CAMPS"
