@@ -28,6 +28,13 @@ struct Grid {
   int64_t seq, dim;
 };
 
+// Below fp32 a row is also judged along itself (a projection, docs/verdicts.md): a scaled row of
+// fp16 or bf16 is then held to the goal once the rows are long or many enough to average
+// (S >= 64 here: 4.2-6.4 measured; 7.0-10.4 with the RMS statistic alone).
+bool row_held_to_goal(const Grid& g, const SensitivityPoint& p) {
+  return p.plant == Plant::row && p.tensor != "LSE" && g.dtype != DType::f32 && g.seq >= 64;
+}
+
 class Sensitivity : public ::testing::TestWithParam<Grid> {};
 
 TEST_P(Sensitivity, ThresholdWithinGoalOfTheNaturalError) {
@@ -42,7 +49,7 @@ TEST_P(Sensitivity, ThresholdWithinGoalOfTheNaturalError) {
     EXPECT_TRUE(p.correct_passes) << "the correct kernel is flagged";
     ASSERT_GT(p.natural, 0.0);
     EXPECT_GT(p.threshold, 0.0) << "never flagged";
-    EXPECT_LE(p.ratio(), p.plant == Plant::row ? kRow : kGoal)
+    EXPECT_LE(p.ratio(), p.plant == Plant::row && !row_held_to_goal(g, p) ? kRow : kGoal)
         << "threshold " << p.threshold << ", planted error " << p.planted << " " << p.moved << " vs natural " << p.natural;
   }
 }
