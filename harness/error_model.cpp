@@ -77,10 +77,16 @@ struct VarianceParts {
   double total() const { return operand + score + via + normalizer + independent; }
 };
 
+// The LSE's accumulation error, u_acc^2 L / 6: the log of a sum of L terms at u_acc. The O and dQ
+// normalizers err by it too.
+double lse_accumulation_variance(const TermTensors& terms, const RoundingUnits& u) {
+  return u.accumulate * u.accumulate * terms.length / 6.0;
+}
+
 // The relative variance of the row's normalizer (harness/error_model.h, "normalizer"); 0 for
 // outputs without one.
 double normalizer_variance(Output t, const TermTensors& terms, const RoundingUnits& u, size_t row) {
-  const double accumulated = u.accumulate * u.accumulate * terms.length / 6.0;
+  const double accumulated = lse_accumulation_variance(terms, u);
   if (t == Output::O) return accumulated;
   if (t != Output::dQ) return 0.0;
   const double lse = terms.row_lse.data.empty() ? 0.0 : terms.row_lse.data[row];
@@ -94,7 +100,7 @@ VarianceParts element_variance(Output t, const TermTensors& terms, double ref, c
   const double op = terms.operand.data[e], st = terms.stored.data[e], sc = terms.score.data[e];
   VarianceParts v;
   if (t == Output::LSE) {
-    v.independent = storage_variance(t, r, u) + acc2 / 2.0;
+    v.independent = storage_variance(t, r, u) + lse_accumulation_variance(terms, u);
     v.score = u_score2 * sc * sc;
     return v;
   }
@@ -111,9 +117,10 @@ VarianceParts element_variance(Output t, const TermTensors& terms, double ref, c
   return v;
 }
 
-// How many different values a row holds (exactly equal float64 references count once).
-double distinct_values(const double* x, int64_t n) {
-  std::vector<double> v(x, x + n);
+// How many different values a row holds (exactly equal float64 references count once); `v`
+// is scratch space, kept by the caller across rows.
+double distinct_values(const double* x, int64_t n, std::vector<double>& v) {
+  v.assign(x, x + n);
   std::sort(v.begin(), v.end());
   return static_cast<double>(std::max<ptrdiff_t>(1, std::unique(v.begin(), v.end()) - v.begin()));
 }
@@ -189,6 +196,7 @@ Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, cons
   check_shapes("model_row_dof", terms, ref);
   const int64_t width = ref.shape[3];
   Tensor dof({ref.shape[0], ref.shape[1], ref.shape[2]});
+  std::vector<double> scratch;
   for (size_t row = 0; row < dof.numel(); ++row) {
     VarianceParts sum;
     for (int64_t d = 0; d < width; ++d) {
@@ -211,7 +219,7 @@ Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, cons
     if (t == Output::dK) correlated += std::exchange(via, 0.0);
     // Elements with the same value are computed alike and round alike (a row of an exactly
     // constant V): they are one source of the independent part, not one each.
-    double denom = sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width) +
+    double denom = sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width, scratch) +
                    via * via + sum.normalizer * sum.normalizer;
     if (correlated > 0) denom += correlated * correlated / std::max(1.0, op_sources);
     if (sum.score > 0) denom += sum.score * sum.score / std::max(1.0, sc_sources);

@@ -156,15 +156,16 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
 // carry min(c, the row's dof) independent errors: its shared sources reach every column.
 // Exact elements carry none: counting them made a tile of one query's dV rows (8 keys seen,
 // 8 not) read 198 independent errors where the 8 seen rows carried them all. A row that copies
-// one already in the block carries none either (row_hash; `seen` spans the block).
+// one already in the block carries none either (row_hash). `outer` holds the rows already seen
+// by an enclosing block (the tensor around a head): dof_in_outer counts this box's rows against
+// it, so the head and the tensor are summed in one pass.
 struct BlockSum {
-  double err2 = 0, allow2 = 0, n = 0, dof = 0;
+  double err2 = 0, allow2 = 0, n = 0, dof = 0, dof_in_outer = 0;
 };
 BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_t d0, int64_t d1,
-                 std::unordered_set<uint64_t>* seen_rows = nullptr) {
+                 std::unordered_set<uint64_t>* outer = nullptr) {
   BlockSum b;
-  std::unordered_set<uint64_t> local;
-  std::unordered_set<uint64_t>& seen = seen_rows ? *seen_rows : local;
+  std::unordered_set<uint64_t> seen;  // a one-row box (the row blocks) needs none
   for (int64_t s = s0; s < s1; ++s) {
     const size_t row = static_cast<size_t>(h * w.seq + s);
     double in_row = 0, can_err = 0;
@@ -177,8 +178,10 @@ BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_
       can_err += w.exact[e] ? 0 : 1;
     }
     b.n += in_row;
-    if (can_err > 0 && !seen.insert(w.row_hash[row]).second) continue;
-    b.dof += w.row_dof ? std::min(can_err, w.row_dof->data[row]) : can_err;
+    if (can_err == 0) continue;
+    const double dof = w.row_dof ? std::min(can_err, w.row_dof->data[row]) : can_err;
+    if (s1 - s0 == 1 || seen.insert(w.row_hash[row]).second) b.dof += dof;
+    if (outer && outer->insert(w.row_hash[row]).second) b.dof_in_outer += dof;
   }
   return b;
 }
@@ -280,13 +283,12 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
                  (w.width > 1 ? " d" + std::to_string(d0) + "-" + std::to_string(d1 - 1) : "");
         });
       }
-    const BlockSum head = sum_box(w, h, 0, w.seq, 0, w.width);
+    const BlockSum head = sum_box(w, h, 0, w.seq, 0, w.width, &tensor_rows);
     consider("head", head, [&] { return head_name(h); });
-    const BlockSum in_tensor = sum_box(w, h, 0, w.seq, 0, w.width, &tensor_rows);
-    all.err2 += in_tensor.err2;
-    all.allow2 += in_tensor.allow2;
-    all.n += in_tensor.n;
-    all.dof += in_tensor.dof;
+    all.err2 += head.err2;
+    all.allow2 += head.allow2;
+    all.n += head.n;
+    all.dof += head.dof_in_outer;
   }
   consider("tensor", all, [] { return std::string("all"); });
   v.tensor_ratio = all.n > 0 ? ratio_of(all) : 0.0;

@@ -16,12 +16,7 @@ S=$(( TOTAL - 120 ))        # campaigns stop taking cases here; summaries and th
 CAMPS=$OUT/camps
 mkdir -p "$OUT/logs" "$CAMPS"
 . "$C/device_env.sh"
-camp() {  # camp NAME JOBS TIMEOUT ARGS...
-  local name=$1 jobs=$2 to=$3; shift 3
-  ( timeout $(( S + 100 )) "$A" campaign --seconds "$S" --seed 61 --jobs "$jobs" --timeout "$to" --no-minimize --quiet \
-      --known "$C/repro" --out "$CAMPS/$name" "$@" > "$OUT/logs/camp-$name.log" 2>&1
-    echo "campaign $name exit $?" >> "$OUT/logs/camp-$name.log" ) &
-}
+SEED=61 KNOWN="$C/repro" GRACE=100
 nproc; nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 camp cpu-toy "${CPU_JOBS:-6}" 60 --tier toy --backends "$CPU5" --oracle-device cpu
 camp cpu-512 4 300 --tier real --max-seq 512 --max-dim 128 --backends "$CPU5" --oracle-device cuda

@@ -15,12 +15,7 @@ S=$(( TOTAL - 75 ))
 CAMPS=$OUT/camps
 mkdir -p "$OUT/logs" "$CAMPS"
 . "$C/device_env.sh"
-camp() {  # camp NAME JOBS TIMEOUT ARGS...
-  local name=$1 jobs=$2 to=$3; shift 3
-  ( timeout $(( S + 60 )) "$A" campaign --seconds "$S" --seed "${SEED:-101}" --jobs "$jobs" --timeout "$to" --no-minimize --quiet \
-      --known "$R/docs/findings/repro" --out "$CAMPS/$name" "$@" > "$OUT/logs/camp-$name.log" 2>&1
-    echo "campaign $name exit $?" >> "$OUT/logs/camp-$name.log" ) &
-}
+SEED=${SEED:-101} KNOWN="$R/docs/findings/repro" GRACE=60
 nproc; nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 camp cpu-toy "${CPU_JOBS:-8}" 60 --tier toy --backends "$CPU5" --oracle-device cpu
 camp cpu-512 4 300 --tier real --max-seq 512 --max-dim 128 --backends "$CPU5" --oracle-device cuda
