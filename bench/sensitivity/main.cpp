@@ -2,8 +2,10 @@
 // correct kernel (the mutant zoo's mutant_ok), per dtype, size, output and planted error.
 //
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
-//                                     [--plugin SO | --backend NAME]
+//                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda]
 //
+// --oracle-device cuda judges with the GPU oracle set (a gpu-preset build on a GPU machine):
+// the same reference, baselines and error terms (docs/gpu.md), minutes faster at S >= 1024.
 // --backend takes any registered backend as the correct kernel. The default, mutant_ok, is a
 // tiled kernel that rounds like a fused one (P and dS to the dtype, fp32 accumulation);
 // torch.math, LibTorch's unfused path, also stores S, P and dP in the dtype, so its natural
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
   std::vector<long> seqs{16, 64, 256}, dims{16, 64, 128};
   std::string csv_path, plugin = ATTNFUZZ_CORRECT_PLUGIN, backend;
   bool causal = true;
+  OracleDevice oracle_device = OracleDevice::cpu;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
@@ -69,16 +72,21 @@ int main(int argc, char** argv) {
       plugin = next();
     } else if (!std::strcmp(argv[i], "--backend")) {
       backend = next();
+    } else if (!std::strcmp(argv[i], "--oracle-device")) {
+      const char* name = next();
+      const auto device = oracle_device_from_string(name);
+      if (!device) throw std::invalid_argument(std::string("--oracle-device: cpu or cuda, not ") + name);
+      oracle_device = *device;
     } else if (!std::strcmp(argv[i], "--no-mask")) {
       causal = false;
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--no-mask]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]\n");
       return 2;
     }
   }
   auto correct = make_backend(backend.empty() ? "plugin:" + plugin : backend);
-  const OracleSet oracles = default_oracles();
+  const OracleSet oracles = make_oracles(oracle_device);
   std::ofstream csv;
   if (!csv_path.empty()) {
     csv.open(csv_path);
@@ -113,6 +121,8 @@ int main(int argc, char** argv) {
                 << p.threshold << ',' << p.planted << ',' << p.moved << ',' << p.ratio() << ',' << p.correct_passes << '\n';
         }
         std::fflush(stdout);
+        // A long grid killed part way keeps the configurations it finished.
+        if (csv.is_open()) csv.flush();
       }
   std::printf("\nworst ratio: %.2f (goal <= 8)\n", worst);
   return 0;
