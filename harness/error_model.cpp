@@ -217,12 +217,21 @@ Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, cons
     }
     double correlated = sum.operand, via = sum.via;
     if (t == Output::dK) correlated += std::exchange(via, 0.0);
+    double shared_denom = via * via + sum.normalizer * sum.normalizer;
+    if (correlated > 0) shared_denom += correlated * correlated / std::max(1.0, op_sources);
+    if (sum.score > 0) shared_denom += sum.score * sum.score / std::max(1.0, sc_sources);
+    // Every shared part moves the row inside the span of the same vectors (the normalizer along
+    // the row, D's error along sum_j P_ij K_j for dQ), so together they cannot have more sources
+    // than those vectors have directions: a query that sees one key errs along that key, however
+    // its error splits into parts (torch.efficient's fp32 dQ row at 8.97 sigma' against the 7.66
+    // of a 3.74-source row, Skv = 1: docs/findings/README.md, session 8).
+    const double shared = sum.operand + sum.score + sum.via + sum.normalizer;
+    if (!terms.direction_sources.data.empty() && shared_denom > 0)
+      shared_denom = std::max(shared_denom, shared * shared / std::max(1.0, terms.direction_sources.data[row]));
     // Elements with the same value are computed alike and round alike (a row of an exactly
     // constant V): they are one source of the independent part, not one each.
-    double denom = sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width, scratch) +
-                   via * via + sum.normalizer * sum.normalizer;
-    if (correlated > 0) denom += correlated * correlated / std::max(1.0, op_sources);
-    if (sum.score > 0) denom += sum.score * sum.score / std::max(1.0, sc_sources);
+    const double denom =
+        sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width, scratch) + shared_denom;
     const double total = sum.total();
     dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
   }

@@ -271,6 +271,28 @@ TEST(RowDof, ParticipationOfTheTermsSetsTheRowDof) {
   EXPECT_GT(model_row_dof(Output::dK, terms, big_ref, u).data[0], 1.5);
 }
 
+// A query that sees one key errs along that key (dQ_i = scale dS_i1 K_1), however its error
+// splits into the model's parts: the shared parts together have at most as many sources as the
+// row's directions. Without the cap three one-source parts of equal variance read as 3 dof
+// (torch.efficient's fp32 dQ row with Skv = 1 at 8.97 sigma' against the limit 7.66 of 3.74 dof).
+TEST(RowDof, SharedPartsTogetherHaveNoMoreSourcesThanTheirDirections) {
+  // length 0: no accumulation part, so the row's whole variance is shared.
+  TermTensors terms{Tensor({1, 1, 1, 8}, 1.0), Tensor({1, 1, 1, 8}), Tensor({1, 1, 1, 8}, 1.0 / std::sqrt(3.0)), 0.0};
+  terms.via_op = Tensor({1, 1, 1, 8}, 1.0);
+  terms.via_st = terms.via_acc = terms.via_sc = Tensor({1, 1, 1, 8});
+  const Tensor ref({1, 1, 1, 8});
+  RoundingUnits u;
+  u.operand = u.accumulate = 1e-3;  // operand, score and via parts of equal variance u^2 / 3
+  terms.operand_sources = Tensor({1, 1, 1}, 1.0);
+  terms.score_sources = Tensor({1, 1, 1}, 1.0);
+  const double uncapped = model_row_dof(Output::dQ, terms, ref, u).data[0];
+  EXPECT_NEAR(uncapped, 3.0, 1e-9) << "three one-source parts, no directions known";
+  terms.direction_sources = Tensor({1, 1, 1}, 1.0);
+  EXPECT_NEAR(model_row_dof(Output::dQ, terms, ref, u).data[0], 1.0, 1e-9) << "one key: one direction";
+  terms.direction_sources.data[0] = 8.0;
+  EXPECT_NEAR(model_row_dof(Output::dQ, terms, ref, u).data[0], uncapped, 1e-12) << "a cap above the parts' own sources changes nothing";
+}
+
 // A declared nondeterministic output is not held to bitwise repetition; the others still are.
 TEST(Verdict, DeclaredNondeterministicOutputsAreNotCheckedBitwise) {
   class NoisyDq final : public Backend {
