@@ -74,7 +74,10 @@
 //
 // (a weight-free stand-in for trace(C) / lambda_max(C) of the row's error covariance
 // C = sum_k var_k X_k X_k^T: with a common mean of energy fraction f, any spread of weights
-// gives lambda_max of about f trace(C)).
+// gives lambda_max of about f trace(C)). Every shared part (operand, score, via, normalizer)
+// moves the row inside the span of those same vectors, so the cap holds for the shared parts
+// together too (session 8): their combined sources, (sum V)^2 / sum V^2 / sources, are at most
+// directions. A query that sees one key errs along that key however its error splits into parts.
 //
 // LSE (fp32 for every dtype, on an absolute scale) has its own form:
 //   sigma^2 = u_lse^2 * (1 + LSE^2) / 3 + u_acc^2 * L / 6 + (u_acc^2 + u_in^2) * score^2

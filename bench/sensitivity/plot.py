@@ -17,9 +17,10 @@ from collections import OrderedDict
 
 # Column of docs/verdicts.md's tables a (tensor, plant) row belongs to.
 COLUMNS = OrderedDict([
-    ("whole", ("scale, noise, tile, head, LSE shift", "#1f77b4", "circle")),
-    ("softmax_scale", ("softmax scale", "#2ca02c", "square")),
-    ("dlse", ("dLSE term", "#9467bd", "diamond")),
+    ("whole", ("O, dQ, dK, dV: scale, noise, tile, head", "#1f77b4", "circle")),
+    ("lse", ("LSE: scale, noise, tile, head, shift", "#17becf", "square")),
+    ("softmax_scale", ("softmax scale", "#2ca02c", "diamond")),
+    ("dlse", ("dLSE term", "#9467bd", "circle")),
     ("row", ("one row (O, dQ, dK, dV)", "#d62728", "triangle")),
     ("lse_element", ("one LSE element", "#ff7f0e", "cross")),
 ])
@@ -32,7 +33,7 @@ def column_of(tensor, plant):
         return "lse_element" if tensor == "LSE" else "row"
     if plant in ("dlse", "softmax_scale"):
         return plant
-    return "whole"
+    return "lse" if tensor == "LSE" else "whole"
 
 
 def read(paths):
@@ -84,10 +85,10 @@ def marker(shape, x, y, color, hollow):
 
 
 def svg(panels):
-    left, right, panel_h, gap, top0 = 60, 20, 220, 90, 50
+    left, right, panel_h, gap, top0 = 60, 20, 220, 110, 70
     n = max(len(cells) for cells in panels.values())
     step = 34
-    width = max(left + right + n * step, 980)  # the legend needs 980
+    width = max(left + right + n * step, 1060)  # the legend needs 1060
     height = top0 + len(panels) * (panel_h + gap) + 40
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (width, height),
            '<rect width="100%" height="100%" fill="white"/>',
@@ -97,10 +98,10 @@ def svg(panels):
     for col, (name, color, shape) in COLUMNS.items():
         out.append(marker(shape, lx + 5, 36, color, False))
         out.append('<text x="%d" y="40">%s</text>' % (lx + 14, name))
-        lx += 14 + 7 * len(name) + 20
+        lx += 14 + 6 * len(name) + 16
     for p, (dtype, cells) in enumerate(panels.items()):
         top = top0 + 10 + p * (panel_h + gap)
-        out.append('<text x="%d" y="%d" font-size="13" font-weight="bold">%s</text>' % (left, top - 6, dtype))
+        out.append('<text x="%d" y="%d" font-size="13" font-weight="bold">%s</text>' % (left + 4, top - 12, dtype))
         for tick in (0.5, 1, 2, 4, 8, 16, 32, 64):
             y = y_of(tick, top, panel_h)
             style = 'stroke="#c00" stroke-width="1.5"' if tick == GOAL else 'stroke="#ddd"'
@@ -112,7 +113,7 @@ def svg(panels):
                 if col not in cols:
                     continue
                 r = cols[col]
-                xo = x + (j - 2) * 4
+                xo = x + (j - 2.5) * 4
                 out.append(marker(shape, xo, y_of(r if math.isfinite(r) else Y_MAX, top, panel_h), color, not math.isfinite(r)))
             ly = top + panel_h + 8
             out.append('<text transform="translate(%.1f,%d) rotate(55)" font-size="10">%s</text>' % (x - 4, ly, label))
