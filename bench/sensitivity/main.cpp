@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,7 @@ std::vector<long> parse_list(const char* s) {
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace attnfuzz;
   std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
   std::vector<long> seqs{16, 64, 256}, dims{16, 64, 128};
@@ -126,4 +125,16 @@ int main(int argc, char** argv) {
       }
   std::printf("\nworst ratio: %.2f (goal <= 8)\n", worst);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A bad argument, an unloadable backend or an oracle set that cannot run here: one line, exit 2.
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_sensitivity: %s\n", e.what());
+    return 2;
+  }
 }
