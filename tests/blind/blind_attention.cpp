@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -37,8 +38,8 @@ constexpr float kNegInf = -INFINITY;
 const char* const kNames[] = {"blind_ok",           "blind_lse_log2",         "blind_softcap_no_chain", "blind_rescale_skip_acc",
                               "blind_dq_last_qtile", "blind_dk_no_scale",      "blind_dlse_sign",        "blind_window_edge",
                               "blind_gqa_dv_one_head", "blind_do_row_padding", "blind_l_from_rounded_p", "blind_o_round_toward_zero",
-                              "blind_masked_lse_zero", "blind_causal_kv_offset"};
-static_assert(BLIND_BUG >= 0 && BLIND_BUG < 14, "unknown bug");
+                              "blind_masked_lse_zero", "blind_causal_kv_offset", "blind_dq_acc_uninitialized"};
+static_assert(BLIND_BUG >= 0 && BLIND_BUG < 15, "unknown bug");
 
 // ---- 16-bit floats -------------------------------------------------------------------
 
@@ -296,7 +297,13 @@ void backward(const af_problem& p, const af_tensor* q_, const af_tensor* k_, con
         if (dlse_) g[row(b, h, i)] = Strided(dlse_).get(b, h, i);
       }
 
-  std::vector<float> dq_acc(static_cast<size_t>(B * Hq * Sq * Dqk), 0.0f);
+#if BLIND_BUG == 14
+  // BUG(14): the dQ accumulator is allocated but never zeroed (a missing memset of dq_accum):
+  // it starts from whatever the allocator hands back, often a previous call's buffer.
+  std::unique_ptr<float[]> dq_acc(new float[static_cast<size_t>(B * Hq * Sq * Dqk)]);
+#else
+  std::unique_ptr<float[]> dq_acc(new float[static_cast<size_t>(B * Hq * Sq * Dqk)]());
+#endif
   std::vector<float> kt, vt, qt, dot, dk_acc(static_cast<size_t>(kTileKv * Dqk)), dv_acc(static_cast<size_t>(kTileKv * Dv));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t hk = 0; hk < Hkv; ++hk)

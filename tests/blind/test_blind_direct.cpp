@@ -144,7 +144,7 @@ std::string bug_name(const ::testing::TestParamInfo<Bug>& info) { return info.pa
 TEST(BlindZoo, EveryBuildLoads) {
   for (const char* n : {"ok", "lse_log2", "softcap_no_chain", "rescale_skip_acc", "dq_last_qtile", "dk_no_scale", "dlse_sign", "window_edge",
                         "gqa_dv_one_head", "do_row_padding", "l_from_rounded_p", "o_round_toward_zero", "masked_lse_zero",
-                        "causal_kv_offset"}) {
+                        "causal_kv_offset", "dq_acc_uninitialized"}) {
     auto lib = open_plugin(blind_path(n));
     ASSERT_TRUE(lib->plugin) << n << ": " << lib->error;
     EXPECT_EQ(std::string(lib->plugin->name), std::string("blind_") + n);
@@ -191,6 +191,20 @@ TEST(BlindZoo, RowSumOfRoundedPMovesLse) {
               ok.cmp.err.o, bug.cmp.err.o);
   EXPECT_GT(bug.cmp.err.lse, 10 * ok.cmp.err.lse);  // l carries bf16 rounding, not fp32
   EXPECT_LE(bug.cmp.err.o, tolerance(DType::bf16));
+}
+
+// An unzeroed accumulator shows only when the allocator hands back dirty memory: the second
+// of two identical calls gets the first call's freed dQ buffer (glibc reuses a freed block of
+// the same size), so dQ comes out about doubled there.
+TEST(BlindZoo, UninitializedDqAccumulatorShowsOnAReusedBuffer) {
+  const Trigger t{"plain_fp32", make_case(33, kMha, DType::f32)};
+  const Measured ok1 = run_blind("ok", t), ok2 = run_blind("ok", t);
+  const Measured bug1 = run_blind("dq_acc_uninitialized", t), bug2 = run_blind("dq_acc_uninitialized", t);
+  std::printf("[ measured ] dQ error: ok %.3g, %.3g; dq_acc_uninitialized %.3g, %.3g\n", ok1.cmp.err.dq, ok2.cmp.err.dq, bug1.cmp.err.dq,
+              bug2.cmp.err.dq);
+  EXPECT_LE(std::max(ok1.cmp.err.max(), ok2.cmp.err.max()), tolerance(DType::f32));
+  EXPECT_GT(std::max(bug1.cmp.err.dq, bug2.cmp.err.dq), 1e-2);
+  EXPECT_LE(std::max({bug2.cmp.err.o, bug2.cmp.err.lse, bug2.cmp.err.dk, bug2.cmp.err.dv}), tolerance(DType::f32));
 }
 
 }  // namespace
