@@ -31,7 +31,10 @@
 
 namespace {
 
-constexpr int64_t kTileQ = 16, kTileKv = 32;
+#ifndef BLIND_TILE_KV
+#define BLIND_TILE_KV 32  // GPU kernels use 64 or 128: the reach experiment of the README builds one
+#endif
+constexpr int64_t kTileQ = 16, kTileKv = BLIND_TILE_KV;
 constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
 constexpr float kNegInf = -INFINITY;
 
