@@ -41,8 +41,8 @@ constexpr float kNegInf = -INFINITY;
 const char* const kNames[] = {"blind_ok",           "blind_lse_log2",         "blind_softcap_no_chain", "blind_rescale_skip_acc",
                               "blind_dq_last_qtile", "blind_dk_no_scale",      "blind_dlse_sign",        "blind_window_edge",
                               "blind_gqa_dv_one_head", "blind_do_row_padding", "blind_l_from_rounded_p", "blind_o_round_toward_zero",
-                              "blind_masked_lse_zero", "blind_causal_kv_offset", "blind_dq_acc_uninitialized"};
-static_assert(BLIND_BUG >= 0 && BLIND_BUG < 15, "unknown bug");
+                              "blind_masked_lse_zero", "blind_causal_kv_offset", "blind_dq_acc_uninitialized", "blind_scale_in_dtype"};
+static_assert(BLIND_BUG >= 0 && BLIND_BUG < 16, "unknown bug");
 
 // ---- 16-bit floats -------------------------------------------------------------------
 
@@ -130,6 +130,15 @@ float operand(int32_t dtype, float x) {
   return x;
 }
 
+// The softmax scale as the kernel holds it.
+float softmax_scale(const af_problem& p) {
+#if BLIND_BUG == 15
+  return operand(p.dtype, static_cast<float>(p.scale));  // BUG(15): the scale is passed in the input dtype
+#else
+  return static_cast<float>(p.scale);
+#endif
+}
+
 // ---- the mask -------------------------------------------------------------------------
 
 // A lone causal / sliding-window leaf, evaluated natively in the full problem's coordinates.
@@ -182,7 +191,7 @@ struct Visibility {
 float score(const af_problem& p, const float* q, const float* k, float* chain) {
   float dot = 0;
   for (int64_t d = 0; d < p.head_dim_qk; ++d) dot += q[d] * k[d];
-  float s = static_cast<float>(p.scale) * dot;
+  float s = softmax_scale(p) * dot;
   *chain = 1.0f;
   if (p.has_softcap) {
     const float c = static_cast<float>(p.softcap), t = std::tanh(s / c);
@@ -281,7 +290,7 @@ void backward(const af_problem& p, const af_tensor* q_, const af_tensor* k_, con
   const Visibility visible{p, native_mask(p)};
   const int64_t B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv, Sq = p.seq_q, Skv = p.seq_kv, Dqk = p.head_dim_qk, Dv = p.head_dim_v;
   const int64_t group = Hq / Hkv;
-  const float scale = static_cast<float>(p.scale);
+  const float scale = softmax_scale(p);
   auto row = [&](int64_t b, int64_t h, int64_t i) { return static_cast<size_t>((b * Hq + h) * Sq + i); };
 
   // Pre-pass: D = rowsum(dO * O), and the LSE in base 2.

@@ -144,7 +144,7 @@ std::string bug_name(const ::testing::TestParamInfo<Bug>& info) { return info.pa
 TEST(BlindZoo, EveryBuildLoads) {
   for (const char* n : {"ok", "lse_log2", "softcap_no_chain", "rescale_skip_acc", "dq_last_qtile", "dk_no_scale", "dlse_sign", "window_edge",
                         "gqa_dv_one_head", "do_row_padding", "l_from_rounded_p", "o_round_toward_zero", "masked_lse_zero",
-                        "causal_kv_offset", "dq_acc_uninitialized"}) {
+                        "causal_kv_offset", "dq_acc_uninitialized", "scale_in_dtype"}) {
     auto lib = open_plugin(blind_path(n));
     ASSERT_TRUE(lib->plugin) << n << ": " << lib->error;
     EXPECT_EQ(std::string(lib->plugin->name), std::string("blind_") + n);
@@ -191,6 +191,19 @@ TEST(BlindZoo, RowSumOfRoundedPMovesLse) {
               ok.cmp.err.o, bug.cmp.err.o);
   EXPECT_GT(bug.cmp.err.lse, 10 * ok.cmp.err.lse);  // l carries bf16 rounding, not fp32
   EXPECT_LE(bug.cmp.err.o, tolerance(DType::bf16));
+}
+
+// A bf16 scale: 1/sqrt(80) = 0.11180 held as 0.11182 (2^-12 relative), a softmax temperature
+// change the size of one bf16 rounding; D = 64 (scale 1/8, exact in bf16) is the control.
+TEST(BlindZoo, ScaleInTheInputDtypeMovesTheLse) {
+  const Trigger d80{"d80_bf16", make_case(34, {1, 2, 2, 32, 48, 80, 80}, DType::bf16)};
+  const Trigger d64{"d64_bf16", make_case(34, {1, 2, 2, 32, 48, 64, 64}, DType::bf16)};
+  const Measured ok = run_blind("ok", d80), bug = run_blind("scale_in_dtype", d80);
+  const Measured ok64 = run_blind("ok", d64), bug64 = run_blind("scale_in_dtype", d64);
+  std::printf("[ measured ] D = 80: ok %s\n[ measured ]         bug %s\n", ok.cmp.err.str().c_str(), bug.cmp.err.str().c_str());
+  EXPECT_GT(bug.cmp.err.lse, 10 * ok.cmp.err.lse);
+  EXPECT_LE(bug.cmp.err.o, tolerance(DType::bf16));
+  EXPECT_EQ(bug64.cmp.err.str(), ok64.cmp.err.str());  // 1/8 is exact: the same numbers
 }
 
 // An unzeroed accumulator shows only when the allocator hands back dirty memory: the second
