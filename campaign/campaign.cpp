@@ -37,6 +37,8 @@ struct SavedState {
 };
 
 std::string state_path(const CampaignOptions& o) { return o.out_dir + "/state.json"; }
+// The campaign's copy of its --known set (KnownFindings::snapshot_json), named in state.json.
+constexpr const char* kKnownSetFile = "known.json";
 
 void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& coverage, const std::map<std::string, uint64_t>& known) {
   json j{{"format", "attnfuzz-campaign-state/1"},
@@ -47,6 +49,8 @@ void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& cover
          {"next_k", next_k},
          {"coverage", coverage.to_json(SIZE_MAX)},
          {"known", known}};
+  // The known deviations themselves are in their own file, written once (known_path).
+  if (!o.known.empty()) j["known_set"] = kKnownSetFile;
   write_file_atomic(state_path(o), j.dump(2) + "\n");
 }
 
@@ -64,7 +68,8 @@ json read_state(const std::string& path) {
 
 SavedState load_state(const CampaignOptions& o) {
   SavedState s;
-  if (!fs::exists(state_path(o))) return s;
+  if (!fs::exists(state_path(o)))
+    throw std::runtime_error("--resume: " + o.out_dir + " holds no campaign to continue (no state.json): run without --resume");
   const json j = read_state(state_path(o));
   try {
     if (j.value("seed", uint64_t{0}) != o.seed || j.value("shard", -1) != o.shard || j.value("shards", -1) != o.shards)
@@ -216,6 +221,29 @@ std::vector<std::string> recorded_backends(const std::string& out_dir) {
   }
 }
 
+RecordedKnown recorded_known(const std::string& out_dir) {
+  RecordedKnown r;
+  const std::string path = out_dir + "/state.json";
+  if (!fs::exists(path)) return r;
+  const json j = read_state(path);
+  const auto set = j.find("known_set");
+  if (set == j.end()) {
+    const auto counts = j.find("known");
+    r.counted_without_set = counts != j.end() && counts->is_object() && !counts->empty();
+    return r;
+  }
+  if (!set->is_string() || set->get<std::string>() != kKnownSetFile)
+    throw std::runtime_error("--resume: " + path + ": known_set: expected \"" + kKnownSetFile + "\"");
+  const std::string snapshot = out_dir + "/" + kKnownSetFile;
+  try {
+    r.set = KnownFindings::from_snapshot(read_input_file(snapshot));
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--resume: " + snapshot + " (the campaign's --known deviations): " + e.what());
+  }
+  r.recorded = true;
+  return r;
+}
+
 std::vector<std::string> probe_backends(const CampaignOptions& o) {
   auto one_line = [](std::string m) {
     std::replace(m.begin(), m.end(), '\n', ' ');
@@ -245,6 +273,8 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   if (!o.resume && fs::exists(state_path(o)))
     throw std::runtime_error(o.out_dir + " holds a campaign already: use --resume, or another --out");
   FindingStore store(o.out_dir + "/findings");
+  // The known deviations go with the campaign's state: a --resume counts what this run counts.
+  if (!o.known.empty()) write_file_atomic(o.out_dir + "/" + kKnownSetFile, o.known.snapshot_json());
 
   std::atomic<uint64_t> next_k{saved.next_k};
   std::atomic<uint64_t> done{0};

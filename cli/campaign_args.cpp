@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <sstream>
 
 #include "campaign/report.h"
@@ -38,6 +39,28 @@ RandomCaseOptions tier_options(const std::string& tier, int64_t max_seq, int64_t
   return g;
 }
 
+// --resume keeps the known deviations the campaign recorded (OUT/known.json); an explicit
+// --known replaces them, and says so.
+void resume_known(const CampaignArgs& a, CampaignOptions& o) {
+  const RecordedKnown recorded = recorded_known(o.out_dir);
+  if (a.known.empty()) {
+    if (recorded.recorded) o.known = recorded.set;
+    if (recorded.counted_without_set)
+      fmt::print(stderr,
+                 "attnfuzz: WARNING: --resume: {} counted known deviations but does not record which (an older attnfuzz); "
+                 "without --known their re-findings are now recorded as new: give the same --known again\n",
+                 o.out_dir);
+    return;
+  }
+  if (recorded.recorded || recorded.counted_without_set)
+    fmt::print(stderr, "attnfuzz: note: --resume with --known: {} known deviation(s) from {} replace the {} the campaign recorded\n",
+               o.known.all().size(), fmt::join(a.known, ","),
+               recorded.recorded ? std::to_string(recorded.set.all().size()) : std::string("ones"));
+  else
+    fmt::print(stderr, "attnfuzz: note: --resume with --known: the campaign had no known deviations; from now on {} are counted apart\n",
+               o.known.all().size());
+}
+
 }  // namespace
 
 CampaignOptions to_options(const CampaignArgs& a) {
@@ -50,6 +73,9 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.shard = std::stoi(a.shard.substr(0, slash));
   o.shards = std::stoi(a.shard.substr(slash + 1));
   o.out_dir = a.out;
+  if (a.resume && a.out.empty()) throw std::invalid_argument("--resume needs --out, the directory of the campaign to continue");
+  if (a.resume && !std::filesystem::exists(a.out + "/state.json"))
+    throw std::invalid_argument("--resume: " + a.out + " holds no campaign to continue (no state.json): run without --resume");
   // --resume continues with the backends the campaign recorded, unless others are named
   // (and then run_campaign refuses them if they differ).
   const std::vector<std::string> recorded =
@@ -75,7 +101,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.candidates = shrink_candidates;
   o.size = case_size;
   o.worker_argv = worker_argv(o.backends);
-  o.known = KnownFindings::load(a.known);
+  o.known = a.known.empty() ? KnownFindings{} : KnownFindings::load(a.known);
+  if (a.resume) resume_known(a, o);
   return o;
 }
 
@@ -109,6 +136,8 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
     return kExitBadInput;
   }
   fmt::print("campaign  seed {} shard {} backends {} -> {}\n", o.seed, a.shard, fmt::join(o.backends, ","), o.out_dir);
+  if (a.resume && a.known.empty() && !o.known.empty())
+    fmt::print("known     {} known deviation(s) recorded with the campaign ({}/known.json)\n", o.known.all().size(), o.out_dir);
   std::fflush(stdout);
   CampaignSummary s;
   try {
