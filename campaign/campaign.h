@@ -46,6 +46,7 @@ struct CampaignOptions {
 struct CampaignSummary {
   uint64_t cases = 0;  // cases run by this invocation (resumed ones included in cases_total)
   uint64_t cases_total = 0;
+  uint64_t judged = 0;  // of `cases`: judged ones (campaign/coverage.h); the rate counts these
   double seconds = 0;
   std::map<std::string, int> findings_by_class;
   std::vector<std::string> signatures;  // sorted

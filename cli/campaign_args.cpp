@@ -149,8 +149,9 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
     fmt::print(stderr, "attnfuzz: {}\n", e.what());
     return kExitBadInput;
   }
-  fmt::print("done      {} cases in {:.1f} s ({:.1f} cases/s), {} finding(s)\n", s.cases, s.seconds,
-             s.seconds > 0 ? static_cast<double>(s.cases) / s.seconds : 0.0, s.signatures.size());
+  fmt::print("done      {} cases ({} judged, {} unjudged) in {:.1f} s ({:.1f} judged cases/s), {} finding(s)\n", s.cases, s.judged,
+             s.cases - std::min(s.judged, s.cases), s.seconds, s.seconds > 0 ? static_cast<double>(s.judged) / s.seconds : 0.0,
+             s.signatures.size());
   for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
   if (!o.known.empty()) {
     uint64_t known = 0;

@@ -95,6 +95,8 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
     signatures = store.signatures();
     json s{{"format", "attnfuzz-summary/1"},        {"merged_shards", shards},  {"cases", cases},
            {"findings_by_class", store.by_class()}, {"signatures", signatures}, {"coverage", coverage.to_json()}};
+    s["cases_judged"] = coverage.judged_cases();
+    s["cases_unjudged"] = coverage.unjudged_cases();
     if (!known.empty()) s["known_findings"] = known;
     write_file_atomic(out + "/summary.json", s.dump(2) + "\n");
   } catch (const std::exception& e) {  // a damaged summary, an unwritable --out, a full disk
