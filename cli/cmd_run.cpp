@@ -2,6 +2,7 @@
 // single call and the case's composition, judged against the float64 reference.
 // `attnfuzz list`: the backends of this build and whether they can run here.
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <unistd.h>
 
@@ -61,7 +62,7 @@ struct RunOptions {
   std::string record_dir;
 };
 
-void print_report(const Case& c, const DiffReport& r, OracleDevice reference) {
+void print_report(const Case& c, const DiffReport& r, OracleDevice reference, const std::vector<Backend*>& backends) {
   fmt::print("shape     {}  dtype={}  scale={:.6g}{}\n", describe_shape(c.shape), to_string(c.dtype), c.effective_scale(),
              c.softcap ? fmt::format("  softcap={:g}", *c.softcap) : std::string());
   fmt::print("mask      {}\n", describe(c.mask));
@@ -69,6 +70,14 @@ void print_report(const Case& c, const DiffReport& r, OracleDevice reference) {
   fmt::print("dLSE      {}    composition {}\n", to_string(c.d_lse.kind), describe(c.composition));
   fmt::print("inputs    checksum {:016x}\n", r.input_checksum);
   fmt::print("rule      {}\n", r.rule.describe());
+  // Outputs a backend declares nondeterministic (AF_NONDETERMINISTIC_*, nondeterministic_outputs).
+  for (const Backend* b : backends)
+    if (const std::vector<Output> may_differ = b->nondeterministic_outputs(); !may_differ.empty()) {
+      std::vector<std::string> names;
+      for (Output t : may_differ) names.emplace_back(to_string(t));
+      fmt::print("declared  {}: {} may differ run to run ({}): judged against the reference, not checked bitwise\n", b->name(),
+                 fmt::join(names, ", "), b->why_nondeterministic());
+    }
   fmt::print("errors against the float64 reference ({}, single call); baseline: naive computation under the backend's contract ({})\n\n",
              reference == OracleDevice::cuda ? "cuda.reference64" : "Eigen", reference == OracleDevice::cuda ? "cuda.emulated.*" : "CPU");
   fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<8} {:<7} {}\n", "backend", "composition", "contract", "out",
@@ -137,7 +146,7 @@ int run(const RunOptions& opt) {
   backends_running = true;
   const DiffReport report = run_differential(c, backends, oracles, dopt);
   backends_running = false;
-  print_report(c, report, oracle_device);
+  print_report(c, report, oracle_device, backends);
   if (!opt.record_dir.empty() && !report.findings.empty()) {
     std::set<std::string> seen;
     for (const auto& f : report.findings) {
