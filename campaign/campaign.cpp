@@ -274,7 +274,12 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   // Every backend must load before anything is written or any case runs: a campaign
   // against a backend that cannot even load would otherwise report a clean run.
   const std::vector<std::string> backend_names = probe_backends(o);
-  fs::create_directories(o.out_dir);
+  {
+    std::error_code ec;
+    fs::create_directories(o.out_dir, ec);
+    if (ec) throw std::runtime_error("--out " + o.out_dir + ": cannot create the directory: " + ec.message());
+    if (!fs::is_directory(o.out_dir, ec)) throw std::runtime_error("--out " + o.out_dir + ": not a directory");
+  }
   const DirLock lock(o.out_dir);  // held until the summary is written: one campaign per directory
   const SavedState saved = o.resume ? load_state(o) : SavedState{};
   if (!o.resume && fs::exists(state_path(o)))

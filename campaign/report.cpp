@@ -191,10 +191,18 @@ std::string judged_rows(const nlohmann::json& summary, const std::string& run_di
 }  // namespace
 
 std::string write_report(const std::string& run_dir, const ReportServices& services) {
-  nlohmann::json summary;
-  if (fs::exists(run_dir + "/summary.json")) {
-    std::ifstream in(run_dir + "/summary.json");
-    summary = nlohmann::json::parse(in);
+  nlohmann::json summary = nlohmann::json::object();
+  std::error_code ec;
+  if (!fs::exists(run_dir + "/summary.json", ec) && !fs::is_directory(run_dir + "/findings", ec))
+    throw std::runtime_error(run_dir + ": not a campaign output directory (no summary.json, no findings/)");
+  if (fs::exists(run_dir + "/summary.json", ec)) {
+    try {
+      summary = parse_strict_json(read_input_file(run_dir + "/summary.json"));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(run_dir + "/summary.json: " + e.what());
+    }
+    if (!summary.is_object() || summary.value("format", "") != "attnfuzz-summary/1")
+      throw std::runtime_error(run_dir + "/summary.json: not an attnfuzz-summary/1 file");
   }
   std::vector<std::string> files;
   if (fs::exists(run_dir + "/findings"))

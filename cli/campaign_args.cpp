@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <sstream>
 
 #include "campaign/report.h"
+#include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "cli/coverage_output.h"
 #include "generators/random_case.h"
@@ -68,10 +68,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.seed = a.seed;
   o.budget_seconds = a.seconds;
   o.budget_cases = a.cases;
-  const auto slash = a.shard.find('/');
-  if (slash == std::string::npos) throw std::invalid_argument("--shard takes i/N");
-  o.shard = std::stoi(a.shard.substr(0, slash));
-  o.shards = std::stoi(a.shard.substr(slash + 1));
+  parse_shard(a.shard, o.shard, o.shards);
+  refuse_repeated_backends(a.backends);
   o.out_dir = a.out;
   if (a.resume && a.out.empty()) throw std::invalid_argument("--resume needs --out, the directory of the campaign to continue");
   if (a.resume && !std::filesystem::exists(a.out + "/state.json"))
@@ -89,9 +87,7 @@ CampaignOptions to_options(const CampaignArgs& a) {
   }
   o.resume = a.resume;
   o.jobs = a.jobs;
-  std::stringstream ss(a.devices);
-  for (std::string d; std::getline(ss, d, ',');)
-    if (!d.empty()) o.devices.push_back(d);
+  o.devices = parse_devices(a.devices);
   o.timeout_seconds = a.timeout;
   o.minimize = !a.no_minimize;
   o.quiet = a.quiet;
@@ -107,13 +103,14 @@ CampaignOptions to_options(const CampaignArgs& a) {
 }
 
 void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
-  cmd->add_option("--seed", a.seed, "campaign seed (the case stream is a function of it)");
+  cmd->add_option("--seed", a.seed, "campaign seed (the case stream is a function of it)")->check(strict_unsigned());
   cmd->add_option("--backends", a.backends, "backends (default: every CPU backend here)")->delimiter(',');
-  cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)");
+  cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)")
+      ->check(non_empty_path());
   cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams");
   cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, 256));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
-  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");
+  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)")->check(seconds_in(1e6));
   cmd->add_option("--tier", a.tier, "size tier of generated cases: toy, small (default) or real (docs/fuzzing.md)");
   cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-dim", a.max_dim, "largest head dimension of generated cases (default: the tier's)")->check(CLI::Range(1, 1024));
@@ -124,7 +121,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--known", a.known,
                   "reproducers of known deviations (files or directories, e.g. docs/findings/repro): findings they cover are "
                   "counted as known, not recorded")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(non_empty_path());
 }
 
 int campaign_command(const CampaignArgs& a, bool* untested) {

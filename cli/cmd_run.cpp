@@ -18,6 +18,7 @@
 #include <set>
 
 #include "campaign/repro.h"
+#include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
@@ -113,7 +114,11 @@ int run(const RunOptions& opt) {
   const std::vector<std::string> names = opt.backends.empty() ? default_backend_names() : opt.backends;
   BackendSet loaded;
   try {
+    refuse_repeated_backends(opt.backends);
     loaded = make_backends(names, WhenUnavailable::skip);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    return kExitBadInput;
   } catch (const BackendLoadError& e) {
     fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
     return kExitBadInput;
@@ -180,14 +185,17 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("case", opt->case_path, "case or reproducer JSON file")->required();
   cmd->add_option("--backends", opt->backends, "comma-separated backend names or plugin:/path/lib.so (default: every CPU backend)")
       ->delimiter(',');
-  cmd->add_option("--memory-budget-mib", opt->memory_budget_mib, "refuse cases that need more host memory than this");
+  cmd->add_option("--memory-budget-mib", opt->memory_budget_mib, "refuse cases that need more host memory than this")
+      ->check(strict_unsigned())
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));  // MiB: 1 PiB at most, so the bytes fit in 64 bits
   cmd->add_flag("--no-determinism-check", opt->no_determinism, "run each backend once instead of twice");
   for (const char* flag : {"--oracle-device", "--reference"})  // --reference: the earlier name
     cmd->add_option_function<std::string>(flag, set_oracle_device_override,
                                           "where the float64 reference, the baselines and the error terms run: auto (default: cuda when a "
                                           "backend runs on a GPU), cpu or cuda (docs/gpu.md)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory");
+  cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory")
+      ->check(non_empty_path());
   cmd->callback([opt, &exit_code] { exit_code = run(*opt); });
 }
 
