@@ -53,6 +53,10 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
       return kExitBadInput;
     }
   }
+  if (const auto why = writable_directory("--out", out)) {
+    fmt::print(stderr, "attnfuzz: merge: {}\n", *why);
+    return kExitBadInput;
+  }
   uint64_t cases = 0;
   int unreadable = 0;
   Coverage coverage;

@@ -102,6 +102,7 @@ check "check --out afile: the file is still there" "[ -f afile ]"
 "$bin" campaign --cases 2 --backends reference --quiet --no-minimize --out shard >/dev/null 2>&1
 refused "merge: shard is given twice" merge shard shard --out merged
 refused "merge: ./shard is given twice (as shard)" merge shard ./shard --out merged
+refused "merge: --out afile: cannot create the directory" merge shard --out afile
 # An empty directory of reproducers: a warning, not a silent pass (and not an error: all fixed).
 "$bin" replay adir >/dev/null 2>"$tmp/err"
 rc=$?
