@@ -197,18 +197,17 @@ KnownFindings KnownFindings::load(const std::vector<std::string>& paths) {
   return out;
 }
 
-constexpr const char* kSnapshotFormat = "attnfuzz-known-set/1";
-
 std::string KnownFindings::snapshot_json() const {
   json deviations = json::array();
   for (const auto& k : known_) deviations.push_back({{"path", k.path}, {"reproducer", json::parse(k.source)}});
-  return json{{"format", kSnapshotFormat}, {"deviations", deviations}}.dump(1) + "\n";
+  return json{{"format", kKnownSetFormat}, {"deviations", deviations}}.dump(1) + "\n";
 }
 
 KnownFindings KnownFindings::from_snapshot(const std::string& text) {
   KnownFindings out;
   const json j = parse_strict_json(text);
-  if (!j.is_object() || j.value("format", "") != kSnapshotFormat) throw std::runtime_error(std::string("not an ") + kSnapshotFormat + " file");
+  if (!j.is_object() || j.value("format", "") != kKnownSetFormat)
+    throw std::runtime_error(std::string("not an ") + kKnownSetFormat + " file");
   const auto d = j.find("deviations");
   if (d == j.end() || !d->is_array()) throw std::runtime_error("deviations: expected an array");
   for (const auto& e : *d) {

@@ -33,6 +33,9 @@ namespace attnfuzz {
 
 using CasePredicate = std::function<bool(const Case&)>;
 
+// The format of a campaign's copy of its known set (OUT/known.json).
+inline constexpr const char* kKnownSetFormat = "attnfuzz-known-set/1";
+
 // Throws std::invalid_argument, naming the term, for a predicate it cannot parse.
 CasePredicate parse_case_predicate(const std::string& text);
 

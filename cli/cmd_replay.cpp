@@ -70,7 +70,7 @@ bool other_known_format(const std::string& text) {
     const auto f = j.is_object() ? j.find("format") : j.end();
     if (f == j.end() || !f->is_string()) return false;
     const std::string format = f->get<std::string>();
-    return format == kCaseFormat || format == "attnfuzz-summary/1" || format == "attnfuzz-campaign-state/1";
+    return format == kCaseFormat || format == "attnfuzz-summary/1" || format == "attnfuzz-campaign-state/1" || format == kKnownSetFormat;
   } catch (const json::exception&) {
     return false;
   }

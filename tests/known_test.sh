@@ -70,6 +70,8 @@ k2=$(python3 -c 'import json; s=json.load(open("'"$tmp"'/res/summary.json")); pr
 check "resume: K-1 counted further over 100 cases (first $k1, now $k2)" "[ \$(echo $k2 | cut -d' ' -f1) -gt '$k1' ] && [ \$(echo $k2 | cut -d' ' -f2) -eq 100 ]"
 f100=$(python3 -c 'import json; print(json.load(open("'"$tmp"'/all/summary.json"))["known_findings"]["K-1"])')
 check "resume: the same count as one uninterrupted run of 100 cases ($f100)" "[ \$(echo $k2 | cut -d' ' -f1) -eq '$f100' ]"
+"$bin" replay "$tmp/res" >"$tmp/replay-dir.log" 2>&1
+check "replay of the campaign directory skips its known.json (no ERROR)" "! grep -q '^ERROR' $tmp/replay-dir.log"
 # An explicit --known on resume replaces the recorded set, and says so.
 cases=120 run --out "$tmp/res" --resume --known "$tmp/known-fp32.json" >"$tmp/res3.log" 2>&1
 check "resume --known: the override is announced" "grep -q 'note: --resume with --known: 1 known deviation(s) from .*known-fp32.json replace the 1 the campaign recorded' $tmp/res3.log"
