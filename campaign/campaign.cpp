@@ -34,11 +34,15 @@ struct SavedState {
   uint64_t next_k = 0;
   Coverage coverage;                      // of the cases before next_k
   std::map<std::string, uint64_t> known;  // known findings of the cases before next_k
+  double seconds = 0;                     // the campaign's running time so far, every invocation summed
 };
 
 std::string state_path(const CampaignOptions& o) { return o.out_dir + "/state.json"; }
+// The campaign's copy of its --known set (KnownFindings::snapshot_json), named in state.json.
+constexpr const char* kKnownSetFile = "known.json";
 
-void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& coverage, const std::map<std::string, uint64_t>& known) {
+void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& coverage, const std::map<std::string, uint64_t>& known,
+                double seconds) {
   json j{{"format", "attnfuzz-campaign-state/1"},
          {"seed", o.seed},
          {"shard", o.shard},
@@ -46,7 +50,10 @@ void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& cover
          {"backends", o.backends},
          {"next_k", next_k},
          {"coverage", coverage.to_json(SIZE_MAX)},
-         {"known", known}};
+         {"known", known},
+         {"seconds", seconds}};  // for the report's rate (summary.json has no times: it is reproducible)
+  // The known deviations themselves are in their own file, written once (known_path).
+  if (!o.known.empty()) j["known_set"] = kKnownSetFile;
   write_file_atomic(state_path(o), j.dump(2) + "\n");
 }
 
@@ -64,7 +71,8 @@ json read_state(const std::string& path) {
 
 SavedState load_state(const CampaignOptions& o) {
   SavedState s;
-  if (!fs::exists(state_path(o))) return s;
+  if (!fs::exists(state_path(o)))
+    throw std::runtime_error("--resume: " + o.out_dir + " holds no campaign to continue (no state.json): run without --resume");
   const json j = read_state(state_path(o));
   try {
     if (j.value("seed", uint64_t{0}) != o.seed || j.value("shard", -1) != o.shard || j.value("shards", -1) != o.shards)
@@ -74,6 +82,7 @@ SavedState load_state(const CampaignOptions& o) {
       throw std::runtime_error("--resume: " + state_path(o) + " was run with --backends " + j.at("backends").dump() +
                                ": resume without --backends, or use another --out");
     s.next_k = j.value("next_k", uint64_t{0});
+    s.seconds = j.value("seconds", 0.0);
     if (j.contains("coverage")) s.coverage = Coverage::from_json(j.at("coverage"));
     if (j.contains("known")) s.known = j.at("known").get<std::map<std::string, uint64_t>>();
   } catch (const json::exception& e) {
@@ -139,7 +148,7 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
       if (call.last_progress.empty())
         coverage->add_case_error("the worker died before running any backend: " + why);
       else
-        coverage->add_case({{call.last_progress, Signature::kNoComposition, Outcome::errored, why}});
+        coverage->add_case({{call.last_progress, Signature::kNoComposition, Outcome::errored, why}}, /*died=*/true);
     }
     return {d};
   }
@@ -185,17 +194,20 @@ Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const Cam
 
 namespace {
 
-std::string rate_line(uint64_t cases, double secs, const CampaignOptions& o, uint64_t next_k, const std::map<std::string, int>& by_class,
-                      const Coverage& coverage) {
+// `judged` of this invocation's `cases`: the rate counts judged cases only (campaign/coverage.h).
+std::string rate_line(uint64_t cases, uint64_t judged, double secs, const CampaignOptions& o, uint64_t next_k,
+                      const std::map<std::string, int>& by_class, const Coverage& coverage) {
   char left[64];
   if (o.budget_cases)  // a count budget (check): what is left is cases
     std::snprintf(left, sizeof left, "%llu cases left",
                   static_cast<unsigned long long>(o.budget_cases > next_k ? o.budget_cases - next_k : 0));
   else
     std::snprintf(left, sizeof left, "%.0f s left", std::max(0.0, o.budget_seconds - secs));
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%llu cases, %.1f cases/s, %.0f s elapsed, %s, findings:", static_cast<unsigned long long>(cases),
-                secs > 0 ? static_cast<double>(cases) / secs : 0.0, secs, left);
+  judged = std::min(judged, cases);  // a worker's case counted before `done` was: never more judged than done
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%llu cases (%llu judged, %llu unjudged), %.1f judged cases/s, %.0f s elapsed, %s, findings:",
+                static_cast<unsigned long long>(cases), static_cast<unsigned long long>(judged),
+                static_cast<unsigned long long>(cases - judged), secs > 0 ? static_cast<double>(judged) / secs : 0.0, secs, left);
   std::string s = buf;
   if (by_class.empty()) s += " none";
   for (const auto& [k, v] : by_class) s += " " + k + "=" + std::to_string(v);
@@ -214,6 +226,29 @@ std::vector<std::string> recorded_backends(const std::string& out_dir) {
   } catch (const json::exception& e) {
     throw std::runtime_error("--resume: " + path + ": backends: " + e.what());
   }
+}
+
+RecordedKnown recorded_known(const std::string& out_dir) {
+  RecordedKnown r;
+  const std::string path = out_dir + "/state.json";
+  if (!fs::exists(path)) return r;
+  const json j = read_state(path);
+  const auto set = j.find("known_set");
+  if (set == j.end()) {
+    const auto counts = j.find("known");
+    r.counted_without_set = counts != j.end() && counts->is_object() && !counts->empty();
+    return r;
+  }
+  if (!set->is_string() || set->get<std::string>() != kKnownSetFile)
+    throw std::runtime_error("--resume: " + path + ": known_set: expected \"" + kKnownSetFile + "\"");
+  const std::string snapshot = out_dir + "/" + kKnownSetFile;
+  try {
+    r.set = KnownFindings::from_snapshot(read_input_file(snapshot));
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--resume: " + snapshot + " (the campaign's --known deviations): " + e.what());
+  }
+  r.recorded = true;
+  return r;
 }
 
 std::vector<std::string> probe_backends(const CampaignOptions& o) {
@@ -239,12 +274,19 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   // Every backend must load before anything is written or any case runs: a campaign
   // against a backend that cannot even load would otherwise report a clean run.
   const std::vector<std::string> backend_names = probe_backends(o);
-  fs::create_directories(o.out_dir);
+  {
+    std::error_code ec;
+    fs::create_directories(o.out_dir, ec);
+    if (ec) throw std::runtime_error("--out " + o.out_dir + ": cannot create the directory: " + ec.message());
+    if (!fs::is_directory(o.out_dir, ec)) throw std::runtime_error("--out " + o.out_dir + ": not a directory");
+  }
   const DirLock lock(o.out_dir);  // held until the summary is written: one campaign per directory
   const SavedState saved = o.resume ? load_state(o) : SavedState{};
   if (!o.resume && fs::exists(state_path(o)))
     throw std::runtime_error(o.out_dir + " holds a campaign already: use --resume, or another --out");
   FindingStore store(o.out_dir + "/findings");
+  // The known deviations go with the campaign's state: a --resume counts what this run counts.
+  if (!o.known.empty()) write_file_atomic(o.out_dir + "/" + kKnownSetFile, o.known.snapshot_json());
 
   std::atomic<uint64_t> next_k{saved.next_k};
   std::atomic<uint64_t> done{0};
@@ -288,7 +330,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
       std::lock_guard<std::mutex> lock(flight_m);
       known = prefix_known;
     }
-    save_state(o, prefix, prefix_coverage, known);
+    save_state(o, prefix, prefix_coverage, known, saved.seconds + elapsed());
     return total;
   };
   checkpoint();
@@ -360,7 +402,8 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
     const bool finished =
         (o.budget_cases && next_k.load() >= o.budget_cases && completed_prefix() >= o.budget_cases) || secs >= o.budget_seconds || stop;
     if (!o.quiet && (tty || secs - last_line >= 5.0)) {
-      const std::string line = rate_line(done.load(), secs, o, next_k.load(), store.by_class(), coverage);
+      const std::string line =
+          rate_line(done.load(), coverage.judged_cases() - saved.coverage.judged_cases(), secs, o, next_k.load(), store.by_class(), coverage);
       std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line.c_str());
       last_line = secs;
     }
@@ -373,9 +416,12 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   s.coverage = checkpoint();
   if (!o.quiet)
     std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n",
-                 rate_line(done.load(), elapsed(), o, next_k.load(), store.by_class(), s.coverage).c_str());
+                 rate_line(done.load(), s.coverage.judged_cases() - saved.coverage.judged_cases(), elapsed(), o, next_k.load(),
+                           store.by_class(), s.coverage)
+                     .c_str());
 
   s.cases = done.load();
+  s.judged = s.coverage.judged_cases() - saved.coverage.judged_cases();
   s.next_index = completed_prefix();
   s.cases_total = s.next_index;
   s.seconds = elapsed();
@@ -441,6 +487,9 @@ std::string summary_json(const CampaignSummary& s, const CampaignOptions& o) {
   j["shard"] = std::to_string(o.shard) + "/" + std::to_string(o.shards);
   j["backends"] = o.backends;
   j["cases"] = s.cases_total;
+  // Of the completed prefix: judged (some backend compared, or a crash/timeout verdict) and not.
+  j["cases_judged"] = s.coverage.judged_cases();
+  j["cases_unjudged"] = s.coverage.unjudged_cases();
   j["findings_by_class"] = s.findings_by_class;
   j["signatures"] = s.signatures;
   j["coverage"] = s.coverage.to_json();

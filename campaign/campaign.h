@@ -46,6 +46,7 @@ struct CampaignOptions {
 struct CampaignSummary {
   uint64_t cases = 0;  // cases run by this invocation (resumed ones included in cases_total)
   uint64_t cases_total = 0;
+  uint64_t judged = 0;  // of `cases`: judged ones (campaign/coverage.h); the rate counts these
   double seconds = 0;
   std::map<std::string, int> findings_by_class;
   std::vector<std::string> signatures;  // sorted
@@ -67,6 +68,15 @@ std::vector<std::string> probe_backends(const CampaignOptions& opt);
 CampaignSummary run_campaign(const CampaignOptions& opt);
 // The backends recorded in out_dir/state.json (empty when there is none), for --resume.
 std::vector<std::string> recorded_backends(const std::string& out_dir);
+// The known deviations (--known) a campaign in out_dir recorded with its state, for --resume.
+struct RecordedKnown {
+  bool recorded = false;  // the state names a known set, and `set` holds it
+  KnownFindings set;
+  // A state written before known sets were recorded, which counted known findings all the same.
+  bool counted_without_set = false;
+};
+// Throws std::runtime_error when the state names a known set that is missing or damaged.
+RecordedKnown recorded_known(const std::string& out_dir);
 // Minimizes every recorded finding without a .min.json yet (through a worker).
 // minimize_isolated: the minimizer (campaign/minimize.h) over isolated_judge.
 void minimize_findings(const CampaignOptions& opt);

@@ -159,7 +159,9 @@ void CoverageCounts::add(const CoverageCounts& other) {
 
 void Coverage::add_backend(const std::string& name) { backends_[name]; }
 
-void Coverage::add_case(const std::vector<RunOutcome>& runs) {
+void Coverage::add_case(const std::vector<RunOutcome>& runs, bool died) {
+  const bool any_ran = std::any_of(runs.begin(), runs.end(), [](const RunOutcome& r) { return r.outcome == Outcome::ran; });
+  ++(any_ran || died ? judged_cases_ : no_backend_ran_);
   // The backend's outcome for the case: errored beats ran beats skipped; the reason is the
   // first composition's with that outcome.
   std::map<std::string, std::pair<Outcome, std::string>> per_backend;
@@ -180,6 +182,8 @@ void Coverage::add(const Coverage& other) {
   for (const auto& [b, m] : other.by_composition_)
     for (const auto& [comp, c] : m) by_composition_[b][comp].add(c);
   case_errors_.add(other.case_errors_);
+  judged_cases_ += other.judged_cases_;
+  no_backend_ran_ += other.no_backend_ran_;
 }
 
 std::vector<std::string> Coverage::untested() const {
@@ -206,7 +210,8 @@ std::string Coverage::progress_text() const {
     s += (s.empty() ? "" : ", ") + b + " " + std::to_string(c.ran) + "/" + std::to_string(c.skipped) + "/" + std::to_string(c.errored);
     if (c.ran == 0 && c.total() > 0) s += " NOTHING RAN";
   }
-  if (case_errors_.errored) s += ", unjudged cases " + std::to_string(case_errors_.errored);
+  if (case_errors_.errored) s += ", cases the worker could not judge " + std::to_string(case_errors_.errored);
+  if (no_backend_ran_) s += ", cases no backend ran " + std::to_string(no_backend_ran_);
   return s;
 }
 
@@ -246,7 +251,8 @@ json Coverage::to_json(size_t top) const {
   }
   json unjudged = counts_json(case_errors_, top);
   unjudged.erase("ran"), unjudged.erase("skipped");
-  return json{{"backends", backends}, {"untested", untested()}, {"unjudged_cases", unjudged}};
+  unjudged["no_backend_ran"] = no_backend_ran_;
+  return json{{"backends", backends}, {"untested", untested()}, {"judged_cases", judged_cases_}, {"unjudged_cases", unjudged}};
 }
 
 Coverage Coverage::from_json(const json& j) {
@@ -258,7 +264,12 @@ Coverage Coverage::from_json(const json& j) {
     const json comps = it.value().value("by_composition", json::object());
     for (auto ct = comps.begin(); ct != comps.end(); ++ct) c.by_composition_[it.key()][ct.key()] = counts_from_json(ct.value());
   }
-  if (j.contains("unjudged_cases")) c.case_errors_ = counts_from_json(j.at("unjudged_cases"));
+  if (j.contains("unjudged_cases")) {
+    c.case_errors_ = counts_from_json(j.at("unjudged_cases"));
+    c.no_backend_ran_ = j.at("unjudged_cases").value("no_backend_ran", uint64_t{0});
+  }
+  // Written before judged cases were counted: those cases are not counted as judged.
+  c.judged_cases_ = j.value("judged_cases", uint64_t{0});
   return c;
 }
 

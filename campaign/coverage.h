@@ -9,6 +9,12 @@
 // case is `errored` if any composition errored, else `ran` if any ran, else `skipped`.
 // A worker that died on a case (crash, hang) counts as `errored` for the backend it was
 // running, composition "-"; the other backends of that case are not counted.
+//
+// Cases are judged or unjudged. A case is judged when some backend ran to the end of some
+// composition and was compared against the reference, or when it killed or hung the worker
+// (a crash or timeout finding is a verdict). It is unjudged when no backend ran (every one
+// skipped or failed with an error) or when the worker could not judge it at all. Throughput
+// is judged cases per second: a stream of cases nothing ran is no progress.
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -56,14 +62,21 @@ class Coverage {
  public:
   // Lists a backend even if it never reports (it then ran nothing).
   void add_backend(const std::string& name);
-  void add_case(const std::vector<RunOutcome>& runs);
-  // A case the worker could not judge at all (not any backend's doing).
+  // One case's outcomes. `died` says the worker died running it (a crash or timeout finding
+  // of the backend in `runs`): judged, though nothing ran to the end.
+  void add_case(const std::vector<RunOutcome>& runs, bool died = false);
+  // A case the worker could not judge at all (not any backend's doing): unjudged.
   void add_case_error(const std::string& reason) { case_errors_.add(Outcome::errored, reason); }
   void add(const Coverage& other);
 
   const std::map<std::string, CoverageCounts>& backends() const { return backends_; }
   const std::map<std::string, std::map<std::string, CoverageCounts>>& compositions() const { return by_composition_; }
   const CoverageCounts& case_errors() const { return case_errors_; }
+  uint64_t judged_cases() const { return judged_cases_; }
+  // Cases in which no backend ran (every one skipped or errored); with case_errors().errored,
+  // the unjudged cases.
+  uint64_t no_backend_ran_cases() const { return no_backend_ran_; }
+  uint64_t unjudged_cases() const { return no_backend_ran_ + case_errors_.errored; }
   // Backends that ran no case.
   std::vector<std::string> untested() const;
   // The most frequent skip/error reasons of a backend, most frequent first.
@@ -82,6 +95,7 @@ class Coverage {
   std::map<std::string, CoverageCounts> backends_;
   std::map<std::string, std::map<std::string, CoverageCounts>> by_composition_;
   CoverageCounts case_errors_;
+  uint64_t judged_cases_ = 0, no_backend_ran_ = 0;
 };
 
 const char* to_string(Outcome o);

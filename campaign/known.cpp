@@ -96,10 +96,10 @@ bool field_matches(const std::string& pattern, const std::string& value) {
   }
 }
 
-KnownDeviation load_one(const std::string& path) {
-  const json j = parse_strict_json(read_input_file(path));
+KnownDeviation load_one(const json& j, const std::string& path) {
   KnownDeviation k;
   k.path = path;
+  k.source = j.dump();
   k.repro = repro_from_json(j);
   k.id = fs::path(path).stem().string();
   k.pattern = k.repro.finding.signature;
@@ -170,8 +170,16 @@ KnownFindings KnownFindings::load(const std::vector<std::string>& paths) {
     std::error_code ec;
     std::vector<std::string> files;
     if (fs::is_directory(p, ec)) {
-      for (const auto& e : fs::recursive_directory_iterator(p, ec))
-        if (e.is_regular_file() && e.path().extension() == ".json" && is_reproducer(e.path().string())) files.push_back(e.path().string());
+      // An entry that cannot be examined (a symbolic link loop, say) is an error, not a
+      // deviation silently left out; so is a directory without a single reproducer.
+      for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        std::error_code status_ec;
+        const bool regular = it->is_regular_file(status_ec);
+        if (status_ec) throw std::runtime_error("--known " + it->path().string() + ": " + status_ec.message());
+        if (regular && it->path().extension() == ".json" && is_reproducer(it->path().string())) files.push_back(it->path().string());
+      }
+      if (ec) throw std::runtime_error("--known " + p + ": " + ec.message());
+      if (files.empty()) throw std::runtime_error("--known " + p + ": no reproducer (" + std::string(kReproFormat) + " JSON) in this directory");
       std::sort(files.begin(), files.end());
     } else if (fs::exists(p, ec)) {
       files.push_back(p);
@@ -180,10 +188,36 @@ KnownFindings KnownFindings::load(const std::vector<std::string>& paths) {
     }
     for (const auto& f : files) {
       try {
-        out.known_.push_back(load_one(f));
+        out.known_.push_back(load_one(parse_strict_json(read_input_file(f)), f));
       } catch (const std::exception& e) {
         throw std::runtime_error("--known " + f + ": " + e.what());
       }
+    }
+  }
+  return out;
+}
+
+std::string KnownFindings::snapshot_json() const {
+  json deviations = json::array();
+  for (const auto& k : known_) deviations.push_back({{"path", k.path}, {"reproducer", json::parse(k.source)}});
+  return json{{"format", kKnownSetFormat}, {"deviations", deviations}}.dump(1) + "\n";
+}
+
+KnownFindings KnownFindings::from_snapshot(const std::string& text) {
+  KnownFindings out;
+  const json j = parse_strict_json(text);
+  if (!j.is_object() || j.value("format", "") != kKnownSetFormat)
+    throw std::runtime_error(std::string("not an ") + kKnownSetFormat + " file");
+  const auto d = j.find("deviations");
+  if (d == j.end() || !d->is_array()) throw std::runtime_error("deviations: expected an array");
+  for (const auto& e : *d) {
+    if (!e.is_object() || !e.contains("path") || !e.at("path").is_string() || !e.contains("reproducer"))
+      throw std::runtime_error("deviations: expected {\"path\", \"reproducer\"} entries");
+    const std::string path = e.at("path").get<std::string>();
+    try {
+      out.known_.push_back(load_one(e.at("reproducer"), path));
+    } catch (const std::exception& ex) {
+      throw std::runtime_error("deviation from " + path + ": " + ex.what());
     }
   }
   return out;

@@ -33,11 +33,15 @@ namespace attnfuzz {
 
 using CasePredicate = std::function<bool(const Case&)>;
 
+// The format of a campaign's copy of its known set (OUT/known.json).
+inline constexpr const char* kKnownSetFormat = "attnfuzz-known-set/1";
+
 // Throws std::invalid_argument, naming the term, for a predicate it cannot parse.
 CasePredicate parse_case_predicate(const std::string& text);
 
 struct KnownDeviation {
   std::string id, path;
+  std::string source;  // the reproducer file's JSON, as loaded (a campaign's snapshot keeps it)
   Reproducer repro;
   Signature pattern;  // backend/composition/tensor/class; "*" matches any (dtype, mask unused)
   bool any_class = false;
@@ -52,6 +56,12 @@ class KnownFindings {
   // Every reproducer in these files and directories (recursively, *.json; minimized ones
   // included). Throws std::runtime_error naming the file that is not a usable reproducer.
   static KnownFindings load(const std::vector<std::string>& paths);
+  // A campaign's own copy of the set (OUT/known.json): every deviation's reproducer, whole, so a
+  // resumed campaign counts exactly what the first run counted, wherever it is resumed from and
+  // whatever happened to the files since. from_snapshot throws std::runtime_error naming what
+  // is wrong.
+  std::string snapshot_json() const;
+  static KnownFindings from_snapshot(const std::string& text);
   // The first known deviation covering the finding, or nullptr.
   const KnownDeviation* covering(const Reproducer& finding) const;
   const std::vector<KnownDeviation>& all() const { return known_; }

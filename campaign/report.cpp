@@ -1,6 +1,7 @@
 #include "campaign/report.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "harness/compose.h"
 #include "harness/error_model.h"
 #include "harness/inputs.h"
+#include "harness/json_input.h"
 
 namespace attnfuzz {
 namespace fs = std::filesystem;
@@ -161,11 +163,46 @@ std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServi
   }
 }
 
+namespace {
+
+// Judged and unjudged cases (campaign/coverage.h), and the rate over judged cases when the
+// campaign's state says how long it ran (summary.json has no times).
+std::string judged_rows(const nlohmann::json& summary, const std::string& run_dir) {
+  if (!summary.contains("cases_judged") || !summary["cases_judged"].is_number_unsigned()) return {};
+  const uint64_t judged = summary["cases_judged"].get<uint64_t>();
+  std::ostringstream h;
+  h << "<tr><th>&nbsp;&nbsp;judged</th><td>" << judged;
+  try {
+    const nlohmann::json state = parse_strict_json(read_input_file(run_dir + "/state.json"));
+    const double seconds = state.value("seconds", 0.0);
+    char rate[96];
+    std::snprintf(rate, sizeof rate, " (%.1f judged cases/s over %.0f s)", static_cast<double>(judged) / seconds, seconds);
+    if (seconds > 0) h << rate;
+  } catch (const std::exception&) {  // a merged directory has no state: no rate
+  }
+  h << "</td></tr>";
+  const nlohmann::json unjudged = summary.value("coverage", nlohmann::json::object()).value("unjudged_cases", nlohmann::json::object());
+  h << "<tr><th>&nbsp;&nbsp;unjudged</th><td>" << summary.value("cases_unjudged", uint64_t{0}) << ": "
+    << unjudged.value("no_backend_ran", uint64_t{0}) << " in which no backend ran (every one skipped or errored), "
+    << unjudged.value("errored", uint64_t{0}) << " the worker could not judge</td></tr>";
+  return h.str();
+}
+
+}  // namespace
+
 std::string write_report(const std::string& run_dir, const ReportServices& services) {
-  nlohmann::json summary;
-  if (fs::exists(run_dir + "/summary.json")) {
-    std::ifstream in(run_dir + "/summary.json");
-    summary = nlohmann::json::parse(in);
+  nlohmann::json summary = nlohmann::json::object();
+  std::error_code ec;
+  if (!fs::exists(run_dir + "/summary.json", ec) && !fs::is_directory(run_dir + "/findings", ec))
+    throw std::runtime_error(run_dir + ": not a campaign output directory (no summary.json, no findings/)");
+  if (fs::exists(run_dir + "/summary.json", ec)) {
+    try {
+      summary = parse_strict_json(read_input_file(run_dir + "/summary.json"));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(run_dir + "/summary.json: " + e.what());
+    }
+    if (!summary.is_object() || summary.value("format", "") != "attnfuzz-summary/1")
+      throw std::runtime_error(run_dir + "/summary.json: not an attnfuzz-summary/1 file");
   }
   std::vector<std::string> files;
   if (fs::exists(run_dir + "/findings"))
@@ -186,6 +223,7 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
        "td{background:#fde2e2}</style></head><body>";
   h << "<h1>attnfuzz report</h1><p>Run directory: <code>" << esc(run_dir) << "</code></p>";
   h << "<h2>Summary</h2><table><tr><th>cases</th><td>" << summary.value("cases", 0) << "</td></tr>";
+  h << judged_rows(summary, run_dir);
   h << "<tr><th>seed / shard</th><td>" << summary.value("seed", uint64_t{0}) << " / " << esc(summary.value("shard", std::string("-")))
     << "</td></tr>";
   h << "<tr><th>backends</th><td>";

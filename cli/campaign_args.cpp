@@ -6,9 +6,10 @@
 
 #include <cstdio>
 #include <ctime>
-#include <sstream>
+#include <filesystem>
 
 #include "campaign/report.h"
+#include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "cli/coverage_output.h"
 #include "generators/random_case.h"
@@ -38,6 +39,28 @@ RandomCaseOptions tier_options(const std::string& tier, int64_t max_seq, int64_t
   return g;
 }
 
+// --resume keeps the known deviations the campaign recorded (OUT/known.json); an explicit
+// --known replaces them, and says so.
+void resume_known(const CampaignArgs& a, CampaignOptions& o) {
+  const RecordedKnown recorded = recorded_known(o.out_dir);
+  if (a.known.empty()) {
+    if (recorded.recorded) o.known = recorded.set;
+    if (recorded.counted_without_set)
+      fmt::print(stderr,
+                 "attnfuzz: WARNING: --resume: {} counted known deviations but does not record which (an older attnfuzz); "
+                 "without --known their re-findings are now recorded as new: give the same --known again\n",
+                 o.out_dir);
+    return;
+  }
+  if (recorded.recorded || recorded.counted_without_set)
+    fmt::print(stderr, "attnfuzz: note: --resume with --known: {} known deviation(s) from {} replace the {} the campaign recorded\n",
+               o.known.all().size(), fmt::join(a.known, ","),
+               recorded.recorded ? std::to_string(recorded.set.all().size()) : std::string("ones"));
+  else
+    fmt::print(stderr, "attnfuzz: note: --resume with --known: the campaign had no known deviations; from now on {} are counted apart\n",
+               o.known.all().size());
+}
+
 }  // namespace
 
 CampaignOptions to_options(const CampaignArgs& a) {
@@ -45,11 +68,12 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.seed = a.seed;
   o.budget_seconds = a.seconds;
   o.budget_cases = a.cases;
-  const auto slash = a.shard.find('/');
-  if (slash == std::string::npos) throw std::invalid_argument("--shard takes i/N");
-  o.shard = std::stoi(a.shard.substr(0, slash));
-  o.shards = std::stoi(a.shard.substr(slash + 1));
+  parse_shard(a.shard, o.shard, o.shards);
+  refuse_repeated_backends(a.backends);
   o.out_dir = a.out;
+  if (a.resume && a.out.empty()) throw std::invalid_argument("--resume needs --out, the directory of the campaign to continue");
+  if (a.resume && !std::filesystem::exists(a.out + "/state.json"))
+    throw std::invalid_argument("--resume: " + a.out + " holds no campaign to continue (no state.json): run without --resume");
   // --resume continues with the backends the campaign recorded, unless others are named
   // (and then run_campaign refuses them if they differ).
   const std::vector<std::string> recorded =
@@ -63,9 +87,7 @@ CampaignOptions to_options(const CampaignArgs& a) {
   }
   o.resume = a.resume;
   o.jobs = a.jobs;
-  std::stringstream ss(a.devices);
-  for (std::string d; std::getline(ss, d, ',');)
-    if (!d.empty()) o.devices.push_back(d);
+  o.devices = parse_devices(a.devices);
   o.timeout_seconds = a.timeout;
   o.minimize = !a.no_minimize;
   o.quiet = a.quiet;
@@ -75,18 +97,20 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.candidates = shrink_candidates;
   o.size = case_size;
   o.worker_argv = worker_argv(o.backends);
-  o.known = KnownFindings::load(a.known);
+  o.known = a.known.empty() ? KnownFindings{} : KnownFindings::load(a.known);
+  if (a.resume) resume_known(a, o);
   return o;
 }
 
 void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
-  cmd->add_option("--seed", a.seed, "campaign seed (the case stream is a function of it)");
+  cmd->add_option("--seed", a.seed, "campaign seed (the case stream is a function of it)")->check(strict_unsigned());
   cmd->add_option("--backends", a.backends, "backends (default: every CPU backend here)")->delimiter(',');
-  cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)");
+  cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)")
+      ->check(non_empty_path());
   cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams");
   cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, 256));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
-  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");
+  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)")->check(seconds_in(1e6));
   cmd->add_option("--tier", a.tier, "size tier of generated cases: toy, small (default) or real (docs/fuzzing.md)");
   cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-dim", a.max_dim, "largest head dimension of generated cases (default: the tier's)")->check(CLI::Range(1, 1024));
@@ -97,7 +121,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--known", a.known,
                   "reproducers of known deviations (files or directories, e.g. docs/findings/repro): findings they cover are "
                   "counted as known, not recorded")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(non_empty_path());
 }
 
 int campaign_command(const CampaignArgs& a, bool* untested) {
@@ -109,6 +134,8 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
     return kExitBadInput;
   }
   fmt::print("campaign  seed {} shard {} backends {} -> {}\n", o.seed, a.shard, fmt::join(o.backends, ","), o.out_dir);
+  if (a.resume && a.known.empty() && !o.known.empty())
+    fmt::print("known     {} known deviation(s) recorded with the campaign ({}/known.json)\n", o.known.all().size(), o.out_dir);
   std::fflush(stdout);
   CampaignSummary s;
   try {
@@ -120,8 +147,9 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
     fmt::print(stderr, "attnfuzz: {}\n", e.what());
     return kExitBadInput;
   }
-  fmt::print("done      {} cases in {:.1f} s ({:.1f} cases/s), {} finding(s)\n", s.cases, s.seconds,
-             s.seconds > 0 ? static_cast<double>(s.cases) / s.seconds : 0.0, s.signatures.size());
+  fmt::print("done      {} cases ({} judged, {} unjudged) in {:.1f} s ({:.1f} judged cases/s), {} finding(s)\n", s.cases, s.judged,
+             s.cases - std::min(s.judged, s.cases), s.seconds, s.seconds > 0 ? static_cast<double>(s.judged) / s.seconds : 0.0,
+             s.signatures.size());
   for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
   if (!o.known.empty()) {
     uint64_t known = 0;

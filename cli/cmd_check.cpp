@@ -1,18 +1,52 @@
 // `attnfuzz check`: the pre-merge check, a campaign with a fixed seed and case budget that
 // starts from nothing and writes JUnit and JSON.
+#include <fmt/core.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "campaign/junit.h"
+#include "cli/arg_checks.h"
 #include "cli/campaign_args.h"
 #include "cli/commands.h"
 #include "cli/coverage_output.h"
+#include "harness/json_input.h"
 
 namespace attnfuzz::cli {
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+namespace {
+
+// What a check or campaign writes into its directory: the only entries a check deletes.
+bool campaign_output_entry(const std::string& name) {
+  for (const char* ours : {"state.json", "lock", "findings", "summary.json", "report.html", "junit.xml", "known.json"})
+    if (name == ours) return true;
+  return false;
+}
+
+// Removes a previous check's directory; refuses (an error line) anything else, so that
+// `check --out .` or a typo never deletes a user's files.
+std::optional<std::string> clear_check_output(const std::string& out) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(out, ec);
+  if (ec || !fs::exists(st)) return std::nullopt;  // nothing there: nothing to clear
+  if (fs::is_symlink(st)) return "--out " + out + ": is a symbolic link: give the directory itself";
+  if (!fs::is_directory(st)) return "--out " + out + ": exists and is not a directory";
+  for (auto it = fs::directory_iterator(out, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (!campaign_output_entry(it->path().filename().string()))
+      return "--out " + out + ": holds " + it->path().filename().string() +
+             ", which no check wrote: a check starts from an empty directory and will not delete it; choose another --out";
+  if (ec) return "--out " + out + ": cannot be read: " + ec.message();
+  fs::remove_all(out, ec);
+  if (ec) return "--out " + out + ": cannot clear the previous check's output: " + ec.message();
+  return std::nullopt;
+}
+
+}  // namespace
 
 void add_check_command(CLI::App& app, int& exit_code) {
   struct CheckArgs {
@@ -26,11 +60,19 @@ void add_check_command(CLI::App& app, int& exit_code) {
   ch->c.out = "attnfuzz-check";
   CLI::App* check = app.add_subcommand("check", "Pre-merge check: fixed seed and case budget, deterministic, JUnit + JSON, exit code");
   add_campaign_flags(check, ch->c);
-  check->add_option("--cases", ch->c.cases, "case budget");
-  check->add_option("--junit", ch->junit, "JUnit XML file (default: OUT/junit.xml)");
-  check->add_option("--json", ch->json_out, "JSON summary file (default: OUT/summary.json)");
+  check->add_option("--cases", ch->c.cases, "case budget")->check(strict_unsigned())->check(CLI::Range(uint64_t{1}, UINT64_MAX));
+  check->add_option("--junit", ch->junit, "JUnit XML file (default: OUT/junit.xml)")->check(non_empty_path());
+  check->add_option("--json", ch->json_out, "JSON summary file (default: OUT/summary.json)")->check(non_empty_path());
   check->callback([ch, &exit_code] {
-    if (fs::exists(ch->c.out)) fs::remove_all(ch->c.out);  // a check always starts from nothing
+    std::optional<std::string> bad;
+    for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--junit", ch->junit}, {"--json", ch->json_out}})
+      if (!bad && !path.empty()) bad = writable_file(flag, path);
+    if (!bad) bad = clear_check_output(ch->c.out);  // a check always starts from nothing
+    if (bad) {
+      fmt::print(stderr, "attnfuzz: {}\n", *bad);
+      exit_code = kExitBadInput;
+      return;
+    }
     bool untested = false;
     exit_code = campaign_command(ch->c, &untested);
     if (exit_code == kExitBadInput) return;
@@ -46,8 +88,13 @@ void add_check_command(CLI::App& app, int& exit_code) {
         cases.push_back({"attnfuzz.check", "known " + id, "", "known deviation, " + std::to_string(n.get<uint64_t>()) + " finding(s)"});
     for (const auto& c : coverage_junit_cases(Coverage::from_json(s.value("coverage", json::object())))) cases.push_back(c);
     if (untested) exit_code = kExitUntested;
-    write_file_atomic(ch->junit.empty() ? ch->c.out + "/junit.xml" : ch->junit, junit_xml("attnfuzz.check", cases));
-    if (!ch->json_out.empty()) fs::copy_file(ch->c.out + "/summary.json", ch->json_out, fs::copy_options::overwrite_existing);
+    try {
+      write_file_atomic(ch->junit.empty() ? ch->c.out + "/junit.xml" : ch->junit, junit_xml("attnfuzz.check", cases));
+      if (!ch->json_out.empty()) write_file_atomic(ch->json_out, read_input_file(ch->c.out + "/summary.json"));
+    } catch (const std::exception& e) {  // a full disk, say
+      fmt::print(stderr, "attnfuzz: check: {}\n", e.what());
+      exit_code = kExitBadInput;
+    }
   });
 }
 

@@ -2,15 +2,15 @@
 // into a normal reproducer, decoding it exactly as the target did and re-running it.
 #include <fmt/core.h>
 
-#include <fstream>
-#include <iterator>
 #include <memory>
 
 #include "campaign/repro.h"
+#include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "generators/fuzz_decode.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
+#include "harness/json_input.h"
 #include "oracles/provenance.h"
 #include "oracles/registry.h"
 
@@ -25,36 +25,45 @@ void add_import_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("import", "Turn a fuzz_differential artifact into a reproducer JSON");
   cmd->add_option("artifact", opt->artifact, "libFuzzer input (crash-*, or any corpus file)")->required();
   cmd->add_option("--backends", opt->backends, "backends the fuzzer ran (ATTNFUZZ_FUZZ_BACKENDS)")->delimiter(',')->required();
-  cmd->add_option("--out", opt->out, "output file (default: ARTIFACT.json)");
+  cmd->add_option("--out", opt->out, "output file (default: ARTIFACT.json)")->check(non_empty_path());
   cmd->callback([opt, &exit_code] {
-    std::ifstream in(opt->artifact, std::ios::binary);
-    if (!in) {
-      fmt::print(stderr, "attnfuzz: cannot open '{}'\n", opt->artifact);
+    auto refuse = [&exit_code](const std::string& line) {
+      fmt::print(stderr, "attnfuzz: {}\n", line);
       exit_code = kExitBadInput;
-      return;
+    };
+    // A regular file of at most 16 MiB, checked before reading (not a directory, not /dev/zero).
+    // An empty file is a valid fuzzer input (libFuzzer runs it first): it decodes to a case.
+    std::string bytes;
+    try {
+      bytes = read_input_file(opt->artifact);
+    } catch (const std::exception& e) {
+      return refuse("import: " + opt->artifact + ": " + e.what());
     }
-    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const Case c = decode_case(bytes.data(), bytes.size());
+    const std::string dest = opt->out.empty() ? opt->artifact + ".json" : opt->out;
+    if (const auto why = writable_file(opt->out.empty() ? "import (ARTIFACT.json)" : "--out", dest)) return refuse(*why);
+    const Case c = decode_case(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     BackendSet loaded;
     try {
+      refuse_repeated_backends(opt->backends);
       loaded = make_backends(opt->backends);
-    } catch (const BackendLoadError& e) {
-      fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
-      exit_code = kExitBadInput;
-      return;
+    } catch (const std::exception& e) {
+      return refuse(std::string(dynamic_cast<const BackendLoadError*>(&e) ? "--backends: " : "") + e.what());
     }
     const std::vector<Backend*> backends = loaded.pointers();
     const DiffReport r = run_differential(c, backends, default_oracles());
-    const std::string dest = opt->out.empty() ? opt->artifact + ".json" : opt->out;
-    if (r.findings.empty()) {
-      write_file_atomic(dest, write_case(c));
-      fmt::print("no finding on re-run; wrote the case to {}\n", dest);
-      exit_code = kExitOk;
-      return;
+    try {
+      if (r.findings.empty()) {
+        write_file_atomic(dest, write_case(c));
+        fmt::print("no finding on re-run; wrote the case to {}\n", dest);
+        exit_code = kExitOk;
+        return;
+      }
+      Reproducer found = reproducer_of(c, opt->backends, r.findings[0], r, environment());
+      found.minimized_from = opt->artifact;
+      write_file_atomic(dest, write_repro(found));
+    } catch (const std::exception& e) {  // a full disk
+      return refuse("import: " + dest + ": " + e.what());
     }
-    Reproducer found = reproducer_of(c, opt->backends, r.findings[0], r, environment());
-    found.minimized_from = opt->artifact;
-    write_file_atomic(dest, write_repro(found));
     fmt::print("{} finding(s); wrote a reproducer of {} to {}\n", r.findings.size(), r.findings[0].signature.to_string(), dest);
     exit_code = kExitDivergence;
   });

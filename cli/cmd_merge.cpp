@@ -11,6 +11,7 @@
 
 #include "campaign/coverage.h"
 #include "campaign/finding_store.h"
+#include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "cli/coverage_output.h"
 #include "harness/errors.h"
@@ -35,16 +36,26 @@ std::optional<std::string> not_mergeable(const std::string& dir) {
 int merge_command(const std::vector<std::string>& dirs, const std::string& out) {
   // Everything is checked before anything is written: the inputs must be campaign
   // directories, and the output none of them (merging into an input overwrote its files).
-  for (const auto& d : dirs) {
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    const std::string& d = dirs[i];
     if (const auto why = not_mergeable(d)) {
       fmt::print(stderr, "attnfuzz: merge: {}\n", *why);
       return kExitBadInput;
     }
     std::error_code ec;
+    for (size_t j = 0; j < i; ++j)  // a shard given twice would count its cases and known findings twice
+      if (fs::equivalent(dirs[j], d, ec)) {
+        fmt::print(stderr, "attnfuzz: merge: {} is given twice{}\n", d, dirs[j] == d ? "" : " (as " + dirs[j] + ")");
+        return kExitBadInput;
+      }
     if (fs::exists(out, ec) && fs::equivalent(out, d, ec)) {
       fmt::print(stderr, "attnfuzz: merge: --out {} is one of the inputs: choose another directory\n", out);
       return kExitBadInput;
     }
+  }
+  if (const auto why = writable_directory("--out", out)) {
+    fmt::print(stderr, "attnfuzz: merge: {}\n", *why);
+    return kExitBadInput;
   }
   uint64_t cases = 0;
   int unreadable = 0;
@@ -95,6 +106,8 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
     signatures = store.signatures();
     json s{{"format", "attnfuzz-summary/1"},        {"merged_shards", shards},  {"cases", cases},
            {"findings_by_class", store.by_class()}, {"signatures", signatures}, {"coverage", coverage.to_json()}};
+    s["cases_judged"] = coverage.judged_cases();
+    s["cases_unjudged"] = coverage.unjudged_cases();
     if (!known.empty()) s["known_findings"] = known;
     write_file_atomic(out + "/summary.json", s.dump(2) + "\n");
   } catch (const std::exception& e) {  // a damaged summary, an unwritable --out, a full disk
@@ -117,7 +130,7 @@ void add_merge_command(CLI::App& app, int& exit_code) {
   auto ma = std::make_shared<MergeArgs>();
   CLI::App* merge = app.add_subcommand("merge", "Combine shard outputs into one findings store and summary");
   merge->add_option("dirs", ma->dirs, "campaign output directories")->required();
-  merge->add_option("--out", ma->out, "merged output directory");
+  merge->add_option("--out", ma->out, "merged output directory")->check(non_empty_path());
   merge->callback([ma, &exit_code] { exit_code = merge_command(ma->dirs, ma->out); });
 }
 

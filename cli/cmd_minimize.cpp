@@ -10,6 +10,7 @@
 
 #include "campaign/campaign.h"
 #include "campaign/minimize.h"
+#include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "generators/shrink.h"
 #include "harness/errors.h"
@@ -34,11 +35,25 @@ int minimize_command(const MinimizeOptions& opt) {
   }
   const std::vector<std::string> names = opt.backends.empty() ? r.backends : opt.backends;
   const Signature& sig = r.finding.signature;
+  std::string dest = opt.out;
+  if (dest.empty()) {
+    std::filesystem::path p(opt.path);
+    dest = (p.parent_path() / (p.stem().string() + ".min.json")).string();
+  }
+  // Checked before the minimization, which may take minutes.
+  if (const auto why = writable_file(opt.out.empty() ? "minimize (FINDING.min.json)" : "--out", dest)) {
+    fmt::print(stderr, "attnfuzz: {}\n", *why);
+    return kExitBadInput;
+  }
   BackendSet loaded;
   try {
+    refuse_repeated_backends(opt.backends);
     loaded = make_backends(names);
   } catch (const BackendLoadError& e) {
     fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "attnfuzz: {}\n", e.what());
     return kExitBadInput;
   }
   // Only the backends the signature blames are needed (a consistency finding blames two).
@@ -78,12 +93,12 @@ int minimize_command(const MinimizeOptions& opt) {
   const Reproducer m = minimize(r, judge, shrink_candidates, case_size, &rep);
   Reproducer out = m;
   out.minimized_from = opt.path;
-  std::string dest = opt.out;
-  if (dest.empty()) {
-    std::filesystem::path p(opt.path);
-    dest = (p.parent_path() / (p.stem().string() + ".min.json")).string();
+  try {
+    write_file_atomic(dest, write_repro(out));
+  } catch (const std::exception& e) {  // a full disk
+    fmt::print(stderr, "attnfuzz: minimize: {}\n", e.what());
+    return kExitBadInput;
   }
-  write_file_atomic(dest, write_repro(out));
   fmt::print("shrunk    {} steps ({} candidates tried), size {} -> {}\n", rep.steps, rep.attempts, rep.size_before, rep.size_after);
   fmt::print("before    {}  {}  mask {}  composition {}  layouts {}\n", describe_shape(r.c.shape), to_string(r.c.dtype), describe(r.c.mask),
              describe(r.c.composition), describe(r.c.layouts));
@@ -99,7 +114,7 @@ void add_minimize_command(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<MinimizeOptions>();
   CLI::App* cmd = app.add_subcommand("minimize", "Shrink a reproducer while its divergence signature holds");
   cmd->add_option("finding", opt->path, "reproducer JSON (attnfuzz-repro/1)")->required();
-  cmd->add_option("--out", opt->out, "where to write the minimized reproducer (default: FINDING.min.json)");
+  cmd->add_option("--out", opt->out, "where to write the minimized reproducer (default: FINDING.min.json)")->check(non_empty_path());
   cmd->add_option("--backends", opt->backends, "backends to load (default: those recorded in the finding)")->delimiter(',');
   cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

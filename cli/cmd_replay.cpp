@@ -13,6 +13,7 @@
 #include "campaign/known.h"
 #include "campaign/minimize.h"
 #include "campaign/worker_protocol.h"
+#include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "harness/case_json.h"
 #include "harness/errors.h"
@@ -34,20 +35,29 @@ struct ReplayInput {
   bool named = false;  // given on the command line, not found in a directory
 };
 
-std::vector<ReplayInput> collect_repros(const std::vector<std::string>& paths, std::vector<std::string>& missing) {
+// `unreadable`: paths that do not exist, or directory entries that cannot be examined (a
+// symbolic link loop), each with the reason.
+std::vector<ReplayInput> collect_repros(const std::vector<std::string>& paths, std::vector<std::pair<std::string, std::string>>& unreadable) {
   std::vector<ReplayInput> out;
   for (const auto& p : paths) {
     std::error_code ec;
     if (fs::is_directory(p, ec)) {
       std::vector<ReplayInput> found;
-      for (const auto& e : fs::recursive_directory_iterator(p, ec))
-        if (e.is_regular_file() && e.path().extension() == ".json") found.push_back({e.path().string(), false});
+      for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        std::error_code status_ec;
+        const bool regular = it->is_regular_file(status_ec);
+        if (status_ec)
+          unreadable.emplace_back(it->path().string(), status_ec.message());
+        else if (regular && it->path().extension() == ".json")
+          found.push_back({it->path().string(), false});
+      }
+      if (ec) unreadable.emplace_back(p, ec.message());
       std::sort(found.begin(), found.end(), [](const ReplayInput& a, const ReplayInput& b) { return a.path < b.path; });
       out.insert(out.end(), found.begin(), found.end());
     } else if (fs::exists(p, ec)) {
       out.push_back({p, true});
     } else {
-      missing.push_back(p);
+      unreadable.emplace_back(p, ec ? ec.message() : "no such file or directory");
     }
   }
   return out;
@@ -60,7 +70,7 @@ bool other_known_format(const std::string& text) {
     const auto f = j.is_object() ? j.find("format") : j.end();
     if (f == j.end() || !f->is_string()) return false;
     const std::string format = f->get<std::string>();
-    return format == kCaseFormat || format == "attnfuzz-summary/1" || format == "attnfuzz-campaign-state/1";
+    return format == kCaseFormat || format == "attnfuzz-summary/1" || format == "attnfuzz-campaign-state/1" || format == kKnownSetFormat;
   } catch (const json::exception&) {
     return false;
   }
@@ -74,6 +84,12 @@ struct ReplayArgs {
 };
 
 int replay_command(const ReplayArgs& a) {
+  try {
+    refuse_repeated_backends(a.backends);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    return kExitBadInput;
+  }
   const std::vector<std::string>& paths = a.paths;
   const std::vector<std::string>& backends_override = a.backends;
   const std::string& junit = a.junit;
@@ -95,13 +111,24 @@ int replay_command(const ReplayArgs& a) {
   };
   std::vector<JUnitCase> cases;
   int failing = 0, fixed = 0, errors = 0, skipped = 0, legacy = 0, bad_inputs = 0;
-  std::vector<std::string> missing;
-  const std::vector<ReplayInput> inputs = collect_repros(paths, missing);
-  for (const auto& m : missing) {
-    fmt::print("ERROR     {}: no such file or directory\n", m);
-    cases.push_back({"replay", m, "no such file or directory", ""});
+  if (!junit.empty()) {
+    if (const auto why = writable_file("--junit", junit)) {
+      fmt::print(stderr, "attnfuzz: {}\n", *why);
+      return kExitBadInput;
+    }
+  }
+  // A file that cannot be replayed: an ERROR row in the table, and one line on stderr.
+  auto bad_input = [&](const std::string& path, const std::string& why) {
+    fmt::print("ERROR     {}: {}\n", path, why);
+    fmt::print(stderr, "attnfuzz: replay: {}: {}\n", path, why);
     ++errors;
     ++bad_inputs;
+  };
+  std::vector<std::pair<std::string, std::string>> unreadable;
+  const std::vector<ReplayInput> inputs = collect_repros(paths, unreadable);
+  for (const auto& [path, why] : unreadable) {
+    bad_input(path, why);
+    cases.push_back({"replay", path, why, ""});
   }
   for (const auto& [path, named] : inputs) {
     Reproducer r;
@@ -113,10 +140,8 @@ int replay_command(const ReplayArgs& a) {
       }
       r = parse_repro(text);
     } catch (const CaseError& e) {
-      fmt::print("ERROR     {}: {}\n", path, e.what());
+      bad_input(path, e.what());
       cases.push_back({"replay", path, std::string("unreadable: ") + e.what(), ""});
-      ++errors;
-      ++bad_inputs;
       continue;
     }
     if (r.legacy_checksum) {
@@ -126,10 +151,8 @@ int replay_command(const ReplayArgs& a) {
     const uint64_t sum = checksum(generate_inputs(r.c));
     // Old crash and timeout reproducers recorded no input checksum (zero); new ones always do.
     if ((r.input_checksum || !r.legacy_checksum) && sum != r.input_checksum) {
-      fmt::print("ERROR     {}: input checksum {:016x} differs from the recorded {:016x}; not judged\n", path, sum, r.input_checksum);
+      bad_input(path, fmt::format("input checksum {:016x} differs from the recorded {:016x}; not judged", sum, r.input_checksum));
       cases.push_back({"replay", path, "input checksum differs from the recorded one", ""});
-      ++errors;
-      ++bad_inputs;
       continue;
     }
     const std::vector<std::string> names = backends_override.empty() ? r.backends : backends_override;
@@ -171,7 +194,17 @@ int replay_command(const ReplayArgs& a) {
   }
   fmt::print("{} still failing, {} fixed, {} errors, {} files skipped (not reproducers){}\n", failing, fixed, errors, skipped,
              legacy ? fmt::format(", {} legacy (inputs verified only)", legacy) : std::string());
-  if (!junit.empty()) write_file_atomic(junit, junit_xml("attnfuzz.replay", cases));
+  // A directory without a single reproducer replays nothing: said, not an error (all fixed).
+  if (failing + fixed + errors == 0)
+    fmt::print(stderr, "attnfuzz: replay: warning: no reproducer ({}) found in {}\n", kReproFormat, fmt::join(paths, " "));
+  if (!junit.empty()) {
+    try {
+      write_file_atomic(junit, junit_xml("attnfuzz.replay", cases));
+    } catch (const std::exception& e) {  // a full disk
+      fmt::print(stderr, "attnfuzz: replay: --junit: {}\n", e.what());
+      return kExitBadInput;
+    }
+  }
   // A finding still failing, or a replay that went wrong, is 1; otherwise a file that is no
   // reproducer, an edited one or one whose inputs differ is bad input, 2.
   // With --known, a known deviation still failing is what is expected: only errors count.
@@ -191,8 +224,8 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   CLI::App* replay = app.add_subcommand("replay", "Re-run reproducers: still failing / fixed; non-zero exit on any divergence");
   replay->add_option("paths", ra->paths, "reproducer files or directories")->required();
   replay->add_option("--backends", ra->backends, "override the recorded backends")->delimiter(',');
-  replay->add_option("--junit", ra->junit, "JUnit XML output");
-  replay->add_option("--timeout", ra->timeout, "watchdog per reproducer, seconds");
+  replay->add_option("--junit", ra->junit, "JUnit XML output")->check(non_empty_path());
+  replay->add_option("--timeout", ra->timeout, "watchdog per reproducer, seconds")->check(seconds_in(1e6));
   replay
       ->add_option_function<std::string>("--oracle-device", set_oracle_device_override,
                                          "oracles: auto (default), cpu or cuda (docs/gpu.md)")

@@ -31,8 +31,13 @@ void add_report_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("report", "Write RUN_DIR/report.html: summary, findings, pictures");
   cmd->add_option("run_dir", *dir, "campaign or merged output directory")->required()->check(CLI::ExistingDirectory);
   cmd->callback([dir, &exit_code] {
-    fmt::print("wrote {}\n", write_report(*dir, report_services()));
-    exit_code = kExitOk;
+    try {
+      fmt::print("wrote {}\n", write_report(*dir, report_services()));
+      exit_code = kExitOk;
+    } catch (const std::exception& e) {  // not a campaign directory, a damaged summary, an unwritable directory
+      fmt::print(stderr, "attnfuzz: report: {}\n", e.what());
+      exit_code = kExitBadInput;
+    }
   });
 }
 

@@ -2,6 +2,7 @@
 // single call and the case's composition, judged against the float64 reference.
 // `attnfuzz list`: the backends of this build and whether they can run here.
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <set>
 
 #include "campaign/repro.h"
+#include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
@@ -61,7 +63,7 @@ struct RunOptions {
   std::string record_dir;
 };
 
-void print_report(const Case& c, const DiffReport& r, OracleDevice reference) {
+void print_report(const Case& c, const DiffReport& r, OracleDevice reference, const std::vector<Backend*>& backends) {
   fmt::print("shape     {}  dtype={}  scale={:.6g}{}\n", describe_shape(c.shape), to_string(c.dtype), c.effective_scale(),
              c.softcap ? fmt::format("  softcap={:g}", *c.softcap) : std::string());
   fmt::print("mask      {}\n", describe(c.mask));
@@ -69,6 +71,14 @@ void print_report(const Case& c, const DiffReport& r, OracleDevice reference) {
   fmt::print("dLSE      {}    composition {}\n", to_string(c.d_lse.kind), describe(c.composition));
   fmt::print("inputs    checksum {:016x}\n", r.input_checksum);
   fmt::print("rule      {}\n", r.rule.describe());
+  // Outputs a backend declares nondeterministic (AF_NONDETERMINISTIC_*, nondeterministic_outputs).
+  for (const Backend* b : backends)
+    if (const std::vector<Output> may_differ = b->nondeterministic_outputs(); !may_differ.empty()) {
+      std::vector<std::string> names;
+      for (Output t : may_differ) names.emplace_back(to_string(t));
+      fmt::print("declared  {}: {} may differ run to run ({}): judged against the reference, not checked bitwise\n", b->name(),
+                 fmt::join(names, ", "), b->why_nondeterministic());
+    }
   fmt::print("errors against the float64 reference ({}, single call); baseline: naive computation under the backend's contract ({})\n\n",
              reference == OracleDevice::cuda ? "cuda.reference64" : "Eigen", reference == OracleDevice::cuda ? "cuda.emulated.*" : "CPU");
   fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<8} {:<7} {}\n", "backend", "composition", "contract", "out",
@@ -104,7 +114,11 @@ int run(const RunOptions& opt) {
   const std::vector<std::string> names = opt.backends.empty() ? default_backend_names() : opt.backends;
   BackendSet loaded;
   try {
+    refuse_repeated_backends(opt.backends);
     loaded = make_backends(names, WhenUnavailable::skip);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    return kExitBadInput;
   } catch (const BackendLoadError& e) {
     fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
     return kExitBadInput;
@@ -137,7 +151,7 @@ int run(const RunOptions& opt) {
   backends_running = true;
   const DiffReport report = run_differential(c, backends, oracles, dopt);
   backends_running = false;
-  print_report(c, report, oracle_device);
+  print_report(c, report, oracle_device, backends);
   if (!opt.record_dir.empty() && !report.findings.empty()) {
     std::set<std::string> seen;
     for (const auto& f : report.findings) {
@@ -171,14 +185,17 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("case", opt->case_path, "case or reproducer JSON file")->required();
   cmd->add_option("--backends", opt->backends, "comma-separated backend names or plugin:/path/lib.so (default: every CPU backend)")
       ->delimiter(',');
-  cmd->add_option("--memory-budget-mib", opt->memory_budget_mib, "refuse cases that need more host memory than this");
+  cmd->add_option("--memory-budget-mib", opt->memory_budget_mib, "refuse cases that need more host memory than this")
+      ->check(strict_unsigned())
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));  // MiB: 1 PiB at most, so the bytes fit in 64 bits
   cmd->add_flag("--no-determinism-check", opt->no_determinism, "run each backend once instead of twice");
   for (const char* flag : {"--oracle-device", "--reference"})  // --reference: the earlier name
     cmd->add_option_function<std::string>(flag, set_oracle_device_override,
                                           "where the float64 reference, the baselines and the error terms run: auto (default: cuda when a "
                                           "backend runs on a GPU), cpu or cuda (docs/gpu.md)")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory");
+  cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory")
+      ->check(non_empty_path());
   cmd->callback([opt, &exit_code] { exit_code = run(*opt); });
 }
 

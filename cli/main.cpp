@@ -3,6 +3,7 @@
 
 #include <exception>
 
+#include "cli/arg_checks.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
@@ -23,8 +24,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : attnfuzz::cli::kExitBadInput;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help: the usage, exit 0
+    // One line naming the subcommand and the argument: CLI11's own message, with the hint on it.
+    std::string where = "attnfuzz";
+    for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
+    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {
+      fmt::print(stderr, "attnfuzz: unknown subcommand '{}' (attnfuzz --help lists them)\n", attnfuzz::cli::printable(argv[1]));
+      return attnfuzz::cli::kExitBadInput;
+    }
+    std::string what = e.what();
+    for (char& ch : what)
+      if (ch == '\n') ch = ' ';
+    fmt::print(stderr, "{}: {} (see {} --help)\n", where, attnfuzz::cli::printable(what), where);
+    return attnfuzz::cli::kExitBadInput;
   } catch (const std::exception& e) {
     fmt::print(stderr, "attnfuzz: internal error: {}\n", e.what());
     return attnfuzz::cli::kExitInternal;

@@ -73,7 +73,18 @@ typedef struct af_problem {
 enum {
   AF_BACKWARD_TAKES_DLSE = 1u << 0, /* backward() honours d_lse; otherwise the harness adds the term */
   AF_MASKED_ROWS_ZERO = 1u << 1,    /* fully masked rows give O = 0, LSE = -inf, zero gradients */
-  AF_DEVICE_IS_CUDA = 1u << 2       /* tensors (and, version 2, the mask) are handed over on the GPU */
+  AF_DEVICE_IS_CUDA = 1u << 2,      /* tensors (and, version 2, the mask) are handed over on the GPU */
+  /* Outputs that may legitimately differ bitwise between two runs on identical inputs (a
+   * backward that accumulates dK and dV with atomic adds, in whatever order the blocks finish).
+   * Every run of them is still judged against the reference; the determinism check (every
+   * backend run twice on some cases) does not report them. Every output not declared must
+   * repeat bit for bit. New bits of version 2 (nothing else changed): a plugin that sets none
+   * is held to bitwise repeatability, as before. */
+  AF_NONDETERMINISTIC_O = 1u << 3,
+  AF_NONDETERMINISTIC_LSE = 1u << 4,
+  AF_NONDETERMINISTIC_DQ = 1u << 5,
+  AF_NONDETERMINISTIC_DK = 1u << 6,
+  AF_NONDETERMINISTIC_DV = 1u << 7
 };
 
 typedef struct af_plugin {

@@ -14,6 +14,7 @@
 #include "harness/case_json.h"
 #include "oracles/attnfuzz_plugin.h"
 #include "oracles/plugin_cuda.h"
+#include "oracles/plugin_flags.h"
 #include "oracles/typed_buffers.h"
 
 namespace attnfuzz {
@@ -131,6 +132,8 @@ class PluginBackend final : public Backend {
   }
   bool masked_rows_zero() const override { return pl_->flags & AF_MASKED_ROWS_ZERO; }
   bool backward_takes_dlse() const override { return pl_->flags & AF_BACKWARD_TAKES_DLSE; }
+  std::vector<Output> nondeterministic_outputs() const override { return nondeterministic_outputs_of(pl_->flags); }
+  std::string why_nondeterministic() const override { return "the plugin's AF_NONDETERMINISTIC_* flags"; }
   bool cuda() const { return pl_->flags & AF_DEVICE_IS_CUDA; }
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {

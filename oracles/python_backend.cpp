@@ -95,6 +95,11 @@ class PythonBackend final : public Backend {
   bool masked_rows_zero() const override { return info_.value("masked_rows_zero", true); }
   bool returns_lse() const override { return info_.value("returns_lse", true); }
   bool backward_takes_dlse() const override { return info_.value("backward_takes_dlse", true); }
+  std::vector<Output> nondeterministic_outputs() const override { return nondeterministic_; }
+  std::string why_nondeterministic() const override {
+    const std::string why = info_.value("why_nondeterministic", std::string());
+    return why.empty() ? "the adapter's nondeterministic_outputs" : why;
+  }
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the adapter's contract";
@@ -187,6 +192,12 @@ class PythonBackend final : public Backend {
       if (!c) throw std::runtime_error("python backend 'py:" + spec_.text + "': unknown contract '" + it.value().get<std::string>() + "'");
       contracts_[dtype_from_string(it.key())] = *c;
     }
+    nondeterministic_.clear();
+    for (const auto& t : r.value("nondeterministic_outputs", nlohmann::json::array())) {
+      const auto o = t.is_string() ? output_from_string(t.get<std::string>()) : std::nullopt;
+      if (!o) throw std::runtime_error("python backend 'py:" + spec_.text + "': nondeterministic_outputs: unknown output " + t.dump());
+      nondeterministic_.push_back(*o);
+    }
     hello_pid_ = worker_->pid();
   }
 
@@ -235,6 +246,7 @@ class PythonBackend final : public Backend {
   std::optional<WorkerProcess> worker_;
   pid_t hello_pid_ = -1;
   nlohmann::json info_;
+  std::vector<Output> nondeterministic_;  // declared by the adapter (hello)
   std::map<DType, Contract> contracts_;
   std::map<std::string, double> stats_;
 };

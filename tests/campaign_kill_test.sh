@@ -20,7 +20,7 @@ RANDOM=7
 prev_k=0
 for round in 1 2 3 4 5; do
   before=$(findings)
-  resume=""; [ $round -gt 1 ] && resume="--resume"
+  resume=""; [ $round -gt 1 ] && [ -f "$out/run/state.json" ] && resume="--resume"  # a campaign killed before its first state has nothing to resume
   setsid "$bin" campaign --seconds 120 --jobs 2 --timeout 5 --no-minimize --quiet --out "$out/run" $resume --backends "$backends" >/dev/null 2>&1 &
   pid=$!
   sleep "$(( RANDOM % 3 + 1 )).$(( RANDOM % 10 ))"

@@ -68,6 +68,7 @@ m = b["plugin.mutant_ok"]
 assert (m["ran"], m["skipped"], m["errored"]) == (30, 0, 0), m
 assert m["by_composition"]["single"]["ran"] == 30, m
 assert sum(v["ran"] for k, v in m["by_composition"].items() if k != "single") > 0, m
+assert (s["cases_judged"], s["cases_unjudged"]) == (30, 0), (s["cases_judged"], s["cases_unjudged"])
 print("summary ok")
 PY
 check "summary.json coverage: $(tail -1 "$tmp/py")" "grep -q 'summary ok' $tmp/py"
@@ -76,6 +77,21 @@ check "report.html has the coverage table and the warning" \
 "$bin" campaign --cases 50 --resume --jobs 2 --no-minimize --quiet --backends "$ok,$declines" --out "$tmp/camp" >"$tmp/stdout" 2>&1
 check "a resumed campaign counts the first part's cases once: 50 in all" \
   "grep -q '^coverage  plugin.declines_all: 0 ran, 50 skipped, 0 errored' $tmp/stdout && grep -q '^coverage  plugin.mutant_ok: 50 ran' $tmp/stdout"
+
+check "the resumed campaign's summary counts 50 judged cases" "grep -q '\"cases_judged\": 50,' $tmp/camp/summary.json"
+
+# 2b. Only the declining backend: every case is unjudged (no backend ran), and the rate counts
+# judged cases only, in the progress line, on stdout, in summary.json and in the report.
+"$bin" campaign --cases 20 --jobs 2 --no-minimize --backends "$declines" --out "$tmp/none" >"$tmp/stdout" 2>"$tmp/err"
+check "nothing ran: the last progress line says 0 judged, 20 unjudged, 0.0 judged cases/s" \
+  "tail -n 3 $tmp/err | grep -q '^20 cases (0 judged, 20 unjudged), 0.0 judged cases/s, .*cases no backend ran 20'"
+check "nothing ran: stdout says so" "grep -q '^done      20 cases (0 judged, 20 unjudged) in .* (0.0 judged cases/s)' $tmp/stdout"
+check "nothing ran: summary.json counts 0 judged, 20 unjudged (no backend ran)" \
+  "python3 -c 'import json,sys; s=json.load(open(\"$tmp/none/summary.json\")); sys.exit(0 if (s[\"cases_judged\"], s[\"cases_unjudged\"], s[\"coverage\"][\"unjudged_cases\"][\"no_backend_ran\"]) == (0, 20, 20) else 1)'"
+check "nothing ran: the report says so" "grep -q 'unjudged</th><td>20: 20 in which no backend ran' $tmp/none/report.html && grep -q 'judged</th><td>0 (0.0 judged cases/s' $tmp/none/report.html"
+"$bin" campaign --cases 20 --jobs 2 --no-minimize --backends "$ok" --out "$tmp/all" >"$tmp/stdout" 2>"$tmp/err"
+check "everything ran: 20 judged, 0 unjudged, a rate over them" \
+  "tail -n 3 $tmp/err | grep -Eq '^20 cases \(20 judged, 0 unjudged\), [0-9.]*[1-9][0-9.]* judged cases/s' && grep -q 'judged</th><td>20 (' $tmp/all/report.html"
 
 # 3. check: the declining backend fails it with exit 4 and a failing JUnit test.
 "$bin" check --seed 3 --cases 20 --quiet --backends "$ok,$declines" --out "$tmp/chk" --junit "$tmp/chk.xml" >"$tmp/stdout" 2>"$tmp/err"

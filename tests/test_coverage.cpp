@@ -64,5 +64,29 @@ TEST(Coverage, JsonRoundTripsAndSums) {
   EXPECT_EQ(c.to_json()["untested"], nlohmann::json({"x", "z"}));
 }
 
+TEST(Coverage, ACaseIsJudgedWhenABackendRanOrTheWorkerDied) {
+  Coverage c;
+  c.add_case({{"a", "single", Outcome::ran, ""}, {"b", "single", Outcome::skipped, "no"}});           // judged
+  c.add_case({{"a", "single", Outcome::skipped, "no"}, {"b", "merged", Outcome::skipped, "no"}});     // nothing ran
+  c.add_case({{"a", "single", Outcome::errored, "threw"}, {"b", "single", Outcome::skipped, "no"}});  // nothing ran to the end
+  c.add_case({{"a", "-", Outcome::errored, "crash: SIGSEGV"}}, /*died=*/true);                        // a crash is a verdict
+  c.add_case_error("unreadable request");                                                             // the worker could not judge
+  EXPECT_EQ(c.judged_cases(), 2u);
+  EXPECT_EQ(c.no_backend_ran_cases(), 2u);
+  EXPECT_EQ(c.unjudged_cases(), 3u);
+  EXPECT_NE(c.progress_text().find(", cases the worker could not judge 1, cases no backend ran 2"), std::string::npos);
+  const Coverage back = Coverage::from_json(c.to_json(SIZE_MAX));  // state.json, merge
+  EXPECT_EQ(back.judged_cases(), 2u);
+  EXPECT_EQ(back.unjudged_cases(), 3u);
+  Coverage twice = back;
+  twice.add(c);
+  EXPECT_EQ(twice.judged_cases(), 4u);
+  EXPECT_EQ(twice.no_backend_ran_cases(), 4u);
+  // A summary written before judged cases were counted reads as none judged, never as all.
+  nlohmann::json old = c.to_json();
+  old.erase("judged_cases");
+  EXPECT_EQ(Coverage::from_json(old).judged_cases(), 0u);
+}
+
 }  // namespace
 }  // namespace attnfuzz

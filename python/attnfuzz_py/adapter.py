@@ -91,6 +91,11 @@ class Adapter:
     backward_takes_dlse = True   # backward honours d_lse (else it gets None and attnfuzz adds the term)
     masked_rows_zero = True      # fully masked rows: O = 0, LSE = -inf, zero gradients
     returns_lse = True           # forward returns the LSE (else return None for it)
+    # Outputs that may legitimately differ bitwise run to run on identical inputs, e.g.
+    # ("dK", "dV") for a backward accumulating them with atomic adds: still judged against the
+    # reference every run, not reported by the determinism check. Names: O, LSE, dQ, dK, dV.
+    nondeterministic_outputs = ()
+    why_nondeterministic = ""    # said in the report beside them
 
     def __init__(self, **options):
         """Options come from the backend name: py:MODULE:CLASS?key=value&... (strings)."""

@@ -16,6 +16,7 @@ from .adapter import Adapter, Problem
 from .tensors import as_numpy, to_device, write_result
 
 _TRACEBACK_LINES = 12
+OUTPUT_NAMES = ("O", "LSE", "dQ", "dK", "dV")  # harness/error_model.h's Output, for nondeterministic_outputs
 
 
 class _Tensor:
@@ -64,10 +65,16 @@ class _Worker:
         if a.tensors == "torch":
             import torch
             _TorchTensor = torch.Tensor
+        nondeterministic = list(a.nondeterministic_outputs)
+        unknown = [t for t in nondeterministic if t not in OUTPUT_NAMES]
+        if isinstance(a.nondeterministic_outputs, str) or unknown:
+            raise ValueError(f"nondeterministic_outputs: {a.nondeterministic_outputs!r}: expected a tuple of "
+                             f"{', '.join(OUTPUT_NAMES)}")
         # Read at reply time: the number this package really speaks.
         return {"protocol": protocol.PROTOCOL_VERSION, "name": a.name, "version": a.version or "",
                 "device": a.device, "contracts": dict(a.contracts), "backward_takes_dlse": bool(a.backward_takes_dlse),
                 "masked_rows_zero": bool(a.masked_rows_zero), "returns_lse": bool(a.returns_lse),
+                "nondeterministic_outputs": nondeterministic, "why_nondeterministic": str(a.why_nondeterministic),
                 # Without its own supports() every problem is supported: attnfuzz then asks nothing.
                 "checks_support": type(a).supports is not Adapter.supports,
                 "python": platform.python_version()}

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Hostile arguments to every subcommand (docs/campaigns.md, "Hostile arguments"): each must end
+# with exit 2 and one line on stderr naming the argument, quickly, having deleted nothing and
+# run no case; never a crash, a hang, a stack trace, exit 0 or a silent default.
+#   cli_args_test.sh ATTNFUZZ SOURCE_DIR
+set -u
+bin=$(realpath "$1") src=$(realpath "$2")
+tmp=$(mktemp -d)
+trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+cp "$src/corpus/seed-flex-lse-merge.json" case.json
+: >empty.json
+head -c 4096 /dev/urandom >garbage.bin
+mkdir adir loopdir
+ln -s loop loop
+ln -s self loopdir/self
+echo x >afile
+
+refused() {  # expected text in the one line; the arguments
+  local want=$1; shift
+  timeout -k 2 60 "$bin" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  local rc=$?
+  local name="attnfuzz $*"
+  check "$name: exit 2 (got $rc)" "[ $rc -eq 2 ]"
+  check "$name: one line on stderr ($(wc -l <"$tmp/err"))" "[ \$(wc -l <$tmp/err) -eq 1 ]"
+  printf '%s\n' "$want" >"$tmp/want"
+  check "$name: names: $want" "grep -aqF -f $tmp/want $tmp/err"
+  check "$name: no stack trace or internal error" "! grep -aqE 'internal error|terminate|Aborted|filesystem error|stoi' $tmp/err"
+  head -c 300 "$tmp/err" | tr -c '[:print:]\n' '?' 
+}
+quick="--cases 1 --backends reference --quiet"
+
+# The command line itself (CLI11's errors on one line, naming the subcommand).
+refused "unknown subcommand 'bogus'" bogus
+refused "attnfuzz: A subcommand is required"
+refused "attnfuzz run: case is required" run
+refused "attnfuzz list: The following argument was not expected: foo" list foo
+refused "--seed: At Most 1 required but received 2" generate --seed 1 --seed 2
+refused "--backends: 1 required TEXT missing" run case.json --backends
+
+# Numbers: negative, not numbers, 1e30, past 2^64, out of range, NaN, infinite.
+for v in -1 abc 1e30 99999999999999999999999; do
+  refused "--seed: '$v'" generate --seed "$v"
+  refused "--seed: '$v'" campaign --seed "$v" $quick
+  refused "--cases: '$v'" campaign --cases "$v" --backends reference
+  refused "--memory-budget-mib: '$v'" run case.json --memory-budget-mib "$v"
+done
+refused "--memory-budget-mib: Value 0 not in range" run case.json --memory-budget-mib 0
+refused "--memory-budget-mib: Value 18446744073709551615 not in range" run case.json --memory-budget-mib 18446744073709551615
+for v in -1 0 nan inf abc 1e30; do
+  refused "--seconds: '$v'" campaign --seconds "$v" $quick
+  refused "--timeout: '$v'" campaign --timeout "$v" $quick
+  refused "--timeout: '$v'" replay adir --timeout "$v"
+done
+refused "--jobs: Value 0 not in range" campaign --jobs 0
+refused "--jobs: Value 99999999999 not in range" campaign --jobs 99999999999
+refused "--cases: Value 0 not in range" check --cases 0 --backends reference --out chk0
+refused "--count: Value 0 not in range" generate --count 0
+refused "--count 5: more than one case needs --out" generate --count 5
+for v in 3/2 1/0 a/b 1/2/3 -1/2 0/1x 2 99999999999/1; do
+  refused "--shard" campaign --shard "$v" $quick --out "shard-$RANDOM"
+done
+refused "--devices takes comma-separated GPU ids" campaign --devices ,,, $quick --out dev
+refused "--backends: 'reference' is given twice" campaign --backends reference,reference --cases 1 --out dup
+refused "--backends: 'reference' is given twice" run case.json --backends reference,reference
+
+# Paths: missing, empty, a directory, binary garbage, a symbolic link loop, a device.
+refused "--out: an empty path" campaign --out '' $quick
+refused "--out: an empty path" generate --out ''
+refused "--resume needs --out" campaign --resume $quick
+refused "--resume: nostate holds no campaign to continue" campaign --resume --out nostate $quick
+check "a refused --resume created nothing" "[ ! -e nostate ]"
+refused "--out afile: cannot create the directory" campaign --out afile $quick
+refused "--out loop: cannot create the directory" campaign --out loop $quick
+refused "--out afile: cannot create the directory" generate --count 2 --out afile
+refused "--known adir: no reproducer" campaign --known adir $quick --out k1
+refused "--known loopdir/self: Too many levels of symbolic links" campaign --known loopdir $quick --out k2
+refused "--known garbage.bin" campaign --known garbage.bin $quick --out k3
+refused "import: adir: invalid case: <file>: 'adir' is a directory" import adir --backends reference
+refused "import: /dev/zero" import /dev/zero --backends reference
+refused "import: loop" import loop --backends reference
+refused "--out adir/missing/x.json: no such directory" import garbage.bin --backends reference --out adir/missing/x.json
+refused "attnfuzz minimize: --out: an empty path" minimize empty.json --out ''
+refused "replay: garbage.bin" replay garbage.bin
+refused "replay: empty.json" replay empty.json
+refused "replay: loopdir/self: Too many levels of symbolic links" replay loopdir
+refused "--junit adir: is a directory" replay case.json --junit adir
+refused "report: adir: not a campaign output directory" report adir
+refused "merge: adir: not a campaign output directory" merge adir
+refused "--json adir: is a directory" check $quick --out chk1 --json adir
+
+# check never deletes what it did not write.
+mkdir precious && echo keep >precious/notes.txt
+refused "--out precious: holds notes.txt, which no check wrote" check $quick --out precious
+check "check --out precious: notes.txt is still there" "[ -f precious/notes.txt ]"
+refused "--out afile: exists and is not a directory" check $quick --out afile
+check "check --out afile: the file is still there" "[ -f afile ]"
+
+# merge: a shard given twice would be counted twice.
+"$bin" campaign --cases 2 --backends reference --quiet --no-minimize --out shard >/dev/null 2>&1
+refused "merge: shard is given twice" merge shard shard --out merged
+refused "merge: ./shard is given twice (as shard)" merge shard ./shard --out merged
+refused "merge: --out afile: cannot create the directory" merge shard --out afile
+# An empty directory of reproducers: a warning, not a silent pass (and not an error: all fixed).
+"$bin" replay adir >/dev/null 2>"$tmp/err"
+rc=$?
+check "replay of a directory without reproducers: exit 0 with a warning (got $rc)" "[ $rc -eq 0 ] && grep -q 'warning: no reproducer' $tmp/err"
+exit $fail
