@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "harness/inputs.h"
+#include "harness/parallel.h"
 
 namespace attnfuzz {
 namespace {
@@ -238,6 +239,24 @@ class DifferentialSession::Impl {
     return call_terms_.emplace(describe(comp), std::move(ct)).first->second;
   }
 
+  // The errors of the fingerprint ladder's emulations of output t through comp: the same for
+  // every backend run there with the same dLSE handling, so computed once (the comparisons of
+  // a real-size tensor at once, each its own sum in its own order).
+  const std::vector<std::pair<Contract, ErrorStats>>& rung_errors(const Composition& comp, bool takes_dlse, Output t) {
+    auto key = std::make_tuple(describe(comp), takes_dlse, t);
+    auto it = rung_errors_.find(key);
+    if (it != rung_errors_.end()) return it->second;
+    std::vector<const Tensor*> rung_outputs;
+    std::vector<std::pair<Contract, ErrorStats>> errors;
+    for (Contract k : fingerprint_ladder(c_.dtype)) {
+      rung_outputs.push_back(&emulation(k, false, comp, takes_dlse)[t]);  // device calls stay on this thread
+      errors.emplace_back(k, ErrorStats{});
+    }
+    parallel_tasks(errors.size(), ref_[t].numel() >= parallel_min_elements(),
+                   [&](size_t i) { errors[i].second = error_of(*rung_outputs[i], t); });
+    return rung_errors_.emplace(key, std::move(errors)).first->second;
+  }
+
   static bool q_indexed(Output t) { return t == Output::O || t == Output::LSE || t == Output::dQ; }
 
   ErrorStats error_of(const Tensor& t, Output o) const { return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr); }
@@ -393,8 +412,7 @@ class DifferentialSession::Impl {
       if (opt_.fingerprint_all || !v.pass) {
         std::vector<std::pair<Contract, double>> rungs;
         std::map<Contract, double> maxes;
-        for (Contract k : fingerprint_ladder(c_.dtype)) {
-          const ErrorStats e = error_of(emulation(k, false, comp, takes_dlse)[t], t);
+        for (const auto& [k, e] : rung_errors(comp, takes_dlse, t)) {
           rungs.emplace_back(k, e.rms);
           maxes[k] = e.max_abs;
         }
@@ -477,6 +495,7 @@ class DifferentialSession::Impl {
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
   std::map<std::tuple<Contract, double, std::string>, Model> models_;
   std::map<std::string, CallTerms> call_terms_;
+  std::map<std::tuple<std::string, bool, Output>, std::vector<std::pair<Contract, ErrorStats>>> rung_errors_;
   DiffReport report_;
 };
 

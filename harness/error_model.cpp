@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
-#include <vector>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/case.h"
+#include "harness/parallel.h"
 #include "harness/problem.h"
 
 namespace attnfuzz {
@@ -187,7 +188,10 @@ Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const 
   check_shapes("model_sigma", terms, ref);
   Tensor sigma(ref.shape);
   const size_t width = ref.shape.empty() || t == Output::LSE ? 1 : static_cast<size_t>(ref.shape.back());
-  for (size_t e = 0; e < ref.numel(); ++e) sigma.data[e] = std::sqrt(element_variance(t, terms, ref.data[e], u, e, e / width).total());
+  // Each element on its own: any split over threads gives the same bits (harness/parallel.h).
+  parallel_for(ref.numel(), [&](size_t begin, size_t end) {
+    for (size_t e = begin; e < end; ++e) sigma.data[e] = std::sqrt(element_variance(t, terms, ref.data[e], u, e, e / width).total());
+  });
   return sigma;
 }
 
@@ -196,36 +200,40 @@ Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, cons
   check_shapes("model_row_dof", terms, ref);
   const int64_t width = ref.shape[3];
   Tensor dof({ref.shape[0], ref.shape[1], ref.shape[2]});
-  std::vector<double> scratch;
-  for (size_t row = 0; row < dof.numel(); ++row) {
-    VarianceParts sum;
-    for (int64_t d = 0; d < width; ++d) {
-      const size_t e = row * static_cast<size_t>(width) + static_cast<size_t>(d);
-      const VarianceParts v = element_variance(t, terms, ref.data[e], u, e, row);
-      sum.operand += v.operand;
-      sum.score += v.score;
-      sum.via += v.via;
-      sum.normalizer += v.normalizer;
-      sum.independent += v.independent;
+  // Each row on its own (its sums in the same order whatever the split): rows over threads.
+  parallel_for(dof.numel(), static_cast<size_t>(width), [&](size_t row_begin, size_t row_end) {
+    std::vector<double> scratch;
+    for (size_t row = row_begin; row < row_end; ++row) {
+      VarianceParts sum;
+      for (int64_t d = 0; d < width; ++d) {
+        const size_t e = row * static_cast<size_t>(width) + static_cast<size_t>(d);
+        const VarianceParts v = element_variance(t, terms, ref.data[e], u, e, row);
+        sum.operand += v.operand;
+        sum.score += v.score;
+        sum.via += v.via;
+        sum.normalizer += v.normalizer;
+        sum.independent += v.independent;
+      }
+      // dQ receives D's error through the one number D_i; dK's via parts sum over the queries
+      // that see the key, as its operand does.
+      double op_sources = terms.operand_sources.data[row], sc_sources = terms.score_sources.data[row];
+      if (!terms.direction_sources.data.empty()) {
+        op_sources = std::min(op_sources, terms.direction_sources.data[row]);
+        sc_sources = std::min(sc_sources, terms.direction_sources.data[row]);
+      }
+      double correlated = sum.operand, via = sum.via;
+      if (t == Output::dK) correlated += std::exchange(via, 0.0);
+      // Elements with the same value are computed alike and round alike (a row of an exactly
+      // constant V): they are one source of the independent part, not one each.
+      double denom =
+          sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width, scratch) +
+          via * via + sum.normalizer * sum.normalizer;
+      if (correlated > 0) denom += correlated * correlated / std::max(1.0, op_sources);
+      if (sum.score > 0) denom += sum.score * sum.score / std::max(1.0, sc_sources);
+      const double total = sum.total();
+      dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
     }
-    // dQ receives D's error through the one number D_i; dK's via parts sum over the queries
-    // that see the key, as its operand does.
-    double op_sources = terms.operand_sources.data[row], sc_sources = terms.score_sources.data[row];
-    if (!terms.direction_sources.data.empty()) {
-      op_sources = std::min(op_sources, terms.direction_sources.data[row]);
-      sc_sources = std::min(sc_sources, terms.direction_sources.data[row]);
-    }
-    double correlated = sum.operand, via = sum.via;
-    if (t == Output::dK) correlated += std::exchange(via, 0.0);
-    // Elements with the same value are computed alike and round alike (a row of an exactly
-    // constant V): they are one source of the independent part, not one each.
-    double denom = sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width, scratch) +
-                   via * via + sum.normalizer * sum.normalizer;
-    if (correlated > 0) denom += correlated * correlated / std::max(1.0, op_sources);
-    if (sum.score > 0) denom += sum.score * sum.score / std::max(1.0, sc_sources);
-    const double total = sum.total();
-    dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
-  }
+  });
   return dof;
 }
 

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "harness/dtype.h"
+#include "harness/parallel.h"
 #include "oracles/cudnn_graph.h"
 
 namespace attnfuzz {
@@ -227,6 +228,19 @@ std::optional<std::string> layout_refusal(const Problem& p) {
   return std::nullopt;
 }
 
+// Placement::for_each over threads at real size, row by row: every element is converted on its
+// own (to or from the 16-bit type), so any split gives the same bits (harness/parallel.h).
+template <class F>
+void for_each_placed(const Placement& pl, F&& f) {
+  const int64_t w = pl.ndim == 4 ? pl.sizes[3] : 1, heads = pl.sizes[1], seq = pl.sizes[2];
+  parallel_for(static_cast<size_t>(pl.sizes[0] * heads * seq), static_cast<size_t>(w), [&](size_t row_begin, size_t row_end) {
+    for (size_t row = row_begin; row < row_end; ++row) {
+      const int64_t r = static_cast<int64_t>(row), s = r % seq, h = (r / seq) % heads, b = r / (seq * heads);
+      for (int64_t d = 0; d < w; ++d) f(row * static_cast<size_t>(w) + static_cast<size_t>(d), static_cast<size_t>(pl.at(b, h, s, d)));
+    }
+  });
+}
+
 // Device memory of a call, laid out as the Problem asks: one zero-filled allocation per
 // buffer, shared by the members of a packed group.
 class DeviceTensors {
@@ -240,7 +254,7 @@ class DeviceTensors {
       const Placement pl = placement(p_, r);
       std::vector<uint16_t>& h = host[pl.buffer];
       h.resize(static_cast<size_t>(pl.extent), 0);
-      pl.for_each([&](size_t i, size_t off) { h[off] = to_bits(p_.dtype, t->data[i]); });
+      for_each_placed(pl, [&](size_t i, size_t off) { h[off] = to_bits(p_.dtype, t->data[i]); });
     }
     for (auto& [owner, h] : host) {
       DeviceBuffer& buf = buffers_[owner];
@@ -268,7 +282,7 @@ class DeviceTensors {
     std::vector<uint16_t> h(static_cast<size_t>(pl.extent));
     buffers_.at(pl.buffer).download(h.data(), h.size() * sizeof(uint16_t));
     Tensor t(std::vector<int64_t>(pl.sizes.begin(), pl.sizes.begin() + pl.ndim));
-    pl.for_each([&](size_t i, size_t off) { t.data[i] = from_bits(p_.dtype, h[off]); });
+    for_each_placed(pl, [&](size_t i, size_t off) { t.data[i] = from_bits(p_.dtype, h[off]); });
     return t;
   }
 
