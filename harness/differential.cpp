@@ -148,8 +148,9 @@ class DifferentialSession::Impl {
       Model m;
       if (comp == Composition{}) {
         for (Output t : kOutputs) {
-          m.sigma[static_cast<size_t>(t)] = model_sigma(t, (*terms_)[t], ref_[t], u);
-          m.row_dof[static_cast<size_t>(t)] = model_row_dof(t, (*terms_)[t], ref_[t], u);
+          ModelOfOutput o = model_sigma_and_row_dof(t, (*terms_)[t], ref_[t], u);
+          m.sigma[static_cast<size_t>(t)] = std::move(o.sigma);
+          m.row_dof[static_cast<size_t>(t)] = std::move(o.row_dof);
         }
       } else {
         // The per-call model does not carry every path of a merge (the parts' LSE errors moving
@@ -188,7 +189,8 @@ class DifferentialSession::Impl {
                             : t == Output::dK  ? call.grads.dk
                                                : call.grads.dv;
         const bool q_rows = t == Output::O || t == Output::LSE || t == Output::dQ;
-        add_call_model({t, model_sigma(t, calls.terms[c][t], out, u), model_row_dof(t, calls.terms[c][t], out, u),
+        ModelOfOutput o = model_sigma_and_row_dof(t, calls.terms[c][t], out, u);
+        add_call_model({t, std::move(o.sigma), std::move(o.row_dof),
                         t == Output::O || t == Output::LSE ? &calls.weights[c] : nullptr,
                         q_rows ? call.problem.q_offset : call.problem.kv_offset},
                        sum_sigma2, row_var, row_var2_dof);

@@ -195,12 +195,14 @@ Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const 
   return sigma;
 }
 
-Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
-  if (t == Output::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {};
+ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+  if (t == Output::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
   check_shapes("model_row_dof", terms, ref);
   const int64_t width = ref.shape[3];
-  Tensor dof({ref.shape[0], ref.shape[1], ref.shape[2]});
+  ModelOfOutput m{Tensor(ref.shape), Tensor({ref.shape[0], ref.shape[1], ref.shape[2]})};
+  Tensor &sigma = m.sigma, &dof = m.row_dof;
   // Each row on its own (its sums in the same order whatever the split): rows over threads.
+  // One pass gives each element's sigma (as model_sigma computes it) and the row's dof.
   parallel_for(dof.numel(), static_cast<size_t>(width), [&](size_t row_begin, size_t row_end) {
     std::vector<double> scratch;
     for (size_t row = row_begin; row < row_end; ++row) {
@@ -208,6 +210,7 @@ Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, cons
       for (int64_t d = 0; d < width; ++d) {
         const size_t e = row * static_cast<size_t>(width) + static_cast<size_t>(d);
         const VarianceParts v = element_variance(t, terms, ref.data[e], u, e, row);
+        sigma.data[e] = std::sqrt(v.total());
         sum.operand += v.operand;
         sum.score += v.score;
         sum.via += v.via;
@@ -234,7 +237,12 @@ Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, cons
       dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
     }
   });
-  return dof;
+  return m;
+}
+
+Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+  if (t == Output::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {};
+  return model_sigma_and_row_dof(t, terms, ref, u).row_dof;
 }
 
 void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, Tensor& row_var2_dof) {

@@ -9,11 +9,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
-#include "harness/parallel.h"
 #include "kernels/gpu_attention.h"
 
 namespace attnfuzz::gpu {
@@ -28,71 +26,6 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 #define AF_CUDA(x) check((x), #x)
-
-// Host <-> device copies of real-size tensors through page-locked staging memory kept between
-// calls. A cudaMemcpy from or to pageable memory ran at about 6 GB/s on the H200 machine (the
-// driver stages it through pinned memory on one thread); here threads copy one chunk into or
-// out of pinned memory while the DMA engine moves the next. Bytes are moved, never converted.
-constexpr size_t kStageChunk = size_t{16} << 20;  // bytes per staging buffer (two of them)
-constexpr size_t kStageMin = size_t{4} << 20;     // smaller copies go straight through cudaMemcpy
-
-struct Staging {
-  void* host[2] = {nullptr, nullptr};
-  cudaEvent_t done[2] = {nullptr, nullptr};  // the last DMA from or into host[k]
-  bool ok = false;
-  Staging() {
-    ok = cudaHostAlloc(&host[0], kStageChunk, cudaHostAllocDefault) == cudaSuccess &&
-         cudaHostAlloc(&host[1], kStageChunk, cudaHostAllocDefault) == cudaSuccess &&
-         cudaEventCreateWithFlags(&done[0], cudaEventDisableTiming) == cudaSuccess &&
-         cudaEventCreateWithFlags(&done[1], cudaEventDisableTiming) == cudaSuccess;
-    if (!ok) cudaGetLastError();  // no pinned memory: plain copies (clears the error)
-  }
-};
-// One per host thread, never freed (the CUDA runtime may be gone before thread_local
-// destructors run).
-Staging& staging() {
-  thread_local Staging* s = new Staging();
-  return *s;
-}
-
-void host_copy(void* dst, const void* src, size_t bytes) {
-  parallel_for(bytes, [&](size_t begin, size_t end) {
-    std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, end - begin);
-  });
-}
-
-void copy_to_device(void* dst, const void* src, size_t bytes) {
-  if (bytes < kStageMin || !staging().ok) return AF_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-  Staging& st = staging();
-  size_t k = 0;
-  for (size_t off = 0; off < bytes; off += kStageChunk, k ^= 1) {
-    const size_t n = std::min(kStageChunk, bytes - off);
-    AF_CUDA(cudaEventSynchronize(st.done[k]));  // host[k]'s previous DMA has finished
-    host_copy(st.host[k], static_cast<const char*>(src) + off, n);
-    AF_CUDA(cudaMemcpyAsync(static_cast<char*>(dst) + off, st.host[k], n, cudaMemcpyHostToDevice, 0));
-    AF_CUDA(cudaEventRecord(st.done[k], 0));
-  }
-  AF_CUDA(cudaStreamSynchronize(0));  // as cudaMemcpy: the data is on the device when this returns
-}
-
-void copy_to_host(void* dst, const void* src, size_t bytes) {
-  if (bytes < kStageMin || !staging().ok) return AF_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
-  Staging& st = staging();
-  const size_t chunks = (bytes + kStageChunk - 1) / kStageChunk;
-  auto start = [&](size_t c) {
-    const size_t off = c * kStageChunk;
-    AF_CUDA(cudaMemcpyAsync(st.host[c & 1], static_cast<const char*>(src) + off, std::min(kStageChunk, bytes - off), cudaMemcpyDeviceToHost,
-                            0));
-    AF_CUDA(cudaEventRecord(st.done[c & 1], 0));
-  };
-  start(0);
-  for (size_t c = 0; c < chunks; ++c) {
-    if (c + 1 < chunks) start(c + 1);  // into the other buffer, whose chunk was copied out last round
-    AF_CUDA(cudaEventSynchronize(st.done[c & 1]));
-    const size_t off = c * kStageChunk;
-    host_copy(static_cast<char*>(dst) + off, st.host[c & 1], std::min(kStageChunk, bytes - off));
-  }
-}
 
 template <class T>
 class DeviceBuffer {
@@ -114,10 +47,10 @@ class DeviceBuffer {
   T* get() const { return p_; }
   size_t size() const { return n_; }
   void upload(const T* h) {
-    if (n_) copy_to_device(p_, h, n_ * sizeof(T));
+    if (n_) AF_CUDA(cudaMemcpy(p_, h, n_ * sizeof(T), cudaMemcpyHostToDevice));
   }
   void download(T* h) const {
-    if (n_) copy_to_host(h, p_, n_ * sizeof(T));
+    if (n_) AF_CUDA(cudaMemcpy(h, p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
   }
 
  private:

@@ -155,6 +155,8 @@ std::vector<CudnnMaskPlan> native_candidates(const Problem& p, const CudnnMaskPl
   return out;
 }
 
+std::vector<CudnnMaskPlan> find_mask_plans(const Problem& p);
+
 }  // namespace
 
 bool cudnn_mask_plan_visible(const CudnnMaskPlan& plan, const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -167,6 +169,29 @@ bool cudnn_mask_plan_visible(const CudnnMaskPlan& plan, const Problem& p, int64_
 }
 
 std::vector<CudnnMaskPlan> cudnn_mask_plans(const Problem& p) {
+  // The plans depend on the shape and the dense mask alone. A real-size case asks for them
+  // again and again (the support check, every forward and backward, the dLSE term's extra
+  // calls), and finding them walks the mask about ten times (some 50 ms at S=1088 with 8
+  // heads); comparing the mask with the last one asked about is one pass.
+  struct Last {
+    int64_t batch = -1, heads_q = -1, seq_q = -1, seq_kv = -1;
+    std::vector<uint8_t> mask;
+    std::vector<CudnnMaskPlan> plans;
+  };
+  thread_local Last last;
+  const Shape& s = p.shape;
+  const bool large = p.mask.size() >= (size_t{1} << 16);
+  if (large && last.batch == s.batch && last.heads_q == s.heads_q && last.seq_q == s.seq_q && last.seq_kv == s.seq_kv &&
+      last.mask == p.mask)
+    return last.plans;
+  std::vector<CudnnMaskPlan> plans = find_mask_plans(p);
+  if (large) last = {s.batch, s.heads_q, s.seq_q, s.seq_kv, p.mask, plans};
+  return plans;
+}
+
+namespace {
+
+std::vector<CudnnMaskPlan> find_mask_plans(const Problem& p) {
   std::vector<CudnnMaskPlan> plans;
   const bool same_heads = heads_agree(p);
   if (same_heads) {
@@ -183,6 +208,8 @@ std::vector<CudnnMaskPlan> cudnn_mask_plans(const Problem& p) {
   plans.push_back(bias);
   return plans;
 }
+
+}  // namespace
 
 CudnnMaskPlan plan_cudnn_mask(const Problem& p) { return cudnn_mask_plans(p).front(); }
 
