@@ -4,11 +4,13 @@
 // alone beside the session), the Problems and masks of every call, the error model's sigma, the
 // verdicts and fingerprints, the GPU health checks.
 //   build/gpu/bench/bench_gpu_run CASE.json --backends torch.flash,cudnn [--oracle-device cpu|cuda]
-//                                 [--reps N] [--no-determinism-check] [--null-calls]
+//                                 [--reps N] [--no-determinism-check] [--null-calls] [--sample FILE]
 // --null-calls: every oracle and backend call answers zeros of the right shapes at once (the
 // backends keep their declarations: contract, LSE, dLSE), so what is timed is the host work
 // around the calls alone, on any machine (the verdicts then judge zeros: the figure is a cost,
 // not a result).
+// --sample FILE: the main thread's stack every millisecond of the warm reps (bench/wall_sampler.h),
+// for bench/symbolize_samples.py.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "bench/timed_backend.h"
+#include "bench/wall_sampler.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
@@ -94,7 +97,7 @@ std::string join(const std::vector<std::string>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string case_path, device = "cuda";
+  std::string case_path, device = "cuda", sample_path;
   std::vector<std::string> names;
   int reps = 5;
   bool determinism = true, null_calls = false;
@@ -110,10 +113,12 @@ int main(int argc, char** argv) {
       determinism = false;
     else if (a == "--null-calls")
       null_calls = true;
+    else if (a == "--sample" && i + 1 < argc)
+      sample_path = argv[++i];
     else if (case_path.empty() && a[0] != '-')
       case_path = a;
     else {
-      std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check] [--null-calls]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check] [--null-calls] [--sample FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -161,7 +166,9 @@ int main(int argc, char** argv) {
   opt.gpu_health = gpu_health;
   std::printf("case %s, backends %s, oracles %s, determinism check %s%s\n", case_path.c_str(), join(names).c_str(), device.c_str(),
               determinism ? "on" : "off", null_calls ? ", null calls (host work alone)" : "");
+  bench::WallSampler sampler;
   for (int r = 0; r < reps + 1; ++r) {
+    if (r == 1 && !sample_path.empty()) sampler.start(1000);
     ledger().clear();
     auto t0 = Clock::now();
     const Inputs in = generate_inputs(c);
@@ -178,6 +185,10 @@ int main(int argc, char** argv) {
         "other host work %6.1f; %zu finding(s)\n",
         r == 0 ? "first" : "warm ", total, cpu, inputs_ms, ledger()["reference"], ledger()["error terms"], ledger()["baselines"],
         ledger()["backends"], total - accounted, rep.findings.size());
+  }
+  if (!sample_path.empty()) {
+    sampler.stop();
+    sampler.write(sample_path);
   }
   return 0;
 }

@@ -2,6 +2,9 @@
 # The digests of every verdict over four fixed case streams (bench_case_rate): a speed change
 # must print the same four lines before and after (docs/gpu.md, "Harness speed").
 #   bench/speed_digests.sh [build dir, default build/cpu]
+# The streams are toy and small cases, below the size from which host loops run over threads
+# (harness/parallel.h); ATTNFUZZ_PARALLEL_MIN_ELEMENTS=1 bench/speed_digests.sh sends them
+# through the threaded paths, and must print the same four lines too.
 set -euo pipefail
 b=${1:-build/cpu}
 m=$b/mutants

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "harness/merge.h"
+#include "harness/parallel.h"
 
 namespace attnfuzz {
 
@@ -195,6 +197,12 @@ class Engine {
     });
   }
 
+  static bool has_masked_row(const Problem& p) {
+    bool any = false;
+    for_each_masked_row(p, [&](int64_t, int64_t, int64_t) { any = true; });
+    return any;
+  }
+
   static void zero_masked_rows(const Problem& p, Tensor& d_out, Tensor& d_lse) {
     for_each_masked_row(p, [&](int64_t b, int64_t h, int64_t i) {
       *d_lse.at(b, h, i) = 0.0;
@@ -208,8 +216,15 @@ class Engine {
     // Under the convention no gradient flows through a row with no visible key. A backend
     // with another convention (a uniform softmax over a finite mask bias, say) would let
     // such a row's dO reach dK and dV, so it gets those rows' upstream gradients as zeros.
-    Tensor d_out = d_out_in, d_lse = d_lse_in;
-    if (!be_.masked_rows_zero()) zero_masked_rows(p, d_out, d_lse);
+    // (Copied only where there are such rows: at real size a copy is tens of megabytes.)
+    std::optional<Tensor> zeroed_out, zeroed_lse;
+    if (!be_.masked_rows_zero() && has_masked_row(p)) {
+      zeroed_out = d_out_in;
+      zeroed_lse = d_lse_in;
+      zero_masked_rows(p, *zeroed_out, *zeroed_lse);
+    }
+    const Tensor& d_out = zeroed_out ? *zeroed_out : d_out_in;
+    const Tensor& d_lse = zeroed_lse ? *zeroed_lse : d_lse_in;
     Gradients g = be_.backward(p, f, d_out, d_lse);
     ++calls_;
     if (be_.backward_takes_dlse()) return g;
@@ -223,18 +238,23 @@ class Engine {
     const Forward pk_fwd = be_.forward(pk);  // O' = P K
     const Shape& s = p.shape;
     Tensor g_q(p.q.shape);  // g . Q, the upstream gradient whose dV is P^T (g . Q)
-    for (int64_t b = 0; b < s.batch; ++b)
-      for (int64_t h = 0; h < s.heads_q; ++h)
-        for (int64_t i = 0; i < s.seq_q; ++i) {
-          const double gi = *d_lse.at(b, h, i);
-          for (int64_t d = 0; d < s.head_dim_qk; ++d) {
-            g.dq.at(b, h, i)[d] += p.scale * gi * pk_fwd.o.at(b, h, i)[d];
-            g_q.at(b, h, i)[d] = gi * p.q.at(b, h, i)[d];
-          }
+    // Rows over threads at real size: every element is computed on its own.
+    const size_t rows = static_cast<size_t>(s.batch * s.heads_q * s.seq_q);
+    parallel_for(rows, static_cast<size_t>(s.head_dim_qk), [&](size_t begin, size_t end) {
+      for (size_t row = begin; row < end; ++row) {
+        const int64_t r = static_cast<int64_t>(row), i = r % s.seq_q, h = (r / s.seq_q) % s.heads_q, b = r / (s.seq_q * s.heads_q);
+        const double gi = *d_lse.at(b, h, i);
+        for (int64_t d = 0; d < s.head_dim_qk; ++d) {
+          g.dq.at(b, h, i)[d] += p.scale * gi * pk_fwd.o.at(b, h, i)[d];
+          g_q.at(b, h, i)[d] = gi * p.q.at(b, h, i)[d];
         }
+      }
+    });
     const Gradients extra = be_.backward(pk, pk_fwd, g_q, Tensor(d_lse.shape));
     calls_ += 2;
-    for (size_t i = 0; i < g.dk.numel(); ++i) g.dk.data[i] += p.scale * extra.dv.data[i];
+    parallel_for(g.dk.numel(), [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) g.dk.data[i] += p.scale * extra.dv.data[i];
+    });
     return g;
   }
 

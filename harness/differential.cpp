@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "harness/inputs.h"
+#include "harness/parallel.h"
 
 namespace attnfuzz {
 namespace {
@@ -150,8 +151,9 @@ class DifferentialSession::Impl {
       Model m;
       if (comp == Composition{}) {
         for (Output t : kOutputs) {
-          m.sigma[static_cast<size_t>(t)] = model_sigma(t, (*terms_)[t], ref_[t], u);
-          m.row_dof[static_cast<size_t>(t)] = model_row_dof(t, (*terms_)[t], ref_[t], u);
+          ModelOfOutput o = model_sigma_and_row_dof(t, (*terms_)[t], ref_[t], u);
+          m.sigma[static_cast<size_t>(t)] = std::move(o.sigma);
+          m.row_dof[static_cast<size_t>(t)] = std::move(o.row_dof);
         }
       } else {
         // The per-call model does not carry every path of a merge (the parts' LSE errors moving
@@ -190,7 +192,8 @@ class DifferentialSession::Impl {
                             : t == Output::dK  ? call.grads.dk
                                                : call.grads.dv;
         const bool q_rows = t == Output::O || t == Output::LSE || t == Output::dQ;
-        add_call_model({t, model_sigma(t, calls.terms[c][t], out, u), model_row_dof(t, calls.terms[c][t], out, u),
+        ModelOfOutput o = model_sigma_and_row_dof(t, calls.terms[c][t], out, u);
+        add_call_model({t, std::move(o.sigma), std::move(o.row_dof),
                         t == Output::O || t == Output::LSE ? &calls.weights[c] : nullptr,
                         q_rows ? call.problem.q_offset : call.problem.kv_offset},
                        sum_sigma2, row_var, row_var2_dof);
@@ -239,6 +242,24 @@ class DifferentialSession::Impl {
       ct.weights.push_back(std::move(w));
     }
     return call_terms_.emplace(describe(comp), std::move(ct)).first->second;
+  }
+
+  // The errors of the fingerprint ladder's emulations of output t through comp: the same for
+  // every backend run there with the same dLSE handling, so computed once (the comparisons of
+  // a real-size tensor at once, each its own sum in its own order).
+  const std::vector<std::pair<Contract, ErrorStats>>& rung_errors(const Composition& comp, bool takes_dlse, Output t) {
+    auto key = std::make_tuple(describe(comp), takes_dlse, t);
+    auto it = rung_errors_.find(key);
+    if (it != rung_errors_.end()) return it->second;
+    std::vector<const Tensor*> rung_outputs;
+    std::vector<std::pair<Contract, ErrorStats>> errors;
+    for (Contract k : fingerprint_ladder(c_.dtype)) {
+      rung_outputs.push_back(&emulation(k, false, comp, takes_dlse)[t]);  // device calls stay on this thread
+      errors.emplace_back(k, ErrorStats{});
+    }
+    parallel_tasks(errors.size(), ref_[t].numel() >= parallel_min_elements(),
+                   [&](size_t i) { errors[i].second = error_of(*rung_outputs[i], t); });
+    return rung_errors_.emplace(key, std::move(errors)).first->second;
   }
 
   static bool q_indexed(Output t) { return t == Output::O || t == Output::LSE || t == Output::dQ; }
@@ -396,8 +417,7 @@ class DifferentialSession::Impl {
       if (opt_.fingerprint_all || !v.pass) {
         std::vector<std::pair<Contract, double>> rungs;
         std::map<Contract, double> maxes;
-        for (Contract k : fingerprint_ladder(c_.dtype)) {
-          const ErrorStats e = error_of(emulation(k, false, comp, takes_dlse)[t], t);
+        for (const auto& [k, e] : rung_errors(comp, takes_dlse, t)) {
           rungs.emplace_back(k, e.rms);
           maxes[k] = e.max_abs;
         }
@@ -480,6 +500,7 @@ class DifferentialSession::Impl {
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
   std::map<std::tuple<Contract, double, std::string>, Model> models_;
   std::map<std::string, CallTerms> call_terms_;
+  std::map<std::tuple<std::string, bool, Output>, std::vector<std::pair<Contract, ErrorStats>>> rung_errors_;
   DiffReport report_;
 };
 

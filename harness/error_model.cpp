@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
-#include <vector>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/case.h"
+#include "harness/parallel.h"
 #include "harness/problem.h"
 
 namespace attnfuzz {
@@ -187,55 +188,70 @@ Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const 
   check_shapes("model_sigma", terms, ref);
   Tensor sigma(ref.shape);
   const size_t width = ref.shape.empty() || t == Output::LSE ? 1 : static_cast<size_t>(ref.shape.back());
-  for (size_t e = 0; e < ref.numel(); ++e) sigma.data[e] = std::sqrt(element_variance(t, terms, ref.data[e], u, e, e / width).total());
+  // Each element on its own: any split over threads gives the same bits (harness/parallel.h).
+  parallel_for(ref.numel(), [&](size_t begin, size_t end) {
+    for (size_t e = begin; e < end; ++e) sigma.data[e] = std::sqrt(element_variance(t, terms, ref.data[e], u, e, e / width).total());
+  });
   return sigma;
+}
+
+ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+  if (t == Output::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
+  check_shapes("model_row_dof", terms, ref);
+  const int64_t width = ref.shape[3];
+  ModelOfOutput m{Tensor(ref.shape), Tensor({ref.shape[0], ref.shape[1], ref.shape[2]})};
+  Tensor &sigma = m.sigma, &dof = m.row_dof;
+  // Each row on its own (its sums in the same order whatever the split): rows over threads.
+  // One pass gives each element's sigma (as model_sigma computes it) and the row's dof.
+  parallel_for(dof.numel(), static_cast<size_t>(width), [&](size_t row_begin, size_t row_end) {
+    std::vector<double> scratch;
+    for (size_t row = row_begin; row < row_end; ++row) {
+      VarianceParts sum;
+      for (int64_t d = 0; d < width; ++d) {
+        const size_t e = row * static_cast<size_t>(width) + static_cast<size_t>(d);
+        const VarianceParts v = element_variance(t, terms, ref.data[e], u, e, row);
+        sigma.data[e] = std::sqrt(v.total());
+        sum.operand += v.operand;
+        sum.score += v.score;
+        sum.via += v.via;
+        sum.normalizer += v.normalizer;
+        sum.independent += v.independent;
+      }
+      // dQ receives D's error through the one number D_i; dK's via parts sum over the queries
+      // that see the key, as its operand does.
+      double op_sources = terms.operand_sources.data[row], sc_sources = terms.score_sources.data[row];
+      if (!terms.direction_sources.data.empty()) {
+        op_sources = std::min(op_sources, terms.direction_sources.data[row]);
+        sc_sources = std::min(sc_sources, terms.direction_sources.data[row]);
+      }
+      double correlated = sum.operand, via = sum.via;
+      if (t == Output::dK) correlated += std::exchange(via, 0.0);
+      double shared_denom = via * via + sum.normalizer * sum.normalizer;
+      if (correlated > 0) shared_denom += correlated * correlated / std::max(1.0, op_sources);
+      if (sum.score > 0) shared_denom += sum.score * sum.score / std::max(1.0, sc_sources);
+      // Every shared part moves the row inside the span of the same vectors (the normalizer along
+      // the row, D's error along sum_j P_ij K_j for dQ), so together they cannot have more sources
+      // than those vectors have directions: a query that sees one key errs along that key, however
+      // its error splits into parts (torch.efficient's fp32 dQ row at 8.97 sigma' against the 7.66
+      // of a 3.74-source row, Skv = 1: docs/findings/README.md, session 8).
+      const double shared = sum.operand + sum.score + sum.via + sum.normalizer;
+      if (!terms.direction_sources.data.empty() && shared_denom > 0)
+        shared_denom = std::max(shared_denom, shared * shared / std::max(1.0, terms.direction_sources.data[row]));
+      // Elements with the same value are computed alike and round alike (a row of an exactly
+      // constant V): they are one source of the independent part, not one each.
+      const double denom =
+          sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width, scratch) +
+          shared_denom;
+      const double total = sum.total();
+      dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
+    }
+  });
+  return m;
 }
 
 Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
   if (t == Output::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {};
-  check_shapes("model_row_dof", terms, ref);
-  const int64_t width = ref.shape[3];
-  Tensor dof({ref.shape[0], ref.shape[1], ref.shape[2]});
-  std::vector<double> scratch;
-  for (size_t row = 0; row < dof.numel(); ++row) {
-    VarianceParts sum;
-    for (int64_t d = 0; d < width; ++d) {
-      const size_t e = row * static_cast<size_t>(width) + static_cast<size_t>(d);
-      const VarianceParts v = element_variance(t, terms, ref.data[e], u, e, row);
-      sum.operand += v.operand;
-      sum.score += v.score;
-      sum.via += v.via;
-      sum.normalizer += v.normalizer;
-      sum.independent += v.independent;
-    }
-    // dQ receives D's error through the one number D_i; dK's via parts sum over the queries
-    // that see the key, as its operand does.
-    double op_sources = terms.operand_sources.data[row], sc_sources = terms.score_sources.data[row];
-    if (!terms.direction_sources.data.empty()) {
-      op_sources = std::min(op_sources, terms.direction_sources.data[row]);
-      sc_sources = std::min(sc_sources, terms.direction_sources.data[row]);
-    }
-    double correlated = sum.operand, via = sum.via;
-    if (t == Output::dK) correlated += std::exchange(via, 0.0);
-    double shared_denom = via * via + sum.normalizer * sum.normalizer;
-    if (correlated > 0) shared_denom += correlated * correlated / std::max(1.0, op_sources);
-    if (sum.score > 0) shared_denom += sum.score * sum.score / std::max(1.0, sc_sources);
-    // Every shared part moves the row inside the span of the same vectors (the normalizer along
-    // the row, D's error along sum_j P_ij K_j for dQ), so together they cannot have more sources
-    // than those vectors have directions: a query that sees one key errs along that key, however
-    // its error splits into parts (torch.efficient's fp32 dQ row at 8.97 sigma' against the 7.66
-    // of a 3.74-source row, Skv = 1: docs/findings/README.md, session 8).
-    const double shared = sum.operand + sum.score + sum.via + sum.normalizer;
-    if (!terms.direction_sources.data.empty() && shared_denom > 0)
-      shared_denom = std::max(shared_denom, shared * shared / std::max(1.0, terms.direction_sources.data[row]));
-    // Elements with the same value are computed alike and round alike (a row of an exactly
-    // constant V): they are one source of the independent part, not one each.
-    const double denom =
-        sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width, scratch) + shared_denom;
-    const double total = sum.total();
-    dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
-  }
-  return dof;
+  return model_sigma_and_row_dof(t, terms, ref, u).row_dof;
 }
 
 void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, Tensor& row_var2_dof) {

@@ -159,6 +159,11 @@ Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const 
 // The degrees of freedom of each row's error (above), shaped [B][H][S]; empty for the LSE
 // (one element a row) and where the terms carry no sources.
 Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+// Both in one pass over the elements (each element's variance computed once): the same bits.
+struct ModelOfOutput {
+  Tensor sigma, row_dof;
+};
+ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
 
 // Through a composition every call is a problem of its own (its P, its D, its upstream
 // gradients dO_k = w_k dO and dLSE_k: harness/merge.h), so the model is evaluated per call

@@ -4,19 +4,48 @@
 // whatever the split. Below kParallelMinElements one thread does it: toy and small cases, which
 // a campaign already runs one per worker process, never start a thread.
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdlib>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace attnfuzz {
 
 inline constexpr size_t kParallelMinElements = size_t{1} << 20;
 
-// Calls f(begin, end) over disjoint ranges covering [0, n).
+// The work from which loops start threads, and how many they start: kParallelMinElements and
+// the hardware's threads (at most 16), unless overridden. The environment's
+// ATTNFUZZ_PARALLEL_MIN_ELEMENTS sets the first (bench/speed_digests.sh sets 1, so that the
+// digest streams' toy cases take the threaded paths and their digests check them); tests set
+// both (tests/test_parallel_judging.cpp).
+struct ParallelSettings {
+  std::atomic<size_t> min_elements{kParallelMinElements};
+  std::atomic<size_t> threads{0};  // 0: the hardware's
+};
+inline ParallelSettings& parallel_settings() {
+  static ParallelSettings s;
+  static const bool from_environment = [] {
+    if (const char* e = std::getenv("ATTNFUZZ_PARALLEL_MIN_ELEMENTS"); e && *e) s.min_elements = std::strtoull(e, nullptr, 10);
+    return true;
+  }();
+  (void)from_environment;
+  return s;
+}
+inline size_t parallel_min_elements() { return parallel_settings().min_elements.load(); }
+inline size_t parallel_threads() {
+  const size_t t = parallel_settings().threads.load();
+  return t ? t : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+}
+
+// Calls f(begin, end) over disjoint ranges covering [0, n) of items that each cost about
+// `elements_per_item` elements' work (a row of `width` elements: width), so that only work of
+// kParallelMinElements or more starts threads.
 template <class F>
-void parallel_for(size_t n, F&& f) {
-  const size_t threads = n < kParallelMinElements ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-  if (threads == 1) {
+void parallel_for(size_t n, size_t elements_per_item, F&& f) {
+  const size_t threads = n * elements_per_item < parallel_min_elements() ? 1 : parallel_threads();
+  if (threads == 1 || n <= 1) {
     f(size_t{0}, n);
     return;
   }
@@ -24,6 +53,26 @@ void parallel_for(size_t n, F&& f) {
   std::vector<std::thread> pool;
   for (size_t begin = chunk; begin < n; begin += chunk) pool.emplace_back([&f, begin, n, chunk] { f(begin, std::min(n, begin + chunk)); });
   f(size_t{0}, std::min(n, chunk));
+  for (auto& t : pool) t.join();
+}
+
+// Calls f(begin, end) over disjoint ranges covering [0, n) of single elements.
+template <class F>
+void parallel_for(size_t n, F&& f) {
+  parallel_for(n, 1, std::forward<F>(f));
+}
+
+// Runs the tasks f(0), ..., f(n - 1) at once, one thread each, when `parallel` (work that is
+// large enough to pay for the threads); otherwise one after another, in order.
+template <class F>
+void parallel_tasks(size_t n, bool parallel, F&& f) {
+  if (!parallel || n <= 1) {
+    for (size_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < n; ++i) pool.emplace_back([&f, i] { f(i); });
+  f(size_t{0});
   for (auto& t : pool) t.join();
 }
 

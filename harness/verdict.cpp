@@ -5,8 +5,14 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <unordered_set>
+#include <vector>
+
+#include "harness/parallel.h"
 
 namespace attnfuzz {
 
@@ -76,13 +82,15 @@ Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, d
 namespace {
 
 // Per-element squared error and squared allowance (sigma'^2), with the rows and
-// non-finite elements that are judged elsewhere left out.
+// non-finite elements that are judged elsewhere left out. (Arrays left uninitialized by the
+// allocation and filled element by element over threads: a real-size tensor's seven arrays are
+// 60 MiB, which a zero fill first would write twice, on one thread.)
 struct Elementwise {
-  std::vector<double> err, ref, err2, allow2;  // err signed: implementation - reference
-  std::vector<uint8_t> used;
+  std::unique_ptr<double[]> err, ref, err2, allow2;  // err signed: implementation - reference
+  std::unique_ptr<uint8_t[]> used;
   // Elements no correct implementation can get wrong: no rounded term reaches them (the model
   // and the baselines say 0: a key no query sees), so their allowance is the floor alone.
-  std::vector<uint8_t> exact;
+  std::unique_ptr<uint8_t[]> exact;
   // Per row, a hash of its reference values' bits: rows that are copies (every query the same
   // vector, every key too) are computed alike and err alike, so a block counts one of them.
   std::vector<uint64_t> row_hash;
@@ -94,12 +102,12 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
   const Tensor& ref = *in.ref;
   Elementwise w;
   const size_t n = ref.numel();
-  w.err.assign(n, 0.0);
-  w.ref.assign(n, 0.0);
-  w.err2.assign(n, 0.0);
-  w.allow2.assign(n, 0.0);
-  w.used.assign(n, 0);
-  w.exact.assign(n, 0);
+  w.err.reset(new double[n]);
+  w.ref.reset(new double[n]);
+  w.err2.reset(new double[n]);
+  w.allow2.reset(new double[n]);
+  w.used.reset(new uint8_t[n]);
+  w.exact.reset(new uint8_t[n]);
   w.heads = ref.shape[0] * ref.shape[1];
   w.seq = ref.shape[2];
   w.width = ref.shape.size() > 3 ? ref.shape[3] : 1;
@@ -107,46 +115,61 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
     if (in.row_dof->numel() != n / static_cast<size_t>(w.width)) throw std::invalid_argument("judge_tensor: row_dof is not one per row");
     w.row_dof = in.row_dof;
   }
-  std::vector<double> base2(n, 0.0);
+  const size_t width = static_cast<size_t>(w.width);
+  std::unique_ptr<double[]> base2(new double[n]);
+  // Each element on its own, over threads (harness/parallel.h)...
+  parallel_for(n, [&](size_t begin, size_t end) {
+    for (size_t e = begin; e < end; ++e) {
+      w.used[e] = 0;
+      w.exact[e] = 0;
+      w.err[e] = w.ref[e] = w.err2[e] = w.allow2[e] = base2[e] = 0.0;
+      if (in.skip_rows && (*in.skip_rows)[e / width]) continue;
+      const double r = ref.data[e], a = in.impl->data[e];
+      if (!std::isfinite(r) || !std::isfinite(a)) continue;
+      w.used[e] = 1;
+      w.err[e] = a - r;
+      w.ref[e] = r;
+      w.err2[e] = (a - r) * (a - r);
+      auto sq_err = [&](const Tensor* t) {
+        if (!t) return 0.0;
+        const double x = t->data[e];
+        return std::isfinite(x) ? (x - r) * (x - r) : 0.0;
+      };
+      base2[e] = (sq_err(in.baseline_fwd) + sq_err(in.baseline_rev)) / 2.0;
+    }
+  });
+  // ...and the sums over elements in element order, as one pass adds them.
   double sum_base2 = 0, sum_model2 = 0, used = 0;
   for (size_t e = 0; e < n; ++e) {
-    if (in.skip_rows && (*in.skip_rows)[e / static_cast<size_t>(w.width)]) continue;
-    const double r = ref.data[e], a = in.impl->data[e];
-    if (!std::isfinite(r) || !std::isfinite(a)) continue;
-    w.used[e] = 1;
+    if (!w.used[e]) continue;
     used += 1;
-    w.err[e] = a - r;
-    w.ref[e] = r;
-    w.err2[e] = (a - r) * (a - r);
-    auto sq_err = [&](const Tensor* t) {
-      if (!t) return 0.0;
-      const double x = t->data[e];
-      return std::isfinite(x) ? (x - r) * (x - r) : 0.0;
-    };
-    base2[e] = (sq_err(in.baseline_fwd) + sq_err(in.baseline_rev)) / 2.0;
     sum_base2 += base2[e];
     if (in.sigma) sum_model2 += in.sigma->data[e] * in.sigma->data[e];
   }
   const double kappa = sum_model2 > 0 ? std::sqrt(sum_base2 / sum_model2) : 0.0;
   const double k = std::max(kappa, rule.kappa_min);
-  for (size_t e = 0; e < n; ++e) {
-    if (!w.used[e]) continue;
-    const double m = in.sigma ? in.sigma->data[e] : 0.0;
-    const double allow = std::sqrt(std::max(k * k * m * m, base2[e])) + in.tiny;
-    w.allow2[e] = allow * allow;
-    w.exact[e] = m == 0 && base2[e] == 0;
-  }
-  w.row_hash.assign(n / static_cast<size_t>(w.width), 0);
-  for (size_t row = 0; row < w.row_hash.size(); ++row) {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the row's bits
-    for (int64_t d = 0; d < w.width; ++d) {
-      uint64_t bits;
-      const double r = ref.data[row * static_cast<size_t>(w.width) + static_cast<size_t>(d)];
-      std::memcpy(&bits, &r, sizeof bits);
-      h = (h ^ bits) * 1099511628211ull;
+  parallel_for(n, [&](size_t begin, size_t end) {
+    for (size_t e = begin; e < end; ++e) {
+      if (!w.used[e]) continue;
+      const double m = in.sigma ? in.sigma->data[e] : 0.0;
+      const double allow = std::sqrt(std::max(k * k * m * m, base2[e])) + in.tiny;
+      w.allow2[e] = allow * allow;
+      w.exact[e] = m == 0 && base2[e] == 0;
     }
-    w.row_hash[row] = h;
-  }
+  });
+  w.row_hash.assign(n / width, 0);
+  parallel_for(w.row_hash.size(), width, [&](size_t row_begin, size_t row_end) {
+    for (size_t row = row_begin; row < row_end; ++row) {
+      uint64_t h = 1469598103934665603ull;  // FNV-1a over the row's bits
+      for (size_t d = 0; d < width; ++d) {
+        uint64_t bits;
+        const double r = ref.data[row * width + d];
+        std::memcpy(&bits, &r, sizeof bits);
+        h = (h ^ bits) * 1099511628211ull;
+      }
+      w.row_hash[row] = h;
+    }
+  });
   *kappa_out = kappa;
   *model_rms_out = used > 0 ? std::sqrt(sum_model2 / used) : 0.0;
   return w;
@@ -156,14 +179,19 @@ Elementwise elementwise(const JudgeInput& in, const ToleranceRule& rule, double*
 // carry min(c, the row's dof) independent errors: its shared sources reach every column.
 // Exact elements carry none: counting them made a tile of one query's dV rows (8 keys seen,
 // 8 not) read 198 independent errors where the 8 seen rows carried them all. A row that copies
-// one already in the block carries none either (row_hash). `outer` holds the rows already seen
-// by an enclosing block (the tensor around a head): dof_in_outer counts this box's rows against
-// it, so the head and the tensor are summed in one pass.
+// one already in the block carries none either (row_hash). For an enclosing block (the tensor
+// around a head), `rows_for_outer` receives this box's rows that carry errors, in order, with
+// their dof: judge_tensor counts them against the rows of the heads before, so the head and the
+// tensor are summed in one pass.
 struct BlockSum {
-  double err2 = 0, allow2 = 0, n = 0, dof = 0, dof_in_outer = 0;
+  double err2 = 0, allow2 = 0, n = 0, dof = 0;
+};
+struct RowDof {
+  uint64_t hash;
+  double dof;
 };
 BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_t d0, int64_t d1,
-                 std::unordered_set<uint64_t>* outer = nullptr) {
+                 std::vector<RowDof>* rows_for_outer = nullptr) {
   BlockSum b;
   std::unordered_set<uint64_t> seen;  // a one-row box (the row blocks) needs none
   for (int64_t s = s0; s < s1; ++s) {
@@ -181,7 +209,7 @@ BlockSum sum_box(const Elementwise& w, int64_t h, int64_t s0, int64_t s1, int64_
     if (can_err == 0) continue;
     const double dof = w.row_dof ? std::min(can_err, w.row_dof->data[row]) : can_err;
     if (s1 - s0 == 1 || seen.insert(w.row_hash[row]).second) b.dof += dof;
-    if (outer && outer->insert(w.row_hash[row]).second) b.dof_in_outer += dof;
+    if (rows_for_outer) rows_for_outer->push_back({w.row_hash[row], dof});
   }
   return b;
 }
@@ -222,75 +250,127 @@ double ratio_of(const BlockSum& b) {
   return b.allow2 > 0 ? std::sqrt(b.err2 / b.allow2) : std::numeric_limits<double>::infinity();
 }
 
+// What one head's blocks (its rows, tiles and the head itself) give the verdict: the same
+// updates judge_tensor made block by block, kept per head so that heads run on threads and are
+// merged in head order (judge_tensor).
+struct HeadJudgement {
+  bool pass = true;
+  std::map<std::string, double> margin;
+  double worst_score = -1;
+  WorstBlock worst;
+  double max_err2 = -1, bound_max = 0;
+  BlockSum head;
+  std::vector<RowDof> head_rows;  // the head's rows that carry errors, for the tensor's dof
+};
+
+HeadJudgement judge_head(const Elementwise& w, const JudgeInput& in, const ToleranceRule& rule, int64_t h, int64_t b_heads) {
+  HeadJudgement j;
+  auto head_name = [&] { return "b" + std::to_string(h / b_heads) + " h" + std::to_string(h % b_heads); };
+  auto consider = [&](const char* granularity, const BlockSum& b, const std::function<std::string()>& where) {
+    if (b.n == 0) return;
+    const double ratio = ratio_of(b), limit = rule.limit(std::max(1.0, b.dof));
+    if (ratio > limit) j.pass = false;
+    double& m = j.margin[granularity];
+    m = std::max(m, ratio / limit);
+    if (ratio / limit > j.worst_score) {
+      j.worst_score = ratio / limit;
+      j.worst = {granularity, where(), ratio, limit, b.n, b.dof};
+    }
+  };
+  const int64_t tile = std::max<int64_t>(1, rule.tile);
+  for (int64_t s = 0; s < w.seq; ++s)
+    for (int64_t d = 0; d < w.width; ++d) {
+      const size_t e = static_cast<size_t>((h * w.seq + s) * w.width + d);
+      if (!w.used[e]) continue;
+      if (w.err2[e] > j.max_err2) {
+        j.max_err2 = w.err2[e];
+        j.bound_max = rule.limit(w.row_dof ? w.row_dof->data[static_cast<size_t>(h * w.seq + s)] : static_cast<double>(w.width)) *
+                      std::sqrt(w.allow2[e]);
+      }
+      // The finest block is a row: one element of a row is not judged alone (its error
+      // and its sigma' are too noisy), except where a row is one element (LSE, D = 1).
+      if (w.width == 1) consider("element", {w.err2[e], w.allow2[e], 1, 1}, [&] { return head_name() + " s" + std::to_string(s); });
+    }
+  if (w.width > 1)
+    for (int64_t s = 0; s < w.seq; ++s) {
+      consider("row", sum_box(w, h, s, s + 1, 0, w.width), [&] { return head_name() + " s" + std::to_string(s); });
+      consider("row along itself", row_projection(w, static_cast<size_t>(h * w.seq + s), in.row_scale_variance),
+               [&] { return head_name() + " s" + std::to_string(s); });
+    }
+  for (int64_t s0 = 0; s0 < w.seq; s0 += tile)
+    for (int64_t d0 = 0; d0 < w.width; d0 += tile) {
+      const int64_t s1 = std::min(w.seq, s0 + tile), d1 = std::min(w.width, d0 + tile);
+      consider("tile", sum_box(w, h, s0, s1, d0, d1), [&] {
+        return head_name() + " s" + std::to_string(s0) + "-" + std::to_string(s1 - 1) +
+               (w.width > 1 ? " d" + std::to_string(d0) + "-" + std::to_string(d1 - 1) : "");
+      });
+    }
+  j.head = sum_box(w, h, 0, w.seq, 0, w.width, &j.head_rows);
+  consider("head", j.head, [&] { return head_name(); });
+  return j;
+}
+
 }  // namespace
 
 TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const ToleranceRule& rule) {
   TensorVerdict v;
   v.tensor = name;
-  v.err = compare(*in.impl, *in.ref, in.skip_rows);
-  if (in.baseline_fwd) v.baseline = compare(*in.baseline_fwd, *in.ref, in.skip_rows);
-  if (in.baseline_rev) {
-    const ErrorStats rev = compare(*in.baseline_rev, *in.ref, in.skip_rows);
+  // The three comparisons are independent sums (each in its own order): at real size, at once.
+  std::optional<ErrorStats> base_fwd, base_rev;
+  parallel_tasks(3, in.ref->numel() >= parallel_min_elements(), [&](size_t task) {
+    if (task == 0) v.err = compare(*in.impl, *in.ref, in.skip_rows);
+    if (task == 1 && in.baseline_fwd) base_fwd = compare(*in.baseline_fwd, *in.ref, in.skip_rows);
+    if (task == 2 && in.baseline_rev) base_rev = compare(*in.baseline_rev, *in.ref, in.skip_rows);
+  });
+  if (base_fwd) v.baseline = *base_fwd;
+  if (base_rev) {
+    const ErrorStats& rev = *base_rev;
     v.baseline.rms = std::max(v.baseline.rms, rev.rms);
     v.baseline.max_abs = std::max(v.baseline.max_abs, rev.max_abs);
     v.baseline.rel_fro = std::max(v.baseline.rel_fro, rev.rel_fro);
   }
   const Elementwise w = elementwise(in, rule, &v.kappa, &v.model_rms);
   const int64_t b_heads = in.ref->shape[1];
-  auto head_name = [&](int64_t h) { return "b" + std::to_string(h / b_heads) + " h" + std::to_string(h % b_heads); };
 
-  double worst_score = -1;
-  auto consider = [&](const char* granularity, const BlockSum& b, const std::function<std::string()>& where) {
-    if (b.n == 0) return;
-    const double ratio = ratio_of(b), limit = rule.limit(std::max(1.0, b.dof));
-    if (ratio > limit) v.pass = false;
-    double& m = v.margin[granularity];
-    m = std::max(m, ratio / limit);
-    if (ratio / limit > worst_score) {
-      worst_score = ratio / limit;
-      v.worst = {granularity, where(), ratio, limit, b.n, b.dof};
-    }
-  };
-  const int64_t tile = std::max<int64_t>(1, rule.tile);
-  double max_err2 = -1;
+  // Each head's blocks on their own (over threads at real size), then merged in head order:
+  // the pass, each granularity's largest margin, the first block of the largest score and the
+  // first element of the largest error, as one pass over the heads in order finds them.
+  std::vector<HeadJudgement> heads(static_cast<size_t>(w.heads));
+  parallel_for(heads.size(), static_cast<size_t>(w.seq * w.width), [&](size_t begin, size_t end) {
+    for (size_t h = begin; h < end; ++h) heads[h] = judge_head(w, in, rule, static_cast<int64_t>(h), b_heads);
+  });
+  double worst_score = -1, max_err2 = -1;
   BlockSum all;
   std::unordered_set<uint64_t> tensor_rows;  // rows copied across heads count once in the tensor
-  for (int64_t h = 0; h < w.heads; ++h) {
-    for (int64_t s = 0; s < w.seq; ++s)
-      for (int64_t d = 0; d < w.width; ++d) {
-        const size_t e = static_cast<size_t>((h * w.seq + s) * w.width + d);
-        if (!w.used[e]) continue;
-        if (w.err2[e] > max_err2) {
-          max_err2 = w.err2[e];
-          v.bound_max = rule.limit(w.row_dof ? w.row_dof->data[static_cast<size_t>(h * w.seq + s)] : static_cast<double>(w.width)) *
-                        std::sqrt(w.allow2[e]);
-        }
-        // The finest block is a row: one element of a row is not judged alone (its error
-        // and its sigma' are too noisy), except where a row is one element (LSE, D = 1).
-        if (w.width == 1) consider("element", {w.err2[e], w.allow2[e], 1, 1}, [&] { return head_name(h) + " s" + std::to_string(s); });
-      }
-    if (w.width > 1)
-      for (int64_t s = 0; s < w.seq; ++s) {
-        consider("row", sum_box(w, h, s, s + 1, 0, w.width), [&] { return head_name(h) + " s" + std::to_string(s); });
-        consider("row along itself", row_projection(w, static_cast<size_t>(h * w.seq + s), in.row_scale_variance),
-                 [&] { return head_name(h) + " s" + std::to_string(s); });
-      }
-    for (int64_t s0 = 0; s0 < w.seq; s0 += tile)
-      for (int64_t d0 = 0; d0 < w.width; d0 += tile) {
-        const int64_t s1 = std::min(w.seq, s0 + tile), d1 = std::min(w.width, d0 + tile);
-        consider("tile", sum_box(w, h, s0, s1, d0, d1), [&] {
-          return head_name(h) + " s" + std::to_string(s0) + "-" + std::to_string(s1 - 1) +
-                 (w.width > 1 ? " d" + std::to_string(d0) + "-" + std::to_string(d1 - 1) : "");
-        });
-      }
-    const BlockSum head = sum_box(w, h, 0, w.seq, 0, w.width, &tensor_rows);
-    consider("head", head, [&] { return head_name(h); });
-    all.err2 += head.err2;
-    all.allow2 += head.allow2;
-    all.n += head.n;
-    all.dof += head.dof_in_outer;
+  for (const HeadJudgement& j : heads) {
+    if (!j.pass) v.pass = false;
+    for (const auto& [granularity, x] : j.margin) {
+      double& m = v.margin[granularity];
+      m = std::max(m, x);
+    }
+    if (j.worst_score > worst_score) {
+      worst_score = j.worst_score;
+      v.worst = j.worst;
+    }
+    if (j.max_err2 > max_err2) {
+      max_err2 = j.max_err2;
+      v.bound_max = j.bound_max;
+    }
+    double dof_in_outer = 0;
+    for (const RowDof& r : j.head_rows)
+      if (tensor_rows.insert(r.hash).second) dof_in_outer += r.dof;
+    all.err2 += j.head.err2;
+    all.allow2 += j.head.allow2;
+    all.n += j.head.n;
+    all.dof += dof_in_outer;
   }
-  consider("tensor", all, [] { return std::string("all"); });
+  if (all.n > 0) {
+    const double ratio = ratio_of(all), limit = rule.limit(std::max(1.0, all.dof));
+    if (ratio > limit) v.pass = false;
+    double& m = v.margin["tensor"];
+    m = std::max(m, ratio / limit);
+    if (ratio / limit > worst_score) v.worst = {"tensor", "all", ratio, limit, all.n, all.dof};
+  }
   v.tensor_ratio = all.n > 0 ? ratio_of(all) : 0.0;
   v.bound_rms = all.n > 0 ? rule.limit(std::max(1.0, all.dof)) * std::sqrt(all.allow2 / all.n) : 0.0;
   if (v.err.nonfinite_mismatch) v.pass = false;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "harness/parallel.h"
 #include "harness/problem.h"
 #include "oracles/torch_oracle.h"
 
@@ -35,14 +36,35 @@ inline at::ScalarType scalar_type(DType d) {
 
 inline at::Device device_of(TorchDevice d) { return d == TorchDevice::cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU); }
 
+// A copy of `t` on `dev` (never a view of the harness's memory). To a GPU the upload is that
+// copy: the host copy first (clone) only for the CPU.
 inline at::Tensor to_torch(const Tensor& t, at::Device dev) {
-  return at::from_blob(const_cast<double*>(t.ptr()), t.shape, at::TensorOptions().dtype(at::kDouble)).clone().to(dev);
+  const at::Tensor host = at::from_blob(const_cast<double*>(t.ptr()), t.shape, at::TensorOptions().dtype(at::kDouble));
+  return dev.is_cpu() ? host.clone() : host.to(dev);
 }
 
+// `t` in float64 on the host. A 16- or 32-bit tensor comes to the host in its own type (a
+// quarter or half of float64's bytes) and is widened here, over threads at real size: widening
+// is exact, so the values are those of a conversion anywhere else.
 inline Tensor from_torch(const at::Tensor& t) {
-  at::Tensor c = t.detach().to(at::kCPU, at::kDouble).contiguous();
+  const at::ScalarType st = t.scalar_type();
+  const bool narrow = st == at::kBFloat16 || st == at::kHalf || st == at::kFloat;
+  at::Tensor c = narrow ? t.detach().to(at::kCPU).contiguous() : t.detach().to(at::kCPU, at::kDouble).contiguous();
   Tensor out(std::vector<int64_t>(c.sizes().begin(), c.sizes().end()));
-  std::copy(c.data_ptr<double>(), c.data_ptr<double>() + c.numel(), out.ptr());
+  double* dst = out.ptr();
+  auto widen = [&](const auto* src) {
+    parallel_for(out.numel(), [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) dst[i] = static_cast<double>(static_cast<float>(src[i]));
+    });
+  };
+  if (st == at::kBFloat16)
+    widen(c.data_ptr<at::BFloat16>());
+  else if (st == at::kHalf)
+    widen(c.data_ptr<at::Half>());
+  else if (st == at::kFloat)
+    widen(c.data_ptr<float>());
+  else
+    std::copy(c.data_ptr<double>(), c.data_ptr<double>() + c.numel(), dst);
   return out;
 }
 

@@ -98,17 +98,33 @@ struct MaskArg {
 // looks at its metadata (LibTorch's kernel choice), so no copy to the device.
 MaskArg mask_arg(const Problem& p, at::Device dev, bool with_values = true) {
   const Shape& s = p.shape;
+  // The last large mask asked about and its answer: every call of a real-size case (its
+  // LibTorch choice, forward, backward, the dLSE term's extra calls) asks about the same mask,
+  // and comparing it with the last is a plain memory comparison, cheaper than the scan.
+  struct Last {
+    int64_t seq_q = -1, seq_kv = -1;
+    std::vector<uint8_t> mask;
+    bool all = true, causal = true;
+  };
+  thread_local Last last;
+  const bool large = p.mask.size() >= (size_t{1} << 16);
   bool all = true, causal = true;
-  // Row by row through the dense mask, stopping once it is neither (at real sizes a full scan
-  // per call, forward, backward and LibTorch's choice, was milliseconds each).
-  const uint8_t* row = p.mask.data();
-  for (int64_t bh = 0; bh < s.batch * s.heads_q && (all || causal); ++bh)
-    for (int64_t i = 0; i < s.seq_q && (all || causal); ++i, row += s.seq_kv)
-      for (int64_t j = 0; j < s.seq_kv; ++j) {
-        const bool v = row[j] != 0;
-        all = all && v;
-        causal = causal && v == (j <= i);
-      }
+  if (large && last.seq_q == s.seq_q && last.seq_kv == s.seq_kv && last.mask == p.mask) {
+    all = last.all;
+    causal = last.causal;
+  } else {
+    // Row by row through the dense mask, stopping once it is neither (at real sizes a full scan
+    // per call, forward, backward and LibTorch's choice, was milliseconds each).
+    const uint8_t* row = p.mask.data();
+    for (int64_t bh = 0; bh < s.batch * s.heads_q && (all || causal); ++bh)
+      for (int64_t i = 0; i < s.seq_q && (all || causal); ++i, row += s.seq_kv)
+        for (int64_t j = 0; j < s.seq_kv; ++j) {
+          const bool v = row[j] != 0;
+          all = all && v;
+          causal = causal && v == (j <= i);
+        }
+    if (large) last = {s.seq_q, s.seq_kv, p.mask, all, causal};
+  }
   MaskArg m;
   if (all) return m;
   if (causal) {
