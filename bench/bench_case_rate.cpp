@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/comma_list.h"
 #include "bench/timed_backend.h"
 #include "campaign/coverage.h"
 #include "campaign/repro.h"
@@ -86,14 +87,6 @@ struct Digest {
   }
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
-    if (!x.empty()) out.push_back(x);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,7 +123,7 @@ int main(int argc, char** argv) {
   set_oracle_device_override(device);
   set_backend_threads(1);  // as a campaign worker runs
   const RandomCaseOptions gen = RandomCaseOptions::for_tier(*t);
-  const std::vector<std::string> names = split(backends_arg);
+  const std::vector<std::string> names = bench::split_commas(backends_arg);
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Backend*> backends;
   try {

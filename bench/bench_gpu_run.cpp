@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/comma_list.h"
 #include "bench/timed_backend.h"
 #include "bench/wall_sampler.h"
 #include "harness/case_json.h"
@@ -80,14 +81,6 @@ ErrorTerms null_error_terms(const Problem& p, const Forward& f) {
   return e;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
-    if (!x.empty()) out.push_back(x);
-  return out;
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& x : v) out += (out.empty() ? "" : ",") + x;
@@ -104,7 +97,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--backends" && i + 1 < argc)
-      names = split(argv[++i]);
+      names = bench::split_commas(argv[++i]);
     else if (a == "--oracle-device" && i + 1 < argc)
       device = argv[++i];
     else if (a == "--reps" && i + 1 < argc)
