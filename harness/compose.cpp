@@ -225,9 +225,13 @@ class Engine {
     }
     const Tensor& d_out = zeroed_out ? *zeroed_out : d_out_in;
     const Tensor& d_lse = zeroed_lse ? *zeroed_lse : d_lse_in;
-    Gradients g = be_.backward(p, f, d_out, d_lse);
+    // A backend without dLSE gets zeros, whatever it would do with it: the term is added here
+    // once. (The baselines run as such a backend through this same engine: until session 8
+    // their backward took dLSE as well and the term came twice.)
+    const bool takes_dlse = be_.backward_takes_dlse();
+    Gradients g = be_.backward(p, f, d_out, takes_dlse ? d_lse : Tensor(d_lse.shape));
     ++calls_;
-    if (be_.backward_takes_dlse()) return g;
+    if (takes_dlse) return g;
     const bool any = std::any_of(d_lse.data.begin(), d_lse.data.end(), [](double x) { return x != 0.0; });
     if (!any) return g;
     if (p.softcap) throw UnsupportedError(be_.name() + " ignores dLSE and the case is softcapped: the dLSE term cannot be added exactly");

@@ -49,10 +49,9 @@ size_t convention_breaks(const Tensor& t, const std::vector<uint8_t>& rows, bool
 
 // A naive baseline as the backend under test runs it: without dLSE in the backward, the
 // composition engine adds that term with extra calls, and their rounding belongs to the
-// baseline too. Such a baseline's own backward must then ignore dLSE as the backend does:
-// until session 8 it took it as well, so the engine's term came twice, every baseline erred
-// by the whole dLSE term, and the bounds on dQ and dK of LibTorch's and cuDNN's backends were
-// 50-300 times their natural error whenever dLSE was nonzero (docs/verdicts.md).
+// baseline too (the engine hands such a backend no dLSE: harness/compose.cpp; until session 8
+// the baselines' backward took it as well, the term came twice, and the bounds on dQ and dK of
+// LibTorch's and cuDNN's backends were 50-300 times their natural error: docs/verdicts.md).
 class BaselineAs final : public Backend {
  public:
   BaselineAs(std::unique_ptr<Backend> inner, bool takes_dlse) : inner_(std::move(inner)), takes_dlse_(takes_dlse) {}
@@ -61,7 +60,7 @@ class BaselineAs final : public Backend {
   bool backward_takes_dlse() const override { return takes_dlse_; }
   Forward forward(const Problem& p) override { return inner_->forward(p); }
   Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
-    return inner_->backward(p, f, d_out, takes_dlse_ ? d_lse : Tensor(d_lse.shape));
+    return inner_->backward(p, f, d_out, d_lse);
   }
 
  private:
