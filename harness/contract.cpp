@@ -10,6 +10,8 @@ std::string_view to_string(Contract c) {
       return "fp32";
     case Contract::tf32:
       return "tf32";
+    case Contract::tf32x3:
+      return "tf32x3";
     case Contract::fp16:
       return "fp16";
     case Contract::bf16:
@@ -19,7 +21,7 @@ std::string_view to_string(Contract c) {
 }
 
 std::optional<Contract> contract_from_string(std::string_view s) {
-  for (Contract c : {Contract::fp64, Contract::fp32, Contract::tf32, Contract::fp16, Contract::bf16})
+  for (Contract c : {Contract::fp64, Contract::fp32, Contract::tf32x3, Contract::tf32, Contract::fp16, Contract::bf16})
     if (to_string(c) == s) return c;
   return std::nullopt;
 }
@@ -32,6 +34,8 @@ int operand_mantissa_bits(Contract c) {
       return 23;
     case Contract::tf32:
       return 10;
+    case Contract::tf32x3:
+      return 21;  // big's 10 explicit bits, then small's implicit one and its 10
     case Contract::fp16:
       return 10;
     case Contract::bf16:

@@ -14,6 +14,12 @@ enum class Contract {
   fp64,  // float64 throughout
   fp32,  // fp32 operands, fp32 accumulation (strict: no TF32)
   tf32,  // fp32 inputs, every matmul operand rounded to TF32 (10 mantissa bits), fp32 accumulation
+  // fp32 inputs, every matmul as three TF32 products on tensor cores (CUTLASS's 3xTF32,
+  // `OpMultiplyAddFastF32`, which PyTorch's memory-efficient attention uses for fp32 on sm80+;
+  // Triton's `input_precision="tf32x3"`): each operand carried as big = tf32(x) plus
+  // small = tf32(x - big), about 21 mantissa bits, fp32 accumulation. Four times fp32's operand
+  // rounding, where products cancel (dP - D) that is the whole error.
+  tf32x3,
   fp16,  // fp16 operands, fp32 accumulation, P and dS rounded to fp16 before their matmuls
   bf16,  // bf16 operands, fp32 accumulation, P and dS rounded to bf16 before their matmuls
 };

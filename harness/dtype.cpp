@@ -121,4 +121,10 @@ float round_mantissa(float f, int mantissa_bits) {
   return std::bit_cast<float>(r);
 }
 
+float round_tf32x3(float f) {
+  if (!std::isfinite(f)) return f;
+  const float big = round_mantissa(f, 10);
+  return big + round_mantissa(f - big, 10);
+}
+
 }  // namespace attnfuzz

@@ -31,5 +31,9 @@ double round_to(DType d, double x);
 // Rounds a float's significand to `mantissa_bits` explicit bits, round to nearest
 // even: 10 emulates TF32 operands, 7 bf16, 23 is the identity.
 float round_mantissa(float f, int mantissa_bits);
+// A 3xTF32 operand (Contract::tf32x3): big = tf32(x) plus small = tf32(x - big), the two
+// parts a 3xTF32 matmul multiplies (it also drops small * small, at most 2^-22 of a product,
+// which rounding each operand once does not emulate).
+float round_tf32x3(float f);
 
 }  // namespace attnfuzz

@@ -50,6 +50,9 @@ RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff) {
     case Contract::tf32:
       u.operand = u.input = std::ldexp(1.0, -11);
       break;
+    case Contract::tf32x3:
+      u.operand = u.input = std::ldexp(1.0, -22);  // small's rounding: 2^-11 of big's 2^-11
+      break;
     case Contract::fp16:
       u.operand = unit_roundoff(DType::f16);
       break;

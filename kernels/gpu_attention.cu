@@ -76,6 +76,10 @@ __device__ __forceinline__ float operand(float x, Contract c) {
   switch (c) {
     case Contract::tf32:
       return round_mantissa(x, 10);
+    case Contract::tf32x3: {  // harness/dtype.cpp's round_tf32x3
+      const float big = round_mantissa(x, 10);
+      return __fadd_rn(big, round_mantissa(__fsub_rn(x, big), 10));
+    }
     case Contract::fp16:
       return __half2float(__float2half_rn(x));
     case Contract::bf16:

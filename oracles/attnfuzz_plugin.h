@@ -94,6 +94,7 @@ typedef struct af_plugin {
   uint32_t flags;
   /* Numerics contract per input dtype, as JSON: {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}.
    * Contracts: "fp64", "fp32" (strict), "tf32" (fp32 inputs, matmul operands rounded to TF32),
+   * "tf32x3" (fp32 inputs, every matmul as three TF32 products: CUTLASS's 3xTF32, Triton's tf32x3),
    * "fp16" / "bf16" (operands in that type, fp32 accumulation, P and dS rounded to it).
    * A dtype left out is not supported. */
   const char* contract_json;

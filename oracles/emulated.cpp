@@ -22,6 +22,8 @@ struct Numerics {
         return static_cast<Acc>(static_cast<float>(x));
       case Contract::tf32:
         return static_cast<Acc>(round_mantissa(static_cast<float>(x), 10));
+      case Contract::tf32x3:
+        return static_cast<Acc>(round_tf32x3(static_cast<float>(x)));
       case Contract::fp16:
         return static_cast<Acc>(round_to(DType::f16, x));
       case Contract::bf16:

@@ -33,7 +33,7 @@ namespace attnfuzz {
 namespace {
 
 // The contracts the emulated baselines exist for, and their backend names.
-constexpr Contract kEmulatedContracts[] = {Contract::fp64, Contract::fp32, Contract::tf32, Contract::fp16, Contract::bf16};
+constexpr Contract kEmulatedContracts[] = {Contract::fp64, Contract::fp32, Contract::tf32x3, Contract::tf32, Contract::fp16, Contract::bf16};
 std::string emulated_name(const std::string& prefix, Contract c, bool reversed) {
   return prefix + std::string(to_string(c)) + (reversed ? ".reversed" : "");
 }

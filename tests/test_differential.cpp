@@ -72,6 +72,88 @@ TEST(Verdict, HonestContractsPass) {
   for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
 }
 
+// 3xTF32 (the fp32 GEMMs of PyTorch's memory-efficient kernel, CUTLASS's OpMultiplyAddFastF32;
+// Triton's tf32x3) is a contract of its own: honest, it passes, also where products cancel (the
+// seed-131 cases on which torch.efficient's fp32 dP - D read 1.1-1.3x over fp32's limit on the
+// H200; the emulation splits each operand once, which errs less than that kernel did, so these
+// cases test the contract's plumbing, not the kernel); TF32 declared as 3xTF32 is still a
+// contract violation.
+TEST(Verdict, Tf32x3IsAContractOfItsOwn) {
+  const std::string dir = std::string(ATTNFUZZ_SOURCE_DIR) + "/docs/findings/open/";
+  Declares honest("tf32x3-honest", Contract::tf32x3, Contract::tf32x3);
+  for (const char* file : {"s131-torch-efficient-dK-row-fp32-two-keys-dlse.json", "s131-torch-efficient-dV-row-fp32-near-constant-Q.json"}) {
+    const DiffReport r = run_differential(load_case_file(dir + file), {&honest}, default_oracles());
+    for (const auto& f : r.findings) ADD_FAILURE() << file << ": " << f.signature.to_string() << " " << f.detail;
+  }
+  EXPECT_TRUE(run_differential(small_case(), {&honest}, default_oracles()).findings.empty());
+  Declares tf32("tf32-as-tf32x3", Contract::tf32, Contract::tf32x3);
+  const DiffReport r = run_differential(small_case(), {&tf32}, default_oracles());
+  ASSERT_FALSE(r.findings.empty());
+  for (const auto& f : r.findings) EXPECT_EQ(f.signature.cls, FindingClass::contract_violation) << f.signature.to_string() << " " << f.detail;
+  const RoundingUnits u = rounding_units(Contract::tf32x3, DType::f32, std::ldexp(1.0, -24));
+  EXPECT_EQ(u.operand, std::ldexp(1.0, -22));
+  EXPECT_EQ(u.input, std::ldexp(1.0, -22));
+  EXPECT_EQ(contract_from_string("tf32x3"), Contract::tf32x3);
+}
+
+// The other side of the declaration: tf32x3's model units are four times fp32's where the
+// baselines (each operand split once) err about as fp32 does, so the model's scale kappa falls to
+// its floor and parts of sigma' that do not scale with the operand unit (storage, accumulation)
+// could shrink below what a strict fp32 kernel makes. A strict fp32 kernel declared tf32x3 (it
+// is finer than its promise, which is allowed) must still pass: torch.math and mutant_ok, random
+// fp32 cases of every mask and composition.
+class Redeclared final : public Backend {
+ public:
+  Redeclared(std::unique_ptr<Backend> impl, Contract c) : impl_(std::move(impl)), contract_(c) {}
+  std::string name() const override { return impl_->name() + "-as-" + std::string(to_string(contract_)); }
+  std::optional<Contract> contract(DType d) const override {
+    return impl_->contract(d) ? std::optional<Contract>(d == DType::f32 ? contract_ : *impl_->contract(d)) : std::nullopt;
+  }
+  bool masked_rows_zero() const override { return impl_->masked_rows_zero(); }
+  bool returns_lse() const override { return impl_->returns_lse(); }
+  double lse_unit_roundoff(DType d) const override { return impl_->lse_unit_roundoff(d); }
+  std::optional<std::string> unsupported_reason(const Problem& p) const override { return impl_->unsupported_reason(p); }
+  bool backward_takes_dlse() const override { return impl_->backward_takes_dlse(); }
+  const Merger* merger() const override { return impl_->merger(); }
+  Forward forward(const Problem& p) override { return impl_->forward(p); }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return impl_->backward(p, f, d_out, d_lse);
+  }
+
+ private:
+  std::unique_ptr<Backend> impl_;
+  Contract contract_;
+};
+
+TEST(Verdict, StrictFp32KernelsDeclaredTf32x3RaiseNoFalseAlarm) {
+  std::vector<std::unique_ptr<Backend>> owned;
+  for (const std::string& n : {std::string("torch.math"), std::string("plugin:") + ATTNFUZZ_MUTANT_DIR + "/libattnfuzz_mutant_ok.so"}) {
+    try {
+      owned.push_back(std::make_unique<Redeclared>(make_backend(n), Contract::tf32x3));
+    } catch (const std::exception& e) {
+      GTEST_SKIP() << e.what();
+    }
+  }
+  std::vector<Backend*> backends;
+  for (auto& b : owned) backends.push_back(b.get());
+  DiffOptions opt;
+  opt.fingerprint_all = false;
+  int reported = 0, judged = 0;
+  for (int i = 0; i < 300; ++i) {
+    RandomCaseOptions g;
+    g.max_seq = 32;
+    g.dtypes = {DType::f32};
+    const Case c = random_case(static_cast<uint64_t>(i) + 9'300'000, g);
+    const DiffReport r = run_differential(c, backends, default_oracles(), opt);
+    judged += static_cast<int>(r.runs.size());
+    for (const auto& f : r.findings) {
+      ADD_FAILURE() << "false alarm on random case " << i << ": " << f.signature.to_string() << " " << f.detail;
+      if (++reported <= 3) std::cerr << write_case(c);
+    }
+  }
+  EXPECT_GT(judged, 300);
+}
+
 TEST(Verdict, SameContractDifferentPrecisionIsInconsistent) {
   // Both allow TF32; one computes in strict fp32, the other in TF32 (the JAX seed's situation).
   Declares strict("computes-fp32", Contract::fp32, Contract::tf32);

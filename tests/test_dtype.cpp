@@ -163,5 +163,33 @@ TEST(Rounding, MantissaRoundingEmulatesTf32AndBf16) {
   }
 }
 
+// 3xTF32 carries an operand as two TF32 parts: about 21 mantissa bits, so its relative error is
+// at most 2^-22 (small's rounding), four times fp32's operand unit and far finer than TF32's.
+TEST(Rounding, Tf32x3KeepsTwoTf32PartsOfTheOperand) {
+  EXPECT_EQ(round_tf32x3(1.0f + std::ldexp(1.0f, -11)), 1.0f + std::ldexp(1.0f, -11));  // big's tie, kept by small
+  EXPECT_EQ(round_tf32x3(1.0f + std::ldexp(1.0f, -23)), 1.0f + std::ldexp(1.0f, -23));  // small keeps a lone low bit
+  // A remainder of 12 significant bits loses its last (a tie, to even).
+  EXPECT_EQ(round_tf32x3(1.0f + std::ldexp(1.0f, -12) + std::ldexp(1.0f, -23)), 1.0f + std::ldexp(1.0f, -12));
+  EXPECT_EQ(round_tf32x3(-3.0f), -3.0f);
+  EXPECT_TRUE(std::isinf(round_tf32x3(INFINITY)));
+  std::mt19937_64 rng(5);
+  double worst = 0, sum_sq = 0, tf32_sum_sq = 0;
+  int n = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(rng()) & 0xbfffffffu);
+    if (!std::isfinite(f) || std::fabs(f) < 1e-30f || std::fabs(f) > 1e30f) continue;
+    const double rel = std::fabs((static_cast<double>(round_tf32x3(f)) - f) / f);
+    const double rel_tf32 = std::fabs((static_cast<double>(round_mantissa(f, 10)) - f) / f);
+    worst = std::max(worst, rel);
+    sum_sq += rel * rel;
+    tf32_sum_sq += rel_tf32 * rel_tf32;
+    ++n;
+  }
+  EXPECT_LE(worst, std::ldexp(1.0, -22));
+  // Not fp32 itself (most values lose their last one or two bits) and not TF32 (2^11 finer).
+  EXPECT_GT(std::sqrt(sum_sq / n), std::ldexp(1.0, -26));
+  EXPECT_LT(std::sqrt(sum_sq / n) * 1000, std::sqrt(tf32_sum_sq / n));
+}
+
 }  // namespace
 }  // namespace attnfuzz

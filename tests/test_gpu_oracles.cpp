@@ -237,6 +237,8 @@ double unit_roundoff_of(Contract k) {
       return std::ldexp(1.0, -24);
     case Contract::tf32:
       return std::ldexp(1.0, -11);
+    case Contract::tf32x3:
+      return std::ldexp(1.0, -22);
     case Contract::fp16:
       return std::ldexp(1.0, -11);
     case Contract::bf16:
@@ -285,7 +287,7 @@ TEST(GpuEmulated, AgreesWithTheCpuEmulation) {
     const Problem p = full_problem(c, in);
     const Forward ref = reference_forward(p);
     const Sensitivity sens = sensitivity(p, ref, in.d_out, in.d_lse);
-    for (Contract k : {Contract::fp64, Contract::fp32, Contract::tf32, Contract::fp16, Contract::bf16})
+    for (Contract k : {Contract::fp64, Contract::fp32, Contract::tf32x3, Contract::tf32, Contract::fp16, Contract::bf16})
       for (bool reversed : {false, true}) {
         EmulatedBackend cpu(k, reversed);
         CudaEmulatedBackend gpu(k, reversed);

@@ -86,7 +86,7 @@ class Adapter:
     version = ""
     device = "cpu"            # "cpu" or "cuda"
     tensors = "torch"         # or "numpy"
-    # Numerics contract per supported dtype: fp64, fp32, tf32, fp16, bf16 (docs/plugins.md).
+    # Numerics contract per supported dtype: fp64, fp32, tf32x3, tf32, fp16, bf16 (docs/plugins.md).
     contracts = {"fp32": "fp32"}
     backward_takes_dlse = True   # backward honours d_lse (else it gets None and attnfuzz adds the term)
     masked_rows_zero = True      # fully masked rows: O = 0, LSE = -inf, zero gradients
