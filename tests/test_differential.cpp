@@ -53,6 +53,24 @@ std::vector<FindingClass> classes(const DiffReport& r, const std::string& backen
   return out;
 }
 
+// Runs random cases first, first + step, ... below end (seeds seed0 + i) through `backends` and
+// fails on every finding, printing the first three cases as JSON. Returns the runs judged.
+int expect_no_false_alarms(const std::vector<Backend*>& backends, const RandomCaseOptions& g, uint64_t seed0, int first, int end, int step) {
+  DiffOptions opt;
+  opt.fingerprint_all = false;
+  int reported = 0, judged = 0;
+  for (int i = first; i < end; i += step) {
+    const Case c = random_case(static_cast<uint64_t>(i) + seed0, g);
+    const DiffReport r = run_differential(c, backends, default_oracles(), opt);
+    judged += static_cast<int>(r.runs.size());
+    for (const auto& f : r.findings) {
+      ADD_FAILURE() << "false alarm on random case " << i << ": " << f.signature.to_string() << " " << f.detail;
+      if (++reported <= 3) std::cerr << write_case(c);
+    }
+  }
+  return judged;
+}
+
 TEST(Verdict, Tf32WhereFp32IsPromisedIsAContractViolationFingerprintedTf32) {
   Declares tf32("tf32-as-fp32", Contract::tf32, Contract::fp32);
   const DiffReport r = run_differential(small_case(), {&tf32}, default_oracles());
@@ -136,22 +154,10 @@ TEST(Verdict, StrictFp32KernelsDeclaredTf32x3RaiseNoFalseAlarm) {
   }
   std::vector<Backend*> backends;
   for (auto& b : owned) backends.push_back(b.get());
-  DiffOptions opt;
-  opt.fingerprint_all = false;
-  int reported = 0, judged = 0;
-  for (int i = 0; i < 300; ++i) {
-    RandomCaseOptions g;
-    g.max_seq = 32;
-    g.dtypes = {DType::f32};
-    const Case c = random_case(static_cast<uint64_t>(i) + 9'300'000, g);
-    const DiffReport r = run_differential(c, backends, default_oracles(), opt);
-    judged += static_cast<int>(r.runs.size());
-    for (const auto& f : r.findings) {
-      ADD_FAILURE() << "false alarm on random case " << i << ": " << f.signature.to_string() << " " << f.detail;
-      if (++reported <= 3) std::cerr << write_case(c);
-    }
-  }
-  EXPECT_GT(judged, 300);
+  RandomCaseOptions g;
+  g.max_seq = 32;
+  g.dtypes = {DType::f32};
+  EXPECT_GT(expect_no_false_alarms(backends, g, 9'300'000, 0, 300, 1), 300);
 }
 
 TEST(Verdict, SameContractDifferentPrecisionIsInconsistent) {
@@ -527,20 +533,10 @@ TEST_P(NoFalseAlarms, LibTorchCpuBackendsAndMutantZero) {
   }
   std::vector<Backend*> backends;
   for (auto& b : owned) backends.push_back(b.get());
-  DiffOptions opt;
-  opt.fingerprint_all = false;
-  const int shard = GetParam(), cases = 2000, shards = 8;
-  int reported = 0;
-  for (int i = shard; i < cases; i += shards) {
-    RandomCaseOptions g;
-    g.max_seq = 32;
-    const Case c = random_case(static_cast<uint64_t>(i) + 1'000'000, g);
-    const DiffReport r = run_differential(c, backends, default_oracles(), opt);
-    for (const auto& f : r.findings) {
-      ADD_FAILURE() << "false alarm on random case " << i << ": " << f.signature.to_string() << " " << f.detail;
-      if (++reported <= 3) std::cerr << write_case(c);
-    }
-  }
+  RandomCaseOptions g;
+  g.max_seq = 32;
+  const int shards = 8;
+  expect_no_false_alarms(backends, g, 1'000'000, GetParam(), 2000, shards);
 }
 INSTANTIATE_TEST_SUITE_P(Random, NoFalseAlarms, ::testing::Range(0, 8));
 

@@ -1,4 +1,4 @@
-# Sourced by the device scripts of this folder (run.sh, run7b.sh), from the carry folder $C they
+# Sourced by the device scripts of this folder (run7b.sh, run8.sh, run9.sh), from the carry folder $C they
 # are staged into (stage.sh): the machine's own torch package for LibTorch, cuDNN and CUDA, the
 # staged binaries and plugins, the backend lists, starting a campaign, and packing $OUT.
 torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
@@ -16,6 +16,14 @@ camp() {  # camp NAME JOBS TIMEOUT ARGS...
   ( timeout $(( S + GRACE )) "$A" campaign --seconds "$S" --seed "$SEED" --jobs "$jobs" --timeout "$to" --no-minimize --quiet \
       --known "$KNOWN" --out "$CAMPS/$name" "$@" > "$OUT/logs/camp-$name.log" 2>&1
     echo "campaign $name exit $?" >> "$OUT/logs/camp-$name.log" ) &
+}
+
+# Starts one bench_sensitivity process in the background (GPU oracle set), its CSV and log under
+# $OUT/logs/sens.
+sens() {  # sens NAME ARGS...: one bench_sensitivity process, its CSV and log under logs/sens
+  local name=$1; shift
+  ( timeout 300 "$C/bin/bench_sensitivity" "$@" --oracle-device cuda --csv "$OUT/logs/sens/$name.csv" > "$OUT/logs/sens/$name.log" 2>&1
+    echo "exit $?" >> "$OUT/logs/sens/$name.log" ) &
 }
 
 # Prints the end of every log, then packs the campaigns (without reports) and the logs: at most

@@ -17,11 +17,6 @@ mkdir -p "$OUT/logs" "$CAMPS" "$OUT/logs/sens"
 SEED=${SEED:-121} KNOWN="$R/docs/findings/repro" GRACE=60
 export OMP_NUM_THREADS=1
 nproc; nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
-sens() {  # sens NAME ARGS...: one bench_sensitivity process, its CSV and log under logs/sens
-  local name=$1; shift
-  ( timeout 300 "$C/bin/bench_sensitivity" "$@" --oracle-device cuda --csv "$OUT/logs/sens/$name.csv" > "$OUT/logs/sens/$name.log" 2>&1
-    echo "exit $?" >> "$OUT/logs/sens/$name.log" ) &
-}
 if [ -z "${NO_SENS:-}" ]; then
   for b in cudnn torch.flash torch.efficient torch.cudnn; do sens "$b-bf16-1024-128--$b" --backend $b --dtype bf16 --seq 1024 --dim 128; done
   sens "torch.efficient-fp32-256-64--torch.efficient" --backend torch.efficient --dtype fp32 --seq 256 --dim 64

@@ -18,11 +18,6 @@ mkdir -p "$OUT/logs" "$CAMPS" "$OUT/logs/sens"
 SEED=${SEED:-141} KNOWN="$R/docs/findings/repro" GRACE=50
 export OMP_NUM_THREADS=1
 nproc; nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
-sens() {  # sens NAME ARGS...: one bench_sensitivity process, its CSV and log under logs/sens
-  local name=$1; shift
-  ( timeout 300 "$C/bin/bench_sensitivity" "$@" --oracle-device cuda --csv "$OUT/logs/sens/$name.csv" > "$OUT/logs/sens/$name.log" 2>&1
-    echo "exit $?" >> "$OUT/logs/sens/$name.log" ) &
-}
 ( timeout 200 "$C/bin/test_gpu_oracles" --gtest_filter='GpuEmulated.*' > "$OUT/logs/test_gpu_oracles.log" 2>&1; echo "exit $?" >> "$OUT/logs/test_gpu_oracles.log" ) &
 ( timeout 60 python3 "$C/py/efficient_fp32_cancellation.py" > "$OUT/logs/standalone.log" 2>&1; echo "exit $?" >> "$OUT/logs/standalone.log" ) &
 sens "torch.efficient-fp32-256-64--torch.efficient" --backend torch.efficient --dtype fp32 --seq 256 --dim 64
