@@ -6,6 +6,7 @@
 // seed, cases and backends must print the same digest before and after.
 //   build/cpu/bench/bench_case_rate --tier toy --cases 2000 --seed 7 --backends torch.math
 //                                   [--oracle-device auto|cpu|cuda] [--no-determinism-check]
+//                                   [--sample FILE]   (stacks for bench/symbolize_samples.py)
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -16,6 +17,7 @@
 
 #include "bench/comma_list.h"
 #include "bench/timed_backend.h"
+#include "bench/wall_sampler.h"
 #include "campaign/coverage.h"
 #include "campaign/repro.h"
 #include "campaign/worker_protocol.h"
@@ -90,7 +92,7 @@ struct Digest {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tier = "toy", backends_arg, device = "auto";
+  std::string tier = "toy", backends_arg, device = "auto", sample_path;
   uint64_t cases = 1000, seed = 7;
   bool determinism = true;
   for (int i = 1; i < argc; ++i) {
@@ -108,10 +110,12 @@ int main(int argc, char** argv) {
       device = argv[++i];
     else if (a == "--no-determinism-check")
       determinism = false;
+    else if (a == "--sample" && has_value)  // the main thread's stacks (bench/wall_sampler.h)
+      sample_path = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: bench_case_rate [--tier toy|small|real] [--cases N] [--seed S] --backends a,b [--oracle-device auto|cpu|cuda] "
-                   "[--no-determinism-check]\n");
+                   "[--no-determinism-check] [--sample FILE]\n");
       return 2;
     }
   }
@@ -137,6 +141,8 @@ int main(int argc, char** argv) {
   }
   Digest digest;
   size_t findings = 0, gpu_set = 0;
+  bench::WallSampler sampler;
+  if (!sample_path.empty()) sampler.start(1000);
   const auto start = Clock::now();
   const double cpu_start = thread_cpu_ms();
   for (uint64_t k = 0; k < cases; ++k) {
@@ -175,6 +181,10 @@ int main(int argc, char** argv) {
     findings += r.findings.size();
   }
   const double total = ms_since(start), cpu = thread_cpu_ms() - cpu_start;
+  if (!sample_path.empty()) {
+    sampler.stop();
+    sampler.write(sample_path);
+  }
   const double n = static_cast<double>(cases);
   std::printf("%llu %s cases (seed %llu, %s; GPU oracle set on %zu): %.1f cases/s, %.3f ms a case (CPU %.3f); %zu finding(s); digest %016llx\n",
               static_cast<unsigned long long>(cases), tier.c_str(), static_cast<unsigned long long>(seed), backends_arg.c_str(), gpu_set,
