@@ -144,13 +144,14 @@ class Redeclared final : public Backend {
 };
 
 TEST(Verdict, StrictFp32KernelsDeclaredTf32x3RaiseNoFalseAlarm) {
+  // mutant_ok is always built; torch.math only with LibTorch (a build without it still tests the first).
   std::vector<std::unique_ptr<Backend>> owned;
-  for (const std::string& n : {std::string("torch.math"), std::string("plugin:") + ATTNFUZZ_MUTANT_DIR + "/libattnfuzz_mutant_ok.so"}) {
-    try {
-      owned.push_back(std::make_unique<Redeclared>(make_backend(n), Contract::tf32x3));
-    } catch (const std::exception& e) {
-      GTEST_SKIP() << e.what();
-    }
+  owned.push_back(std::make_unique<Redeclared>(make_backend(std::string("plugin:") + ATTNFUZZ_MUTANT_DIR + "/libattnfuzz_mutant_ok.so"),
+                                               Contract::tf32x3));
+  try {
+    owned.push_back(std::make_unique<Redeclared>(make_backend("torch.math"), Contract::tf32x3));
+  } catch (const std::exception& e) {
+    std::cerr << "torch.math not tested here: " << e.what() << "\n";
   }
   std::vector<Backend*> backends;
   for (auto& b : owned) backends.push_back(b.get());
