@@ -251,7 +251,7 @@ RecordedKnown recorded_known(const std::string& out_dir) {
   return r;
 }
 
-std::vector<std::string> probe_backends(const CampaignOptions& o) {
+std::vector<BackendProfile> probe_backends(const CampaignOptions& o) {
   auto one_line = [](std::string m) {
     std::replace(m.begin(), m.end(), '\n', ' ');
     return m;
@@ -266,14 +266,20 @@ std::vector<std::string> probe_backends(const CampaignOptions& o) {
         one_line("loading " + (call.last_progress.empty() ? std::string("the backends") : call.last_progress) +
                  (call.status == WorkerProcess::Reply::Status::timed_out ? " hung" : " killed the worker: " + call.detail)));
   if (call.reply.error) throw BackendLoadError(one_line(*call.reply.error));
-  return call.reply.backends;
+  if (call.reply.profiles.size() != call.reply.backends.size())
+    throw BackendLoadError("loading the backends: the worker described " + std::to_string(call.reply.profiles.size()) + " of " +
+                           std::to_string(call.reply.backends.size()));
+  return call.reply.profiles;
 }
 
 CampaignSummary run_campaign(const CampaignOptions& o) {
   if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards) throw std::invalid_argument("--shard i/N needs 0 <= i < N");
   // Every backend must load before anything is written or any case runs: a campaign
   // against a backend that cannot even load would otherwise report a clean run.
-  const std::vector<std::string> backend_names = probe_backends(o);
+  const std::vector<BackendProfile> profiles = probe_backends(o);
+  std::vector<std::string> backend_names;
+  for (const auto& b : profiles) backend_names.push_back(b.name);
+  const std::function<AimedCase(uint64_t)> make_case = o.case_stream(profiles);
   {
     std::error_code ec;
     fs::create_directories(o.out_dir, ec);
@@ -354,7 +360,8 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
             in_flight.insert(k);
           }
           const uint64_t g = global_case_index(k, o.shard, o.shards);
-          const Case c = o.make_case(g);
+          const AimedCase aimed = make_case(g);
+          const Case& c = aimed.c;
           Coverage case_coverage;
           // Determinism (every backend twice) is checked on a sample of the stream: it doubles
           // the cost of a case, and a nondeterministic backend shows up on any sizable sample.
@@ -366,6 +373,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
             else
               store.record(r);
           }
+          case_coverage.add_aim(aimed);
           {
             std::lock_guard<std::mutex> lock(flight_m);
             pending_coverage[k] = std::move(case_coverage);

@@ -13,6 +13,7 @@
 #include "campaign/known.h"
 #include "campaign/minimize.h"
 #include "campaign/repro.h"
+#include "campaign/worker_protocol.h"
 #include "harness/case.h"
 #include "harness/worker.h"
 
@@ -32,8 +33,9 @@ struct CampaignOptions {
   int determinism_every = 4;         // run every backend twice on every n-th case
   bool minimize = true;
   bool quiet = false;
-  // Global case index -> case (deterministic).
-  std::function<Case(uint64_t)> make_case;
+  // The case stream for the backends the probe loaded: global case index -> case and its aim
+  // (deterministic). Called once, before the first case.
+  std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfile>&)> case_stream;
   // Shrinking, for minimize_findings (the generators' shrinkers; harness sees interfaces only).
   std::function<std::vector<Case>(const Case&)> candidates;
   std::function<uint64_t(const Case&)> size;
@@ -58,9 +60,9 @@ struct CampaignSummary {
   Coverage coverage;
 };
 
-// Starts one worker as the campaign would and has it load every backend; returns the names
-// the backends report (plugin:/x.so -> plugin.x). Throws BackendLoadError.
-std::vector<std::string> probe_backends(const CampaignOptions& opt);
+// Starts one worker as the campaign would and has it load every backend; returns what each
+// reports: its name (plugin:/x.so -> plugin.x), device and envelope. Throws BackendLoadError.
+std::vector<BackendProfile> probe_backends(const CampaignOptions& opt);
 
 // Runs the campaign; writes findings/, state.json, summary.json into out_dir, holding
 // out_dir/lock (campaign/dir_lock.h) throughout. Throws std::runtime_error with one line when

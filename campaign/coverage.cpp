@@ -177,7 +177,32 @@ void Coverage::add_case(const std::vector<RunOutcome>& runs, bool died) {
   for (const auto& [b, o] : per_backend) backends_[b].add(o.first, o.second);
 }
 
+void AimCounts::add(const AimCounts& o) {
+  inside += o.inside, inside_ran += o.inside_ran, edge += o.edge, edge_ran += o.edge_ran;
+  for (const auto& [clause, n] : o.edge_by_clause) edge_by_clause[clause] += n;
+}
+
+void Coverage::add_aim(const AimedCase& aimed) {
+  if (aimed.aim == CaseAim::blind) {
+    ++blind_cases_;
+    return;
+  }
+  const auto it = backends_.find(aimed.target);
+  const bool ran = it != backends_.end() && it->second.ran > 0;
+  AimCounts& a = aims_[aimed.target];
+  if (aimed.aim == CaseAim::inside) {
+    ++a.inside;
+    a.inside_ran += ran;
+  } else {
+    ++a.edge;
+    a.edge_ran += ran;
+    if (aimed.outside) ++a.edge_by_clause[clause_name(*aimed.outside)];
+  }
+}
+
 void Coverage::add(const Coverage& other) {
+  for (const auto& [t, a] : other.aims_) aims_[t].add(a);
+  blind_cases_ += other.blind_cases_;
   for (const auto& [b, c] : other.backends_) backends_[b].add(c);
   for (const auto& [b, m] : other.by_composition_)
     for (const auto& [comp, c] : m) by_composition_[b][comp].add(c);
@@ -252,7 +277,14 @@ json Coverage::to_json(size_t top) const {
   json unjudged = counts_json(case_errors_, top);
   unjudged.erase("ran"), unjudged.erase("skipped");
   unjudged["no_backend_ran"] = no_backend_ran_;
-  return json{{"backends", backends}, {"untested", untested()}, {"judged_cases", judged_cases_}, {"unjudged_cases", unjudged}};
+  json aims = json::object();
+  for (const auto& [t, a] : aims_)
+    aims[t] = json{{"inside", a.inside}, {"inside_ran", a.inside_ran}, {"edge", a.edge}, {"edge_ran", a.edge_ran}, {"edge_by_clause", a.edge_by_clause}};
+  return json{{"backends", backends},
+              {"untested", untested()},
+              {"judged_cases", judged_cases_},
+              {"unjudged_cases", unjudged},
+              {"case_mix", json{{"blind", blind_cases_}, {"aimed", aims}}}};
 }
 
 Coverage Coverage::from_json(const json& j) {
@@ -270,6 +302,18 @@ Coverage Coverage::from_json(const json& j) {
   }
   // Written before judged cases were counted: those cases are not counted as judged.
   c.judged_cases_ = j.value("judged_cases", uint64_t{0});
+  // Written before cases were aimed: every case was blind, and is counted nowhere here.
+  if (j.contains("case_mix")) {
+    const json& m = j.at("case_mix");
+    c.blind_cases_ = m.value("blind", uint64_t{0});
+    const json aimed = m.value("aimed", json::object());
+    for (auto it = aimed.begin(); it != aimed.end(); ++it) {
+      AimCounts& a = c.aims_[it.key()];
+      a.inside = it->value("inside", uint64_t{0}), a.inside_ran = it->value("inside_ran", uint64_t{0});
+      a.edge = it->value("edge", uint64_t{0}), a.edge_ran = it->value("edge_ran", uint64_t{0});
+      a.edge_by_clause = it->value("edge_by_clause", std::map<std::string, uint64_t>{});
+    }
+  }
   return c;
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "harness/differential.h"
+#include "harness/envelope.h"
 
 namespace attnfuzz {
 
@@ -58,6 +59,15 @@ struct CoverageCounts {
   void add(const CoverageCounts& other);
 };
 
+// How a target backend's cases were aimed (generators/envelope_cases.h): drawn inside its
+// envelope, and how many of those it ran; drawn just outside one clause (by clause), and how
+// many of those it ran (the library took them: reject or correct).
+struct AimCounts {
+  uint64_t inside = 0, inside_ran = 0, edge = 0, edge_ran = 0;
+  std::map<std::string, uint64_t> edge_by_clause;
+  void add(const AimCounts& other);
+};
+
 class Coverage {
  public:
   // Lists a backend even if it never reports (it then ran nothing).
@@ -68,8 +78,12 @@ class Coverage {
   // A case the worker could not judge at all (not any backend's doing): unjudged.
   void add_case_error(const std::string& reason) { case_errors_.add(Outcome::errored, reason); }
   void add(const Coverage& other);
+  // How the case was aimed; after add_case of the same case, which says whether the target ran it.
+  void add_aim(const AimedCase& aimed);
 
   const std::map<std::string, CoverageCounts>& backends() const { return backends_; }
+  const std::map<std::string, AimCounts>& aims() const { return aims_; }
+  uint64_t blind_cases() const { return blind_cases_; }
   const std::map<std::string, std::map<std::string, CoverageCounts>>& compositions() const { return by_composition_; }
   const CoverageCounts& case_errors() const { return case_errors_; }
   uint64_t judged_cases() const { return judged_cases_; }
@@ -96,6 +110,8 @@ class Coverage {
   std::map<std::string, std::map<std::string, CoverageCounts>> by_composition_;
   CoverageCounts case_errors_;
   uint64_t judged_cases_ = 0, no_backend_ran_ = 0;
+  std::map<std::string, AimCounts> aims_;
+  uint64_t blind_cases_ = 0;
 };
 
 const char* to_string(Outcome o);

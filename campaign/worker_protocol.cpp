@@ -43,6 +43,10 @@ std::string encode(const WorkerReply& r) {
   json j;
   if (r.error) j["error"] = *r.error;
   if (!r.backends.empty()) j["backends"] = r.backends;
+  if (!r.profiles.empty()) {
+    j["profiles"] = json::array();
+    for (const auto& b : r.profiles) j["profiles"].push_back(json{{"device", b.device}, {"envelope", to_json(b.envelope)}});
+  }
   j["findings"] = json::array();
   for (const auto& f : r.findings) j["findings"].push_back(repro_to_json(f));
   j["runs"] = to_json(r.runs);
@@ -58,6 +62,12 @@ WorkerReply decode_reply(const std::string& body) {
     WorkerReply r;
     if (j.contains("error")) r.error = j.at("error").get<std::string>();
     if (j.contains("backends")) r.backends = j.at("backends").get<std::vector<std::string>>();
+    if (j.contains("profiles")) {
+      const json& ps = j.at("profiles");
+      if (!ps.is_array() || ps.size() != r.backends.size()) throw std::runtime_error("profiles: one per backend expected");
+      for (size_t i = 0; i < ps.size(); ++i)
+        r.profiles.push_back({r.backends[i], ps[i].at("device").get<std::string>(), envelope_from_json(ps[i].at("envelope"))});
+    }
     for (const auto& f : j.at("findings")) r.findings.push_back(repro_from_json(f));
     if (j.contains("runs")) r.runs = run_outcomes_from_json(j.at("runs"));
     r.restart = j.value("restart", false);
@@ -113,7 +123,10 @@ void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backen
       const WorkerRequest req = decode_request(body);
       if (req.op == WorkerRequest::Op::probe) {  // before any case: did everything load?
         reply.error = load_error;
-        for (const Backend* b : backends) reply.backends.push_back(b->name());
+        for (const Backend* b : backends) {
+          reply.backends.push_back(b->name());
+          reply.profiles.push_back({b->name(), b->device(), b->envelope()});
+        }
       } else {
         if (load_error) throw std::runtime_error(*load_error);
         DiffOptions opt;

@@ -6,8 +6,8 @@
 //
 //   request  {"op": "probe"}                                  load every backend, say which
 //            {"op": "run", "case": {...}, "determinism": b}   the differential of one case
-//   reply    {"error"?: "...", "backends"?: [...], "findings": [repro, ...], "runs": [...],
-//             "restart"?: true, "environment": {...}}
+//   reply    {"error"?: "...", "backends"?: [...], "profiles"?: [{"device", "envelope"}, ...],
+//             "findings": [repro, ...], "runs": [...], "restart"?: true, "environment": {...}}
 //
 // A finding travels as the reproducer's JSON object (campaign/repro.h), encoded once.
 #include <functional>
@@ -32,9 +32,17 @@ struct WorkerRequest {
   bool check_determinism = true;  // run: every backend twice, compared bitwise
 };
 
+// What the probe learns of a loaded backend: where it computes and what it accepts.
+struct BackendProfile {
+  std::string name, device;
+  SupportEnvelope envelope;
+  bool on_gpu() const { return device != "cpu"; }
+};
+
 struct WorkerReply {
-  std::optional<std::string> error;   // the request could not be served (a backend did not load, a bad case)
-  std::vector<std::string> backends;  // probe: the names the loaded backends report
+  std::optional<std::string> error;      // the request could not be served (a backend did not load, a bad case)
+  std::vector<std::string> backends;     // probe: the names the loaded backends report
+  std::vector<BackendProfile> profiles;  // probe: one per backend, in the same order
   std::vector<Reproducer> findings;   // run
   std::vector<RunOutcome> runs;       // run: what ran, was skipped or errored
   bool restart = false;               // the GPU is unusable after this case: start a fresh worker

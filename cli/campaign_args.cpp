@@ -27,16 +27,32 @@ namespace {
 
 std::vector<std::string> resolve_backends(const std::vector<std::string>& given) { return given.empty() ? default_backend_names() : given; }
 
-// The default mix: random cases of every kind (generators/random_case.h, campaign_case), in the
-// size tier of --tier (generators/domain.h; the CPU default `small` keeps Sq, Skv <= 64 for
-// throughput and reaches every kernel head dim).
-RandomCaseOptions tier_options(const std::string& tier, int64_t max_seq, int64_t max_dim) {
-  const auto t = domain::tier_from_name(tier);
-  if (!t) throw std::invalid_argument("--tier takes toy, small or real, got '" + tier + "'");
+// The case options of --tier (generators/domain.h): auto is the real tier when some backend
+// under test computes on a GPU, else the CPU default `small` (Sq, Skv <= 64 for throughput, every
+// kernel head dim).
+RandomCaseOptions tier_options(const std::string& tier, bool gpu, int64_t max_seq, int64_t max_dim) {
+  const auto t = tier == "auto" ? std::optional(gpu ? domain::SizeTier::real : domain::kDefaultCpuTier) : domain::tier_from_name(tier);
+  if (!t) throw std::invalid_argument("--tier takes auto, toy, small or real, got '" + tier + "'");
   RandomCaseOptions g = RandomCaseOptions::for_tier(*t);
   if (max_seq > 0) g.max_seq = max_seq;
   if (max_dim > 0) g.max_dim = max_dim;
   return g;
+}
+
+// The case stream (generators/envelope_cases.h): blind, or aimed at the envelopes of the backends
+// the probe loaded, one after the other; auto aims when one of them computes on a GPU.
+std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfile>&)> case_stream(const CampaignArgs& a) {
+  return [seed = a.seed, tier = a.tier, mix_name = a.case_mix, share = a.edge_share, max_seq = a.max_seq,
+          max_dim = a.max_dim](const std::vector<BackendProfile>& backends) {
+    const bool gpu = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.on_gpu(); });
+    CaseMix mix;
+    mix.gen = tier_options(tier, gpu, max_seq, max_dim);
+    mix.edge_share = share;
+    mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
+    if (mix_name == "aimed" || (mix_name == "auto" && gpu))
+      for (const auto& b : backends) mix.targets.push_back({b.name, b.envelope, b.on_gpu()});
+    return [seed, mix](uint64_t g) { return aimed_campaign_case(seed, g, mix); };
+  };
 }
 
 // --resume keeps the known deviations the campaign recorded (OUT/known.json); an explicit
@@ -91,9 +107,12 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.timeout_seconds = a.timeout;
   o.minimize = !a.no_minimize;
   o.quiet = a.quiet;
-  const uint64_t seed = a.seed;
-  const RandomCaseOptions gen = tier_options(a.tier, a.max_seq, a.max_dim);
-  o.make_case = [seed, gen](uint64_t g) { return campaign_case(seed, g, gen); };
+  tier_options(a.tier, false, a.max_seq, a.max_dim);  // a bad --tier is refused before any worker starts
+  if (a.case_mix != "auto" && a.case_mix != "blind" && a.case_mix != "aimed")
+    throw std::invalid_argument("--case-mix takes auto, blind or aimed, got '" + a.case_mix + "'");
+  if (!(a.edge_share >= 0.0 && a.edge_share <= 1.0))
+    throw std::invalid_argument("--edge-share takes a share in [0, 1], got " + std::to_string(a.edge_share));
+  o.case_stream = case_stream(a);
   o.candidates = shrink_candidates;
   o.size = case_size;
   o.worker_argv = worker_argv(o.backends);
@@ -104,14 +123,21 @@ CampaignOptions to_options(const CampaignArgs& a) {
 
 void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--seed", a.seed, "campaign seed (the case stream is a function of it)")->check(strict_unsigned());
-  cmd->add_option("--backends", a.backends, "backends (default: every CPU backend here)")->delimiter(',');
+  cmd->add_option("--backends", a.backends, "backends (default: the fused GPU backends where a GPU is usable, else every CPU backend)")
+      ->delimiter(',');
   cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)")
       ->check(non_empty_path());
   cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams");
   cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, 256));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
   cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)")->check(seconds_in(1e6));
-  cmd->add_option("--tier", a.tier, "size tier of generated cases: toy, small (default) or real (docs/fuzzing.md)");
+  cmd->add_option("--tier", a.tier,
+                  "size tier of generated cases: toy, small, real, or auto (default: real when a backend under test runs on a GPU, "
+                  "else small; docs/fuzzing.md)");
+  cmd->add_option("--case-mix", a.case_mix,
+                  "blind (random cases of every kind), aimed (inside each backend's support envelope in turn, a share just outside), "
+                  "or auto (default: aimed when a backend under test runs on a GPU)");
+  cmd->add_option("--edge-share", a.edge_share, "share of aimed cases put just outside one clause of an envelope (default 0.12)");
   cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-dim", a.max_dim, "largest head dimension of generated cases (default: the tier's)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");

@@ -10,6 +10,7 @@
 
 #include "campaign/campaign.h"
 #include "generators/domain.h"
+#include "generators/envelope_cases.h"
 
 namespace attnfuzz::cli {
 
@@ -24,7 +25,11 @@ struct CampaignArgs {
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string devices;
   double timeout = 30;
-  std::string tier = domain::tier_name(domain::kDefaultCpuTier);
+  // auto: real when a backend under test computes on a GPU, else small (the CPU default).
+  std::string tier = "auto";
+  // auto: aimed at the backends' envelopes when one computes on a GPU, else blind.
+  std::string case_mix = "auto";
+  double edge_share = kDefaultEdgeShare;
   int64_t max_seq = 0;             // 0: the tier's
   int64_t max_dim = 0;             // 0: the tier's
   std::vector<std::string> known;  // reproducers of known deviations (files or directories)

@@ -5,8 +5,10 @@
 #include "campaign/repro.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
+#include "generators/envelope_cases.h"
 #include "generators/random_case.h"
 #include "harness/case_json.h"
+#include "oracles/registry.h"
 
 namespace attnfuzz::cli {
 
@@ -17,7 +19,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
     std::string out_dir;
     std::string tier = domain::tier_name(domain::kDefaultCpuTier);
     int64_t max_seq = 0, max_dim = 0;  // 0: the tier's
-    RandomCaseOptions gen;
+    std::vector<std::string> backends;  // aim at their envelopes, one after the other
+    double edge_share = kDefaultEdgeShare;
+    CaseMix mix;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("generate", "Write random valid cases (deterministic for a seed)");
@@ -28,17 +32,36 @@ void add_generate_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"toy", "small", "real"}));
   cmd->add_option("--max-seq", opt->max_seq, "largest Sq and Skv (default: the tier's)")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-dim", opt->max_dim, "largest head dimension (default: the tier's)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--backends", opt->backends,
+                  "aim case i inside the support envelope of the (i mod n)-th of these backends (docs/fuzzing.md, \"Aimed cases\")")
+      ->delimiter(',');
+  cmd->add_option("--edge-share", opt->edge_share, "with --backends: share of cases just outside one clause of an envelope (default 0.12)");
   cmd->callback([opt, &exit_code] {
-    opt->gen = RandomCaseOptions::for_tier(*domain::tier_from_name(opt->tier));
-    if (opt->max_seq > 0) opt->gen.max_seq = opt->max_seq;
-    if (opt->max_dim > 0) opt->gen.max_dim = opt->max_dim;
+    RandomCaseOptions& gen = opt->mix.gen;
+    gen = RandomCaseOptions::for_tier(*domain::tier_from_name(opt->tier));
+    if (opt->max_seq > 0) gen.max_seq = opt->max_seq;
+    if (opt->max_dim > 0) gen.max_dim = opt->max_dim;
+    if (!(opt->edge_share >= 0.0 && opt->edge_share <= 1.0)) {
+      fmt::print(stderr, "attnfuzz: --edge-share takes a share in [0, 1], got {}\n", opt->edge_share);
+      exit_code = kExitBadInput;
+      return;
+    }
+    opt->mix.edge_share = opt->edge_share;
+    try {
+      for (const auto& b : make_backends(opt->backends).owned) opt->mix.targets.push_back({b->name(), b->envelope(), b->on_gpu()});
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+      exit_code = kExitBadInput;
+      return;
+    }
+    auto draw = [opt](uint64_t seed, uint64_t i) { return aim_case(random_case(seed, opt->mix.gen), i, opt->mix).c; };
     if (opt->out_dir.empty()) {
       if (opt->count > 1) {  // printing one and dropping the rest would be a silent default
         fmt::print(stderr, "attnfuzz: --count {}: more than one case needs --out DIR (one file each)\n", opt->count);
         exit_code = kExitBadInput;
         return;
       }
-      fmt::print("{}", write_case(random_case(opt->seed, opt->gen)));
+      fmt::print("{}", write_case(draw(opt->seed, 0)));
       exit_code = kExitOk;
       return;
     }
@@ -50,7 +73,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
     try {
       for (int i = 0; i < opt->count; ++i) {
         const uint64_t s = opt->seed + static_cast<uint64_t>(i);  // wraps past 2^64 - 1, as the seeds of a stream may
-        write_file_atomic(opt->out_dir + "/case-" + std::to_string(s) + ".json", write_case(random_case(s, opt->gen)));
+        write_file_atomic(opt->out_dir + "/case-" + std::to_string(s) + ".json", write_case(draw(s, static_cast<uint64_t>(i))));
       }
     } catch (const std::exception& e) {  // a full disk: the files written so far are whole
       fmt::print(stderr, "attnfuzz: --out {}: {}\n", opt->out_dir, e.what());

@@ -204,8 +204,8 @@ void add_list_command(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code] {
     for (const auto& b : list_backends()) {
       if (b.available)
-        fmt::print("{:<22} {:<5} {:<30} {:<42} {}\n    {} {}\n", b.name, b.device, b.contracts, b.conventions, b.version, b.description,
-                   "");
+        fmt::print("{:<22} {:<5} {:<30} {:<42} {}\n    {}\n    accepts: {}\n", b.name, b.device, b.contracts, b.conventions, b.version,
+                   b.description, b.envelope);
       else
         fmt::print("{:<22} unavailable: {}\n    {}\n", b.name, b.unavailable_reason, b.description);
     }

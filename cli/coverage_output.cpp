@@ -15,6 +15,14 @@ void print_coverage(const Coverage& c) {
         comps += fmt::format("{}{} {}/{}/{}", comps.empty() ? "" : ", ", comp, k.ran, k.skipped, k.errored);
     fmt::print("coverage  {}: {} ran, {} skipped, {} errored ({})\n", b, n.ran, n.skipped, n.errored, comps.empty() ? "-" : comps);
   }
+  // How the cases were aimed, and what share of those inside its envelope each target ran.
+  for (const auto& [b, a] : c.aims()) {
+    std::string clauses;
+    for (const auto& [clause, n] : a.edge_by_clause) clauses += fmt::format("{}{} {}", clauses.empty() ? "" : ", ", clause, n);
+    fmt::print("aimed     {}: {} inside, {} ran ({:.0f}%); {} just outside, {} ran ({})\n", b, a.inside, a.inside_ran,
+               a.inside ? 100.0 * static_cast<double>(a.inside_ran) / static_cast<double>(a.inside) : 0.0, a.edge, a.edge_ran,
+               clauses.empty() ? "-" : clauses);
+  }
   std::fflush(stdout);
   for (const auto& w : c.warnings()) fmt::print(stderr, "attnfuzz: WARNING: {}\n", w);
 }

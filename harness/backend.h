@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness/contract.h"
+#include "harness/envelope.h"
 #include "harness/error_model.h"
 #include "harness/problem.h"
 
@@ -34,8 +35,18 @@ class Backend {
   // Relative accuracy of the LSE (stored as fp32 by everyone): 2^-24 unless the backend
   // declares a coarser one (a fast approximate exp, say). Sets the LSE's tolerance floor.
   virtual double lse_unit_roundoff(DType) const { return unit_roundoff(DType::f32); }
-  // Why this backend cannot run the problem, or nothing when it can.
-  virtual std::optional<std::string> unsupported_reason(const Problem&) const { return std::nullopt; }
+  // What it accepts, declared once (harness/envelope.h): its refusals and the generators' aim
+  // both read it. By default every dtype it has a contract for, and nothing else restricted.
+  virtual SupportEnvelope envelope() const {
+    SupportEnvelope e;
+    e.dtypes.clear();
+    for (DType d : {DType::f32, DType::f16, DType::bf16})
+      if (contract(d)) e.dtypes.push_back(d);
+    return e;
+  }
+  // Why this backend cannot run the problem, or nothing when it can: the envelope's enforced
+  // clauses; a backend whose library decides the rest adds the library's verdict.
+  virtual std::optional<std::string> unsupported_reason(const Problem& p) const { return envelope().refusal(p); }
   // Outputs that may differ bitwise between two runs on identical inputs, as the backend's
   // documentation says (a backward that accumulates dQ with atomic adds, in whatever order
   // the blocks finish), and why. The determinism check skips them; every run of them is

@@ -250,7 +250,7 @@ std::string FlashBackend::version() const {
   std::string gpu = "cuda";
   if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
     gpu = std::string(prop.name) + " sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
-  return "attnfuzz flash kernels, CuTe SM80 mma.sync (" + gpu + ")";
+  return "attnfuzz flash kernels, CuTe sm_90a wgmma (" + gpu + ")";
 }
 
 std::optional<Contract> FlashBackend::contract(DType d) const {
@@ -258,14 +258,19 @@ std::optional<Contract> FlashBackend::contract(DType d) const {
   return natural_contract(d);
 }
 
+SupportEnvelope FlashBackend::envelope() const {
+  SupportEnvelope e;
+  e.dtypes = {DType::f16, DType::bf16};
+  e.max_head_dim = 128;
+  e.max_batch_heads = 65535;
+  return e;
+}
+
 std::optional<std::string> FlashBackend::unsupported_reason(const Problem& p) const {
-  const Shape& s = p.shape;
-  if (p.dtype == DType::f32) return "fp32 inputs: the fused kernels take fp16 and bf16 only";
-  if (std::max(s.head_dim_qk, s.head_dim_v) > 128) return "head dims above 128 (the kernels are instantiated for 64 and 128)";
-  if (s.heads_kv <= 0 || s.heads_q % s.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
-  if (s.batch > 65535 || s.heads_q > 65535) return "batch and heads must each be at most 65535 (grid limits)";
+  if (auto why = envelope().refusal(p)) return why;
+  if (p.shape.heads_kv <= 0 || p.shape.heads_q % p.shape.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
   if (p.softcap && !(*p.softcap > 0)) return "a softcap must be positive";
-  if (!flash::instantiated(elem_of(p.dtype), kernel_dim(s))) return "this build has no kernel for this dtype and head dim";
+  if (!flash::instantiated(elem_of(p.dtype), kernel_dim(p.shape))) return "this build has no kernel for this dtype and head dim";
   return std::nullopt;
 }
 

@@ -20,6 +20,9 @@ class FlashBackend : public Backend {
   // fp16 and bf16 inputs: 16-bit operands, fp32 accumulation, P and dS rounded to the input
   // type before their products (the natural contract). No fp32 path.
   std::optional<Contract> contract(DType d) const override;
+  // Every clause enforced: fp16/bf16, head dims up to 128 (the instantiated tiles), any mask,
+  // GQA/MQA, softcap, any layout, batch and heads within the grid.
+  SupportEnvelope envelope() const override;
   std::optional<std::string> unsupported_reason(const Problem& p) const override;
   bool backward_takes_dlse() const override { return true; }
   Forward forward(const Problem& p) override;

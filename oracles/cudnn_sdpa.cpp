@@ -240,21 +240,6 @@ Strides strides_of(const Placement& pl) { return {pl.strides[0], pl.strides[1], 
 // strides but no pointer, so its support check never sees a base address: a pointer that
 // is not 16-byte aligned is declined here rather than run unchecked on the device. Stats
 // stay cuDNN's packed [B, Hq, Sq, 1] (the backward reads no other layout before 9.26).
-std::optional<std::string> layout_refusal(const Problem& p) {
-  using R = TensorRole;
-  for (R r : {R::q, R::k, R::v, R::o, R::d_out, R::d_q, R::d_k, R::d_v}) {
-    const int64_t bytes = placement(p, r).offset * static_cast<int64_t>(sizeof(uint16_t));
-    if (bytes % 16 != 0)
-      return std::string("cuDNN takes 16-byte aligned tensors; ") + role_name(r) + " starts " + std::to_string(bytes % 16) +
-             " bytes past alignment";
-  }
-  const Placement lse = placement(p, R::lse);
-  const Shape& s = p.shape;
-  if (lse.offset != 0 || lse.strides[2] != 1 || lse.strides[1] != s.seq_q || lse.strides[0] != s.heads_q * s.seq_q)
-    return std::string("cuDNN's backward reads its Stats (the LSE) only packed [B][H][S]; the case lays the LSE out otherwise");
-  return std::nullopt;
-}
-
 // Placement::for_each over threads at real size, row by row: every element is converted on its
 // own (to or from the 16-bit type), so any split gives the same bits (harness/parallel.h).
 template <class F>
@@ -461,12 +446,28 @@ class CudnnSdpaBackend final : public Backend {
   bool masked_rows_zero() const override { return false; }
   bool backward_takes_dlse() const override { return false; }
 
+  // cuDNN 9 SDPA on sm90 for sure: fp16/bf16, head dims that are multiples of 8 up to 128, two
+  // keys or more, any mask (natively where exact, else as a bias), GQA. The adapter enforces what
+  // it cannot hand on: the dtype, the softcap (the graph has none), 16-byte aligned tensors and
+  // the LSE packed [B][H][S] (the backward reads its Stats in no other layout); the graph build
+  // decides the rest (choose()).
+  SupportEnvelope envelope() const override {
+    SupportEnvelope e = Backend::envelope();
+    e.max_head_dim = 128;
+    e.head_dim_multiple = 8;
+    e.min_seq_kv = 2;
+    e.softcap = false;
+    e.alignment_bytes = 16;
+    e.packed_lse = true;
+    e.library_decides = SupportEnvelope::library_decides_all_but(
+        {EnvelopeClause::dtype, EnvelopeClause::softcap, EnvelopeClause::alignment, EnvelopeClause::lse});
+    return e;
+  }
+
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     std::string why;
     if (!cudnn_sdpa_available(&why)) return why;
-    if (p.softcap) return std::string("cuDNN SDPA has no softcap");
-    if (p.dtype == DType::f32) return std::string("cuDNN SDPA takes fp16 or bf16 inputs only");
-    if (auto why_layout = layout_refusal(p)) return why_layout;
+    if (auto refused = Backend::unsupported_reason(p)) return refused;
     try {
       const Choice c = choose(p);
       if (!c.selection) return c.reason;

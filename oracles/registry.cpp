@@ -161,6 +161,7 @@ BackendInfo describe_backend(const Backend& b) {
   for (DType d : {DType::f16, DType::bf16})
     if (b.lse_unit_roundoff(d) > unit_roundoff(DType::f32))
       i.conventions += " lse(" + std::string(to_string(d)) + ")~2^" + std::to_string(static_cast<int>(std::log2(b.lse_unit_roundoff(d))));
+  i.envelope = describe(b.envelope());
   i.available = true;
   return i;
 }
@@ -342,6 +343,15 @@ OracleSet make_oracles(OracleDevice device) {
 }
 
 std::vector<std::string> default_backend_names() {
+  // Where a GPU is usable, the fused GPU systems under test: at GPU sizes the CPU backends would
+  // spend the campaign's time on cases the GPU ones judge in milliseconds.
+  std::vector<std::string> gpu;
+  for (const auto& e : entries()) {
+    std::string why;
+    if (std::find(std::begin(kFusedGpuBackends), std::end(kFusedGpuBackends), e.name) != std::end(kFusedGpuBackends) && e.available(&why))
+      gpu.push_back(e.name);
+  }
+  if (!gpu.empty()) return gpu;
   std::vector<std::string> names;
   for (const auto& e : entries()) {
     std::string why;

@@ -16,6 +16,7 @@ struct BackendInfo {
   std::string name, description, version, device;
   std::string contracts;    // "fp32:fp32 fp16:fp16 bf16:bf16"
   std::string conventions;  // dLSE in backward, LSE returned, masked-row convention
+  std::string envelope;     // what it accepts (harness/envelope.h describe)
   bool available = false;
   std::string unavailable_reason;
 };
@@ -72,7 +73,10 @@ OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape,
 void set_backend_threads(int n);
 // Whether the GPU this process uses still works, or the error it gives (DiffOptions::gpu_health).
 std::optional<std::string> gpu_health();
-// Backends used when none are named: every built-in CPU backend available here.
+// The fused GPU backends: the default where a GPU is usable.
+inline constexpr std::string_view kFusedGpuBackends[] = {"cuda.flash", "cudnn", "torch.flash", "torch.efficient", "torch.cudnn"};
+// Backends used when none are named: the fused GPU backends available here, or, where none is
+// (no GPU, or the cpu build), every built-in CPU backend available here.
 std::vector<std::string> default_backend_names();
 
 }  // namespace attnfuzz

@@ -24,10 +24,10 @@ class TorchComposedBackend final : public Backend {
   }
   std::string version() const override { return "libtorch-" + torch_version(); }
   std::string device() const override { return dev_ == TorchDevice::cuda ? "cuda" : "cpu"; }
-  std::optional<std::string> unsupported_reason(const Problem&) const override {
+  std::optional<std::string> unsupported_reason(const Problem& p) const override {
     std::string why;
     if (!torch_device_available(dev_, &why)) return why;
-    return std::nullopt;
+    return Backend::unsupported_reason(p);
   }
 
   Forward forward(const Problem& p) override {

@@ -35,13 +35,18 @@ class TorchSdpaBackend final : public Backend {
     return kind_ == SdpaKind::cpu_flash && d != DType::f32 ? std::ldexp(1.0, -12) : unit_roundoff(DType::f32);
   }
 
+  // Any dtype, layout and mask (as a boolean mask); no softcap; the CPU flash kernel needs Dqk == Dv.
+  SupportEnvelope envelope() const override {
+    SupportEnvelope e = Backend::envelope();
+    e.softcap = false;
+    e.distinct_head_dims = kind_ != SdpaKind::cpu_flash;
+    return e;
+  }
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     std::string why;
     if (!torch_device_available(dev_, &why)) return why;
-    if (p.softcap) return "SDPA has no softcap";
     if (kind_ == SdpaKind::cpu_flash && dev_ != TorchDevice::cpu) return "the CPU flash kernel runs on the CPU only";
-    if (kind_ == SdpaKind::cpu_flash && p.shape.head_dim_qk != p.shape.head_dim_v) return "the CPU flash kernel needs Dqk == Dv";
-    return std::nullopt;
+    return Backend::unsupported_reason(p);
   }
 
   Forward forward(const Problem& p) override {

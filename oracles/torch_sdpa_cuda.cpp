@@ -192,11 +192,41 @@ class TorchCudaSdpaBackend final : public Backend {
   // exp2 (a few ulp), so their LSE is a few fp32 ulp off, never 2^-24.
   double lse_unit_roundoff(DType) const override { return std::ldexp(1.0, -21); }
 
+  // What LibTorch 2.11's dispatcher (sdp_utils) takes for sure on sm80+: 16-bit (efficient: and
+  // fp32) inputs, head dims that are multiples of 8, 16-byte aligned views; flash and cuDNN with
+  // Dqk == Dv and no mask but is_causal; efficient any boolean mask, but no GQA. The adapter
+  // enforces the dtype (no contract, nothing to judge) and the softcap (SDPA takes none); the rest
+  // is LibTorch's to decide (choice_refusal), so the cases just outside stay reject or correct.
+  SupportEnvelope envelope() const override {
+    SupportEnvelope e = Backend::envelope();
+    e.head_dim_multiple = 8;
+    e.alignment_bytes = 16;
+    e.softcap = false;
+    e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype, EnvelopeClause::softcap});
+    switch (kernel_) {
+      case CudaSdpaKernel::flash:
+        e.max_head_dim = 256;
+        e.distinct_head_dims = false;
+        e.masks = MaskSupport::causal_or_none;
+        break;
+      case CudaSdpaKernel::efficient:
+        e.max_head_dim = 256;
+        e.grouped_heads = false;
+        break;
+      case CudaSdpaKernel::cudnn:
+        e.max_head_dim = 128;
+        e.distinct_head_dims = false;
+        e.grouped_heads = false;
+        e.masks = MaskSupport::causal_or_none;
+        break;
+    }
+    return e;
+  }
+
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     std::string why;
     if (!torch_device_available(TorchDevice::cuda, &why)) return why;
-    if (p.softcap) return "SDPA has no softcap";
-    if (!contract(p.dtype)) return std::string("the ") + kernel_name(kernel_) + " kernel takes no " + std::string(to_string(p.dtype));
+    if (auto refused = Backend::unsupported_reason(p)) return refused;
     try {
       return choice_refusal(p);
     } catch (const std::exception& e) {

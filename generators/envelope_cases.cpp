@@ -1,0 +1,211 @@
+#include "generators/envelope_cases.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "harness/rng.h"
+
+namespace attnfuzz {
+
+namespace {
+
+int64_t element_bytes(DType d) { return d == DType::f32 ? 4 : 2; }
+
+// The alignment in elements of the case dtype (1 when the envelope asks none).
+int64_t align_elems(const SupportEnvelope& e, DType d) {
+  return e.restricts(EnvelopeClause::alignment) ? std::max<int64_t>(1, e.alignment_bytes / element_bytes(d)) : 1;
+}
+
+// Head dims step by the envelope's multiple and, under an alignment, by whole aligned rows.
+int64_t head_dim_step(const SupportEnvelope& e, DType d) { return std::lcm(e.head_dim_multiple, align_elems(e, d)); }
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+int64_t fit_head_dim(int64_t d, int64_t step, int64_t max) {
+  const int64_t top = std::max(step, max / step * step);
+  if (d % step == 0 && d <= max) return d;
+  return std::clamp((d + step / 2) / step * step, step, top);
+}
+
+bool has_kind(const Composition& c, Composition::Kind k) {
+  if (c.kind == k) return true;
+  return std::any_of(c.children.begin(), c.children.end(), [&](const Composition& ch) { return has_kind(ch, k); });
+}
+
+bool all_or_top_left_causal(const MaskExpr& m) {
+  return m.kind == MaskExpr::Kind::all || (m.kind == MaskExpr::Kind::causal && m.align == Align::top_left);
+}
+
+// A new Skv (or Sq) invalidates what was drawn for the old one: mask and composition again.
+void redraw_for_lengths(Case& c, SplitMix& r) {
+  c.mask = random_mask(r, c.shape.seq_q, c.shape.seq_kv);
+  c.composition = Composition{};
+}
+
+constexpr TensorRole kStridedRoles[] = {TensorRole::q,   TensorRole::k,   TensorRole::v,   TensorRole::d_out,
+                                        TensorRole::o,   TensorRole::d_q, TensorRole::d_k, TensorRole::d_v};
+
+}  // namespace
+
+Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, SplitMix& r) {
+  Shape& s = c.shape;
+  if (!e.takes(c.dtype)) {
+    std::vector<DType> both;
+    for (DType d : e.dtypes)
+      if (std::find(opt.dtypes.begin(), opt.dtypes.end(), d) != opt.dtypes.end()) both.push_back(d);
+    c.dtype = r.pick(both.empty() ? e.dtypes : both);
+  }
+  const int64_t step = head_dim_step(e, c.dtype), max_dim = std::min(e.max_head_dim, std::max(opt.max_dim, step));
+  s.head_dim_qk = fit_head_dim(s.head_dim_qk, step, max_dim);
+  s.head_dim_v = e.distinct_head_dims ? fit_head_dim(s.head_dim_v, step, max_dim) : s.head_dim_qk;
+  if (!e.grouped_heads) s.heads_q = s.heads_kv;
+  if (s.batch > e.max_batch_heads) s.batch = e.max_batch_heads;
+  if (s.heads_q > e.max_batch_heads) s.heads_q = s.heads_kv = e.max_batch_heads;
+  if (s.seq_kv < e.min_seq_kv || std::max(s.seq_q, s.seq_kv) > e.max_seq) {
+    s.seq_kv = std::clamp(s.seq_kv, e.min_seq_kv, e.max_seq);
+    s.seq_q = std::min(s.seq_q, e.max_seq);
+    redraw_for_lengths(c, r);
+  }
+  if (!e.softcap) c.softcap.reset();
+  if (e.masks == MaskSupport::causal_or_none && !all_or_top_left_causal(c.mask))
+    c.mask = r.chance(0.5) ? MaskExpr::all_visible() : MaskExpr::causal_mask(Align::top_left);
+  // Compositions whose every call stays inside: a causal mask is causal only in the whole call,
+  // a band partition makes masked parts, and a key split makes short parts.
+  if (e.masks == MaskSupport::causal_or_none &&
+      (c.mask.kind != MaskExpr::Kind::all || has_kind(c.composition, Composition::Kind::mask_partition)))
+    c.composition = Composition{};
+  if (e.min_seq_kv > 1 && has_kind(c.composition, Composition::Kind::kv_split)) c.composition = Composition{};
+  if (const int64_t a = align_elems(e, c.dtype); a > 1)
+    for (TensorRole role : kStridedRoles) {
+      TensorLayout& l = c.layouts[role];
+      l.offset = l.offset / a * a;
+      l.row_padding = round_up(l.row_padding, a);
+      l.head_padding = round_up(l.head_padding, a);
+    }
+  if (e.packed_lse) c.layouts[TensorRole::lse] = TensorLayout{};
+  return c;
+}
+
+std::vector<EnvelopeClause> breakable_clauses(const SupportEnvelope& e) {
+  std::vector<EnvelopeClause> out;
+  for (EnvelopeClause c : kAllEnvelopeClauses)
+    if (c != EnvelopeClause::grid && e.restricts(c)) out.push_back(c);
+  return out;
+}
+
+Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const RandomCaseOptions& opt, SplitMix& r) {
+  c = fit_inside(std::move(c), e, opt, r);
+  Shape& s = c.shape;
+  switch (clause) {
+    case EnvelopeClause::dtype: {
+      std::vector<DType> outside;
+      for (DType d : {DType::f32, DType::f16, DType::bf16})
+        if (!e.takes(d)) outside.push_back(d);
+      if (!outside.empty()) c.dtype = r.pick(outside);
+      break;
+    }
+    case EnvelopeClause::head_dim:
+      // 8k +- 1 where a multiple is asked, else one step past the largest.
+      if (e.head_dim_multiple > 1)
+        s.head_dim_qk = s.head_dim_qk + (r.chance(0.5) || s.head_dim_qk == 1 ? 1 : -1);
+      else
+        s.head_dim_qk = e.max_head_dim + (r.chance(0.5) ? 1 : 8);
+      if (!e.distinct_head_dims) s.head_dim_v = s.head_dim_qk;
+      break;
+    case EnvelopeClause::head_dims: {
+      const int64_t step = head_dim_step(e, c.dtype);
+      s.head_dim_v = s.head_dim_qk > step && r.chance(0.5) ? s.head_dim_qk - step : s.head_dim_qk + step;
+      break;
+    }
+    case EnvelopeClause::gqa:
+      s.heads_q = s.heads_kv * 2;
+      break;
+    case EnvelopeClause::seq:
+      if (e.min_seq_kv > 1)
+        s.seq_kv = e.min_seq_kv - 1;
+      else
+        s.seq_q = e.max_seq + 1;
+      redraw_for_lengths(c, r);
+      c = fit_inside(std::move(c), [&] {
+        SupportEnvelope rest = e;  // the redrawn mask inside again, the lengths left outside
+        rest.min_seq_kv = 1;
+        rest.max_seq = SupportEnvelope::kUnbounded;
+        return rest;
+      }(), opt, r);
+      break;
+    case EnvelopeClause::grid:
+      break;
+    case EnvelopeClause::softcap:
+      c.softcap = 1.0 + 30.0 * r.unit();
+      break;
+    case EnvelopeClause::mask: {
+      MaskExpr m;
+      m.kind = MaskExpr::Kind::random;
+      m.density = 0.5;
+      m.seed = r.next();
+      c.mask = s.seq_kv > 1 && r.chance(0.5) ? MaskExpr::window(r.range(0, s.seq_kv - 1), 0, Align::top_left) : m;
+      break;
+    }
+    case EnvelopeClause::alignment: {
+      const TensorRole role = kStridedRoles[r.range(0, 7)];
+      if (role == TensorRole::q || role == TensorRole::k || role == TensorRole::v) c.layouts.inputs = Packing::none;
+      if (role == TensorRole::d_q || role == TensorRole::d_k || role == TensorRole::d_v) c.layouts.grads = Packing::none;
+      TensorLayout& l = c.layouts[role];
+      if (r.chance(0.5))
+        l.offset += 1;  // the base pointer one element past
+      else
+        l.row_padding += 1;  // rows one element longer
+      break;
+    }
+    case EnvelopeClause::lse:
+      c.layouts[TensorRole::lse].offset = r.range(1, 3);
+      break;
+  }
+  return c;
+}
+
+Case fit_budget(Case c, uint64_t budget_bytes) {
+  Shape& s = c.shape;
+  while (estimate_host_bytes(c) > budget_bytes) {
+    if (s.batch > 1) {
+      s.batch = (s.batch + 1) / 2;
+    } else if (s.heads_kv > 1) {
+      const int64_t group = s.group();
+      s.heads_kv = (s.heads_kv + 1) / 2;
+      s.heads_q = s.heads_kv * group;
+    } else if (s.heads_q > 1) {
+      s.heads_q = (s.heads_q + 1) / 2;
+    } else {
+      break;  // lengths stay: masks and compositions were drawn for them
+    }
+  }
+  return c;
+}
+
+AimedCase aimed_campaign_case(uint64_t seed, uint64_t index, const CaseMix& mix) {
+  return aim_case(campaign_case(seed, index, mix.gen), index, mix);
+}
+
+AimedCase aim_case(Case drawn, uint64_t index, const CaseMix& mix) {
+  AimedCase out;
+  out.c = std::move(drawn);
+  if (!mix.targets.empty()) {
+    const CaseTarget& t = mix.targets[index % mix.targets.size()];
+    out.target = t.backend;
+    out.aim = CaseAim::inside;
+    // A stream of its own: the blind draw's fields stay what the seed gave them.
+    SplitMix r(splitmix64(out.c.seed ^ 0x61696d65642d6361ull));
+    const std::vector<EnvelopeClause> edges = breakable_clauses(t.envelope);
+    if (!edges.empty() && r.chance(mix.edge_share)) {
+      out.aim = CaseAim::edge;
+      out.outside = r.pick(edges);
+      out.c = step_outside(std::move(out.c), t.envelope, *out.outside, mix.gen, r);
+    } else {
+      out.c = fit_inside(std::move(out.c), t.envelope, mix.gen, r);
+    }
+  }
+  out.c = fit_budget(std::move(out.c), mix.memory_budget_bytes);
+  return out;
+}
+
+}  // namespace attnfuzz

@@ -1,0 +1,60 @@
+#pragma once
+// Cases aimed at the backends under test (docs/fuzzing.md, "Aimed cases"), from their support
+// envelopes (harness/envelope.h).
+//
+//   case g of a campaign aims at target t = targets[g mod n], the backends under test in the
+//   order given, so each gets an equal share of the stream. It starts as random_case's draw for g
+//   (every field as varied as the blind mix), then, from a stream of its own:
+//     with probability edge_share, and where t's envelope restricts a clause that a case can break
+//     (every clause but grid), it is fitted inside and then put just past the edge of one such
+//     clause, chosen uniformly (step_outside: an unaligned row, a head dim of 8k +- 1, an LSE not
+//     packed, fp32 for a 16-bit kernel, ...): reject or correct;
+//     otherwise it is fitted inside every clause (fit_inside).
+//   A target whose envelope restricts nothing gets the blind draw unchanged.
+//   Last, the shape fits the memory budget (fit_budget).
+//
+// fit_inside changes as little as it can: a dtype, head dim or length outside is replaced, a
+// softcap dropped, a mask the envelope does not take becomes none or causal (and then only
+// compositions whose every call keeps it, none for causal), layouts move onto the alignment, the
+// LSE is packed. Every call of the fitted case's composition is inside the envelope
+// (tests/test_envelope.cpp holds that on random cases).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "generators/random_case.h"
+#include "harness/envelope.h"
+
+namespace attnfuzz {
+
+// A backend under test as the case mix sees it.
+struct CaseTarget {
+  std::string backend;
+  SupportEnvelope envelope;
+  bool on_gpu = false;
+};
+
+struct CaseMix {
+  RandomCaseOptions gen;
+  std::vector<CaseTarget> targets;  // empty: every case blind
+  double edge_share = 0.12;
+  uint64_t memory_budget_bytes = uint64_t{8} << 30;
+};
+
+// The default share of cases just outside an envelope.
+inline constexpr double kDefaultEdgeShare = 0.12;
+
+Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, SplitMix& r);
+// Clauses a generated case can be put just outside of (those `e` restricts, but grid).
+std::vector<EnvelopeClause> breakable_clauses(const SupportEnvelope& e);
+// fit_inside, then `clause` broken just past its edge (the clause must be breakable).
+Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const RandomCaseOptions& opt, SplitMix& r);
+// Halves B, then Hkv, then the group, while the host estimate is over the budget.
+Case fit_budget(Case c, uint64_t budget_bytes);
+
+// A drawn case, the index-th of its stream, aimed as the mix says (formula above).
+AimedCase aim_case(Case drawn, uint64_t index, const CaseMix& mix);
+// The index-th case of a campaign's stream under the mix: campaign_case's draw, aimed.
+AimedCase aimed_campaign_case(uint64_t seed, uint64_t index, const CaseMix& mix);
+
+}  // namespace attnfuzz

@@ -1,0 +1,107 @@
+#pragma once
+// Support envelopes: what a backend accepts, declared once, as data (docs/semantics.md,
+// "Support envelopes"). Two readers: the backend's unsupported_reason (Backend::unsupported_reason
+// starts from refusal() below) and the case generators (generators/envelope_cases.h), which aim
+// most cases inside the envelopes of the backends under test and a measured share just outside one.
+//
+// A call P is inside envelope E when every clause holds, in this order (refusal() names the
+// first that fails):
+//   dtype       P.dtype in E.dtypes
+//   head_dim    max(Dqk, Dv) <= E.max_head_dim, and Dqk, Dv are multiples of E.head_dim_multiple
+//   head_dims   Dqk == Dv, unless E.distinct_head_dims
+//   gqa         Hq == Hkv, unless E.grouped_heads
+//   seq         E.min_seq_kv <= Skv, and Sq, Skv <= E.max_seq
+//   grid        B <= E.max_batch_heads and Hq <= E.max_batch_heads
+//   softcap     no softcap, unless E.softcap
+//   mask        any mask when E.masks == any; with causal_or_none, the call's dense mask is
+//               all-visible or top-left causal (key j visible to query i iff j <= i)
+//   alignment   for Q, K, V, dO, O, dQ, dK, dV: the base offset and every stride but D's, in
+//               bytes of the case dtype, are multiples of E.alignment_bytes (1: any)
+//   lse         the LSE (and dLSE) laid out packed [B][H][S] (no offset, no padding), when E.packed_lse
+//
+// Who has the last word on a call that breaks a clause: each clause the envelope restricts is
+//   enforced       the call is refused before the backend sees it (refusal() says why), or
+//   library-decided the call goes to the library's own dispatcher (LibTorch's kernel choice,
+//                  cuDNN's graph checks, a plugin's or adapter's supports()), and the envelope only
+//                  declares what that library accepts for sure. Outside it the rule is reject or
+//                  correct: where the library takes the call, its result is judged like any other;
+//                  where it does not, it must refuse cleanly.
+// Our own kernels enforce every clause; the libraries decide most of theirs.
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "harness/case.h"
+#include "harness/dtype.h"
+
+namespace attnfuzz {
+
+struct Problem;
+
+enum class MaskSupport { any, causal_or_none };
+
+// The clauses, for the generators' one-clause-outside cases and the reports.
+enum class EnvelopeClause { dtype, head_dim, head_dims, gqa, seq, grid, softcap, mask, alignment, lse };
+inline constexpr EnvelopeClause kAllEnvelopeClauses[] = {
+    EnvelopeClause::dtype, EnvelopeClause::head_dim, EnvelopeClause::head_dims, EnvelopeClause::gqa,       EnvelopeClause::seq,
+    EnvelopeClause::grid,  EnvelopeClause::softcap,  EnvelopeClause::mask,      EnvelopeClause::alignment, EnvelopeClause::lse};
+const char* clause_name(EnvelopeClause c);
+
+struct SupportEnvelope {
+  static constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
+  std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
+  int64_t max_head_dim = kUnbounded;
+  int64_t head_dim_multiple = 1;
+  bool distinct_head_dims = true;
+  bool grouped_heads = true;
+  int64_t min_seq_kv = 1, max_seq = kUnbounded;
+  int64_t max_batch_heads = kUnbounded;
+  bool softcap = true;
+  MaskSupport masks = MaskSupport::any;
+  int64_t alignment_bytes = 1;
+  bool packed_lse = false;
+  uint32_t library_decides = 0;  // bit (1 << clause): the library has the last word there
+
+  bool takes(DType d) const;
+  bool decided_by_library(EnvelopeClause c) const { return library_decides & bit(c); }
+  static constexpr uint32_t bit(EnvelopeClause c) { return uint32_t{1} << static_cast<int>(c); }
+  // Every clause but these is left to the library.
+  static uint32_t library_decides_all_but(std::initializer_list<EnvelopeClause> enforced);
+  // Whether the clause restricts anything (an unrestricted clause has no "just outside").
+  bool restricts(EnvelopeClause c) const;
+  // The first clause the call breaks, or nothing when it is inside.
+  std::optional<EnvelopeClause> broken_clause(const Problem& p) const;
+  // Why the call breaks the clause (one line), or nothing when it holds.
+  std::optional<std::string> breach(const Problem& p, EnvelopeClause c) const;
+  // The first enforced clause the call breaks, said in one line: the backend's refusal. Nothing
+  // when every enforced clause holds (library-decided ones are then the library's to judge).
+  std::optional<std::string> refusal(const Problem& p) const;
+  bool operator==(const SupportEnvelope&) const = default;
+};
+
+// What the dense mask of a call looks like, for the mask clause.
+bool mask_is_all_or_top_left_causal(const Problem& p);
+
+// For summaries, `attnfuzz list` and the worker protocol.
+nlohmann::json to_json(const SupportEnvelope& e);
+SupportEnvelope envelope_from_json(const nlohmann::json& j);  // throws std::invalid_argument
+std::string describe(const SupportEnvelope& e);                // one line: only the restricting clauses
+
+// How a generated case was aimed (generators/envelope_cases.h): at no backend in particular,
+// inside one backend's envelope, or just outside one clause of it.
+enum class CaseAim { blind, inside, edge };
+const char* aim_name(CaseAim a);
+
+struct AimedCase {
+  Case c;
+  std::string target;                     // the backend it was aimed at; empty when blind
+  CaseAim aim = CaseAim::blind;
+  std::optional<EnvelopeClause> outside;  // edge: the one clause it breaks
+};
+
+}  // namespace attnfuzz

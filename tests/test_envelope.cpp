@@ -1,0 +1,231 @@
+// Support envelopes (harness/envelope.h) and the cases aimed at them
+// (generators/envelope_cases.h): one declaration, read by the backends' refusals and by the
+// generators, and the two agree.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "generators/envelope_cases.h"
+#include "harness/backend.h"
+#include "harness/compose.h"
+#include "harness/inputs.h"
+#include "oracles/registry.h"
+
+namespace attnfuzz {
+namespace {
+
+// Records, for every call a composition makes, the first clause of `e` the call breaks.
+class ClauseProbe final : public Backend {
+ public:
+  explicit ClauseProbe(SupportEnvelope e) : e_(std::move(e)) {}
+  std::string name() const override { return "clause-probe"; }
+  SupportEnvelope envelope() const override { return e_; }
+  std::optional<std::string> unsupported_reason(const Problem&) const override { return std::nullopt; }
+  Forward forward(const Problem& p) override {
+    broken.push_back(e_.broken_clause(p));
+    const Shape& s = p.shape;
+    return Forward{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
+  }
+  Gradients backward(const Problem& p, const Forward&, const Tensor&, const Tensor&) override {
+    return Gradients{Tensor(p.q.shape), Tensor(p.k.shape), Tensor(p.v.shape)};
+  }
+  std::vector<std::optional<EnvelopeClause>> broken;
+
+ private:
+  SupportEnvelope e_;
+};
+
+// The first clause each call of the case breaks: its single call, then every call of its composition.
+std::vector<std::optional<EnvelopeClause>> broken_in_calls(const Case& c, const SupportEnvelope& e) {
+  const Inputs in = generate_inputs(c);
+  ClauseProbe probe(e);
+  probe.broken.push_back(e.broken_clause(full_problem(c, in)));
+  run_composition(probe, c, in);
+  return probe.broken;
+}
+
+// Envelopes that restrict every clause a case can break, alone and together, in the shapes the
+// project's backends declare (kernels/flash_backends.cpp, oracles/cudnn_sdpa.cpp, oracles/torch_sdpa_cuda.cpp).
+std::map<std::string, SupportEnvelope> sample_envelopes() {
+  std::map<std::string, SupportEnvelope> out;
+  SupportEnvelope flash;
+  flash.dtypes = {DType::f16, DType::bf16};
+  flash.max_head_dim = 128;
+  flash.max_batch_heads = 65535;
+  out["flash-kernel"] = flash;
+  SupportEnvelope cudnn = flash;
+  cudnn.head_dim_multiple = 8;
+  cudnn.min_seq_kv = 2;
+  cudnn.softcap = false;
+  cudnn.alignment_bytes = 16;
+  cudnn.packed_lse = true;
+  cudnn.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype, EnvelopeClause::alignment});
+  out["cudnn"] = cudnn;
+  SupportEnvelope torch_flash = cudnn;
+  torch_flash.min_seq_kv = 1;
+  torch_flash.packed_lse = false;
+  torch_flash.distinct_head_dims = false;
+  torch_flash.masks = MaskSupport::causal_or_none;
+  out["torch-flash"] = torch_flash;
+  SupportEnvelope efficient = cudnn;
+  efficient.dtypes = {DType::f32, DType::f16, DType::bf16};
+  efficient.grouped_heads = false;
+  efficient.packed_lse = false;
+  efficient.min_seq_kv = 1;
+  out["efficient"] = efficient;
+  return out;
+}
+
+RandomCaseOptions small_tier() {
+  RandomCaseOptions o = RandomCaseOptions::for_tier(domain::SizeTier::small);
+  o.max_seq = 40;  // keeps 200 cases per envelope fast
+  return o;
+}
+
+TEST(Envelope, FittedCasesAreInsideInEveryCall) {
+  for (const auto& [name, e] : sample_envelopes()) {
+    CaseMix mix;
+    mix.gen = small_tier();
+    mix.targets = {{name, e, true}};
+    mix.edge_share = 0.0;
+    for (uint64_t g = 0; g < 200; ++g) {
+      const AimedCase a = aimed_campaign_case(17, g, mix);
+      ASSERT_EQ(a.aim, CaseAim::inside);
+      ASSERT_EQ(a.target, name);
+      ASSERT_NO_THROW(validate(a.c)) << name << " case " << g;
+      const auto broken = broken_in_calls(a.c, e);
+      for (size_t i = 0; i < broken.size(); ++i)
+        ASSERT_FALSE(broken[i].has_value()) << name << " case " << g << ", call " << i << " breaks " << clause_name(*broken[i]);
+    }
+  }
+}
+
+TEST(Envelope, EdgeCasesBreakTheAimedClauseFirst) {
+  for (const auto& [name, e] : sample_envelopes()) {
+    CaseMix mix;
+    mix.gen = small_tier();
+    mix.targets = {{name, e, true}};
+    mix.edge_share = 1.0;
+    std::map<std::string, int> aimed, hit;
+    for (uint64_t g = 0; g < 200; ++g) {
+      const AimedCase a = aimed_campaign_case(23, g, mix);
+      ASSERT_EQ(a.aim, CaseAim::edge);
+      ASSERT_TRUE(a.outside.has_value());
+      ASSERT_NO_THROW(validate(a.c)) << name << " case " << g;
+      const auto broken = e.broken_clause(full_problem(a.c, generate_inputs(a.c)));
+      ++aimed[clause_name(*a.outside)];
+      // Never an earlier clause than the aimed one; the aimed one itself nearly always (a random
+      // mask on a tiny shape can come out causal).
+      if (broken) ASSERT_GE(static_cast<int>(*broken), static_cast<int>(*a.outside)) << name << " case " << g;
+      if (broken == a.outside) ++hit[clause_name(*a.outside)];
+    }
+    for (EnvelopeClause c : breakable_clauses(e)) {
+      const std::string n = clause_name(c);
+      EXPECT_GE(aimed[n], 10) << name << ": clause " << n << " aimed at too rarely";
+      EXPECT_GE(hit[n], aimed[n] * 9 / 10) << name << ": clause " << n << " broken in " << hit[n] << " of " << aimed[n];
+    }
+  }
+}
+
+TEST(Envelope, MixSharesTheStreamAndKeepsTheEdgeShare) {
+  const auto envs = sample_envelopes();
+  CaseMix mix;
+  mix.gen = small_tier();
+  for (const auto& [name, e] : envs) mix.targets.push_back({name, e, true});
+  std::map<std::string, int> per_target;
+  int edges = 0;
+  const int n = 2000;
+  for (uint64_t g = 0; g < static_cast<uint64_t>(n); ++g) {
+    const AimedCase a = aimed_campaign_case(5, g, mix);
+    ++per_target[a.target];
+    edges += a.aim == CaseAim::edge;
+  }
+  for (const auto& [name, e] : envs) EXPECT_EQ(per_target[name], n / static_cast<int>(envs.size())) << name;
+  EXPECT_NEAR(static_cast<double>(edges) / n, kDefaultEdgeShare, 0.025);
+}
+
+TEST(Envelope, BlindStreamIsTheRandomStream) {
+  CaseMix mix;
+  mix.gen = small_tier();
+  for (uint64_t g = 0; g < 300; ++g) {
+    const AimedCase a = aimed_campaign_case(9, g, mix);
+    EXPECT_EQ(a.aim, CaseAim::blind);
+    EXPECT_TRUE(a.c == campaign_case(9, g, mix.gen)) << g;
+  }
+}
+
+TEST(Envelope, BudgetShrinksBatchAndHeadsOnly) {
+  Case c;
+  c.shape = {2, 16, 4, 4096, 4096, 128, 128};
+  c.dtype = DType::bf16;
+  ASSERT_GT(estimate_host_bytes(c), uint64_t{8} << 30);
+  const Case fitted = fit_budget(c, uint64_t{8} << 30);
+  EXPECT_LE(estimate_host_bytes(fitted), uint64_t{8} << 30);
+  EXPECT_EQ(fitted.shape.seq_q, 4096);
+  EXPECT_EQ(fitted.shape.group(), 4);
+  EXPECT_NO_THROW(validate(fitted));
+}
+
+TEST(Envelope, RefusalNamesTheEnforcedClauseOnly) {
+  Case c;
+  c.shape = {1, 4, 2, 8, 8, 12, 12};
+  c.dtype = DType::f16;
+  const Problem p = full_problem(c, generate_inputs(c));
+  SupportEnvelope e;
+  e.head_dim_multiple = 8;   // broken: 12
+  e.grouped_heads = false;   // broken: 4 != 2
+  e.alignment_bytes = 16;    // broken: 24-byte rows
+  EXPECT_EQ(e.broken_clause(p), EnvelopeClause::head_dim);
+  ASSERT_TRUE(e.refusal(p).has_value());
+  EXPECT_EQ(e.refusal(p)->rfind("head dims", 0), 0u) << *e.refusal(p);
+  e.library_decides = SupportEnvelope::bit(EnvelopeClause::head_dim) | SupportEnvelope::bit(EnvelopeClause::gqa);
+  EXPECT_EQ(e.broken_clause(p), EnvelopeClause::head_dim);
+  ASSERT_TRUE(e.refusal(p).has_value());
+  EXPECT_EQ(e.refusal(p)->rfind("alignment: ", 0), 0u) << *e.refusal(p);
+  e.library_decides = SupportEnvelope::library_decides_all_but({});
+  EXPECT_FALSE(e.refusal(p).has_value());
+}
+
+TEST(Envelope, JsonRoundTrip) {
+  for (const auto& [name, e] : sample_envelopes()) {
+    const SupportEnvelope back = envelope_from_json(to_json(e));
+    EXPECT_TRUE(back == e) << name << ": " << to_json(e).dump();
+    EXPECT_FALSE(describe(e).empty());
+  }
+  nlohmann::json bad = to_json(SupportEnvelope{});
+  bad["library_decides"] = {"nonsense"};
+  EXPECT_THROW(envelope_from_json(bad), std::invalid_argument);
+  bad = to_json(SupportEnvelope{});
+  bad["head_dim_multiple"] = 0;
+  EXPECT_THROW(envelope_from_json(bad), std::invalid_argument);
+}
+
+// The backends of this build that run here: each refuses exactly what its envelope's enforced
+// clauses refuse (they decide nothing beyond it), on random cases of every kind.
+TEST(Envelope, CpuBackendsRefuseWhatTheirEnvelopeRefuses) {
+  std::vector<std::string> names;
+  for (const BackendInfo& b : list_backends())
+    if (b.available && b.device == "cpu") names.push_back(b.name);
+  ASSERT_FALSE(names.empty());
+  RandomCaseOptions opt = small_tier();
+  int refused = 0, checked = 0;
+  for (const std::string& name : names) {
+    const auto be = make_backend(name);
+    const SupportEnvelope e = be->envelope();
+    for (uint64_t seed = 0; seed < 150; ++seed) {
+      const Case c = random_case(seed + 91'000, opt);
+      const Problem p = full_problem(c, generate_inputs(c));
+      const auto why = be->unsupported_reason(p);
+      EXPECT_EQ(why, e.refusal(p)) << name << " seed " << seed;
+      refused += why.has_value();
+      ++checked;
+    }
+  }
+  std::cout << checked << " checks over " << names.size() << " backends, " << refused << " refused\n";
+  if (std::find(names.begin(), names.end(), "torch.sdpa.math") != names.end())
+    EXPECT_GT(refused, 0);  // the SDPA backends refuse softcaps: the comparison saw both answers
+}
+
+}  // namespace
+}  // namespace attnfuzz
