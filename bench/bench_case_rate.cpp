@@ -6,7 +6,10 @@
 // seed, cases and backends must print the same digest before and after.
 //   build/cpu/bench/bench_case_rate --tier toy --cases 2000 --seed 7 --backends torch.math
 //                                   [--oracle-device auto|cpu|cuda] [--no-determinism-check]
+//                                   [--aimed [--edge-share F]]   (the aimed mix, docs/fuzzing.md)
 //                                   [--sample FILE]   (stacks for bench/symbolize_samples.py)
+// Prints cases/s and judged cases/s (a case some backend ran), and with --aimed, per backend,
+// the share of the cases aimed inside its envelope that it ran.
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -21,6 +24,7 @@
 #include "campaign/coverage.h"
 #include "campaign/repro.h"
 #include "campaign/worker_protocol.h"
+#include "generators/envelope_cases.h"
 #include "generators/random_case.h"
 #include "harness/differential.h"
 #include "oracles/provenance.h"
@@ -94,7 +98,8 @@ struct Digest {
 int main(int argc, char** argv) {
   std::string tier = "toy", backends_arg, device = "auto", sample_path;
   uint64_t cases = 1000, seed = 7;
-  bool determinism = true;
+  bool determinism = true, aimed = false;
+  double edge_share = kDefaultEdgeShare;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -110,12 +115,16 @@ int main(int argc, char** argv) {
       device = argv[++i];
     else if (a == "--no-determinism-check")
       determinism = false;
+    else if (a == "--aimed")
+      aimed = true;
+    else if (a == "--edge-share" && has_value)
+      edge_share = std::stod(argv[++i]);
     else if (a == "--sample" && has_value)  // the main thread's stacks (bench/wall_sampler.h)
       sample_path = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: bench_case_rate [--tier toy|small|real] [--cases N] [--seed S] --backends a,b [--oracle-device auto|cpu|cuda] "
-                   "[--no-determinism-check] [--sample FILE]\n");
+                   "[--no-determinism-check] [--aimed [--edge-share F]] [--sample FILE]\n");
       return 2;
     }
   }
@@ -126,7 +135,9 @@ int main(int argc, char** argv) {
   }
   set_oracle_device_override(device);
   set_backend_threads(1);  // as a campaign worker runs
-  const RandomCaseOptions gen = RandomCaseOptions::for_tier(*t);
+  CaseMix mix;
+  mix.gen = RandomCaseOptions::for_tier(*t);
+  mix.edge_share = edge_share;
   const std::vector<std::string> names = bench::split_commas(backends_arg);
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Backend*> backends;
@@ -139,6 +150,9 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: %s\n", e.what());
     return 0;
   }
+  if (aimed)
+    for (const Backend* b : backends) mix.targets.push_back({b->name(), b->envelope(), b->on_gpu()});
+  Coverage coverage;
   Digest digest;
   size_t findings = 0, gpu_set = 0;
   bench::WallSampler sampler;
@@ -147,7 +161,8 @@ int main(int argc, char** argv) {
   const double cpu_start = thread_cpu_ms();
   for (uint64_t k = 0; k < cases; ++k) {
     std::optional<RoleTimer> generating(std::in_place, "generate");
-    const Case c = campaign_case(seed, k, gen);
+    const AimedCase drawn = aimed_campaign_case(seed, k, mix);
+    const Case& c = drawn.c;
     generating.reset();
     std::optional<RoleTimer> judging(std::in_place, "judge");
     OracleDevice chosen = OracleDevice::cpu;
@@ -177,6 +192,10 @@ int main(int argc, char** argv) {
       reply.runs = run_outcomes(r);
       const std::string body = encode(reply);
     }
+    Coverage case_coverage;
+    case_coverage.add_case(run_outcomes(r));
+    case_coverage.add_aim(drawn);
+    coverage.add(case_coverage);
     digest.add(r);
     findings += r.findings.size();
   }
@@ -189,6 +208,13 @@ int main(int argc, char** argv) {
   std::printf("%llu %s cases (seed %llu, %s; GPU oracle set on %zu): %.1f cases/s, %.3f ms a case (CPU %.3f); %zu finding(s); digest %016llx\n",
               static_cast<unsigned long long>(cases), tier.c_str(), static_cast<unsigned long long>(seed), backends_arg.c_str(), gpu_set,
               1000.0 * n / total, total / n, cpu / n, findings, static_cast<unsigned long long>(digest.h));
+  std::printf("judged %llu of %llu cases: %.1f judged cases/s\n", static_cast<unsigned long long>(coverage.judged_cases()),
+              static_cast<unsigned long long>(cases), 1000.0 * static_cast<double>(coverage.judged_cases()) / total);
+  for (const auto& [b, a] : coverage.aims())
+    std::printf("aimed %s: %llu inside, %llu ran (%.0f%%); %llu just outside, %llu ran\n", b.c_str(),
+                static_cast<unsigned long long>(a.inside), static_cast<unsigned long long>(a.inside_ran),
+                a.inside ? 100.0 * static_cast<double>(a.inside_ran) / static_cast<double>(a.inside) : 0.0,
+                static_cast<unsigned long long>(a.edge), static_cast<unsigned long long>(a.edge_ran));
   // The judging's own work: its time less the oracle and backend calls inside it.
   for (auto* l : {&ledger(), &cpu_ledger()}) {
     auto& m = *l;
