@@ -117,6 +117,22 @@ std::string coverage_html(const Coverage& c) {
       for (const auto& [comp, k] : it->second) row(b, comp, k, "");
   }
   h << "</table>";
+  // The case mix (generators/envelope_cases.h): per target, its share of the cases aimed inside
+  // its envelope that it ran, and the cases just outside one clause.
+  if (!c.aims().empty()) {
+    h << "<h3>Case mix</h3><p>" << c.blind_cases() << " blind case(s)</p>"
+      << "<table><tr><th>target</th><th>inside</th><th>ran</th><th>share ran</th><th>just outside</th><th>ran</th>"
+         "<th>by clause</th></tr>";
+    for (const auto& [b, a] : c.aims()) {
+      const double share = a.inside ? static_cast<double>(a.inside_ran) / static_cast<double>(a.inside) : 0.0;
+      std::string clauses;
+      for (const auto& [clause, n] : a.edge_by_clause) clauses += esc(clause) + " " + std::to_string(n) + "<br>";
+      h << "<tr" << (share < 0.8 ? " class='untested'" : "") << "><td>" << esc(b) << "</td><td>" << a.inside << "</td><td>"
+        << a.inside_ran << "</td><td>" << static_cast<int>(100 * share + 0.5) << "%</td><td>" << a.edge << "</td><td>" << a.edge_ran
+        << "</td><td>" << clauses << "</td></tr>";
+    }
+    h << "</table>";
+  }
   return h.str();
 }
 

@@ -7,6 +7,9 @@
 #   ci/gpu_run.sh campaign SECONDS SEED BACKENDS [extra campaign args]
 #   ci/gpu_run.sh oracles [bench args]       the GPU oracle set: tests, benchmark, sanitizers
 #   ci/gpu_run.sh cuda-plugins [DEVICES]     tests/plugins/cuda_plugin_test.sh on the carried plugins
+#   ci/gpu_run.sh aimed [SECONDS]            the support-envelope targets (docs/gpu.md, "Aimed cases on the
+#                                            GPU"): the default campaign, a real-tier one, the judged rates
+#                                            of bench_case_rate --aimed beside bench/plain_loop.py
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -67,5 +70,20 @@ case "$mode" in
     done
     wait
     tail -n 4 "$OUT"/min/*.log ;;
-  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|minimize SECONDS FILES..." >&2; exit 2 ;;
+  aimed)
+    secs=${1:-60}
+    # The default campaign (no --backends: the fused GPU backends, the real tier, the aimed mix),
+    # then the judged rates at the toy and real tiers beside the plain loop, one after the other
+    # so neither shares the GPU with the other.
+    "$bin/attnfuzz" campaign --seconds "$secs" --seed 24 --jobs 12 --devices 0 --no-minimize --out "$OUT/default" > "$OUT/default.log" 2>&1
+    echo "default campaign: exit $?"; grep -E "^(done|coverage|aimed) " "$OUT/default.log"
+    fused=cuda.flash,cudnn,torch.flash,torch.efficient,torch.cudnn
+    for tier in toy real; do
+      n=$([ "$tier" = toy ] && echo 2000 || echo 60)
+      "$bin/bench_case_rate" --tier "$tier" --cases "$n" --seed 7 --backends "$fused" --aimed 2>&1 | tee "$OUT/rate-$tier.log" | grep -E "cases/s|aimed"
+      python3 "$root/bench/plain_loop.py" --tier "$tier" --seconds 20 --kernels flash 2>&1 | tee "$OUT/plain-$tier-flash.log"
+      python3 "$root/bench/plain_loop.py" --tier "$tier" --seconds 20 --kernels flash,efficient,cudnn 2>&1 | tee "$OUT/plain-$tier-all.log"
+    done
+    (cd "$OUT" && tar czf default.tgz default && rm -rf default) ;;
+  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|minimize SECONDS FILES...|aimed [SECONDS]" >&2; exit 2 ;;
 esac
