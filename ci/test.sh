@@ -2,23 +2,33 @@
 # The test command: set up, build the fuzz, cpu and gpu presets, run the `fuzz` and `cpu`
 # ctest labels, and the `gpu` label (which reports itself skipped, with the reason, on a
 # machine without a GPU: CI compiles every GPU source so a backend that does not build never
-# lands; the GPU machine runs it for real, see docs/gpu.md).
+# lands; the GPU machine runs it for real, see docs/gpu.md). Each stage prints its time.
+# The long shards of the no-false-alarm and soak tests are left to `ci/nightly-tests.sh`
+# (CMakePresets.json's `nightly` test preset; docs/verdicts.md, "Nightly tests").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc)
-ci/setup.sh
-cmake --preset fuzz
-cmake --build --preset fuzz -j "$jobs"
-ctest --preset fuzz
-cmake --preset cpu
-cmake --build --preset cpu -j "$jobs"
-ctest --preset cpu -j "$jobs"
+t0=$SECONDS
+stage_start=$SECONDS
+stage() {  # stage NAME COMMAND...: runs it, then prints how long it took
+  local name=$1
+  shift
+  stage_start=$SECONDS
+  "$@"
+  printf 'ci: %-14s %4d s (total %d s)\n' "$name" $((SECONDS - stage_start)) $((SECONDS - t0))
+}
+stage setup ci/setup.sh
+# The fuzz preset: the libFuzzer targets and what their `fuzz` tests load (the mutant plugins),
+# under clang with -Werror; the rest of the tree is the cpu preset's to build and test.
+stage fuzz-build bash -c 'cmake --preset fuzz && cmake --build --preset fuzz -j "$0" --target fuzz_case_parser fuzz_differential' "$jobs"
+stage fuzz-test ctest --preset fuzz -j "$jobs"
+stage cpu-build bash -c 'cmake --preset cpu && cmake --build --preset cpu -j "$0"' "$jobs"
+stage cpu-test ctest --preset cpu -j "$jobs"
 # The gpu preset: only what the cpu preset does not already build and test.
-cmake --preset gpu
 # Every GPU test, benchmark and plugin, so none that does not build can land (the flash mutant
 # plugins are kernels/flash/ again under a compile definition each: left to the full gpu build).
-cmake --build --preset gpu -j "$jobs" --target attnfuzz test_gpu_backends test_cudnn_backend test_gpu_oracles \
-  test_gpu_error_terms test_flash_kernels bench_gpu_oracles bench_gpu_run bench_flash \
-  attnfuzz_plugin_minimal_cuda attnfuzz_plugin_minimal_cuda_ignores_dlse attnfuzz_plugin_minimal_cuda_faults
-ctest --preset gpu
+stage gpu-build bash -c 'cmake --preset gpu && cmake --build --preset gpu -j "$0" --target attnfuzz test_gpu_backends test_cudnn_backend \
+  test_gpu_oracles test_gpu_error_terms test_flash_kernels bench_gpu_oracles bench_gpu_run bench_flash bench_case_rate \
+  attnfuzz_plugin_minimal_cuda attnfuzz_plugin_minimal_cuda_ignores_dlse attnfuzz_plugin_minimal_cuda_faults' "$jobs"
+stage gpu-test ctest --preset gpu

@@ -74,6 +74,10 @@ inline std::vector<int64_t> size_corners(int64_t max) {
   return out;
 }
 
+// Bounds on Sq and Skv above which the non-corner draws are log-uniform, not uniform (the real
+// tier: most cases mid-sized, the tile corners bring the very large ones).
+inline constexpr int64_t kLogUniformFrom = 512;
+
 // Layouts the generators draw (harness/layout.h; validate() allows up to 4096 each).
 inline constexpr int64_t kMaxRowPadding = 8, kMaxHeadPadding = 24;
 // Base offsets in elements: odd ones and ones that break 16-byte alignment for every dtype.

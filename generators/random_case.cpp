@@ -1,5 +1,8 @@
 #include "generators/random_case.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "harness/rng.h"
 
 namespace attnfuzz {
@@ -112,9 +115,13 @@ Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth) 
 
 namespace {
 
-// A size: uniform up to `max`, or (often) one of the tile corners of generators/domain.h.
+// A size: often one of the tile corners of generators/domain.h, else uniform up to `max`, or,
+// above kLogUniformFrom, log-uniform: at GPU sizes the cost of a case grows with Sq * Skv, so
+// most draws stay mid-sized and the corners (mostly large there) bring the very large ones.
 int64_t random_size(SplitMix& r, int64_t max) {
   if (r.chance(0.35)) return r.pick(domain::size_corners(max));
+  if (max > domain::kLogUniformFrom)
+    return std::clamp<int64_t>(static_cast<int64_t>(std::exp(r.unit() * std::log(static_cast<double>(max) + 1.0))), 1, max);
   return r.range(1, max);
 }
 

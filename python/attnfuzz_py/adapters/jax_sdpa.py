@@ -9,7 +9,15 @@ dense boolean mask in JAX's [B][N][T][S]; GQA is native. No LSE from the public 
 through jax.vjp from dO (no dLSE). The xla implementation masks with a large finite negative, so
 fully masked rows average V instead of giving 0: masked_rows_zero is False (those rows are not
 compared, and the report says so).
+
+XLA does not promise bitwise-repeatable GPU results unless asked (`--xla_gpu_deterministic_ops`
+in XLA_FLAGS): measured on the H200 with jax 0.11.2, the cudnn implementation's dQ differed
+bitwise between two runs on identical inputs. Without the flag, implementation=cudnn declares
+dQ nondeterministic (still judged against the reference every run); with it, every output must
+repeat.
 """
+import os
+
 import numpy as np
 
 from attnfuzz_py import Adapter
@@ -21,6 +29,12 @@ try:
 except ImportError as e:  # declined in supports(), not an import failure of the backend
     jax = jnp = None
     _JAX_ERROR = f"JAX is not installed in this Python ({e})"
+
+
+def xla_deterministic():
+    """Whether XLA_FLAGS asks XLA for deterministic GPU ops."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    return any(f in ("--xla_gpu_deterministic_ops", "--xla_gpu_deterministic_ops=true") for f in flags)
 
 
 class JaxSdpa(Adapter):
@@ -35,6 +49,9 @@ class JaxSdpa(Adapter):
         self.name = f"jax.{implementation}"
         self.version = f"jax {jax.__version__}" if jax else "jax missing"
         self.device = "cpu"  # where attnfuzz's tensors are; JAX moves them to its own default device
+        if implementation == "cudnn" and not xla_deterministic():
+            self.nondeterministic_outputs = ("dQ",)
+            self.why_nondeterministic = "XLA's GPU backward accumulates dQ in no fixed order without --xla_gpu_deterministic_ops"
 
     def supports(self, p):
         if _JAX_ERROR:
