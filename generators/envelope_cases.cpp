@@ -89,7 +89,7 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
 std::vector<EnvelopeClause> breakable_clauses(const SupportEnvelope& e) {
   std::vector<EnvelopeClause> out;
   for (EnvelopeClause c : kAllEnvelopeClauses)
-    if (c != EnvelopeClause::grid && e.restricts(c)) out.push_back(c);
+    if (c != EnvelopeClause::grid && e.restricts(c) && e.decided_by_library(c)) out.push_back(c);
   return out;
 }
 
@@ -104,17 +104,23 @@ Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const
       if (!outside.empty()) c.dtype = r.pick(outside);
       break;
     }
-    case EnvelopeClause::head_dim:
-      // 8k +- 1 where a multiple is asked, else one step past the largest.
-      if (e.head_dim_multiple > 1)
+    case EnvelopeClause::head_dim: {
+      // 8k +- 1 where a multiple is asked (unless the rows must stay aligned and the adapter
+      // enforces it: the library would never see it), or one aligned step past the largest.
+      const bool off_multiple = e.head_dim_multiple > 1 && !(e.restricts(EnvelopeClause::alignment) &&
+                                                             !e.decided_by_library(EnvelopeClause::alignment));
+      const bool past_max = e.max_head_dim != SupportEnvelope::kUnbounded;
+      if (off_multiple && (!past_max || r.chance(0.5)))
         s.head_dim_qk = s.head_dim_qk + (r.chance(0.5) || s.head_dim_qk == 1 ? 1 : -1);
-      else
-        s.head_dim_qk = e.max_head_dim + (r.chance(0.5) ? 1 : 8);
+      else if (past_max)
+        s.head_dim_qk = e.max_head_dim / head_dim_step(e, c.dtype) * head_dim_step(e, c.dtype) + head_dim_step(e, c.dtype);
       if (!e.distinct_head_dims) s.head_dim_v = s.head_dim_qk;
       break;
-    case EnvelopeClause::head_dims: {
+    }
+    case EnvelopeClause::head_dims: {  // one step apart, both still inside the head-dim clause where there is room
       const int64_t step = head_dim_step(e, c.dtype);
-      s.head_dim_v = s.head_dim_qk > step && r.chance(0.5) ? s.head_dim_qk - step : s.head_dim_qk + step;
+      const bool up = s.head_dim_qk + step <= e.max_head_dim, down = s.head_dim_qk > step;
+      s.head_dim_v = down && (!up || r.chance(0.5)) ? s.head_dim_qk - step : s.head_dim_qk + step;
       break;
     }
     case EnvelopeClause::gqa:
@@ -138,14 +144,12 @@ Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const
     case EnvelopeClause::softcap:
       c.softcap = 1.0 + 30.0 * r.unit();
       break;
-    case EnvelopeClause::mask: {
-      MaskExpr m;
-      m.kind = MaskExpr::Kind::random;
-      m.density = 0.5;
-      m.seed = r.next();
-      c.mask = s.seq_kv > 1 && r.chance(0.5) ? MaskExpr::window(r.range(0, s.seq_kv - 1), 0, Align::top_left) : m;
+    case EnvelopeClause::mask:
+      // A sliding window narrower than the queries, or the keys after the diagonal: neither is
+      // all-visible or causal at any size.
+      c.mask = s.seq_q >= 2 && r.chance(0.5) ? MaskExpr::window(r.range(0, s.seq_q - 2), 0, Align::top_left)
+                                             : MaskExpr::op(MaskExpr::Kind::not_, {MaskExpr::causal_mask(Align::top_left)});
       break;
-    }
     case EnvelopeClause::alignment: {
       const TensorRole role = kStridedRoles[r.range(0, 7)];
       if (role == TensorRole::q || role == TensorRole::k || role == TensorRole::v) c.layouts.inputs = Packing::none;

@@ -5,10 +5,11 @@
 //   case g of a campaign aims at target t = targets[g mod n], the backends under test in the
 //   order given, so each gets an equal share of the stream. It starts as random_case's draw for g
 //   (every field as varied as the blind mix), then, from a stream of its own:
-//     with probability edge_share, and where t's envelope restricts a clause that a case can break
-//     (every clause but grid), it is fitted inside and then put just past the edge of one such
-//     clause, chosen uniformly (step_outside: an unaligned row, a head dim of 8k +- 1, an LSE not
-//     packed, fp32 for a 16-bit kernel, ...): reject or correct;
+//     with probability edge_share, and where t's envelope leaves a clause that a case can break
+//     (every clause but grid) to the library, it is fitted inside and then put just past the edge
+//     of one such clause, chosen uniformly (step_outside: an unaligned row, a head dim of 8k +- 1
+//     or past the largest, an LSE not packed, fp32 for a 16-bit kernel, ...): reject or correct.
+//     An enforced clause gets no edge: the adapter refuses such a call before any library sees it;
 //     otherwise it is fitted inside every clause (fit_inside).
 //   A target whose envelope restricts nothing gets the blind draw unchanged.
 //   Last, the shape fits the memory budget (fit_budget).
@@ -45,7 +46,8 @@ struct CaseMix {
 inline constexpr double kDefaultEdgeShare = 0.12;
 
 Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, SplitMix& r);
-// Clauses a generated case can be put just outside of (those `e` restricts, but grid).
+// Clauses a generated case is put just outside of: those `e` restricts and leaves to the
+// library, but grid.
 std::vector<EnvelopeClause> breakable_clauses(const SupportEnvelope& e);
 // fit_inside, then `clause` broken just past its edge (the clause must be breakable).
 Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const RandomCaseOptions& opt, SplitMix& r);

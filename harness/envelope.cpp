@@ -67,18 +67,18 @@ std::string dtype_list(const std::vector<DType>& ds) {
 
 }  // namespace
 
-bool mask_is_all_or_top_left_causal(const Problem& p) {
+DenseMaskShape dense_mask_shape(const Problem& p) {
   const Shape& s = p.shape;
-  bool all = true, causal = true;
+  DenseMaskShape m;
   const uint8_t* row = p.mask.data();
-  for (int64_t bh = 0; bh < s.batch * s.heads_q && (all || causal); ++bh)
-    for (int64_t i = 0; i < s.seq_q && (all || causal); ++i, row += s.seq_kv)
+  for (int64_t bh = 0; bh < s.batch * s.heads_q && (m.all || m.top_left_causal); ++bh)
+    for (int64_t i = 0; i < s.seq_q && (m.all || m.top_left_causal); ++i, row += s.seq_kv)
       for (int64_t j = 0; j < s.seq_kv; ++j) {
         const bool v = row[j] != 0;
-        all = all && v;
-        causal = causal && v == (j <= i);
+        m.all = m.all && v;
+        m.top_left_causal = m.top_left_causal && v == (j <= i);
       }
-  return all || causal;
+  return m;
 }
 
 bool SupportEnvelope::takes(DType d) const { return std::find(dtypes.begin(), dtypes.end(), d) != dtypes.end(); }
@@ -136,7 +136,8 @@ std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeCla
       if (softcap || !p.softcap) return std::nullopt;
       return std::string("a softcap (takes none)");
     case EnvelopeClause::mask:
-      if (masks == MaskSupport::any || mask_is_all_or_top_left_causal(p)) return std::nullopt;
+      if (masks == MaskSupport::any) return std::nullopt;
+      if (const DenseMaskShape m = dense_mask_shape(p); m.all || m.top_left_causal) return std::nullopt;
       return std::string("a mask that is neither none nor top-left causal (takes no other)");
     case EnvelopeClause::alignment:
       if (auto why = misaligned(p, alignment_bytes)) return "alignment: " + *why;

@@ -84,8 +84,13 @@ struct SupportEnvelope {
   bool operator==(const SupportEnvelope&) const = default;
 };
 
-// What the dense mask of a call looks like, for the mask clause.
-bool mask_is_all_or_top_left_causal(const Problem& p);
+// What the dense mask of a call looks like, for the mask clause and for the adapters that pass
+// is_causal instead of a mask: all visible, top-left causal (key j visible to query i iff
+// j <= i), both (a 1 x 1 call) or neither. The scan stops once it is neither.
+struct DenseMaskShape {
+  bool all = true, top_left_causal = true;
+};
+DenseMaskShape dense_mask_shape(const Problem& p);
 
 // For summaries, `attnfuzz list` and the worker protocol.
 nlohmann::json to_json(const SupportEnvelope& e);

@@ -113,16 +113,11 @@ MaskArg mask_arg(const Problem& p, at::Device dev, bool with_values = true) {
     all = last.all;
     causal = last.causal;
   } else {
-    // Row by row through the dense mask, stopping once it is neither (at real sizes a full scan
-    // per call, forward, backward and LibTorch's choice, was milliseconds each).
-    const uint8_t* row = p.mask.data();
-    for (int64_t bh = 0; bh < s.batch * s.heads_q && (all || causal); ++bh)
-      for (int64_t i = 0; i < s.seq_q && (all || causal); ++i, row += s.seq_kv)
-        for (int64_t j = 0; j < s.seq_kv; ++j) {
-          const bool v = row[j] != 0;
-          all = all && v;
-          causal = causal && v == (j <= i);
-        }
+    // At real sizes a full scan per call (forward, backward and LibTorch's choice) was
+    // milliseconds each: the scan stops once the mask is neither, and the last answer is kept.
+    const DenseMaskShape shape = dense_mask_shape(p);
+    all = shape.all;
+    causal = shape.top_left_causal;
     if (large) last = {s.seq_q, s.seq_kv, p.mask, all, causal};
   }
   MaskArg m;

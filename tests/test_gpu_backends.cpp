@@ -5,9 +5,11 @@
 #include <iostream>
 #include <map>
 
+#include "generators/envelope_cases.h"
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
+#include "harness/inputs.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz {
@@ -61,6 +63,45 @@ INSTANTIATE_TEST_SUITE_P(Torch, GpuBackend,
                                            "torch.efficient", "torch.sdpa.efficient",
                                            // Fails on LibTorch 2.11: docs/findings/ (cuDNN, unaligned rows).
                                            "torch.cudnn", "torch.sdpa.cudnn"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '.') ch = '_';
+                           return n;
+                         });
+
+// The envelope a fused backend declares is what its library takes (harness/envelope.h): of the
+// cases aimed inside it (generators/envelope_cases.h, the small tier), nearly all are accepted.
+// A library that refuses more than a few says its envelope declares too much.
+class FusedEnvelope : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FusedEnvelope, AcceptsTheCasesAimedInsideIt) {
+  std::unique_ptr<Backend> be;
+  try {
+    be = make_backend(GetParam());
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  CaseMix mix;
+  mix.gen = RandomCaseOptions::for_tier(domain::SizeTier::small);
+  mix.targets = {{be->name(), be->envelope(), be->on_gpu()}};
+  mix.edge_share = 0.0;
+  int accepted = 0;
+  const int n = 200;
+  std::map<std::string, int> refusals;
+  for (uint64_t g = 0; g < static_cast<uint64_t>(n); ++g) {
+    const Case c = aimed_campaign_case(11, g, mix).c;
+    const Problem p = full_problem(c, generate_inputs(c));
+    if (const auto why = be->unsupported_reason(p))
+      ++refusals[why->substr(0, 160)];
+    else
+      ++accepted;
+  }
+  for (const auto& [why, k] : refusals) std::cout << "  refused " << k << "x: " << why << "\n";
+  EXPECT_GE(accepted, n * 9 / 10) << GetParam() << " accepted " << accepted << " of " << n << " cases inside its envelope";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fused, FusedEnvelope, ::testing::ValuesIn(std::vector<std::string>(std::begin(kFusedGpuBackends), std::end(kFusedGpuBackends))),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)
