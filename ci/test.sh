@@ -3,7 +3,7 @@
 # ctest labels, and the `gpu` label (which reports itself skipped, with the reason, on a
 # machine without a GPU: CI compiles every GPU source so a backend that does not build never
 # lands; the GPU machine runs it for real, see docs/gpu.md). Each stage prints its time.
-# The long shards of the no-false-alarm and soak tests are left to `ci/nightly-tests.sh`
+# The long shards of the no-false-alarm tests are left to `ci/nightly-tests.sh`
 # (CMakePresets.json's `nightly` test preset; docs/verdicts.md, "Nightly tests").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

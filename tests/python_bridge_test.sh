@@ -2,9 +2,11 @@
 # The Python bridge end to end (docs/python-backends.md): the shipped adapters pass small cases
 # with no false alarm, planted bugs are flagged, faults become clear errors, another protocol
 # version is refused, and the doc holds the minimal adapter verbatim.
-#   python_bridge_test.sh ATTNFUZZ SOURCE_DIR PYTHON
+#   python_bridge_test.sh ATTNFUZZ SOURCE_DIR PYTHON [all|correct|faults|own]
+# The sections (1-2 correct, 3 faults, 4 own) run as separate ctests, side by side.
 set -uo pipefail
-bin=$1 src=$2
+bin=$1 src=$2 section=${4:-all}
+want() { [ "$section" = all ] || [ "$section" = "$1" ]; }
 export ATTNFUZZ_PYTHON=$3 ATTNFUZZ_PY_PACKAGE_DIR=$src/python PYTHONPATH=$src/tests/python
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 fails=0
@@ -13,6 +15,7 @@ if ! "$ATTNFUZZ_PYTHON" -c "import torch, numpy" 2>/dev/null; then
   echo "SKIP: $ATTNFUZZ_PYTHON has no torch/numpy (run ci/setup.sh)"; exit 77
 fi
 
+if want correct; then
 # 1. The doc holds the minimal adapter verbatim.
 "$ATTNFUZZ_PYTHON" - "$src/docs/python-backends.md" "$src/python/attnfuzz_py/adapters/minimal.py" <<'PY' || fail "docs/python-backends.md does not hold minimal.py verbatim"
 import sys
@@ -40,6 +43,9 @@ else
   echo "note: no JAX in $ATTNFUZZ_PYTHON: the JAX adapter declined every case (visibly)"
 fi
 
+fi
+
+if want faults; then
 # 3. Planted bugs are flagged, faults are clear errors.
 expect() {  # expect ADAPTER EXIT_CODE PATTERN [env...]
   local a=$1 want=$2 pat=$3; shift 3
@@ -72,6 +78,9 @@ expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 3"
 # The ignores-dLSE adapter passes the single call: the bug shows only through the merge.
 grep -q "py.ignores_dlse .*single .*dQ .* ok " "$work/IgnoresDlse.txt" || fail "IgnoresDlse: the single call's dQ should pass"
 
+fi
+
+if want own; then
 # 4. "Bring your own Triton kernel" as docs/python-backends.md says, step by step: a copy of the
 # example with a kernels' module and a name of its own, found through PYTHONPATH.
 mkdir -p "$work/my_kernel"
@@ -83,5 +92,6 @@ sed -i 's/^KERNELS = .*/KERNELS = "my_kernels"/; s/self.name = "triton_flash"/se
 grep -q "py.my_flash.interpreted .*q_split.*dV .* ok " "$work/my_kernel.txt" || { fail "the doc's own-Triton-kernel steps did not run the copy"; tail -5 "$work/my_kernel.txt"; }
 grep -q "my_kernel/my_adapter.py" "$src/docs/python-backends.md" && grep -q 'KERNELS = "my_kernels"' "$src/docs/python-backends.md" \
   || fail "docs/python-backends.md no longer gives these steps"
+fi
 
-if [ $fails = 0 ]; then echo "python bridge: all checks passed"; else echo "python bridge: $fails check(s) failed"; exit 1; fi
+if [ $fails = 0 ]; then echo "python bridge ($section): all checks passed"; else echo "python bridge ($section): $fails check(s) failed"; exit 1; fi
