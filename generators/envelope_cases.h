@@ -8,7 +8,7 @@
 //     with probability edge_share, and where t's envelope leaves a clause that a case can break
 //     (every clause but grid) to the library, it is fitted inside and then put just past the edge
 //     of one such clause, chosen uniformly (step_outside: an unaligned row, a head dim of 8k +- 1
-//     or past the largest, an LSE not packed, fp32 for a 16-bit kernel, ...): reject or correct.
+//     or past the largest, an LSE not packed, GQA, ...): reject or correct.
 //     An enforced clause gets no edge: the adapter refuses such a call before any library sees it;
 //     otherwise it is fitted inside every clause (fit_inside).
 //   A target whose envelope restricts nothing gets the blind draw unchanged.
