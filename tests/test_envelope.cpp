@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "campaign/coverage.h"
 #include "generators/envelope_cases.h"
 #include "harness/backend.h"
 #include "harness/compose.h"
@@ -208,6 +209,41 @@ TEST(Envelope, JsonRoundTrip) {
   bad = to_json(SupportEnvelope{});
   bad["head_dim_multiple"] = 0;
   EXPECT_THROW(envelope_from_json(bad), std::invalid_argument);
+}
+
+// The case mix survives summary.json and a --resume: counted per target, merged by add.
+TEST(Envelope, CaseMixCountsRoundTripAndMerge) {
+  auto one = [](const std::string& target, CaseAim aim, std::optional<EnvelopeClause> clause, bool ran) {
+    Coverage c;
+    c.add_case({{target, "single", ran ? Outcome::ran : Outcome::skipped, ran ? "" : "declined"}});
+    AimedCase a;
+    a.target = aim == CaseAim::blind ? "" : target;
+    a.aim = aim;
+    a.outside = clause;
+    c.add_aim(a);
+    return c;
+  };
+  Coverage total;
+  total.add(one("torch.flash", CaseAim::inside, std::nullopt, true));
+  total.add(one("torch.flash", CaseAim::inside, std::nullopt, false));
+  total.add(one("torch.flash", CaseAim::edge, EnvelopeClause::alignment, true));
+  total.add(one("cudnn", CaseAim::edge, EnvelopeClause::head_dim, false));
+  total.add(one("cudnn", CaseAim::blind, std::nullopt, true));
+  const Coverage back = Coverage::from_json(total.to_json());
+  const Coverage* both[] = {&total, &back};
+  for (const Coverage* c : both) {
+    ASSERT_EQ(c->aims().size(), 2u);
+    const AimCounts& f = c->aims().at("torch.flash");
+    EXPECT_EQ(f.inside, 2u);
+    EXPECT_EQ(f.inside_ran, 1u);
+    EXPECT_EQ(f.edge, 1u);
+    EXPECT_EQ(f.edge_ran, 1u);
+    EXPECT_EQ(f.edge_by_clause.at("alignment"), 1u);
+    const AimCounts& d = c->aims().at("cudnn");
+    EXPECT_EQ(d.edge, 1u);
+    EXPECT_EQ(d.edge_ran, 0u);
+    EXPECT_EQ(c->blind_cases(), 1u);
+  }
 }
 
 // The backends of this build that run here: each refuses exactly what its envelope's enforced
