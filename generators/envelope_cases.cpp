@@ -69,6 +69,13 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
   if (!e.softcap) c.softcap.reset();
   if (e.masks == MaskSupport::causal_or_none && !all_or_top_left_causal(c.mask))
     c.mask = r.chance(0.5) ? MaskExpr::all_visible() : MaskExpr::causal_mask(Align::top_left);
+  // Causal over a square call only: there every convention of causal agrees.
+  if (e.masks == MaskSupport::causal_or_none && c.mask.kind == MaskExpr::Kind::causal) {
+    if (s.seq_q >= e.min_seq_kv && s.seq_q <= e.max_seq)
+      s.seq_kv = s.seq_q;
+    else
+      c.mask = MaskExpr::all_visible();
+  }
   // Compositions whose every call stays inside: a causal mask is causal only in the whole call,
   // a band partition makes masked parts, and a key split makes short parts.
   if (e.masks == MaskSupport::causal_or_none &&

@@ -137,8 +137,8 @@ std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeCla
       return std::string("a softcap (takes none)");
     case EnvelopeClause::mask:
       if (masks == MaskSupport::any) return std::nullopt;
-      if (const DenseMaskShape m = dense_mask_shape(p); m.all || m.top_left_causal) return std::nullopt;
-      return std::string("a mask that is neither none nor top-left causal (takes no other)");
+      if (const DenseMaskShape m = dense_mask_shape(p); m.all || (m.top_left_causal && s.seq_q == s.seq_kv)) return std::nullopt;
+      return std::string("a mask that is neither none nor causal with Sq == Skv (takes no other)");
     case EnvelopeClause::alignment:
       if (auto why = misaligned(p, alignment_bytes)) return "alignment: " + *why;
       return std::nullopt;

@@ -14,7 +14,8 @@
 //   grid        B <= E.max_batch_heads and Hq <= E.max_batch_heads
 //   softcap     no softcap, unless E.softcap
 //   mask        any mask when E.masks == any; with causal_or_none, the call's dense mask is
-//               all-visible or top-left causal (key j visible to query i iff j <= i)
+//               all-visible, or causal (key j visible to query i iff j <= i) with Sq == Skv, where
+//               every convention of causal agrees (LibTorch's flash refuses is_causal otherwise)
 //   alignment   for Q, K, V, dO, O, dQ, dK, dV: the base offset and every stride but D's, in
 //               bytes of the case dtype, are multiples of E.alignment_bytes (1: any)
 //   lse         the LSE (and dLSE) laid out packed [B][H][S] (no offset, no padding), when E.packed_lse
