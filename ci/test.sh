@@ -29,6 +29,6 @@ stage cpu-test ctest --preset cpu -j "$jobs"
 # Every GPU test, benchmark and plugin, so none that does not build can land (the flash mutant
 # plugins are kernels/flash/ again under a compile definition each: left to the full gpu build).
 stage gpu-build bash -c 'cmake --preset gpu && cmake --build --preset gpu -j "$0" --target attnfuzz test_gpu_backends test_cudnn_backend \
-  test_gpu_oracles test_gpu_error_terms test_flash_kernels bench_gpu_oracles bench_gpu_run bench_flash bench_case_rate \
+  test_gpu_oracles test_gpu_error_terms test_flash_kernels bench_gpu_oracles bench_gpu_run bench_flash \
   attnfuzz_plugin_minimal_cuda attnfuzz_plugin_minimal_cuda_ignores_dlse attnfuzz_plugin_minimal_cuda_faults' "$jobs"
 stage gpu-test ctest --preset gpu
