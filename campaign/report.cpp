@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "campaign/coverage.h"
+#include "campaign/dir_lock.h"
+#include "campaign/output_file.h"
 #include "harness/case_json.h"
 #include "harness/compose.h"
 #include "harness/error_model.h"
@@ -204,6 +206,9 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
     if (!summary.is_object() || summary.value("format", "") != "attnfuzz-summary/1")
       throw std::runtime_error(run_dir + "/summary.json: not an attnfuzz-summary/1 file");
   }
+  // The report is written into the campaign's directory: never while another process's campaign
+  // runs there (a campaign's own final report joins the lock it holds, campaign/dir_lock.h).
+  const DirLock lock(run_dir);
   std::vector<std::string> files;
   if (fs::exists(run_dir + "/findings"))
     for (const auto& e : fs::directory_iterator(run_dir + "/findings")) {

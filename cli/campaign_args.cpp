@@ -14,6 +14,7 @@
 #include "cli/coverage_output.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
+#include "harness/errors.h"
 #include "harness/rng.h"
 #include "oracles/registry.h"
 
@@ -88,6 +89,11 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.resume = a.resume;
   o.jobs = a.jobs;
   o.devices = parse_devices(a.devices);
+  // One worker per id: the ids count against the same cap as --jobs (300 ids started that many
+  // workers, on a machine with no GPU).
+  if (o.devices.size() > static_cast<size_t>(kMaxJobs))
+    throw std::invalid_argument("--devices: " + std::to_string(o.devices.size()) + " ids, one worker each: more than the " +
+                                std::to_string(kMaxJobs) + " workers --jobs allows");
   o.timeout_seconds = a.timeout;
   o.minimize = !a.no_minimize;
   o.quiet = a.quiet;
@@ -108,9 +114,10 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)")
       ->check(non_empty_path());
   cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams");
-  cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, 256));
+  cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, kMaxJobs));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
-  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)")->check(seconds_in(1e6));
+  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)")
+      ->check(seconds_in(kMinTimeoutSeconds, kMaxTimeoutSeconds));
   cmd->add_option("--tier", a.tier, "size tier of generated cases: toy, small (default) or real (docs/fuzzing.md)");
   cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-dim", a.max_dim, "largest head dimension of generated cases (default: the tier's)")->check(CLI::Range(1, 1024));
@@ -133,7 +140,9 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
     fmt::print(stderr, "attnfuzz: {}\n", e.what());
     return kExitBadInput;
   }
-  fmt::print("campaign  seed {} shard {} backends {} -> {}\n", o.seed, a.shard, fmt::join(o.backends, ","), o.out_dir);
+  fmt::print("campaign  seed {} shard {} backends {} -> {}\n", o.seed, a.shard,
+             message_safe(fmt::format("{}", fmt::join(o.backends, ",")), 4000),
+             message_safe(o.out_dir, 4000));  // escaped; cut only past what a real list of backends needs
   if (a.resume && a.known.empty() && !o.known.empty())
     fmt::print("known     {} known deviation(s) recorded with the campaign ({}/known.json)\n", o.known.all().size(), o.out_dir);
   std::fflush(stdout);

@@ -7,8 +7,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
+#include "campaign/dir_lock.h"
 #include "campaign/junit.h"
+#include "campaign/output_file.h"
 #include "cli/arg_checks.h"
 #include "cli/campaign_args.h"
 #include "cli/commands.h"
@@ -28,21 +31,43 @@ bool campaign_output_entry(const std::string& name) {
   return false;
 }
 
-// Removes a previous check's directory; refuses (an error line) anything else, so that
-// `check --out .` or a typo never deletes a user's files.
-std::optional<std::string> clear_check_output(const std::string& out) {
+// Empties a previous check's directory under its lock (`lock`), which the caller holds from
+// then on; refuses (an error line) a directory holding anything a check did not write, so that
+// `check --out .` or a typo never deletes a user's files, and one a running campaign holds, so
+// that a check never deletes a live campaign's findings.
+std::optional<std::string> clear_check_output(const std::string& out, std::optional<DirLock>& lock) {
+  auto take_lock = [&]() -> std::optional<std::string> {
+    try {
+      lock.emplace(out);
+    } catch (const DirLockError& e) {
+      return "--out " + std::string(e.what());
+    }
+    return std::nullopt;
+  };
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(out, ec);
-  if (ec || !fs::exists(st)) return std::nullopt;  // nothing there: nothing to clear
-  if (fs::is_symlink(st)) return "--out " + out + ": is a symbolic link: give the directory itself";
-  if (!fs::is_directory(st)) return "--out " + out + ": exists and is not a directory";
+  if (!ec && fs::exists(st)) {
+    if (fs::is_symlink(st)) return "--out " + printable(out) + ": is a symbolic link: give the directory itself";
+    if (!fs::is_directory(st)) return "--out " + printable(out) + ": exists and is not a directory";
+    // A campaign's directory is locked before it is looked at: a live one is refused as in use,
+    // whatever temporary files it holds at the moment.
+    if (fs::exists(fs::symlink_status(out + "/lock", ec)))
+      if (const auto why = take_lock()) return why;
+    for (auto it = fs::directory_iterator(out, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+      if (!campaign_output_entry(it->path().filename().string()))
+        return "--out " + printable(out) + ": holds " + printable(it->path().filename().string()) +
+               ", which no check wrote: a check starts from an empty directory and will not delete it; choose another --out";
+    if (ec) return "--out " + printable(out) + ": cannot be read: " + ec.message();
+  }
+  if (const auto why = writable_directory("--out", out)) return why;
+  if (!lock)
+    if (const auto why = take_lock()) return why;
+  std::vector<fs::path> previous;  // every entry but the lock this check now holds
   for (auto it = fs::directory_iterator(out, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-    if (!campaign_output_entry(it->path().filename().string()))
-      return "--out " + out + ": holds " + it->path().filename().string() +
-             ", which no check wrote: a check starts from an empty directory and will not delete it; choose another --out";
-  if (ec) return "--out " + out + ": cannot be read: " + ec.message();
-  fs::remove_all(out, ec);
-  if (ec) return "--out " + out + ": cannot clear the previous check's output: " + ec.message();
+    if (it->path().filename() != "lock") previous.push_back(it->path());
+  for (const auto& p : previous)
+    if (!ec) fs::remove_all(p, ec);
+  if (ec) return "--out " + printable(out) + ": cannot clear the previous check's output: " + ec.message();
   return std::nullopt;
 }
 
@@ -67,7 +92,8 @@ void add_check_command(CLI::App& app, int& exit_code) {
     std::optional<std::string> bad;
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--junit", ch->junit}, {"--json", ch->json_out}})
       if (!bad && !path.empty()) bad = writable_file(flag, path);
-    if (!bad) bad = clear_check_output(ch->c.out);  // a check always starts from nothing
+    std::optional<DirLock> lock;                          // held until the JUnit and JSON files are written
+    if (!bad) bad = clear_check_output(ch->c.out, lock);  // a check always starts from nothing
     if (bad) {
       fmt::print(stderr, "attnfuzz: {}\n", *bad);
       exit_code = kExitBadInput;

@@ -2,6 +2,7 @@
 // campaigns draw from), one JSON file each, or the first to standard output.
 #include <fmt/core.h>
 
+#include "campaign/output_file.h"
 #include "campaign/repro.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"

@@ -9,7 +9,9 @@
 #include <optional>
 
 #include "campaign/campaign.h"
+#include "campaign/dir_lock.h"
 #include "campaign/minimize.h"
+#include "campaign/output_file.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "generators/shrink.h"
@@ -41,9 +43,21 @@ int minimize_command(const MinimizeOptions& opt) {
     dest = (p.parent_path() / (p.stem().string() + ".min.json")).string();
   }
   // Checked before the minimization, which may take minutes.
-  if (const auto why = writable_file(opt.out.empty() ? "minimize (FINDING.min.json)" : "--out", dest)) {
+  const std::string dest_flag = opt.out.empty() ? "minimize (FINDING.min.json)" : "--out";
+  if (const auto why = writable_file(dest_flag, dest)) {
     fmt::print(stderr, "attnfuzz: {}\n", *why);
     return kExitBadInput;
+  }
+  // Into a campaign's directory (its findings/, say) only under its lock, held until the file is
+  // written: a running campaign writes the same .min.json names.
+  std::optional<DirLock> lock;
+  if (const auto campaign_dir = campaign_directory_of(dest)) {
+    try {
+      lock.emplace(*campaign_dir);
+    } catch (const DirLockError& e) {
+      fmt::print(stderr, "attnfuzz: {} {}: {}\n", dest_flag, printable(dest), e.what());
+      return kExitBadInput;
+    }
   }
   BackendSet loaded;
   try {
