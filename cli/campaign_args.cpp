@@ -137,7 +137,7 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
   try {
     o = to_options(a);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   fmt::print("campaign  seed {} shard {} backends {} -> {}\n", o.seed, a.shard,
@@ -150,10 +150,10 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
   try {
     s = run_campaign(o);
   } catch (const BackendLoadError& e) {
-    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   fmt::print("done      {} cases ({} judged, {} unjudged) in {:.1f} s ({:.1f} judged cases/s), {} finding(s)\n", s.cases, s.judged,
@@ -171,7 +171,7 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
     fmt::print("report    {}\n", write_report(o.out_dir, report_services()));
   } catch (const std::exception& e) {  // a full disk, say: the findings are recorded, the report is not
     std::fflush(stdout);
-    fmt::print(stderr, "attnfuzz: report: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: report: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   if (untested) *untested = !s.coverage.untested().empty();

@@ -16,6 +16,7 @@
 #include "cli/campaign_args.h"
 #include "cli/commands.h"
 #include "cli/coverage_output.h"
+#include "harness/errors.h"
 #include "harness/json_input.h"
 
 namespace attnfuzz::cli {
@@ -118,7 +119,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
       write_file_atomic(ch->junit.empty() ? ch->c.out + "/junit.xml" : ch->junit, junit_xml("attnfuzz.check", cases));
       if (!ch->json_out.empty()) write_file_atomic(ch->json_out, read_input_file(ch->c.out + "/summary.json"));
     } catch (const std::exception& e) {  // a full disk, say
-      fmt::print(stderr, "attnfuzz: check: {}\n", e.what());
+      fmt::print(stderr, "attnfuzz: check: {}\n", message_safe(e.what(), 600));
       exit_code = kExitBadInput;
     }
   });

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "generators/random_case.h"
 #include "harness/case_json.h"
+#include "harness/errors.h"
 
 namespace attnfuzz::cli {
 
@@ -54,7 +55,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
         write_file_atomic(opt->out_dir + "/case-" + std::to_string(s) + ".json", write_case(random_case(s, opt->gen)));
       }
     } catch (const std::exception& e) {  // a full disk: the files written so far are whole
-      fmt::print(stderr, "attnfuzz: --out {}: {}\n", opt->out_dir, e.what());
+      fmt::print(stderr, "attnfuzz: --out {}: {}\n", printable(opt->out_dir), message_safe(e.what(), 600));
       exit_code = kExitBadInput;
       return;
     }

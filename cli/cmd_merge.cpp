@@ -60,7 +60,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
     std::error_code ec;
     for (size_t j = 0; j < i; ++j)  // a shard given twice would count its cases and known findings twice
       if (fs::equivalent(dirs[j], d, ec)) {
-        fmt::print(stderr, "attnfuzz: merge: {} is given twice{}\n", d, dirs[j] == d ? "" : " (as " + dirs[j] + ")");
+        fmt::print(stderr, "attnfuzz: merge: {} is given twice{}\n", printable(d), dirs[j] == d ? "" : " (as " + printable(dirs[j]) + ")");
         return kExitBadInput;
       }
     if (fs::exists(out, ec) && fs::equivalent(out, d, ec)) {
@@ -82,7 +82,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
   try {
     lock.emplace(out);
   } catch (const DirLockError& e) {
-    fmt::print(stderr, "attnfuzz: merge: --out {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: merge: --out {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   uint64_t cases = 0;
@@ -140,7 +140,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
           const std::string min = p.substr(0, p.size() - 5) + ".min.json";
           store.record(r, fs::exists(min) ? min : std::string());
         } catch (const CaseError& e) {  // damaged or edited: said, and left out
-          fmt::print(stderr, "attnfuzz: merge: warning: {} left out: {}\n", printable(p), e.what());
+          fmt::print(stderr, "attnfuzz: merge: warning: {} left out: {}\n", printable(p), message_safe(e.what(), 600));
           ++unreadable;
         }
       }
@@ -153,7 +153,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
     if (!known.empty()) s["known_findings"] = known;
     write_file_atomic(out + "/summary.json", s.dump(2) + "\n");
   } catch (const std::exception& e) {  // a damaged summary, an unwritable --out, a full disk
-    fmt::print(stderr, "attnfuzz: merge: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: merge: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   fmt::print("merged {} directories: {} cases, {} distinct finding(s){}{} -> {}\n", dirs.size(), cases, signatures.size(),

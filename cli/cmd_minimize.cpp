@@ -32,7 +32,7 @@ int minimize_command(const MinimizeOptions& opt) {
   try {
     r = load_repro(opt.path);
   } catch (const CaseError& e) {
-    fmt::print(stderr, "attnfuzz: {}: {}\n", opt.path, e.what());
+    fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.path), message_safe(e.what(), 600));
     return kExitBadInput;
   }
   const std::vector<std::string> names = opt.backends.empty() ? r.backends : opt.backends;
@@ -55,7 +55,7 @@ int minimize_command(const MinimizeOptions& opt) {
     try {
       lock.emplace(*campaign_dir);
     } catch (const DirLockError& e) {
-      fmt::print(stderr, "attnfuzz: {} {}: {}\n", dest_flag, printable(dest), e.what());
+      fmt::print(stderr, "attnfuzz: {} {}: {}\n", dest_flag, printable(dest), message_safe(e.what(), 600));
       return kExitBadInput;
     }
   }
@@ -64,10 +64,10 @@ int minimize_command(const MinimizeOptions& opt) {
     refuse_repeated_backends(opt.backends);
     loaded = make_backends(names);
   } catch (const BackendLoadError& e) {
-    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   // Only the backends the signature blames are needed (a consistency finding blames two).
@@ -80,7 +80,8 @@ int minimize_command(const MinimizeOptions& opt) {
       used.push_back(b->name());
     }
   if (backends.empty()) {
-    fmt::print(stderr, "attnfuzz: {}: none of the backends {} is '{}' (use --backends)\n", opt.path, fmt::join(names, ","), sig.backend);
+    fmt::print(stderr, "attnfuzz: {}: none of the backends {} is '{}' (use --backends)\n", printable(opt.path),
+               printable(fmt::format("{}", fmt::join(names, ","))), printable(sig.backend));
     return kExitBadInput;
   }
   fmt::print("signature {}\n", sig.to_string());
@@ -110,7 +111,7 @@ int minimize_command(const MinimizeOptions& opt) {
   try {
     write_file_atomic(dest, write_repro(out));
   } catch (const std::exception& e) {  // a full disk
-    fmt::print(stderr, "attnfuzz: minimize: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: minimize: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   fmt::print("shrunk    {} steps ({} candidates tried), size {} -> {}\n", rep.steps, rep.attempts, rep.size_before, rep.size_after);

@@ -90,7 +90,7 @@ int replay_command(const ReplayArgs& a) {
   try {
     refuse_repeated_backends(a.backends);
   } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   const std::vector<std::string>& paths = a.paths;
@@ -104,7 +104,7 @@ int replay_command(const ReplayArgs& a) {
       const KnownFindings known = KnownFindings::load(paths);
       for (const auto& k : known.all()) known_id[k.path] = k.id;
     } catch (const std::exception& e) {
-      fmt::print(stderr, "attnfuzz: {}\n", e.what());
+      fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
       return kExitBadInput;
     }
   }
@@ -212,12 +212,13 @@ int replay_command(const ReplayArgs& a) {
              skipped, legacy ? fmt::format(", {} legacy (inputs verified only)", legacy) : std::string());
   // A directory without a single reproducer replays nothing: said, not an error (all fixed).
   if (failing + fixed + untested + errors == 0)
-    fmt::print(stderr, "attnfuzz: replay: warning: no reproducer ({}) found in {}\n", kReproFormat, fmt::join(paths, " "));
+    fmt::print(stderr, "attnfuzz: replay: warning: no reproducer ({}) found in {}\n", kReproFormat,
+               printable(fmt::format("{}", fmt::join(paths, " "))));
   if (!junit.empty()) {
     try {
       write_file_atomic(junit, junit_xml("attnfuzz.replay", cases));
     } catch (const std::exception& e) {  // a full disk
-      fmt::print(stderr, "attnfuzz: replay: --junit: {}\n", e.what());
+      fmt::print(stderr, "attnfuzz: replay: --junit: {}\n", message_safe(e.what(), 600));
       return kExitBadInput;
     }
   }

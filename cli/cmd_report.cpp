@@ -8,6 +8,7 @@
 #include "campaign/report.h"
 #include "cli/commands.h"
 #include "harness/compose.h"
+#include "harness/errors.h"
 #include "harness/inputs.h"
 #include "oracles/reference.h"
 #include "oracles/registry.h"
@@ -35,7 +36,7 @@ void add_report_command(CLI::App& app, int& exit_code) {
       fmt::print("wrote {}\n", write_report(*dir, report_services()));
       exit_code = kExitOk;
     } catch (const std::exception& e) {  // not a campaign directory, a damaged summary, an unwritable directory
-      fmt::print(stderr, "attnfuzz: report: {}\n", e.what());
+      fmt::print(stderr, "attnfuzz: report: {}\n", message_safe(e.what(), 600));
       exit_code = kExitBadInput;
     }
   });

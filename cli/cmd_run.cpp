@@ -110,7 +110,7 @@ int run(const RunOptions& opt) {
   try {
     c = load_case_file(opt.case_path, Limits{opt.memory_budget_mib << 20});
   } catch (const CaseError& e) {
-    fmt::print(stderr, "attnfuzz: {}: {}\n", opt.case_path, e.what());
+    fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.case_path), message_safe(e.what(), 600));
     return kExitBadInput;
   }
   const std::vector<std::string> names = opt.backends.empty() ? default_backend_names() : opt.backends;
@@ -119,10 +119,10 @@ int run(const RunOptions& opt) {
     refuse_repeated_backends(opt.backends);
     loaded = make_backends(names, WhenUnavailable::skip);
   } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   } catch (const BackendLoadError& e) {
-    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   for (const auto& why : loaded.skipped) fmt::print(stderr, "attnfuzz: skipping {}\n", why);
@@ -133,7 +133,7 @@ int run(const RunOptions& opt) {
   try {
     oracles = oracles_for(backends, c.shape, &oracle_device, &why_device);
   } catch (const std::runtime_error& e) {
-    fmt::print(stderr, "attnfuzz: --oracle-device: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: --oracle-device: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   DiffOptions dopt;
