@@ -168,7 +168,10 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
   }
   print_coverage(s.coverage);
   try {
-    fmt::print("report    {}\n", write_report(o.out_dir, report_services()));
+    std::vector<std::string> left_out;
+    fmt::print("report    {}\n", write_report(o.out_dir, report_services(), &left_out));
+    std::fflush(stdout);
+    for (const auto& why : left_out) fmt::print(stderr, "attnfuzz: report: warning: {}\n", why);
   } catch (const std::exception& e) {  // a full disk, say: the findings are recorded, the report is not
     std::fflush(stdout);
     fmt::print(stderr, "attnfuzz: report: {}\n", message_safe(e.what(), 600));

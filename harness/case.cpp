@@ -238,9 +238,13 @@ void validate(const Case& c, const Limits& limits) {
   if (cost.work > work_limit)
     throw CaseError("composition", "needs about " + std::to_string(cost.work / std::max<uint64_t>(single_work, 1)) +
                                        " times the work of the single call, over the limit of " + std::to_string(kCompositionWorkFactor));
+  // A layout shared by every tensor with only an order and a row padding is what the older
+  // `layout` key says (and how write_case writes it): its errors name that key.
+  const std::optional<TensorLayout> one = c.layouts.as_uniform();
+  const bool one_key = one && one->head_padding == 0 && one->offset == 0;
   for (TensorRole r : kAllTensorRoles) {
     const TensorLayout& l = c.layouts[r];
-    const std::string field = std::string("layouts.") + role_name(r);
+    const std::string field = one_key ? std::string("layout") : std::string("layouts.") + role_name(r);
     auto check = [&](int64_t v, const char* name) {
       if (v < 0 || v > kMaxLayoutPad) throw CaseError(field + "." + name, "must be in [0, " + std::to_string(kMaxLayoutPad) + "]");
     };

@@ -126,6 +126,14 @@ case "$item" in
   check "a warning per minimized file without its finding ($(grep -c 'left out: its finding' "$tmp/err"))" \
     "[ \$(grep -c 'left out: its finding' $tmp/err) -eq $n ]"
   check "the summary line counts them" "grep -q '$n minimized file(s) without their finding left out' $tmp/out"
+  # report: an edited finding (which merge warns about) is said to be left out, not dropped silently.
+  "$bin" campaign --cases 10 --jobs 1 --no-minimize --quiet --out rep --backends "$dlse" >/dev/null 2>&1
+  edited=$(ls rep/findings/*.json | head -1)
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); r['case']['seed'] += 1; json.dump(r, open(sys.argv[1],'w'))" "$edited"
+  af report rep
+  check "report with an edited finding: exit 0 (got $rc)" "[ $rc -eq 0 ]"
+  check "a warning names the edited file" "grep -q 'report: warning: .*$(basename "$edited") left out: .*record_checksum' $tmp/err"
+  check "the report says so too" "grep -q 'WARNING: .*$(basename "$edited") left out' rep/report.html"
   # run --record: one reproducer name taken by a directory; the others are still written.
   mkdir rec0 && first=$(a_mismatch_reproducer rec0) && total=$(ls rec0/*.json | wc -l)
   check "the mutant gives more than one reproducer ($total)" "[ $total -gt 1 ]"

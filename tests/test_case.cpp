@@ -83,6 +83,9 @@ TEST(CaseJson, RejectsBadInputNamingTheField) {
             "mask.rows");
   EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"composition":{"kind":"kv_split","bounds":[5,2]})")), "composition.bounds");
   EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"values":{"q":{"dist":"normal","sigma":-1}})")), "values.q.sigma");
+  // Issue 26, item 22: the older one-layout key is named as given, not as layouts.q.
+  EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"layout":{"order":"bhsd","row_padding":5000})")), "layout.row_padding");
+  EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"layouts":{"k":{"row_padding":5000}})")), "layouts.k.row_padding");
 }
 
 // Issue 26, item 11: values the case dtype cannot hold, and scores or dO V^T the fp32
