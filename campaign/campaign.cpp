@@ -84,7 +84,7 @@ SavedState load_state(const CampaignOptions& o) {
     if (j.contains("backends") && j.at("backends").get<std::vector<std::string>>() != o.backends)
       throw std::runtime_error("--resume: " + state_path(o) + " was run with --backends " + j.at("backends").dump() +
                                ": resume without --backends, or use another --out");
-    // Range-checked, never wrapped: a next_k of -5 resumed as case 2^64 - 5.
+    // Range-checked, never wrapped: a next_k of -5 would resume at case 2^64 - 5.
     s.next_k = count_at(j, "next_k", "");
     if (j.contains("seconds")) {
       const json& secs = j.at("seconds");

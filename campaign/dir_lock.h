@@ -2,8 +2,7 @@
 // An exclusive advisory lock on a campaign directory (flock on DIR/lock), held for the lifetime
 // of the object. Every command that writes into a campaign directory takes it (campaign,
 // check, merge --out, report, minimize of a finding inside one), so none of them writes or
-// deletes under a campaign that is running (`check --out DIR` deleted a live campaign's
-// findings). The lock dies with the process, even by SIGKILL, so a killed campaign never leaves
+// deletes under a campaign that is running (a check empties its directory first). The lock dies with the process, even by SIGKILL, so a killed campaign never leaves
 // a stale lock behind.
 //
 // Within one process the lock is shared: a DirLock on a directory this process already holds

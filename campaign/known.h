@@ -38,8 +38,7 @@ using CasePredicate = std::function<bool(const Case&)>;
 inline constexpr const char* kKnownSetFormat = "attnfuzz-known-set/1";
 // The size limit of that copy. It holds every --known reproducer whole, each up to the input
 // limit (harness/json_input.h), so it may be larger than any one input: a campaign must be able
-// to resume its own file (two 9 MiB reproducers made a 19 MiB known.json that --resume refused).
-// A campaign whose set would be larger is refused before it starts.
+// to resume its own file (two 9 MiB reproducers make a 19 MiB known.json). A campaign whose set would be larger is refused before it starts.
 inline constexpr uint64_t kMaxKnownSetBytes = uint64_t{256} << 20;
 
 // Throws std::invalid_argument, naming the term, for a predicate it cannot parse.

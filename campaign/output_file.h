@@ -4,7 +4,7 @@
 // beside the target with O_CREAT | O_EXCL | O_NOFOLLOW (a name planted there, a symbolic link
 // say, is never followed or reused), and the target must be a regular file or a new name. A
 // device node, FIFO, socket, directory or symbolic link at the target is refused: the rename
-// would put a regular file in its place (`--junit /dev/full` replaced the device as root).
+// would put a regular file in its place (`--junit /dev/full` run as root would replace the device).
 #include <optional>
 #include <stdexcept>
 #include <string>

@@ -89,8 +89,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.resume = a.resume;
   o.jobs = a.jobs;
   o.devices = parse_devices(a.devices);
-  // One worker per id: the ids count against the same cap as --jobs (300 ids started that many
-  // workers, on a machine with no GPU).
+  // One worker per id: the ids count against the same cap as --jobs, or 300 ids would start 300
+  // workers, on a machine with no GPU as well.
   if (o.devices.size() > static_cast<size_t>(kMaxJobs))
     throw std::invalid_argument("--devices: " + std::to_string(o.devices.size()) + " ids, one worker each: more than the " +
                                 std::to_string(kMaxJobs) + " workers --jobs allows");

@@ -54,7 +54,7 @@ double largest_drawn(const ValueDist& d) {
 // Values must fit the case dtype, and the scores S = scale Q K^T and dP = dO V^T the fp32 that
 // every contract accumulates them in: beyond that the inputs round to infinity (an fp16 case
 // with sigma 1e5 or a magnitude of 1e29) or the scores overflow (scale 1e308), and the baselines
-// of the tolerance rule overflow with them, so the reference itself was judged a finding.
+// of the tolerance rule overflow with them, so that the reference itself would be judged a finding.
 void check_magnitudes(const Case& c) {
   const double dtype_max = c.dtype == DType::f16 ? 65504.0 : c.dtype == DType::bf16 ? 3.3895313892515355e38 : 3.4028234663852886e38;
   const double fp32_max = 3.4028234663852886e38;

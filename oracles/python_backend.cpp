@@ -34,7 +34,7 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 // Seconds one request may take (a first torch.compile included); start-up (imports) has its own.
 // A watchdog setting outside [1 s, a day] is refused by name when the backend is made: `inf`
-// never fired, and `1e-9` made a correct adapter "hang during supports".
+// never fires, and `1e-9` makes a correct adapter "hang during supports".
 double seconds_from_env(const char* name, double fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;

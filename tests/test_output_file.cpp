@@ -109,8 +109,8 @@ TEST_F(Scratch, RefusesASymbolicLinkAndLeavesWhatItNamesAlone) {
   EXPECT_TRUE(unwritable_output((dir_ / "out" / "junit.xml").string()));
 }
 
-// The probe planted a symbolic link at PATH.tmp.<pid> (the name the temporary file used to
-// have) in a --record directory, and a file outside was overwritten with reproducer JSON.
+// A symbolic link planted at PATH.tmp.<pid> (a temporary name an attacker can predict) or at
+// the next names after it must not redirect the write to a file outside the directory.
 TEST_F(Scratch, APlantedTemporaryNameIsNeverFollowed) {
   fs::create_directory(dir_ / "outside");
   spit(dir_ / "outside" / "precious", "keep\n");
