@@ -237,6 +237,16 @@ PY
   printf '{"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":8,"head_dim_qk":8}}\0{"junk": [' >nul.json
   af run nul.json --backends reference
   refused "a NUL byte in a case" "NUL" ;;
+16|17)  # what a plugin does to memory that is not its outputs' elements
+  printf '{"format":"attnfuzz-case/1","seed":3,"shape":{"heads_q":2,"seq_q":8,"seq_kv":8,"head_dim_qk":8},"layout":{"order":"bhsd","row_padding":3}}' >pad.json
+  af run pad.json --backends "reference,$hostile" --no-determinism-check
+  check "the hostile plugin left alone: exit 0 (got $rc)" "[ $rc -eq 0 ]"
+  ATTNFUZZ_HOSTILE=oob af run pad.json --backends "reference,$hostile" --no-determinism-check
+  check "a write into O's row padding: a finding, exit 1 (got $rc)" "[ $rc -eq 1 ]"
+  check "  blamed on the plugin, out of bounds, naming o (its layouts key)" "grep -q 'plugin.hostile/single/-/backend_error/.*wrote 1 element(s) of its output o out of bounds' $tmp/out"
+  ATTNFUZZ_HOSTILE=clobber af run pad.json --backends "reference,$hostile" --no-determinism-check
+  check "a write into the input Q after computing: a finding, exit 1 (got $rc)" "[ $rc -eq 1 ]"
+  check "  blamed on the plugin, naming q (its layouts key)" "grep -q 'plugin.hostile/single/-/backend_error/.*wrote into its input q' $tmp/out" ;;
 19)  # replay's ERROR rows also go to stderr
   mkdir rec && r=$(a_mismatch_reproducer rec)
   af replay "$r" --backends no-such-backend

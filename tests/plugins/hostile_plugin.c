@@ -4,7 +4,10 @@
  *   fdspam  writes a line that looks like an old-style worker reply ("R {...}") and a forged
  *           frame header to every descriptor from 3 to 1023, then computes normally;
  *   decline declines every problem (supports() says no), so nothing is ever tested;
- *   fail    accepts every problem and fails every call (forward() returns an error).
+ *   fail    accepts every problem and fails every call (forward() returns an error);
+ *   oob     computes normally, then writes one element past the end of O's first row (into its
+ *           row padding, when the layout pads rows);
+ *   clobber computes normally, then changes the first element of its input Q.
  * Anything else (or unset): the minimal plugin, unchanged. */
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
@@ -44,7 +47,10 @@ static int hostile_forward(const af_problem* p, const af_tensor* q, const af_ten
   if (mode_is("fail")) return fail(msg, msg_len, "hostile plugin: fails every call");
   if (mode && strcmp(mode, "exit0") == 0) exit(0);
   if (mode && strcmp(mode, "fdspam") == 0) spam_descriptors();
-  return forward(p, q, k, v, o, lse, msg, msg_len);
+  const int rc = forward(p, q, k, v, o, lse, msg, msg_len);
+  if (rc == 0 && mode_is("oob")) ((float*)o->data)[o->shape[3]] = 0.0f;
+  if (rc == 0 && mode_is("clobber")) ((float*)q->data)[0] += 1.0f;
+  return rc;
 }
 
 static const af_plugin hostile = {
