@@ -17,6 +17,7 @@
 #include "campaign/dir_lock.h"
 #include "campaign/finding_store.h"
 #include "campaign/minimize.h"
+#include "campaign/output_file.h"
 #include "campaign/worker_protocol.h"
 #include "harness/case_json.h"
 #include "harness/errors.h"
@@ -38,6 +39,8 @@ struct SavedState {
 };
 
 std::string state_path(const CampaignOptions& o) { return o.out_dir + "/state.json"; }
+// The most running time a state may record (about 30 000 years; --seconds is at most 1e9 a run).
+constexpr double kMaxStateSeconds = 1e12;
 // The campaign's copy of its --known set (KnownFindings::snapshot_json), named in state.json.
 constexpr const char* kKnownSetFile = "known.json";
 
@@ -81,14 +84,23 @@ SavedState load_state(const CampaignOptions& o) {
     if (j.contains("backends") && j.at("backends").get<std::vector<std::string>>() != o.backends)
       throw std::runtime_error("--resume: " + state_path(o) + " was run with --backends " + j.at("backends").dump() +
                                ": resume without --backends, or use another --out");
-    s.next_k = j.value("next_k", uint64_t{0});
-    s.seconds = j.value("seconds", 0.0);
+    // Range-checked, never wrapped: a next_k of -5 would resume at case 2^64 - 5.
+    s.next_k = count_at(j, "next_k", "");
+    if (j.contains("seconds")) {
+      const json& secs = j.at("seconds");
+      if (!secs.is_number() || !(secs.get<double>() >= 0 && secs.get<double>() <= kMaxStateSeconds))
+        throw std::invalid_argument("seconds: expected the campaign's running time, in [0, 1e12], got " + message_safe(secs.dump(), 60));
+      s.seconds = secs.get<double>();
+    }
     if (j.contains("coverage")) s.coverage = Coverage::from_json(j.at("coverage"));
-    if (j.contains("known")) s.known = j.at("known").get<std::map<std::string, uint64_t>>();
+    if (j.contains("known")) {
+      if (!j.at("known").is_object()) throw std::invalid_argument("known: expected an object of counts");
+      for (const auto& [id, n] : j.at("known").items()) s.known[id] = count_at(j.at("known"), id, "known");
+    }
   } catch (const json::exception& e) {
     throw std::runtime_error("--resume: " + state_path(o) + ": " + e.what());
-  } catch (const std::invalid_argument& e) {  // a coverage outcome it does not know
-    throw std::runtime_error("--resume: " + state_path(o) + ": coverage: " + e.what());
+  } catch (const std::invalid_argument& e) {  // a count out of range, a coverage outcome it does not know
+    throw std::runtime_error("--resume: " + state_path(o) + ": " + e.what());
   }
   return s;
 }
@@ -243,7 +255,7 @@ RecordedKnown recorded_known(const std::string& out_dir) {
     throw std::runtime_error("--resume: " + path + ": known_set: expected \"" + kKnownSetFile + "\"");
   const std::string snapshot = out_dir + "/" + kKnownSetFile;
   try {
-    r.set = KnownFindings::from_snapshot(read_input_file(snapshot));
+    r.set = KnownFindings::from_snapshot(read_input_file(snapshot, kMaxKnownSetBytes));
   } catch (const std::exception& e) {
     throw std::runtime_error("--resume: " + snapshot + " (the campaign's --known deviations): " + e.what());
   }
@@ -292,7 +304,14 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
     throw std::runtime_error(o.out_dir + " holds a campaign already: use --resume, or another --out");
   FindingStore store(o.out_dir + "/findings");
   // The known deviations go with the campaign's state: a --resume counts what this run counts.
-  if (!o.known.empty()) write_file_atomic(o.out_dir + "/" + kKnownSetFile, o.known.snapshot_json());
+  if (!o.known.empty()) {
+    const std::string snapshot = o.known.snapshot_json();
+    if (snapshot.size() > kMaxKnownSetBytes)
+      throw std::runtime_error("--known: the " + std::to_string(o.known.all().size()) + " known deviations are " +
+                               std::to_string(snapshot.size() >> 20) + " MiB together, over the " +
+                               std::to_string(kMaxKnownSetBytes >> 20) + " MiB a campaign can record and resume (" + kKnownSetFile + ")");
+    write_file_atomic(o.out_dir + "/" + kKnownSetFile, snapshot);
+  }
 
   std::atomic<uint64_t> next_k{saved.next_k};
   std::atomic<uint64_t> done{0};

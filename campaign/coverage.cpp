@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <set>
 
+#include "harness/json_input.h"
+
 namespace attnfuzz {
 using nlohmann::json;
 
@@ -42,14 +44,14 @@ json counts_json(const CoverageCounts& c, size_t top) {
   return j;
 }
 
-CoverageCounts counts_from_json(const json& j) {
+CoverageCounts counts_from_json(const json& j, const std::string& where) {
   CoverageCounts c;
-  c.ran = j.value("ran", uint64_t{0});
-  c.skipped = j.value("skipped", uint64_t{0});
-  c.errored = j.value("errored", uint64_t{0});
+  c.ran = count_at(j, "ran", where);
+  c.skipped = count_at(j, "skipped", where);
+  c.errored = count_at(j, "errored", where);
   for (const auto& r : j.value("reasons", json::array())) {
     ReasonCount& rc = c.reasons[r.at("reason").get<std::string>()];
-    rc.count += r.value("count", uint64_t{0});
+    rc.count = checked_sum(rc.count, count_at(r, "count", where + ".reasons"), where + ".reasons");
     rc.example = r.value("example", std::string());
   }
   return c;
@@ -79,7 +81,9 @@ std::vector<RunOutcome> run_outcomes(const DiffReport& r) {
     }
   std::vector<RunOutcome> out;
   for (const auto& run : r.runs) {
-    RunOutcome o{run.backend, run.composition_class, Outcome::ran, ""};
+    RunOutcome o{run.backend, run.composition_class, Outcome::ran, "", {}};
+    for (const auto& t : run.tensors)
+      if (t.compared) o.tensors.push_back(t.tensor);
     if (run.skipped) {
       const auto key = std::make_pair(run.backend, run.composition_class);
       const bool errored = errors.count(key) > 0;
@@ -93,7 +97,7 @@ std::vector<RunOutcome> run_outcomes(const DiffReport& r) {
 
 json to_json(const std::vector<RunOutcome>& runs) {
   json a = json::array();
-  for (const auto& r : runs) a.push_back({r.backend, r.composition, to_string(r.outcome), r.reason});
+  for (const auto& r : runs) a.push_back({r.backend, r.composition, to_string(r.outcome), r.reason, r.tensors});
   return a;
 }
 
@@ -101,8 +105,29 @@ std::vector<RunOutcome> run_outcomes_from_json(const json& j) {
   std::vector<RunOutcome> out;
   for (const auto& e : j)
     out.push_back({e.at(0).get<std::string>(), e.at(1).get<std::string>(), outcome_from_string(e.at(2).get<std::string>()),
-                   e.at(3).get<std::string>()});
+                   e.at(3).get<std::string>(), e.size() > 4 ? e.at(4).get<std::vector<std::string>>() : std::vector<std::string>{}});
   return out;
+}
+
+std::optional<std::string> why_untested(const Signature& sig, const std::vector<RunOutcome>& runs) {
+  const bool any_composition = sig.composition == Signature::kNoComposition;
+  for (const std::string& b : sig.blamed_backends()) {
+    std::vector<const RunOutcome*> mine;
+    for (const auto& r : runs)
+      if (r.backend == b && (any_composition || r.composition == sig.composition)) mine.push_back(&r);
+    if (mine.empty())
+      return b + " did not run" + (any_composition ? std::string() : " through a " + sig.composition + " composition") +
+             " (not among the backends replayed, or not loaded)";
+    for (const RunOutcome* r : mine)
+      if (r->outcome != Outcome::ran)
+        return b + " " + (r->outcome == Outcome::errored ? "failed" : "skipped the case") + " (" + r->composition +
+               "): " + r->reason.substr(0, r->reason.find('\n'));
+    if (sig.names_a_tensor() && std::none_of(mine.begin(), mine.end(), [&](const RunOutcome* r) {
+          return std::find(r->tensors.begin(), r->tensors.end(), sig.tensor) != r->tensors.end();
+        }))
+      return b + " returned no " + sig.tensor;
+  }
+  return std::nullopt;
 }
 
 std::string reason_group(const std::string& reason) {
@@ -147,13 +172,14 @@ void CoverageCounts::add(Outcome o, const std::string& reason) {
 }
 
 void CoverageCounts::add(const CoverageCounts& other) {
-  ran += other.ran;
-  skipped += other.skipped;
-  errored += other.errored;
+  // Counts read from files (merge sums shards' summaries) are checked, never wrapped.
+  ran = checked_sum(ran, other.ran, "coverage: ran");
+  skipped = checked_sum(skipped, other.skipped, "coverage: skipped");
+  errored = checked_sum(errored, other.errored, "coverage: errored");
   for (const auto& [k, v] : other.reasons) {
     ReasonCount& rc = reasons[k];
     if (rc.count == 0 || (!v.example.empty() && v.example < rc.example)) rc.example = v.example;
-    rc.count += v.count;
+    rc.count = checked_sum(rc.count, v.count, "coverage: reasons");
   }
 }
 
@@ -178,8 +204,11 @@ void Coverage::add_case(const std::vector<RunOutcome>& runs, bool died) {
 }
 
 void AimCounts::add(const AimCounts& o) {
-  inside += o.inside, inside_ran += o.inside_ran, edge += o.edge, edge_ran += o.edge_ran;
-  for (const auto& [clause, n] : o.edge_by_clause) edge_by_clause[clause] += n;
+  inside = checked_sum(inside, o.inside, "coverage: inside");
+  inside_ran = checked_sum(inside_ran, o.inside_ran, "coverage: inside_ran");
+  edge = checked_sum(edge, o.edge, "coverage: edge");
+  edge_ran = checked_sum(edge_ran, o.edge_ran, "coverage: edge_ran");
+  for (const auto& [clause, n] : o.edge_by_clause) edge_by_clause[clause] = checked_sum(edge_by_clause[clause], n, "coverage: edge");
 }
 
 void Coverage::add_aim(const AimedCase& aimed) {
@@ -207,8 +236,8 @@ void Coverage::add(const Coverage& other) {
   for (const auto& [b, m] : other.by_composition_)
     for (const auto& [comp, c] : m) by_composition_[b][comp].add(c);
   case_errors_.add(other.case_errors_);
-  judged_cases_ += other.judged_cases_;
-  no_backend_ran_ += other.no_backend_ran_;
+  judged_cases_ = checked_sum(judged_cases_, other.judged_cases_, "coverage: judged_cases");
+  no_backend_ran_ = checked_sum(no_backend_ran_, other.no_backend_ran_, "coverage: unjudged_cases.no_backend_ran");
 }
 
 std::vector<std::string> Coverage::untested() const {
@@ -292,26 +321,30 @@ Coverage Coverage::from_json(const json& j) {
   if (!j.is_object()) return c;
   const json backends = j.value("backends", json::object());
   for (auto it = backends.begin(); it != backends.end(); ++it) {
-    c.backends_[it.key()] = counts_from_json(it.value());
+    const std::string where = "coverage.backends." + it.key();
+    c.backends_[it.key()] = counts_from_json(it.value(), where);
     const json comps = it.value().value("by_composition", json::object());
-    for (auto ct = comps.begin(); ct != comps.end(); ++ct) c.by_composition_[it.key()][ct.key()] = counts_from_json(ct.value());
+    for (auto ct = comps.begin(); ct != comps.end(); ++ct)
+      c.by_composition_[it.key()][ct.key()] = counts_from_json(ct.value(), where + ".by_composition." + ct.key());
   }
   if (j.contains("unjudged_cases")) {
-    c.case_errors_ = counts_from_json(j.at("unjudged_cases"));
-    c.no_backend_ran_ = j.at("unjudged_cases").value("no_backend_ran", uint64_t{0});
+    c.case_errors_ = counts_from_json(j.at("unjudged_cases"), "coverage.unjudged_cases");
+    c.no_backend_ran_ = count_at(j.at("unjudged_cases"), "no_backend_ran", "coverage.unjudged_cases");
   }
   // Written before judged cases were counted: those cases are not counted as judged.
-  c.judged_cases_ = j.value("judged_cases", uint64_t{0});
+  c.judged_cases_ = count_at(j, "judged_cases", "coverage");
   // Written before cases were aimed: every case was blind, and is counted nowhere here.
   if (j.contains("case_mix")) {
     const json& m = j.at("case_mix");
-    c.blind_cases_ = m.value("blind", uint64_t{0});
+    c.blind_cases_ = count_at(m, "blind", "coverage.case_mix");
     const json aimed = m.value("aimed", json::object());
     for (auto it = aimed.begin(); it != aimed.end(); ++it) {
+      const std::string where = "coverage.case_mix.aimed." + it.key();
       AimCounts& a = c.aims_[it.key()];
-      a.inside = it->value("inside", uint64_t{0}), a.inside_ran = it->value("inside_ran", uint64_t{0});
-      a.edge = it->value("edge", uint64_t{0}), a.edge_ran = it->value("edge_ran", uint64_t{0});
-      a.edge_by_clause = it->value("edge_by_clause", std::map<std::string, uint64_t>{});
+      a.inside = count_at(it.value(), "inside", where), a.inside_ran = count_at(it.value(), "inside_ran", where);
+      a.edge = count_at(it.value(), "edge", where), a.edge_ran = count_at(it.value(), "edge_ran", where);
+      const json clauses = it->value("edge_by_clause", json::object());
+      for (auto cl = clauses.begin(); cl != clauses.end(); ++cl) a.edge_by_clause[cl.key()] = count_at(clauses, cl.key(), where + ".edge_by_clause");
     }
   }
   return c;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,8 @@ enum class Outcome { ran, skipped, errored };
 struct RunOutcome {
   std::string backend, composition;  // composition class: single, q_split, merged, or "-"
   Outcome outcome = Outcome::ran;
-  std::string reason;  // why it was skipped or what the error was
+  std::string reason;                // why it was skipped or what the error was
+  std::vector<std::string> tensors;  // ran: the outputs it returned and that were judged (O, LSE, ...)
 };
 
 // The outcomes of one differential report, for the worker to send to its campaign.
@@ -40,6 +42,12 @@ struct RunOutcome {
 std::vector<RunOutcome> run_outcomes(const DiffReport& r);
 nlohmann::json to_json(const std::vector<RunOutcome>& runs);
 std::vector<RunOutcome> run_outcomes_from_json(const nlohmann::json& j);
+
+// Why a finding that did not show again was not tested (nothing when it was): `fixed` needs every
+// backend the signature blames to have run the case to the end, through the signature's
+// composition (every composition for a crash or hang), and to have returned the signature's
+// tensor. A backend that errored, declined, was not loaded, or gave no such tensor tested nothing.
+std::optional<std::string> why_untested(const Signature& sig, const std::vector<RunOutcome>& runs);
 
 // A reason as a group key: first line, at most 160 characters, and every number that stands
 // alone (not part of a name like fp16) replaced by '#', so "head_dim 72 not supported" and

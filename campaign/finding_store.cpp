@@ -1,4 +1,5 @@
 #include "campaign/finding_store.h"
+#include "campaign/output_file.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -22,6 +22,7 @@
 //   masked_rows         some call of the case's composition has a query row with no visible key
 //   dtype(a|b|...)      the case's dtype is one of these (fp32, fp16, bf16)
 //   always
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ using CasePredicate = std::function<bool(const Case&)>;
 
 // The format of a campaign's copy of its known set (OUT/known.json).
 inline constexpr const char* kKnownSetFormat = "attnfuzz-known-set/1";
+// The size limit of that copy. It holds every --known reproducer whole, each up to the input
+// limit (harness/json_input.h), so it may be larger than any one input: a campaign must be able
+// to resume its own file (two 9 MiB reproducers make a 19 MiB known.json). A campaign whose set would be larger is refused before it starts.
+inline constexpr uint64_t kMaxKnownSetBytes = uint64_t{256} << 20;
 
 // Throws std::invalid_argument, naming the term, for a predicate it cannot parse.
 CasePredicate parse_case_predicate(const std::string& text);

@@ -10,9 +10,12 @@
 #include <sstream>
 
 #include "campaign/coverage.h"
+#include "campaign/dir_lock.h"
+#include "campaign/output_file.h"
 #include "harness/case_json.h"
 #include "harness/compose.h"
 #include "harness/error_model.h"
+#include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/json_input.h"
 
@@ -206,7 +209,7 @@ std::string judged_rows(const nlohmann::json& summary, const std::string& run_di
 
 }  // namespace
 
-std::string write_report(const std::string& run_dir, const ReportServices& services) {
+std::string write_report(const std::string& run_dir, const ReportServices& services, std::vector<std::string>* left_out) {
   nlohmann::json summary = nlohmann::json::object();
   std::error_code ec;
   if (!fs::exists(run_dir + "/summary.json", ec) && !fs::is_directory(run_dir + "/findings", ec))
@@ -220,6 +223,9 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
     if (!summary.is_object() || summary.value("format", "") != "attnfuzz-summary/1")
       throw std::runtime_error(run_dir + "/summary.json: not an attnfuzz-summary/1 file");
   }
+  // The report is written into the campaign's directory: never while another process's campaign
+  // runs there (a campaign's own final report joins the lock it holds, campaign/dir_lock.h).
+  const DirLock lock(run_dir);
   std::vector<std::string> files;
   if (fs::exists(run_dir + "/findings"))
     for (const auto& e : fs::directory_iterator(run_dir + "/findings")) {
@@ -259,12 +265,15 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
   h << "<h2>Findings</h2><table><tr><th>#</th><th>backend</th><th>composition</th><th>tensor</th><th>class</th><th>dtype</th><th>mask</"
        "th><th>minimized shape</th></tr>";
   std::vector<std::pair<std::string, Reproducer>> shown;
+  std::vector<std::string> unreadable;
   for (const auto& f : files) {
     const std::string min = f.substr(0, f.size() - 5) + ".min.json";
+    const std::string path = fs::exists(min) ? min : f;
     try {
-      const Reproducer r = load_repro(fs::exists(min) ? min : f);
-      shown.emplace_back(fs::exists(min) ? min : f, r);
-    } catch (const std::exception&) {}
+      shown.emplace_back(path, load_repro(path));
+    } catch (const std::exception& e) {
+      unreadable.push_back(message_safe(path, 300) + " left out: " + e.what());
+    }
   }
   for (size_t i = 0; i < shown.size(); ++i) {
     const Signature& s = shown[i].second.finding.signature;
@@ -273,6 +282,8 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
       << esc(s.mask) << "</td><td>" << esc(describe_shape(shown[i].second.c.shape)) << "</td></tr>";
   }
   h << "</table>";
+  for (const auto& why : unreadable) h << "<p class='warn'>WARNING: " << esc(why) << "</p>";
+  if (left_out) *left_out = unreadable;
   for (size_t i = 0; i < shown.size(); ++i) {
     const auto& [path, r] = shown[i];
     h << "<div class='finding' id='f" << i << "'><h3>" << i + 1 << ". " << esc(r.finding.signature.to_string()) << "</h3>";

@@ -34,7 +34,9 @@ struct ReportServices {
 // `why`, for crashes, timeouts, findings about no tensor, or a re-run that fails.
 std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServices& services, std::string* why);
 
-// Writes RUN_DIR/report.html; returns its path.
-std::string write_report(const std::string& run_dir, const ReportServices& services);
+// Writes RUN_DIR/report.html; returns its path. A finding file that cannot be read (damaged or
+// edited after it was written) is left out of the report with a banner saying so, and one line
+// per file is added to `left_out` (as merge warns about the same files).
+std::string write_report(const std::string& run_dir, const ReportServices& services, std::vector<std::string>* left_out = nullptr);
 
 }  // namespace attnfuzz

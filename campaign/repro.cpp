@@ -1,11 +1,6 @@
 #include "campaign/repro.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -88,8 +83,25 @@ Reproducer repro_from_json(const json& j) {
   Reproducer r;
   r.c = case_from_json(j.at("case"));
   std::string input_hex;
-  try {
+  // Each part is read under its own name, so a bad environment is not reported as the finding,
+  // and the JSON library's own wording ("[json.exception.type_error.302] ...") is not shown.
+  auto part = [](const char* field, const auto& read) {
+    try {
+      read();
+    } catch (const CaseError&) {
+      throw;
+    } catch (const nlohmann::json::exception& e) {
+      std::string why = e.what();
+      if (const size_t end = why.find("] "); why.rfind("[json.exception.", 0) == 0 && end != std::string::npos) why.erase(0, end + 2);
+      throw CaseError(field, "malformed: " + why);
+    } catch (const std::exception& e) {
+      throw CaseError(field, std::string("malformed: ") + e.what());
+    }
+  };
+  part("backends", [&] {
     if (j.contains("backends")) r.backends = j.at("backends").get<std::vector<std::string>>();
+  });
+  part("finding", [&] {
     const json& f = j.at("finding");
     const json& s = f.at("signature");
     r.finding.signature.backend = s.at("backend").get<std::string>();
@@ -103,18 +115,18 @@ Reproducer repro_from_json(const json& j) {
     r.finding.detail = f.value("detail", "");
     r.rule = f.value("rule", "");
     if (f.contains("metrics")) r.finding.metrics = f.at("metrics").get<std::map<std::string, double>>();
+  });
+  part("input_checksum", [&] {
     input_hex = j.at("input_checksum").get<std::string>();
     if (input_hex.size() != 16 || input_hex.find_first_not_of("0123456789abcdef") != std::string::npos)
       throw CaseError("input_checksum", "expected 16 lowercase hex digits");
     r.input_checksum = std::stoull(input_hex, nullptr, 16);
-    r.minimized_from = j.value("minimized_from", "");
-    r.case_index = j.value("case_index", int64_t{-1});
+  });
+  part("minimized_from", [&] { r.minimized_from = j.value("minimized_from", ""); });
+  part("case_index", [&] { r.case_index = j.value("case_index", int64_t{-1}); });
+  part("environment", [&] {
     if (j.contains("environment")) r.environment = j.at("environment").get<std::map<std::string, std::string>>();
-  } catch (const CaseError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw CaseError("finding", std::string("malformed: ") + e.what());
-  }
+  });
   const auto rec = j.find("record_checksum");
   if (rec == j.end()) {
     r.legacy_checksum = true;
@@ -130,28 +142,6 @@ Reproducer repro_from_json(const json& j) {
 }
 
 Reproducer load_repro(const std::string& path) { return parse_repro(read_input_file(path)); }
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  auto fail = [&](const std::string& what, int err, int fd) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw std::runtime_error(what + " " + path + ": " + std::strerror(err));
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot write", errno, -1);
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("cannot write", n < 0 ? errno : ENOSPC, fd);
-    done += static_cast<size_t>(n);
-  }
-  // A full disk may only show at fsync or close: the file is renamed into place only whole.
-  if (::fsync(fd) != 0) fail("cannot write", errno, fd);
-  if (::close(fd) != 0) fail("cannot write", errno, -1);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename into", errno, -1);
-}
 
 std::string bucket_of(const Signature& s) { return s.backend + "/" + s.composition + "/" + s.tensor + "/" + to_string(s.cls); }
 

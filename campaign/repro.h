@@ -1,8 +1,8 @@
 #pragma once
 // Reproducers ("format": "attnfuzz-repro/1"): a Case, the backends it ran through, the
 // finding (signature, detail, metrics, tolerance rule), the inputs' checksum and the
-// environment. Written atomically (temporary file, fsync, rename), so a crash never
-// leaves a torn file. `attnfuzz run`, `minimize` and the fuzz targets read and write them.
+// environment. Written atomically (campaign/output_file.h), so a crash never leaves a torn
+// file. `attnfuzz run`, `minimize` and the fuzz targets read and write them.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -49,8 +49,6 @@ Reproducer repro_from_json(const nlohmann::json& j);
 Reproducer reproducer_of(const Case& c, const std::vector<std::string>& backends, const Finding& f, const DiffReport& run,
                          std::map<std::string, std::string> environment);
 Reproducer load_repro(const std::string& path);  // a regular file within kMaxInputFileBytes (json_input.h)
-// Writes `text` to `path` atomically: a reader sees the old file or the whole new one.
-void write_file_atomic(const std::string& path, const std::string& text);
 // A file name from a signature: a short readable stem and a hash, stable across runs.
 std::string repro_file_name(const Signature& s);
 // Campaign deduplication buckets: backend/composition/tensor/class (dtype and mask left out),

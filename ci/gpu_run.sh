@@ -40,7 +40,7 @@ case "$mode" in
     for f in "$@"; do
       b=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["finding"]["signature"]["backend"])' "$f" 2>/dev/null) || continue
       echo "$b $f"
-    done | xargs -P 8 -L 1 sh -c '"$0" replay --timeout 120 --backends "$1" "$2" 2>&1 | grep -E "^(FAILING|fixed|ERROR)"' "$bin/attnfuzz" \
+    done | xargs -P 8 -L 1 sh -c '"$0" replay --timeout 120 --backends "$1" "$2" 2>&1 | grep -E "^(FAILING|fixed|UNTESTED|ERROR)"' "$bin/attnfuzz" \
       | sort | tee "$OUT/replay.log" ;;
   oracles)
     # The GPU oracle set (kernels/): its gpu tests, its benchmark at real sizes, and

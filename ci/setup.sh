@@ -2,7 +2,7 @@
 # Brings a fresh Debian 12 machine to a working attnfuzz build. Idempotent:
 # a second run re-checks and does nothing it does not need to.
 #
-#   Debian packages: compilers, CMake, Ninja, RapidCheck, Eigen, CLI11, nlohmann-json, fmt,
+#   Debian packages: compilers, ccache, CMake, Ninja, RapidCheck, Eigen, CLI11, nlohmann-json, fmt,
 #                    GoogleTest, Google Benchmark, clang with the libFuzzer runtime; Slurm and
 #                    munge (tests/slurm_array_test.sh starts a private single-node cluster).
 #   LibTorch:        the C++ part of the PyPI `torch` wheel (pinned to the GPU machine's 2.11.0),
@@ -27,7 +27,7 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
 pkgs=(build-essential cmake ninja-build git unzip python3 python3-pip python3-venv
       librapidcheck-dev libeigen3-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev chromium time python3
+      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev chromium time python3 ccache
       slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

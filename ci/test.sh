@@ -9,6 +9,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc)
+# The cpu and gpu build folders share ccache entries (the same sources, the same flags): the
+# hash leaves the working directory out (it only names the debug info's compilation folder).
+export CCACHE_NOHASHDIR=1
 t0=$SECONDS
 stage_start=$SECONDS
 stage() {  # stage NAME COMMAND...: runs it, then prints how long it took
@@ -32,3 +35,4 @@ stage gpu-build bash -c 'cmake --preset gpu && cmake --build --preset gpu -j "$0
   test_gpu_oracles test_gpu_error_terms test_flash_kernels bench_gpu_oracles bench_gpu_run bench_flash \
   attnfuzz_plugin_minimal_cuda attnfuzz_plugin_minimal_cuda_ignores_dlse attnfuzz_plugin_minimal_cuda_faults' "$jobs"
 stage gpu-test ctest --preset gpu
+if command -v ccache >/dev/null 2>&1; then ccache --show-stats 2>/dev/null | grep -iE "hits|misses" | head -4 || true; fi

@@ -10,6 +10,9 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "campaign/output_file.h"
+#include "harness/errors.h"
+
 namespace attnfuzz::cli {
 namespace fs = std::filesystem;
 
@@ -25,12 +28,7 @@ std::optional<uint64_t> digits_to_u64(const std::string& s) {
 
 }  // namespace
 
-std::string printable(const std::string& text) {
-  std::string out = text.substr(0, 300);
-  for (char& ch : out)
-    if (static_cast<unsigned char>(ch) < ' ' || ch == 127) ch = '?';
-  return text.size() > 300 ? out + "..." : out;
-}
+std::string printable(const std::string& text) { return message_safe(text); }
 
 CLI::Validator strict_unsigned() {
   return CLI::Validator(
@@ -42,15 +40,16 @@ CLI::Validator strict_unsigned() {
       "UINT");
 }
 
-CLI::Validator seconds_in(double max) {
+CLI::Validator seconds_in(double min, double max) {
   return CLI::Validator(
-      [max](std::string& s) -> std::string {
+      [min, max](std::string& s) -> std::string {
         errno = 0;
         char* end = nullptr;
         const double v = s.empty() ? NAN : std::strtod(s.c_str(), &end);
         if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || errno == ERANGE)
           return "'" + s + "' is not a number of seconds";
-        if (v <= 0 || v > max) return "'" + s + "' seconds: must be > 0 and at most " + CLI::detail::to_string(max);
+        if (!(v >= min && v <= max))
+          return "'" + s + "' seconds: must be at least " + CLI::detail::to_string(min) + " and at most " + CLI::detail::to_string(max);
         return {};
       },
       "SECONDS");
@@ -103,11 +102,7 @@ std::optional<std::string> writable_directory(const std::string& flag, const std
 }
 
 std::optional<std::string> writable_file(const std::string& flag, const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) return flag + " " + path + ": is a directory";
-  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-  if (!fs::is_directory(parent, ec)) return flag + " " + path + ": no such directory: " + parent.string();
-  if (::access(parent.c_str(), W_OK | X_OK) != 0) return flag + " " + path + ": its directory is not writable: " + std::strerror(errno);
+  if (const auto why = unwritable_output(path)) return flag + " " + message_safe(path) + ": " + *why;
   return std::nullopt;
 }
 

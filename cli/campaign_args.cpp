@@ -14,6 +14,7 @@
 #include "cli/coverage_output.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
+#include "harness/errors.h"
 #include "harness/rng.h"
 #include "oracles/registry.h"
 
@@ -104,6 +105,11 @@ CampaignOptions to_options(const CampaignArgs& a) {
   o.resume = a.resume;
   o.jobs = a.jobs;
   o.devices = parse_devices(a.devices);
+  // One worker per id: the ids count against the same cap as --jobs, or 300 ids would start 300
+  // workers, on a machine with no GPU as well.
+  if (o.devices.size() > static_cast<size_t>(kMaxJobs))
+    throw std::invalid_argument("--devices: " + std::to_string(o.devices.size()) + " ids, one worker each: more than the " +
+                                std::to_string(kMaxJobs) + " workers --jobs allows");
   o.timeout_seconds = a.timeout;
   o.minimize = !a.no_minimize;
   o.quiet = a.quiet;
@@ -128,9 +134,10 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)")
       ->check(non_empty_path());
   cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams");
-  cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, 256));
+  cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, kMaxJobs));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
-  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)")->check(seconds_in(1e6));
+  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)")
+      ->check(seconds_in(kMinTimeoutSeconds, kMaxTimeoutSeconds));
   cmd->add_option("--tier", a.tier,
                   "size tier of generated cases: toy, small, real, or auto (default: real when a backend under test runs on a GPU, "
                   "else small; docs/fuzzing.md)");
@@ -156,10 +163,12 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
   try {
     o = to_options(a);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
-  fmt::print("campaign  seed {} shard {} backends {} -> {}\n", o.seed, a.shard, fmt::join(o.backends, ","), o.out_dir);
+  fmt::print("campaign  seed {} shard {} backends {} -> {}\n", o.seed, a.shard,
+             message_safe(fmt::format("{}", fmt::join(o.backends, ",")), 4000),
+             message_safe(o.out_dir, 4000));  // escaped; cut only past what a real list of backends needs
   if (a.resume && a.known.empty() && !o.known.empty())
     fmt::print("known     {} known deviation(s) recorded with the campaign ({}/known.json)\n", o.known.all().size(), o.out_dir);
   std::fflush(stdout);
@@ -167,10 +176,10 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
   try {
     s = run_campaign(o);
   } catch (const BackendLoadError& e) {
-    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   fmt::print("done      {} cases ({} judged, {} unjudged) in {:.1f} s ({:.1f} judged cases/s), {} finding(s)\n", s.cases, s.judged,
@@ -185,10 +194,13 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
   }
   print_coverage(s.coverage);
   try {
-    fmt::print("report    {}\n", write_report(o.out_dir, report_services()));
+    std::vector<std::string> left_out;
+    fmt::print("report    {}\n", write_report(o.out_dir, report_services(), &left_out));
+    std::fflush(stdout);
+    for (const auto& why : left_out) fmt::print(stderr, "attnfuzz: report: warning: {}\n", why);
   } catch (const std::exception& e) {  // a full disk, say: the findings are recorded, the report is not
     std::fflush(stdout);
-    fmt::print(stderr, "attnfuzz: report: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: report: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   if (untested) *untested = !s.coverage.untested().empty();

@@ -14,6 +14,9 @@
 
 namespace attnfuzz::cli {
 
+// The most worker processes a campaign starts: --jobs, or one per --devices id.
+inline constexpr int kMaxJobs = 256;
+
 struct CampaignArgs {
   uint64_t seed = 1;
   double seconds = 30;

@@ -7,12 +7,16 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
+#include "campaign/dir_lock.h"
 #include "campaign/junit.h"
+#include "campaign/output_file.h"
 #include "cli/arg_checks.h"
 #include "cli/campaign_args.h"
 #include "cli/commands.h"
 #include "cli/coverage_output.h"
+#include "harness/errors.h"
 #include "harness/json_input.h"
 
 namespace attnfuzz::cli {
@@ -28,21 +32,44 @@ bool campaign_output_entry(const std::string& name) {
   return false;
 }
 
-// Removes a previous check's directory; refuses (an error line) anything else, so that
-// `check --out .` or a typo never deletes a user's files.
-std::optional<std::string> clear_check_output(const std::string& out) {
+// Empties a previous check's directory under its lock (`lock`), which the caller holds from
+// then on; a directory that does not exist yet is left to the campaign to make. Refuses (an
+// error line) a directory holding anything a check did not write, so that `check --out .` or a
+// typo never deletes a user's files, and one a running campaign holds, so that a check never
+// deletes a live campaign's findings.
+std::optional<std::string> clear_check_output(const std::string& out, std::optional<DirLock>& lock) {
+  auto take_lock = [&]() -> std::optional<std::string> {
+    try {
+      lock.emplace(out);
+    } catch (const DirLockError& e) {
+      return "--out " + std::string(e.what());
+    }
+    return std::nullopt;
+  };
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(out, ec);
-  if (ec || !fs::exists(st)) return std::nullopt;  // nothing there: nothing to clear
-  if (fs::is_symlink(st)) return "--out " + out + ": is a symbolic link: give the directory itself";
-  if (!fs::is_directory(st)) return "--out " + out + ": exists and is not a directory";
+  // Nothing there: nothing to clear, and nothing is created before the backends have loaded
+  // (the campaign makes the directory and takes its lock).
+  if (ec || !fs::exists(st)) return std::nullopt;
+  if (fs::is_symlink(st)) return "--out " + printable(out) + ": is a symbolic link: give the directory itself";
+  if (!fs::is_directory(st)) return "--out " + printable(out) + ": exists and is not a directory";
+  // A campaign's directory is locked before it is looked at: a live one is refused as in use,
+  // whatever temporary files it holds at the moment.
+  if (fs::exists(fs::symlink_status(out + "/lock", ec)))
+    if (const auto why = take_lock()) return why;
   for (auto it = fs::directory_iterator(out, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
     if (!campaign_output_entry(it->path().filename().string()))
-      return "--out " + out + ": holds " + it->path().filename().string() +
+      return "--out " + printable(out) + ": holds " + printable(it->path().filename().string()) +
              ", which no check wrote: a check starts from an empty directory and will not delete it; choose another --out";
-  if (ec) return "--out " + out + ": cannot be read: " + ec.message();
-  fs::remove_all(out, ec);
-  if (ec) return "--out " + out + ": cannot clear the previous check's output: " + ec.message();
+  if (ec) return "--out " + printable(out) + ": cannot be read: " + ec.message();
+  if (!lock)
+    if (const auto why = take_lock()) return why;
+  std::vector<fs::path> previous;  // every entry but the lock this check now holds
+  for (auto it = fs::directory_iterator(out, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (it->path().filename() != "lock") previous.push_back(it->path());
+  for (const auto& p : previous)
+    if (!ec) fs::remove_all(p, ec);
+  if (ec) return "--out " + printable(out) + ": cannot clear the previous check's output: " + ec.message();
   return std::nullopt;
 }
 
@@ -67,7 +94,8 @@ void add_check_command(CLI::App& app, int& exit_code) {
     std::optional<std::string> bad;
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--junit", ch->junit}, {"--json", ch->json_out}})
       if (!bad && !path.empty()) bad = writable_file(flag, path);
-    if (!bad) bad = clear_check_output(ch->c.out);  // a check always starts from nothing
+    std::optional<DirLock> lock;                          // held until the JUnit and JSON files are written
+    if (!bad) bad = clear_check_output(ch->c.out, lock);  // a check always starts from nothing
     if (bad) {
       fmt::print(stderr, "attnfuzz: {}\n", *bad);
       exit_code = kExitBadInput;
@@ -89,10 +117,11 @@ void add_check_command(CLI::App& app, int& exit_code) {
     for (const auto& c : coverage_junit_cases(Coverage::from_json(s.value("coverage", json::object())))) cases.push_back(c);
     if (untested) exit_code = kExitUntested;
     try {
+      if (!lock) lock.emplace(ch->c.out);  // the campaign made the directory: held for the JUnit and JSON files
       write_file_atomic(ch->junit.empty() ? ch->c.out + "/junit.xml" : ch->junit, junit_xml("attnfuzz.check", cases));
       if (!ch->json_out.empty()) write_file_atomic(ch->json_out, read_input_file(ch->c.out + "/summary.json"));
     } catch (const std::exception& e) {  // a full disk, say
-      fmt::print(stderr, "attnfuzz: check: {}\n", e.what());
+      fmt::print(stderr, "attnfuzz: check: {}\n", message_safe(e.what(), 600));
       exit_code = kExitBadInput;
     }
   });

@@ -2,12 +2,14 @@
 // campaigns draw from), one JSON file each, or the first to standard output.
 #include <fmt/core.h>
 
+#include "campaign/output_file.h"
 #include "campaign/repro.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "generators/envelope_cases.h"
 #include "generators/random_case.h"
 #include "harness/case_json.h"
+#include "harness/errors.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {
@@ -76,7 +78,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
         write_file_atomic(opt->out_dir + "/case-" + std::to_string(s) + ".json", write_case(draw(s, static_cast<uint64_t>(i))));
       }
     } catch (const std::exception& e) {  // a full disk: the files written so far are whole
-      fmt::print(stderr, "attnfuzz: --out {}: {}\n", opt->out_dir, e.what());
+      fmt::print(stderr, "attnfuzz: --out {}: {}\n", printable(opt->out_dir), message_safe(e.what(), 600));
       exit_code = kExitBadInput;
       return;
     }

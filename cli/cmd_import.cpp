@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "campaign/output_file.h"
 #include "campaign/repro.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"

@@ -4,13 +4,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "campaign/coverage.h"
+#include "campaign/dir_lock.h"
 #include "campaign/finding_store.h"
+#include "campaign/output_file.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "cli/coverage_output.h"
@@ -22,6 +26,17 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// `path` lies strictly inside the directory `dir` (after resolving both).
+bool inside(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(path, ec);
+  if (ec) return false;
+  const fs::path d = fs::canonical(dir, ec);
+  if (ec) return false;
+  const auto [end, rest] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return end == d.end() && rest != p.end();
+}
 
 // Why `dir` cannot be merged (nothing when it can): it must be a campaign output directory.
 std::optional<std::string> not_mergeable(const std::string& dir) {
@@ -45,11 +60,16 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
     std::error_code ec;
     for (size_t j = 0; j < i; ++j)  // a shard given twice would count its cases and known findings twice
       if (fs::equivalent(dirs[j], d, ec)) {
-        fmt::print(stderr, "attnfuzz: merge: {} is given twice{}\n", d, dirs[j] == d ? "" : " (as " + dirs[j] + ")");
+        fmt::print(stderr, "attnfuzz: merge: {} is given twice{}\n", printable(d), dirs[j] == d ? "" : " (as " + printable(dirs[j]) + ")");
         return kExitBadInput;
       }
     if (fs::exists(out, ec) && fs::equivalent(out, d, ec)) {
-      fmt::print(stderr, "attnfuzz: merge: --out {} is one of the inputs: choose another directory\n", out);
+      fmt::print(stderr, "attnfuzz: merge: --out {} is one of the inputs: choose another directory\n", printable(out));
+      return kExitBadInput;
+    }
+    if (inside(out, d)) {  // the merged store would land in an input, and the next merge would read it
+      fmt::print(stderr, "attnfuzz: merge: --out {} is inside the input {}: choose a directory outside every input\n", printable(out),
+                 printable(d));
       return kExitBadInput;
     }
   }
@@ -57,8 +77,16 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
     fmt::print(stderr, "attnfuzz: merge: {}\n", *why);
     return kExitBadInput;
   }
+  // A live campaign's directory is never merged into: its store would take foreign findings.
+  std::optional<DirLock> lock;
+  try {
+    lock.emplace(out);
+  } catch (const DirLockError& e) {
+    fmt::print(stderr, "attnfuzz: merge: --out {}\n", message_safe(e.what(), 600));
+    return kExitBadInput;
+  }
   uint64_t cases = 0;
-  int unreadable = 0;
+  int unreadable = 0, orphans = 0;  // finding files left out: damaged ones, .min.json without their finding
   Coverage coverage;
   std::map<std::string, uint64_t> known;
   json shards = json::array();
@@ -74,13 +102,17 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
         } catch (const CaseError& e) {
           throw std::runtime_error(d + "/summary.json: " + e.what());
         }
-        if (!s.is_object() || !s.contains("cases") || !s.at("cases").is_number_unsigned())
-          throw std::runtime_error(d + "/summary.json: not an attnfuzz summary (no case count)");
-        cases += s.at("cases").get<uint64_t>();
+        // The format report reads, and counts that add up: a sum past 2^64 - 1 is refused, not wrapped.
+        if (!s.is_object() || s.value("format", json()) != "attnfuzz-summary/1")
+          throw std::runtime_error(d + "/summary.json: format: not an attnfuzz-summary/1 file");
+        if (!s.contains("cases") || !s.at("cases").is_number_unsigned())
+          throw std::runtime_error(d + "/summary.json: cases: not a case count (a whole number >= 0)");
+        cases = checked_sum(cases, s.at("cases").get<uint64_t>(), d + "/summary.json: cases");
         try {
           if (s.contains("coverage")) coverage.add(Coverage::from_json(s.at("coverage")));
           if (s.contains("known_findings"))
-            for (const auto& [id, n] : s.at("known_findings").get<std::map<std::string, uint64_t>>()) known[id] += n;
+            for (const auto& [id, n] : s.at("known_findings").items())
+              known[id] = checked_sum(known[id], count_at(s.at("known_findings"), id, "known_findings"), "known_findings." + id);
         } catch (const std::exception& e) {
           throw std::runtime_error(d + "/summary.json: " + e.what());
         }
@@ -92,13 +124,23 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
       std::sort(files.begin(), files.end());
       for (const auto& f : files) {
         const std::string p = f.string();
-        if (f.extension() != ".json" || p.find(".min.json") != std::string::npos || p.find(".tmp.") != std::string::npos) continue;
+        if (f.extension() != ".json" || p.find(".tmp.") != std::string::npos) continue;
+        if (p.find(".min.json") != std::string::npos) {
+          // A minimized reproducer goes with its finding; alone (its finding deleted or lost) it is
+          // no bucket's representative, and is said to be left out rather than dropped silently.
+          if (!fs::exists(p.substr(0, p.size() - 9) + ".json")) {
+            fmt::print(stderr, "attnfuzz: merge: warning: {} left out: its finding {} is missing\n", printable(p),
+                       printable(f.filename().string().substr(0, f.filename().string().size() - 9) + ".json"));
+            ++orphans;
+          }
+          continue;
+        }
         try {
           const Reproducer r = load_repro(p);
           const std::string min = p.substr(0, p.size() - 5) + ".min.json";
           store.record(r, fs::exists(min) ? min : std::string());
         } catch (const CaseError& e) {  // damaged or edited: said, and left out
-          fmt::print(stderr, "attnfuzz: merge: warning: {} left out: {}\n", p, e.what());
+          fmt::print(stderr, "attnfuzz: merge: warning: {} left out: {}\n", printable(p), message_safe(e.what(), 600));
           ++unreadable;
         }
       }
@@ -111,11 +153,12 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out) 
     if (!known.empty()) s["known_findings"] = known;
     write_file_atomic(out + "/summary.json", s.dump(2) + "\n");
   } catch (const std::exception& e) {  // a damaged summary, an unwritable --out, a full disk
-    fmt::print(stderr, "attnfuzz: merge: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: merge: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
-  fmt::print("merged {} directories: {} cases, {} distinct finding(s){} -> {}\n", dirs.size(), cases, signatures.size(),
-             unreadable ? fmt::format(", {} unreadable finding file(s) left out", unreadable) : std::string(), out);
+  fmt::print("merged {} directories: {} cases, {} distinct finding(s){}{} -> {}\n", dirs.size(), cases, signatures.size(),
+             unreadable ? fmt::format(", {} unreadable finding file(s) left out", unreadable) : std::string(),
+             orphans ? fmt::format(", {} minimized file(s) without their finding left out", orphans) : std::string(), printable(out));
   print_coverage(coverage);
   return kExitOk;
 }

@@ -9,7 +9,9 @@
 #include <optional>
 
 #include "campaign/campaign.h"
+#include "campaign/dir_lock.h"
 #include "campaign/minimize.h"
+#include "campaign/output_file.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "generators/shrink.h"
@@ -30,7 +32,7 @@ int minimize_command(const MinimizeOptions& opt) {
   try {
     r = load_repro(opt.path);
   } catch (const CaseError& e) {
-    fmt::print(stderr, "attnfuzz: {}: {}\n", opt.path, e.what());
+    fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.path), message_safe(e.what(), 600));
     return kExitBadInput;
   }
   const std::vector<std::string> names = opt.backends.empty() ? r.backends : opt.backends;
@@ -41,19 +43,31 @@ int minimize_command(const MinimizeOptions& opt) {
     dest = (p.parent_path() / (p.stem().string() + ".min.json")).string();
   }
   // Checked before the minimization, which may take minutes.
-  if (const auto why = writable_file(opt.out.empty() ? "minimize (FINDING.min.json)" : "--out", dest)) {
+  const std::string dest_flag = opt.out.empty() ? "minimize (FINDING.min.json)" : "--out";
+  if (const auto why = writable_file(dest_flag, dest)) {
     fmt::print(stderr, "attnfuzz: {}\n", *why);
     return kExitBadInput;
+  }
+  // Into a campaign's directory (its findings/, say) only under its lock, held until the file is
+  // written: a running campaign writes the same .min.json names.
+  std::optional<DirLock> lock;
+  if (const auto campaign_dir = campaign_directory_of(dest)) {
+    try {
+      lock.emplace(*campaign_dir);
+    } catch (const DirLockError& e) {
+      fmt::print(stderr, "attnfuzz: {} {}: {}\n", dest_flag, printable(dest), message_safe(e.what(), 600));
+      return kExitBadInput;
+    }
   }
   BackendSet loaded;
   try {
     refuse_repeated_backends(opt.backends);
     loaded = make_backends(names);
   } catch (const BackendLoadError& e) {
-    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   // Only the backends the signature blames are needed (a consistency finding blames two).
@@ -66,7 +80,8 @@ int minimize_command(const MinimizeOptions& opt) {
       used.push_back(b->name());
     }
   if (backends.empty()) {
-    fmt::print(stderr, "attnfuzz: {}: none of the backends {} is '{}' (use --backends)\n", opt.path, fmt::join(names, ","), sig.backend);
+    fmt::print(stderr, "attnfuzz: {}: none of the backends {} is '{}' (use --backends)\n", printable(opt.path),
+               printable(fmt::format("{}", fmt::join(names, ","))), printable(sig.backend));
     return kExitBadInput;
   }
   fmt::print("signature {}\n", sig.to_string());
@@ -96,7 +111,7 @@ int minimize_command(const MinimizeOptions& opt) {
   try {
     write_file_atomic(dest, write_repro(out));
   } catch (const std::exception& e) {  // a full disk
-    fmt::print(stderr, "attnfuzz: minimize: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: minimize: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   fmt::print("shrunk    {} steps ({} candidates tried), size {} -> {}\n", rep.steps, rep.attempts, rep.size_before, rep.size_after);

@@ -8,10 +8,13 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "campaign/coverage.h"
 #include "campaign/junit.h"
 #include "campaign/known.h"
 #include "campaign/minimize.h"
+#include "campaign/output_file.h"
 #include "campaign/worker_protocol.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
@@ -87,7 +90,7 @@ int replay_command(const ReplayArgs& a) {
   try {
     refuse_repeated_backends(a.backends);
   } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   const std::vector<std::string>& paths = a.paths;
@@ -101,7 +104,7 @@ int replay_command(const ReplayArgs& a) {
       const KnownFindings known = KnownFindings::load(paths);
       for (const auto& k : known.all()) known_id[k.path] = k.id;
     } catch (const std::exception& e) {
-      fmt::print(stderr, "attnfuzz: {}\n", e.what());
+      fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
       return kExitBadInput;
     }
   }
@@ -110,18 +113,25 @@ int replay_command(const ReplayArgs& a) {
     return it == known_id.end() ? path : "known " + it->second + "  " + path;
   };
   std::vector<JUnitCase> cases;
-  int failing = 0, fixed = 0, errors = 0, skipped = 0, legacy = 0, bad_inputs = 0;
+  int failing = 0, fixed = 0, untested = 0, errors = 0, skipped = 0, legacy = 0, bad_inputs = 0;
   if (!junit.empty()) {
     if (const auto why = writable_file("--junit", junit)) {
       fmt::print(stderr, "attnfuzz: {}\n", *why);
       return kExitBadInput;
     }
   }
-  // A file that cannot be replayed: an ERROR row in the table, and one line on stderr.
-  auto bad_input = [&](const std::string& path, const std::string& why) {
-    fmt::print("ERROR     {}: {}\n", path, why);
-    fmt::print(stderr, "attnfuzz: replay: {}: {}\n", path, why);
+  // A replay that went wrong: an ERROR row in the table, and the same on stderr (a script that
+  // keeps only stderr must see it too).
+  auto error_row = [&](const std::string& shown, const std::string& why) {
+    const std::string line = printable(shown) + ": " + printable(why);
+    fmt::print("ERROR     {}\n", line);
+    std::fflush(stdout);
+    fmt::print(stderr, "attnfuzz: replay: {}\n", line);
     ++errors;
+  };
+  // A file that cannot be replayed at all.
+  auto bad_input = [&](const std::string& path, const std::string& why) {
+    error_row(path, why);
     ++bad_inputs;
   };
   std::vector<std::pair<std::string, std::string>> unreadable;
@@ -167,22 +177,28 @@ int replay_command(const ReplayArgs& a) {
       const FindingClass died = call.status == WorkerProcess::Reply::Status::timed_out ? FindingClass::timeout : FindingClass::crash;
       still = sig.cls == died;
       if (!still) {
-        fmt::print("ERROR     {}: the worker died ({}) while replaying\n", label(path), call.detail);
+        error_row(label(path), "the worker died (" + call.detail + ") while replaying");
         cases.push_back({"replay", path, "worker died: " + call.detail, ""});
-        ++errors;
         continue;
       }
     } else {
       if (call.reply.error) {
-        fmt::print("ERROR     {}: {}\n", label(path), *call.reply.error);
+        error_row(label(path), *call.reply.error);
         cases.push_back({"replay", path, *call.reply.error, ""});
-        ++errors;
         continue;
       }
       for (const auto& f : call.reply.findings)
         if (f.finding.signature == sig) still = true;
     }
-    if (still) {
+    // Not shown again is `fixed` only if the blamed backend ran the case to the end and passed.
+    const std::optional<std::string> not_tested = still ? std::nullopt : why_untested(sig, call.reply.runs);
+    if (not_tested) {
+      ++untested;
+      fmt::print("UNTESTED  {}  {}: {}\n", label(path), sig.to_string(), printable(*not_tested));
+      std::fflush(stdout);
+      fmt::print(stderr, "attnfuzz: replay: {}: untested, not fixed: {}\n", printable(path), printable(*not_tested));
+      cases.push_back({"replay", path, "untested: " + *not_tested, ""});
+    } else if (still) {
       ++failing;
       fmt::print("FAILING   {}  {}\n", label(path), sig.to_string());
       cases.push_back({"replay", path, "still failing: " + sig.to_string(), ""});
@@ -192,22 +208,26 @@ int replay_command(const ReplayArgs& a) {
       cases.push_back({"replay", path, "", "fixed: " + sig.to_string()});
     }
   }
-  fmt::print("{} still failing, {} fixed, {} errors, {} files skipped (not reproducers){}\n", failing, fixed, errors, skipped,
-             legacy ? fmt::format(", {} legacy (inputs verified only)", legacy) : std::string());
+  fmt::print("{} still failing, {} fixed, {} untested, {} errors, {} files skipped (not reproducers){}\n", failing, fixed, untested, errors,
+             skipped, legacy ? fmt::format(", {} legacy (inputs verified only)", legacy) : std::string());
   // A directory without a single reproducer replays nothing: said, not an error (all fixed).
-  if (failing + fixed + errors == 0)
-    fmt::print(stderr, "attnfuzz: replay: warning: no reproducer ({}) found in {}\n", kReproFormat, fmt::join(paths, " "));
+  if (failing + fixed + untested + errors == 0)
+    fmt::print(stderr, "attnfuzz: replay: warning: no reproducer ({}) found in {}\n", kReproFormat,
+               printable(fmt::format("{}", fmt::join(paths, " "))));
   if (!junit.empty()) {
     try {
       write_file_atomic(junit, junit_xml("attnfuzz.replay", cases));
     } catch (const std::exception& e) {  // a full disk
-      fmt::print(stderr, "attnfuzz: replay: --junit: {}\n", e.what());
+      fmt::print(stderr, "attnfuzz: replay: --junit: {}\n", message_safe(e.what(), 600));
       return kExitBadInput;
     }
   }
-  // A finding still failing, or a replay that went wrong, is 1; otherwise a file that is no
-  // reproducer, an edited one or one whose inputs differ is bad input, 2.
+  // A reproducer whose blamed backend did not run it is 4, as in check: nothing was tested, and
+  // that takes precedence. A finding still failing, or a replay that went wrong, is 1; otherwise
+  // a file that is no reproducer, an edited one or one whose inputs differ is bad input, 2.
   // With --known, a known deviation still failing is what is expected: only errors count.
+  if (untested) fmt::print(stderr, "attnfuzz: replay: {} reproducer(s) untested: their backend did not run them (lines above)\n", untested);
+  if (untested) return kExitUntested;
   if (a.known) {
     fmt::print("known deviations: {} still failing, {} fixed (remove those from the known list)\n", failing, fixed);
     if (errors > bad_inputs) return kExitDivergence;
@@ -225,7 +245,8 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   replay->add_option("paths", ra->paths, "reproducer files or directories")->required();
   replay->add_option("--backends", ra->backends, "override the recorded backends")->delimiter(',');
   replay->add_option("--junit", ra->junit, "JUnit XML output")->check(non_empty_path());
-  replay->add_option("--timeout", ra->timeout, "watchdog per reproducer, seconds")->check(seconds_in(1e6));
+  replay->add_option("--timeout", ra->timeout, "watchdog per reproducer, seconds")
+      ->check(seconds_in(kMinTimeoutSeconds, kMaxTimeoutSeconds));
   replay
       ->add_option_function<std::string>("--oracle-device", set_oracle_device_override,
                                          "oracles: auto (default), cpu or cuda (docs/gpu.md)")

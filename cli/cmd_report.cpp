@@ -3,11 +3,14 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
+#include <vector>
 
 #include "campaign/report.h"
 #include "cli/commands.h"
 #include "harness/compose.h"
+#include "harness/errors.h"
 #include "harness/inputs.h"
 #include "oracles/reference.h"
 #include "oracles/registry.h"
@@ -32,10 +35,13 @@ void add_report_command(CLI::App& app, int& exit_code) {
   cmd->add_option("run_dir", *dir, "campaign or merged output directory")->required()->check(CLI::ExistingDirectory);
   cmd->callback([dir, &exit_code] {
     try {
-      fmt::print("wrote {}\n", write_report(*dir, report_services()));
+      std::vector<std::string> left_out;
+      fmt::print("wrote {}\n", write_report(*dir, report_services(), &left_out));
+      std::fflush(stdout);
+      for (const auto& why : left_out) fmt::print(stderr, "attnfuzz: report: warning: {}\n", why);
       exit_code = kExitOk;
     } catch (const std::exception& e) {  // not a campaign directory, a damaged summary, an unwritable directory
-      fmt::print(stderr, "attnfuzz: report: {}\n", e.what());
+      fmt::print(stderr, "attnfuzz: report: {}\n", message_safe(e.what(), 600));
       exit_code = kExitBadInput;
     }
   });

@@ -14,9 +14,11 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <optional>
 #include <set>
 
+#include "campaign/output_file.h"
 #include "campaign/repro.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
@@ -108,7 +110,7 @@ int run(const RunOptions& opt) {
   try {
     c = load_case_file(opt.case_path, Limits{opt.memory_budget_mib << 20});
   } catch (const CaseError& e) {
-    fmt::print(stderr, "attnfuzz: {}: {}\n", opt.case_path, e.what());
+    fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.case_path), message_safe(e.what(), 600));
     return kExitBadInput;
   }
   const std::vector<std::string> names = opt.backends.empty() ? default_backend_names() : opt.backends;
@@ -117,10 +119,10 @@ int run(const RunOptions& opt) {
     refuse_repeated_backends(opt.backends);
     loaded = make_backends(names, WhenUnavailable::skip);
   } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "attnfuzz: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   } catch (const BackendLoadError& e) {
-    fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   for (const auto& why : loaded.skipped) fmt::print(stderr, "attnfuzz: skipping {}\n", why);
@@ -131,7 +133,7 @@ int run(const RunOptions& opt) {
   try {
     oracles = oracles_for(backends, c.shape, &oracle_device, &why_device);
   } catch (const std::runtime_error& e) {
-    fmt::print(stderr, "attnfuzz: --oracle-device: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: --oracle-device: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   DiffOptions dopt;
@@ -149,24 +151,33 @@ int run(const RunOptions& opt) {
   static const bool handler_installed = std::atexit(exit_inside_backend) == 0 && std::at_quick_exit(exit_inside_backend) == 0;
   (void)handler_installed;
   backends_running = true;
-  const DiffReport report = run_differential(c, backends, oracles, dopt);
+  DiffReport report;
+  try {
+    report = run_differential(c, backends, oracles, dopt);
+  } catch (const std::bad_alloc&) {  // never a finding (harness/differential.h): an internal error
+    backends_running = false;
+    std::fflush(stdout);
+    fmt::print(stderr, "attnfuzz: internal error: out of memory while running {} (its memory estimate was too low); nothing was judged\n",
+               printable(opt.case_path));
+    return kExitInternal;
+  }
   backends_running = false;
   print_report(c, report, oracle_device, backends);
   if (!opt.record_dir.empty() && !report.findings.empty()) {
     std::set<std::string> seen;
+    std::vector<OutputFile> files;
     for (const auto& f : report.findings) {
       if (!seen.insert(f.signature.to_string()).second) continue;
       const Reproducer r = reproducer_of(c, names, f, report, environment());
-      const std::string path = opt.record_dir + "/" + repro_file_name(f.signature);
-      try {
-        write_file_atomic(path, write_repro(r));
-      } catch (const std::exception& e) {  // the disk filled up since the check, say
-        std::fflush(stdout);
-        fmt::print(stderr, "attnfuzz: --record: {}\n", e.what());
-        return kExitBadInput;
-      }
-      fmt::print("recorded  {}\n", path);
+      files.push_back({opt.record_dir + "/" + repro_file_name(f.signature), write_repro(r)});
     }
+    // Every reproducer is attempted: one that cannot be written (the disk filled up since the
+    // check, a name that is refused) is reported and the others are still written.
+    const OutputResult written = write_files_atomic(files);
+    for (const auto& path : written.written) fmt::print("recorded  {}\n", path);
+    std::fflush(stdout);
+    for (const auto& why : written.errors) fmt::print(stderr, "attnfuzz: --record: {}\n", why);
+    if (!written.errors.empty()) return kExitBadInput;
   }
   // A run in which every backend was skipped (or failed) tested nothing: never a pass.
   const bool any_ran = std::any_of(report.runs.begin(), report.runs.end(), [](const BackendRun& r) { return !r.skipped; });

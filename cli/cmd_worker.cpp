@@ -7,6 +7,7 @@
 
 #include "campaign/worker_protocol.h"
 #include "cli/commands.h"
+#include "harness/errors.h"
 #include "oracles/provenance.h"
 #include "oracles/registry.h"
 
@@ -20,7 +21,7 @@ int worker_command(const std::vector<std::string>& names) {
   try {
     channel.emplace(WorkerChannel::from_environment());
   } catch (const std::exception& e) {
-    fmt::print(stderr, "attnfuzz: worker: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: worker: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   WorkerServices services;

@@ -5,6 +5,7 @@
 
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
+#include "harness/errors.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"attnfuzz: fuzzing and differential testing of fused attention kernels"};
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}: {} (see {} --help)\n", where, attnfuzz::cli::printable(what), where);
     return attnfuzz::cli::kExitBadInput;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "attnfuzz: internal error: {}\n", e.what());
+    fmt::print(stderr, "attnfuzz: internal error: {}\n", attnfuzz::message_safe(e.what(), 600));
     return attnfuzz::cli::kExitInternal;
   }
   return exit_code;

@@ -10,6 +10,7 @@
 #include "harness/contract.h"
 #include "harness/envelope.h"
 #include "harness/error_model.h"
+#include "harness/errors.h"
 #include "harness/problem.h"
 
 namespace attnfuzz {
@@ -64,9 +65,11 @@ class Backend {
 };
 
 // A backend that is unknown or cannot load here: one line saying which and why. Thrown before
-// any case runs (oracles/registry.h make_backends, the campaign's probe of its workers).
+// any case runs (oracles/registry.h make_backends, the campaign's probe of its workers). The
+// line quotes user input (a name, a path, a plugin's or adapter's own message): it is escaped
+// and cut (harness/errors.h), so a 1 MB name or an ESC in it never reaches the terminal raw.
 struct BackendLoadError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit BackendLoadError(const std::string& what) : std::runtime_error(message_safe(what, 600)) {}
 };
 
 }  // namespace attnfuzz

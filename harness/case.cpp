@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <utility>
 
 #include "harness/errors.h"
 
@@ -42,6 +44,39 @@ void check_dist(const ValueDist& d, const std::string& field) {
   if (d.fraction < 0 || d.fraction > 1) throw CaseError(field + ".fraction", "must be in [0, 1]");
   if (std::fabs(d.mean) + 7 * d.sigma + std::fabs(d.magnitude) > 1e30)
     throw CaseError(field, "values this large overflow every supported dtype");
+}
+
+// About the largest value a distribution draws (7 sigma, as above).
+double largest_drawn(const ValueDist& d) {
+  return d.kind == ValueDist::Kind::zero ? 0.0 : std::fabs(d.mean) + 7 * d.sigma + std::fabs(d.magnitude);
+}
+
+// Values must fit the case dtype, and the scores S = scale Q K^T and dP = dO V^T the fp32 that
+// every contract accumulates them in: beyond that the inputs round to infinity (an fp16 case
+// with sigma 1e5 or a magnitude of 1e29) or the scores overflow (scale 1e308), and the baselines
+// of the tolerance rule overflow with them, so that the reference itself would be judged a finding.
+void check_magnitudes(const Case& c) {
+  const double dtype_max = c.dtype == DType::f16 ? 65504.0 : c.dtype == DType::bf16 ? 3.3895313892515355e38 : 3.4028234663852886e38;
+  const double fp32_max = 3.4028234663852886e38;
+  auto say = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", x);
+    return std::string(buf);
+  };
+  for (const auto& [d, field] :
+       {std::pair<const ValueDist*, const char*>{&c.q, "values.q"}, {&c.k, "values.k"}, {&c.v, "values.v"}, {&c.d_out, "grads.d_out"}})
+    if (largest_drawn(*d) > dtype_max)
+      throw CaseError(field, "values up to about " + say(largest_drawn(*d)) + " overflow " + std::string(to_string(c.dtype)) +
+                                 " (largest finite " + say(dtype_max) + ")");
+  const Shape& s = c.shape;
+  const double scores = c.effective_scale() * static_cast<double>(s.head_dim_qk) * largest_drawn(c.q) * largest_drawn(c.k);
+  if (!(scores <= fp32_max))
+    throw CaseError(c.scale ? "scale" : "values.q", "scores up to about scale * head_dim_qk * max|q| * max|k| = " + say(scores) +
+                                                        " overflow fp32 (largest finite " + say(fp32_max) + ")");
+  const double dp = static_cast<double>(s.head_dim_v) * largest_drawn(c.d_out) * largest_drawn(c.v);
+  if (!(dp <= fp32_max))
+    throw CaseError("grads.d_out", "dO V^T up to about head_dim_v * max|dO| * max|v| = " + say(dp) + " overflows fp32 (largest finite " +
+                                       say(fp32_max) + ")");
 }
 
 void check_bounds(const std::vector<int64_t>& b, int64_t n, const std::string& field) {
@@ -203,9 +238,13 @@ void validate(const Case& c, const Limits& limits) {
   if (cost.work > work_limit)
     throw CaseError("composition", "needs about " + std::to_string(cost.work / std::max<uint64_t>(single_work, 1)) +
                                        " times the work of the single call, over the limit of " + std::to_string(kCompositionWorkFactor));
+  // A layout shared by every tensor with only an order and a row padding is what the older
+  // `layout` key says (and how write_case writes it): its errors name that key.
+  const std::optional<TensorLayout> one = c.layouts.as_uniform();
+  const bool one_key = one && one->head_padding == 0 && one->offset == 0;
   for (TensorRole r : kAllTensorRoles) {
     const TensorLayout& l = c.layouts[r];
-    const std::string field = std::string("layouts.") + role_name(r);
+    const std::string field = one_key ? std::string("layout") : std::string("layouts.") + role_name(r);
     auto check = [&](int64_t v, const char* name) {
       if (v < 0 || v > kMaxLayoutPad) throw CaseError(field + "." + name, "must be in [0, " + std::to_string(kMaxLayoutPad) + "]");
     };
@@ -225,6 +264,7 @@ void validate(const Case& c, const Limits& limits) {
   check_dist(c.v, "values.v");
   check_dist(c.d_out, "grads.d_out");
   check_dist(c.d_lse, "grads.d_lse");
+  check_magnitudes(c);
 }
 
 std::string to_string(Composition::Kind k) {

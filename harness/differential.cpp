@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <new>
 #include <stdexcept>
 #include <tuple>
 
@@ -323,6 +324,11 @@ class DifferentialSession::Impl {
       run.skip_reason = e.what();
       report_.runs.push_back(std::move(run));
       return true;
+    } catch (const std::bad_alloc&) {
+      // Out of memory is this process's limit (the case outgrew the memory estimate), not the
+      // backend's fault: never a finding. The caller ends with an error (run: exit 3; a worker
+      // replies with an error, so the campaign counts the case unjudged).
+      throw;
     } catch (const std::exception& e) {
       add(run.backend, run.composition_class, Signature::kNoTensor, FindingClass::backend_error, e.what());
       report_.gpu_error = report_.gpu_error || be.on_gpu();
@@ -364,6 +370,8 @@ class DifferentialSession::Impl {
           add(run.backend, run.composition_class, to_string(t), FindingClass::nondeterministic,
               "two runs on identical inputs differ bitwise");
       }
+    } catch (const std::bad_alloc&) {
+      throw;  // as in run_one: never a finding
     } catch (const std::exception& e) {
       add(run.backend, run.composition_class, Signature::kNoTensor, FindingClass::backend_error, std::string("second run: ") + e.what());
       report_.gpu_error = report_.gpu_error || be.on_gpu();

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 #include "harness/errors.h"
@@ -81,6 +82,9 @@ json parse_strict_json(const std::string& text) {
     }
     return true;
   };
+  // The parser would stop at a NUL byte and ignore whatever follows it.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw CaseError("<json>", "a NUL byte at offset " + std::to_string(nul) + ": not JSON text");
   json j;
   try {
     j = json::parse(text, cb);
@@ -89,6 +93,21 @@ json parse_strict_json(const std::string& text) {
   }
   if (!duplicate.empty()) throw CaseError("<json>", "key '" + duplicate + "' is given twice in one object");
   return j;
+}
+
+uint64_t count_at(const json& j, const std::string& key, const std::string& where, uint64_t absent) {
+  const std::string name = where.empty() ? key : where + "." + key;
+  if (!j.is_object()) throw std::invalid_argument(message_safe(where) + ": expected an object");
+  const auto it = j.find(key);
+  if (it == j.end()) return absent;
+  if (!it->is_number_unsigned())
+    throw std::invalid_argument(message_safe(name) + ": expected a whole number >= 0, got " + message_safe(it->dump(), 60));
+  return it->get<uint64_t>();
+}
+
+uint64_t checked_sum(uint64_t a, uint64_t b, const std::string& what) {
+  if (b > UINT64_MAX - a) throw std::overflow_error(message_safe(what) + ": the sum is over 2^64 - 1");
+  return a + b;
 }
 
 }  // namespace attnfuzz

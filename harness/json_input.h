@@ -21,4 +21,12 @@ std::string read_input_file(const std::string& path, uint64_t max_bytes = kMaxIn
 // key twice.
 nlohmann::json parse_strict_json(const std::string& text);
 
+// A count in a file attnfuzz wrote and reads back (state.json, summary.json): the whole number in
+// [0, 2^64 - 1] at `key` of the object `j`, or `absent` when it has none. Anything else (a
+// negative number, which would read as 2^64 - 5, a fraction, a string) throws
+// std::invalid_argument naming `where`.`key`.
+uint64_t count_at(const nlohmann::json& j, const std::string& key, const std::string& where, uint64_t absent = 0);
+// a + b, or std::overflow_error naming `what` when the sum is past 2^64 - 1 (never wrapped).
+uint64_t checked_sum(uint64_t a, uint64_t b, const std::string& what);
+
 }  // namespace attnfuzz

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstring>
+#include <initializer_list>
 #include <list>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -59,12 +60,13 @@ class Arena {
 // A tensor in plugin memory: the case dtype, at its placement (harness/layout.h): any order,
 // padded rows and heads, a base offset (16-byte aligned or not), packed views.
 struct Buffer {
+  TensorRole role;
   Placement pl;
   unsigned char* base = nullptr;  // the buffer's start; t.data points pl.offset elements in
   af_tensor t{};
 
   Buffer(Arena& arena, const Problem& p, TensorRole role, int32_t dtype, bool output)
-      : pl(place(p.layouts, role, p.shape)), base(arena.buffer(role, pl, dtype, output)) {
+      : role(role), pl(place(p.layouts, role, p.shape)), base(arena.buffer(role, pl, dtype, output)) {
     t.dtype = dtype;
     t.device = AF_CPU;
     t.ndim = pl.ndim;
@@ -88,6 +90,7 @@ std::string abi_spoken() { return std::to_string(kOldestAbi) + " to " + std::to_
 // same strides and offsets (so any layout the host side chooses carries over unchanged). The
 // members of a packed group share one host buffer, so they share its one device copy too.
 size_t extent_bytes(const Buffer& b) { return static_cast<size_t>(b.pl.extent) * element_size(b.t.dtype); }
+
 void to_device(DeviceArena& arena, Buffer& b) {
   auto* dev = static_cast<unsigned char*>(arena.upload(b.base, extent_bytes(b)));
   b.t.data = dev + (static_cast<unsigned char*>(b.t.data) - b.base);
@@ -95,6 +98,54 @@ void to_device(DeviceArena& arena, Buffer& b) {
   b.t.device_index = arena.device();
 }
 void to_host(DeviceArena& arena, Buffer& b) { arena.download(b.base, extent_bytes(b)); }
+
+// The inputs are the harness's: a backend that writes into them (overwrites Q and K after
+// computing correct outputs, say) corrupts what the next call is given and passes its own
+// check. Their bytes are kept before the call and compared after it; a change is a
+// backend_error finding naming the input.
+class InputGuard {
+ public:
+  explicit InputGuard(std::initializer_list<Buffer*> inputs) : inputs_(inputs) {
+    for (const Buffer* b : inputs_) saved_.try_emplace(b->base, b->base, b->base + extent_bytes(*b));
+  }
+  // `gpu`: a CUDA plugin's inputs are its device copies, fetched back first.
+  void check(const std::string& who, DeviceArena* gpu) {
+    std::map<const unsigned char*, bool> seen;
+    for (Buffer* b : inputs_) {
+      if (seen[b->base]) continue;
+      seen[b->base] = true;
+      if (gpu) to_host(*gpu, *b);
+      const std::vector<unsigned char>& before = saved_.at(b->base);
+      if (std::memcmp(before.data(), b->base, before.size()) != 0)
+        throw std::runtime_error(who + " wrote into its input " + role_name(b->role) + " (the harness's memory, read-only to a backend)");
+    }
+  }
+
+ private:
+  std::vector<Buffer*> inputs_;
+  std::map<const unsigned char*, std::vector<unsigned char>> saved_;
+};
+
+// An output buffer is poisoned whole before the call: the elements outside its tensors (row
+// and head padding, the gaps of a layout, the slack before the base offset) must still hold
+// the poison after it. A write there would land in a neighbour's memory in a real caller; it
+// is a backend_error finding naming the output.
+void check_written_outside(const std::string& who, std::initializer_list<const Buffer*> outputs) {
+  std::map<const unsigned char*, std::vector<const Buffer*>> by_buffer;  // a packed group shares one
+  for (const Buffer* b : outputs) by_buffer[b->base].push_back(b);
+  for (const auto& [base, group] : by_buffer) {
+    std::vector<Placement> placements;
+    std::string names;
+    for (const Buffer* b : group) {
+      placements.push_back(b->pl);
+      names += (names.empty() ? "" : "/") + std::string(role_name(b->role));
+    }
+    const size_t n = written_outside(base, group[0]->pl.extent, placements, element_type(group[0]->t.dtype));
+    if (n)
+      throw std::runtime_error(who + " wrote " + std::to_string(n) + " element(s) of its output " + names +
+                               " out of bounds: into the padding, the gaps or the slack before the base offset of the buffer");
+  }
+}
 
 std::string restrictions_json(const Problem& p) {
   nlohmann::json a = nlohmann::json::array();
@@ -163,10 +214,13 @@ class PluginBackend final : public Backend {
       for (Buffer* b : {&q, &k, &v, &o, &lse}) to_device(*gpu, *b);
       call.problem.mask_device = static_cast<const uint8_t*>(gpu->upload(p.mask.data(), p.mask.size()));
     }
+    InputGuard inputs{&q, &k, &v};
     const int rc = pl_->forward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, msg, sizeof msg);
     if (gpu) gpu->synchronize(name() + " forward");
     if (rc != 0) throw std::runtime_error(name() + ": forward failed: " + (msg[0] ? msg : "no message"));
     if (gpu) to_host(*gpu, o), to_host(*gpu, lse);
+    inputs.check(name() + " forward", gpu ? &*gpu : nullptr);
+    check_written_outside(name() + " forward", {&o, &lse});
     Forward f;
     f.o = o.load(&f.unwritten["O"]);
     f.lse = lse.load(&f.unwritten["LSE"]);
@@ -190,11 +244,14 @@ class PluginBackend final : public Backend {
       for (Buffer* b : {&q, &k, &v, &o, &lse, &d_o, &g, &dq, &dk, &dv}) to_device(*gpu, *b);
       call.problem.mask_device = static_cast<const uint8_t*>(gpu->upload(p.mask.data(), p.mask.size()));
     }
+    InputGuard inputs{&q, &k, &v, &o, &lse, &d_o, &g};
     const int rc = pl_->backward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, &d_o.t, backward_takes_dlse() ? &g.t : nullptr, &dq.t,
                                  &dk.t, &dv.t, msg, sizeof msg);
     if (gpu) gpu->synchronize(name() + " backward");
     if (rc != 0) throw std::runtime_error(name() + ": backward failed: " + (msg[0] ? msg : "no message"));
     if (gpu) to_host(*gpu, dq), to_host(*gpu, dk), to_host(*gpu, dv);
+    inputs.check(name() + " backward", gpu ? &*gpu : nullptr);
+    check_written_outside(name() + " backward", {&dq, &dk, &dv});
     Gradients out;
     out.dq = dq.load(&out.unwritten["dQ"]);
     out.dk = dk.load(&out.unwritten["dK"]);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "harness/errors.h"
 #include "harness/worker.h"
 #include "oracles/python_bridge_protocol.h"
 #include "oracles/shared_tensors.h"
@@ -31,10 +33,18 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 
 // Seconds one request may take (a first torch.compile included); start-up (imports) has its own.
+// A watchdog setting outside [1 s, a day] is refused by name when the backend is made: `inf`
+// never fires, and `1e-9` makes a correct adapter "hang during supports".
 double seconds_from_env(const char* name, double fallback) {
   const char* v = std::getenv(name);
-  const double t = v ? std::atof(v) : 0.0;
-  return t > 0 ? t : fallback;
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const double t = std::strtod(v, &end);
+  constexpr double kMin = 1, kMax = 86400;
+  if (end != v + std::strlen(v) || errno == ERANGE || !(t >= kMin && t <= kMax))
+    throw std::runtime_error(std::string(name) + "='" + message_safe(v, 60) + "': expected a number of seconds in [1, 86400]");
+  return t;
 }
 
 bool is_dir(const std::string& p) {
@@ -185,6 +195,11 @@ class PythonBackend final : public Backend {
       throw std::runtime_error("python backend 'py:" + spec_.text + "': its attnfuzz_py speaks bridge protocol " + std::to_string(theirs) +
                                ", this attnfuzz speaks " + std::to_string(kPythonBridgeProtocol) +
                                " (use the python/ package of the same attnfuzz checkout)");
+    // Refused at start-up, not met as a backend_error on every call.
+    const nlohmann::json device = r.value("device", nlohmann::json("cpu"));
+    if (!device.is_string() || (device.get<std::string>() != "cpu" && device.get<std::string>() != "cuda"))
+      throw std::runtime_error("python backend 'py:" + spec_.text + "': device " + message_safe(device.dump(), 80) +
+                               ": attnfuzz knows \"cpu\" and \"cuda\"");
     info_ = r;
     contracts_.clear();
     for (auto it = r["contracts"].begin(); it != r["contracts"].end(); ++it) {
@@ -256,6 +271,9 @@ class PythonBackend final : public Backend {
 std::unique_ptr<Backend> make_python_backend(const std::string& spec) {
   const AdapterSpec parsed = parse_adapter_spec(spec);
   try {
+    // Both watchdogs are read before the worker starts: a bad setting is refused up front.
+    seconds_from_env("ATTNFUZZ_PY_START_TIMEOUT_S", 300);
+    seconds_from_env("ATTNFUZZ_PY_TIMEOUT_S", 300);
     return std::make_unique<PythonBackend>(parsed);
   } catch (const std::runtime_error& e) {
     // A worker that cannot start, an adapter that cannot load, another protocol: the user's

@@ -9,6 +9,7 @@
 
 #include <malloc.h>
 
+#include "harness/errors.h"
 #include "oracles/emulated.h"
 #include "oracles/error_terms.h"
 #include "oracles/plugin.h"
@@ -194,7 +195,8 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
     if (!e.available(&why)) throw std::runtime_error("backend '" + name + "' is not available here: " + why);
     return e.make();
   }
-  throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ", or plugin:/path/lib.so, or py:MODULE:CLASS)");
+  throw std::invalid_argument("unknown backend '" + message_safe(name, 120) + "' (known: " + known +
+                              ", or plugin:/path/lib.so, or py:MODULE:CLASS)");
 }
 
 std::vector<Backend*> BackendSet::pointers() const {

@@ -65,4 +65,24 @@ Tensor load_placed(const unsigned char* buffer, const Placement& pl, ElementType
   return out;
 }
 
+size_t written_outside(const unsigned char* buffer, int64_t extent, const std::vector<Placement>& placements, ElementType t) {
+  if (t == ElementType::u8 || extent <= 0) return 0;
+  std::vector<bool> inside(static_cast<size_t>(extent), false);
+  for (const Placement& pl : placements) pl.for_each([&](size_t, size_t off) { inside[off] = true; });
+  size_t n = 0;
+  for (size_t i = 0; i < inside.size(); ++i) {
+    if (inside[i]) continue;
+    if (t == ElementType::f32) {
+      uint32_t u;
+      std::memcpy(&u, buffer + i * 4, 4);
+      n += u != kPoisonF32;
+    } else {
+      uint16_t h;
+      std::memcpy(&h, buffer + i * 2, 2);
+      n += h != (t == ElementType::f16 ? kPoisonF16 : kPoisonBF16);
+    }
+  }
+  return n;
+}
+
 }  // namespace attnfuzz

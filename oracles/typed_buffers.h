@@ -6,6 +6,7 @@
 // copy each way, for every such backend.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "harness/layout.h"
 #include "harness/tensor.h"
@@ -27,5 +28,9 @@ void poison_elements(unsigned char* buffer, size_t elements, ElementType t);
 void store_placed(unsigned char* buffer, const Placement& pl, ElementType t, const Tensor& src);
 // The placement's elements back to float64 (the one copy out); *unwritten counts those still poisoned.
 Tensor load_placed(const unsigned char* buffer, const Placement& pl, ElementType t, size_t* unwritten);
+// Elements of a poisoned output buffer of `extent` elements that lie outside every placement
+// sharing it (row and head padding, the gaps of a layout, the slack before the base offset) and
+// no longer hold the poison: a backend wrote where the tensor is not (nothing for u8).
+size_t written_outside(const unsigned char* buffer, int64_t extent, const std::vector<Placement>& placements, ElementType t);
 
 }  // namespace attnfuzz

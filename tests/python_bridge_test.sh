@@ -75,6 +75,7 @@ ls "$work/camp-forever/findings" 2>/dev/null | grep -q -- "---timeout-" || { fai
 expect WrongShape 1 "o has shape \[1, 2, 63, 32\], expected \[1, 2, 64, 32\]"
 expect Declines 0 "planted: declines every problem"
 expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 3"
+expect UnknownDevice 2 'device "tpu": attnfuzz knows "cpu" and "cuda"'
 # The ignores-dLSE adapter passes the single call: the bug shows only through the merge.
 grep -q "py.ignores_dlse .*single .*dQ .* ok " "$work/IgnoresDlse.txt" || fail "IgnoresDlse: the single call's dQ should pass"
 

@@ -83,6 +83,27 @@ TEST(CaseJson, RejectsBadInputNamingTheField) {
             "mask.rows");
   EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"composition":{"kind":"kv_split","bounds":[5,2]})")), "composition.bounds");
   EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"values":{"q":{"dist":"normal","sigma":-1}})")), "values.q.sigma");
+  // Issue 26, item 22: the older one-layout key is named as given, not as layouts.q.
+  EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"layout":{"order":"bhsd","row_padding":5000})")), "layout.row_padding");
+  EXPECT_EQ(rejected_field(with("\"seed\":1", R"("seed":1,"layouts":{"k":{"row_padding":5000}})")), "layouts.k.row_padding");
+}
+
+// Issue 26, item 11: values the case dtype cannot hold, and scores or dO V^T the fp32
+// accumulators cannot, are refused up front naming the field (they overflowed and the
+// reference was judged a finding against itself); ordinary large values still run.
+TEST(CaseJson, RejectsValuesThatOverflowTheCaseDtype) {
+  auto case_with = [](const std::string& extra) { return with("\"seed\":1", "\"seed\":1," + extra); };
+  EXPECT_EQ(rejected_field(case_with(R"("dtype":"fp16","values":{"q":{"dist":"normal","sigma":1e5}})")), "values.q");
+  EXPECT_EQ(rejected_field(case_with(R"("dtype":"fp16","values":{"v":{"dist":"normal","mean":1e29,"sigma":0}})")), "values.v");
+  EXPECT_EQ(rejected_field(case_with(R"("dtype":"fp16","grads":{"d_out":{"dist":"normal","sigma":1e29}})")), "grads.d_out");
+  EXPECT_EQ(rejected_field(case_with(R"("dtype":"fp16","values":{"k":{"dist":"outliers","fraction":0.1,"magnitude":1e29}})")), "values.k");
+  EXPECT_EQ(rejected_field(case_with(R"("dtype":"bf16","values":{"q":{"dist":"normal","sigma":1e20},"k":{"dist":"normal","sigma":1e20}})")),
+            "values.q");
+  EXPECT_EQ(rejected_field(case_with(R"("scale":1e308)")), "scale");
+  EXPECT_EQ(rejected_field(case_with(R"("values":{"v":{"dist":"normal","sigma":1e19}},"grads":{"d_out":{"dist":"normal","sigma":1e19}})")),
+            "grads.d_out");
+  EXPECT_EQ(rejected_field(case_with(R"("dtype":"fp16","values":{"q":{"dist":"normal","sigma":1000}})")), "");
+  EXPECT_EQ(rejected_field(case_with(R"("dtype":"bf16","values":{"q":{"dist":"normal","sigma":1e5}})")), "");
 }
 
 TEST(CaseJson, RejectsHugeCasesBeforeAllocating) {

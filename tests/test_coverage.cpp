@@ -88,5 +88,47 @@ TEST(Coverage, ACaseIsJudgedWhenABackendRanOrTheWorkerDied) {
   EXPECT_EQ(Coverage::from_json(old).judged_cases(), 0u);
 }
 
+// replay says `fixed` only when the blamed backend ran the case to the end and returned the
+// tensor (issue 26, item 9); anything else is untested, with the reason.
+TEST(Coverage, AFindingIsFixedOnlyWhenItsBackendRanItToTheEnd) {
+  const Signature merged_dq{"b", "merged", "dQ", FindingClass::mismatch, "fp32", "causal"};
+  const RunOutcome single_ran{"b", "single", Outcome::ran, "", {"O", "LSE", "dQ", "dK", "dV"}};
+  const RunOutcome merged_ran{"b", "merged", Outcome::ran, "", {"O", "LSE", "dQ", "dK", "dV"}};
+  EXPECT_FALSE(why_untested(merged_dq, {single_ran, merged_ran}));
+  // Errored, declined, not run at all, or run without the composition or the tensor.
+  const auto errored = why_untested(merged_dq, {single_ran, {"b", "merged", Outcome::errored, "boom\nline 2", {}}});
+  ASSERT_TRUE(errored);
+  EXPECT_NE(errored->find("failed"), std::string::npos);
+  EXPECT_EQ(errored->find('\n'), std::string::npos);
+  EXPECT_TRUE(why_untested(merged_dq, {single_ran, {"b", "merged", Outcome::skipped, "no dLSE", {}}}));
+  EXPECT_TRUE(why_untested(merged_dq, {{"reference", "merged", Outcome::ran, "", {"dQ"}}}));
+  EXPECT_TRUE(why_untested(merged_dq, {single_ran}));
+  EXPECT_TRUE(why_untested(merged_dq, {{"b", "merged", Outcome::ran, "", {"O", "dK"}}}));
+  // A crash or hang blames no composition: every composition must have run.
+  const Signature crash{"b", Signature::kNoComposition, Signature::kNoTensor, FindingClass::crash, "fp32", Signature::kAnyMask};
+  EXPECT_FALSE(why_untested(crash, {single_ran, merged_ran}));
+  EXPECT_TRUE(why_untested(crash, {single_ran, {"b", "merged", Outcome::skipped, "declined", {}}}));
+  EXPECT_TRUE(why_untested(crash, {}));
+  // A consistency finding blames two backends: both must have run.
+  const Signature pair{Signature::pair("b", "c"), "single", "O", FindingClass::mismatch, "fp32", "none"};
+  EXPECT_TRUE(why_untested(pair, {single_ran}));
+  EXPECT_FALSE(why_untested(pair, {single_ran, {"c", "single", Outcome::ran, "", {"O"}}}));
+  // The tensors travel with the outcomes (the worker's reply).
+  const auto back = run_outcomes_from_json(to_json(std::vector<RunOutcome>{merged_ran}));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].tensors, merged_ran.tensors);
+}
+
+TEST(Coverage, CountsReadBackAreRangeCheckedAndSumsNeverWrap) {
+  nlohmann::json j = Coverage{}.to_json();
+  j["judged_cases"] = -1;
+  EXPECT_THROW(Coverage::from_json(j), std::invalid_argument);
+  Coverage big;
+  nlohmann::json huge = big.to_json();
+  huge["judged_cases"] = UINT64_MAX;
+  Coverage sum = Coverage::from_json(huge);
+  EXPECT_THROW(sum.add(Coverage::from_json(huge)), std::overflow_error);
+}
+
 }  // namespace
 }  // namespace attnfuzz

@@ -262,6 +262,19 @@ TEST(GpuFaults, NoGpuBackendRunsAfterAGpuErrorInTheSameProcess) {
   EXPECT_TRUE(classes(r, "reference").empty());  // CPU backends are not affected
 }
 
+// Issue 26, item 10: running out of memory is never a finding (it became a crash blamed on the
+// reference); the differential stops with the error instead.
+TEST(Verdict, OutOfMemoryIsNoFindingOfTheBackend) {
+  class Starved final : public Backend {
+   public:
+    std::string name() const override { return "starved"; }
+    Forward forward(const Problem&) override { throw std::bad_alloc(); }
+    Gradients backward(const Problem&, const Forward&, const Tensor&, const Tensor&) override { throw std::bad_alloc(); }
+  } starved;
+  ReferenceBackend ref;
+  EXPECT_THROW(run_differential(small_case(), {&ref, &starved}, default_oracles()), std::bad_alloc);
+}
+
 TEST(GpuFaults, ALateFaultIsPinnedOnTheBackendThatRanBeforeTheCheckFailed) {
   FakeGpu first("first", false), second("second", false), third("third", false);
   DiffOptions opt;

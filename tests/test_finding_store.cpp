@@ -7,6 +7,7 @@
 #include <set>
 
 #include "campaign/finding_store.h"
+#include "campaign/output_file.h"
 
 namespace attnfuzz {
 namespace {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "campaign/output_file.h"
 #include "campaign/repro.h"
 #include "generators/fuzz_decode.h"
 #include "harness/differential.h"

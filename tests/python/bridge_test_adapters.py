@@ -93,3 +93,9 @@ class OtherProtocol(Minimal):
     def __init__(self, **options):
         super().__init__(**options)
         attnfuzz_py.protocol.PROTOCOL_VERSION = 999
+
+
+# A device attnfuzz does not know: refused at start-up (it was a backend_error on every call).
+class UnknownDevice(Minimal):
+    name = "unknown_device"
+    device = "tpu"
