@@ -57,6 +57,7 @@ expect() {  # expect ADAPTER EXIT_CODE PATTERN [env...]
 expect ScaledO 1 "py.scaled_o/single/O/"
 expect IgnoresDlse 1 "py.ignores_dlse/merged/dQ/"
 expect Raises 1 "ValueError: planted error in forward"
+expect RaisesHuge 1 "ValueError: huge xxxx" ATTNFUZZ_PY_TIMEOUT_S=30
 expect Crashes 1 "the Python worker died during forward (killed by signal 6"
 expect Hangs 1 "the Python worker hung during forward" ATTNFUZZ_PY_TIMEOUT_S=3
 expect CompilesSlowly 0 "py.compiles_slowly .* ok " ATTNFUZZ_PY_TIMEOUT_S=3

@@ -20,6 +20,7 @@ worker keeps the views of the last tensors it saw, keyed by their table entries 
 repeats its forward's q, k, v, o, lse and mask).
 """
 import collections
+import json
 import mmap
 import os
 import struct
@@ -44,6 +45,9 @@ TYPE_NAMES = ("fp32", "fp16", "bf16", "u8")  # a tensor's element type (ShmType)
 
 _MAGIC = b"AF1 "
 _HEADER_LEN = 49
+# attnfuzz drops a frame whose payload is larger (harness/worker_frame.h, kMaxFramePayload), as
+# it drops any bytes that are not a frame: a larger reply would look like a hang.
+MAX_PAYLOAD = 16 << 20
 
 
 _FNV_PRIME = 1099511628211
@@ -113,6 +117,10 @@ class Channel:
             self._buf += chunk
 
     def reply(self, payload: bytes):
+        if len(payload) > MAX_PAYLOAD:  # said at once, as an error reply, instead of dropped
+            payload = json.dumps({"ok": False, "protocol": PROTOCOL_VERSION,
+                                  "error": f"the adapter's reply is {len(payload)} bytes, over the {MAX_PAYLOAD} bytes a frame "
+                                           "may carry (a huge exception message?)"}).encode()
         self._send("R", payload)
 
     def progress(self, payload: bytes):

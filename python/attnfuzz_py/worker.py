@@ -16,6 +16,7 @@ from .adapter import Adapter, Problem
 from .tensors import as_numpy, to_device, write_result
 
 _TRACEBACK_LINES = 12
+_TRACEBACK_LINE_CHARS = 500  # a line may quote a huge exception message: the reply stays a few KB
 OUTPUT_NAMES = ("O", "LSE", "dQ", "dK", "dV")  # harness/error_model.h's Output, for nondeterministic_outputs
 
 
@@ -186,7 +187,7 @@ def _error(e):
     lines = traceback.format_exception(type(e), e, e.__traceback__)
     text = "".join(lines).rstrip().splitlines()
     return {"ok": False, "protocol": protocol.PROTOCOL_VERSION, "error": f"{type(e).__name__}: {e}".splitlines()[0][:2000],
-            "traceback": "\n".join(text[-_TRACEBACK_LINES:])}
+            "traceback": "\n".join(line[:_TRACEBACK_LINE_CHARS] for line in text[-_TRACEBACK_LINES:])}
 
 
 def main(argv):

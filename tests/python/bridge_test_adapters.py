@@ -99,3 +99,12 @@ class OtherProtocol(Minimal):
 class UnknownDevice(Minimal):
     name = "unknown_device"
     device = "tpu"
+
+
+# A 20 MB exception message: the reply must stay under the frame limit and arrive at once
+# (a reply attnfuzz drops as too large would look like a hang).
+class RaisesHuge(Minimal):
+    name = "raises_huge"
+
+    def forward(self, p, q, k, v):
+        raise ValueError("huge " + "x" * (20 << 20))
