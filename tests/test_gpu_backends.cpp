@@ -15,6 +15,14 @@
 namespace attnfuzz {
 namespace {
 
+// A backend name as a gtest parameter name (no dots).
+std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (char& ch : n)
+    if (ch == '.') ch = '_';
+  return n;
+}
+
 class GpuBackend : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuBackend, NoFindingOnRandomCases) {
@@ -63,12 +71,7 @@ INSTANTIATE_TEST_SUITE_P(Torch, GpuBackend,
                                            "torch.efficient", "torch.sdpa.efficient",
                                            // Fails on LibTorch 2.11: docs/findings/ (cuDNN, unaligned rows).
                                            "torch.cudnn", "torch.sdpa.cudnn"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '.') ch = '_';
-                           return n;
-                         });
+                         backend_param_name);
 
 // The envelope a fused backend declares is what its library takes (harness/envelope.h): of the
 // cases aimed inside it (generators/envelope_cases.h, the small tier), nearly all are accepted.
@@ -102,12 +105,7 @@ TEST_P(FusedEnvelope, AcceptsTheCasesAimedInsideIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fused, FusedEnvelope, ::testing::ValuesIn(std::vector<std::string>(std::begin(kFusedGpuBackends), std::end(kFusedGpuBackends))),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '.') ch = '_';
-                           return n;
-                         });
+                         backend_param_name);
 
 }  // namespace
 }  // namespace attnfuzz
