@@ -198,6 +198,15 @@ int main(int argc, char** argv) {
     coverage.add(case_coverage);
     digest.add(r);
     findings += r.findings.size();
+    // A campaign replaces a worker whose CUDA context a backend broke (DiffReport::gpu_error);
+    // this one process cannot, and every later case would only count the broken context.
+    if (r.gpu_error) {
+      cases = k + 1;
+      std::printf("stopped after case %llu: a GPU error left this process's CUDA context unusable (a campaign restarts its "
+                  "worker here); the rates below are over the cases before it\n",
+                  static_cast<unsigned long long>(k));
+      break;
+    }
   }
   const double total = ms_since(start), cpu = thread_cpu_ms() - cpu_start;
   if (!sample_path.empty()) {

@@ -117,7 +117,8 @@ Reproducer death_finding(const Case& c, const WorkerCall& reply, int64_t index, 
   }
   Reproducer r;
   r.c = c;
-  r.backends = backends;
+  r.backends = portable_backend_names(backends);
+  r.backend_sources = plugin_file_sources(backends);
   r.case_index = index;
   Signature& s = r.finding.signature;
   s.backend = reply.last_progress.empty() ? "worker" : reply.last_progress;
@@ -179,7 +180,7 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
   std::vector<Reproducer> out = reply.findings;
   for (auto& r : out) {
     r.case_index = index;
-    r.backends = o.backends;
+    r.backends = portable_backend_names(o.backends);
   }
   return out;
 }

@@ -1,12 +1,14 @@
 #include "campaign/repro.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "harness/case_json.h"
 #include "harness/errors.h"
 #include "harness/json_input.h"
+#include "harness/plugin_path.h"
 
 namespace attnfuzz {
 using nlohmann::json;
@@ -53,6 +55,7 @@ json repro_to_json(const Reproducer& r) {
   if (!r.minimized_from.empty()) j["minimized_from"] = r.minimized_from;
   if (r.case_index >= 0) j["case_index"] = r.case_index;
   if (!r.environment.empty()) j["environment"] = r.environment;
+  if (!r.backend_sources.empty()) j["backend_sources"] = r.backend_sources;
   return j;
 }
 
@@ -61,15 +64,81 @@ std::string write_repro(const Reproducer& r) { return repro_to_json(r).dump(2) +
 Reproducer parse_repro(const std::string& text) { return repro_from_json(parse_strict_json(text)); }
 
 Reproducer reproducer_of(const Case& c, const std::vector<std::string>& backends, const Finding& f, const DiffReport& run,
-                         std::map<std::string, std::string> environment) {
+                         std::map<std::string, std::string> environment, BackendSources sources) {
   Reproducer r;
   r.c = c;
-  r.backends = backends;
+  r.backends = portable_backend_names(backends);
+  r.backend_sources = std::move(sources);
   r.finding = f;
   r.rule = run.rule.describe();
   r.input_checksum = run.input_checksum;
   r.environment = std::move(environment);
   return r;
+}
+
+BackendSources backend_sources(const std::vector<Backend*>& backends) {
+  BackendSources out;
+  for (const Backend* b : backends) {
+    std::map<std::string, std::string> p = b->provenance();
+    if (p.empty()) continue;
+    // A plugin is known by its file; an adapter by its spec (module, class and options).
+    const auto file = p.find("file");
+    const std::string key = file != p.end() ? "plugin:" + file->second : p.count("spec") ? "py:" + p.at("spec") : b->name();
+    out[key] = std::move(p);
+  }
+  return out;
+}
+
+std::vector<std::string> portable_backend_names(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const std::string& n : names) out.push_back(portable_backend_name(n));
+  return out;
+}
+
+BackendSources plugin_file_sources(const std::vector<std::string>& names) {
+  BackendSources out;
+  for (const std::string& n : names)
+    if (const auto spec = plugin_spec(n)) try {
+        const std::string path = resolve_plugin(*spec);
+        out[portable_backend_name(n)] = {{"file", std::filesystem::path(path).filename().string()},
+                                         {"content_hash", plugin_content_hash(path)},
+                                         {"recorded_path", path}};
+      } catch (const std::exception&) {  // gone since the campaign loaded it: recorded by name only
+      }
+  return out;
+}
+
+std::vector<std::string> runnable_backends(const Reproducer& r, const std::vector<std::string>& names, bool any_build,
+                                           std::vector<std::string>* notes) {
+  std::vector<std::string> out;
+  for (const std::string& name : names) {
+    const auto spec = plugin_spec(name);
+    if (!spec) {
+      out.push_back(name);
+      continue;
+    }
+    const std::string portable = portable_backend_name(name);
+    const auto src = r.backend_sources.find(portable);
+    std::vector<std::string> hints;
+    if (src != r.backend_sources.end())
+      if (const auto rec = src->second.find("recorded_path"); rec != src->second.end())
+        hints.push_back(std::filesystem::path(rec->second).parent_path().string());
+    const std::string path = resolve_plugin(*spec, hints);
+    if (src != r.backend_sources.end())
+      if (const auto want = src->second.find("content_hash"); want != src->second.end()) {
+        const std::string have = plugin_content_hash(path);
+        if (have != want->second) {
+          const std::string what = portable + ": " + path + " has content hash " + have + ", the reproducer was recorded with " +
+                                   want->second;
+          if (!any_build)
+            throw std::runtime_error(what + ": another build of the plugin. Give the recorded library's folder with --plugin-path, or " +
+                                     "pass --any-plugin-build to replay with this one (a fixed plugin, say)");
+          if (notes) notes->push_back(what + " (--any-plugin-build: replayed with this one)");
+        }
+      }
+    out.push_back("plugin:" + path);
+  }
+  return out;
 }
 
 Reproducer repro_from_json(const json& j) {
@@ -126,6 +195,9 @@ Reproducer repro_from_json(const json& j) {
   part("case_index", [&] { r.case_index = j.value("case_index", int64_t{-1}); });
   part("environment", [&] {
     if (j.contains("environment")) r.environment = j.at("environment").get<std::map<std::string, std::string>>();
+  });
+  part("backend_sources", [&] {
+    if (j.contains("backend_sources")) r.backend_sources = j.at("backend_sources").get<BackendSources>();
   });
   const auto rec = j.find("record_checksum");
   if (rec == j.end()) {

@@ -135,7 +135,7 @@ void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backen
         opt.gpu_health = services.gpu_health;
         opt.on_backend = [&channel](const std::string& b) { channel.progress(b); };
         const DiffReport r = run_differential(req.c, backends, services.oracles(backends, req.c), opt);
-        for (const auto& f : r.findings) reply.findings.push_back(reproducer_of(req.c, backend_names, f, r, services.environment()));
+        for (const auto& f : r.findings) reply.findings.push_back(reproducer_of(req.c, backend_names, f, r, services.environment(), backend_sources(backends)));
         reply.runs = run_outcomes(r);
         reply.restart = r.gpu_error;  // the parent starts a fresh worker (DiffReport::gpu_error)
       }

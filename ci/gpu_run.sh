@@ -38,7 +38,8 @@ case "$mode" in
     # Each reproducer alone, with only the backend it blames, in its own process: a judgement
     # no other backend's CUDA error can touch.
     for f in "$@"; do
-      b=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["finding"]["signature"]["backend"])' "$f" 2>/dev/null) || continue
+      # The blamed backend alone; a plugin (named plugin.X in signatures) with the backends recorded.
+      b=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); b=j["finding"]["signature"]["backend"]; print(",".join(j["backends"]) if b.startswith("plugin.") else b)' "$f" 2>/dev/null) || continue
       echo "$b $f"
     done | xargs -P 8 -L 1 sh -c '"$0" replay --timeout 120 --backends "$1" "$2" 2>&1 | grep -E "^(FAILING|fixed|UNTESTED|ERROR)"' "$bin/attnfuzz" \
       | sort | tee "$OUT/replay.log" ;;
@@ -80,7 +81,9 @@ case "$mode" in
     fused=cuda.flash,cudnn,torch.flash,torch.efficient,torch.cudnn
     for tier in toy real; do
       n=$([ "$tier" = toy ] && echo 2000 || echo 60)
-      "$bin/bench_case_rate" --tier "$tier" --cases "$n" --seed 7 --backends "$fused" --aimed 2>&1 | tee "$OUT/rate-$tier.log" | grep -E "cases/s|aimed"
+      # Inside the envelopes only: one process judges them all, and a case just outside that
+      # breaks the CUDA context (F-2) would end the measurement (a campaign restarts its worker).
+      "$bin/bench_case_rate" --tier "$tier" --cases "$n" --seed 7 --backends "$fused" --aimed --edge-share 0 2>&1 | tee "$OUT/rate-$tier.log" | grep -E "cases/s|aimed|stopped"
       python3 "$root/bench/plain_loop.py" --tier "$tier" --seconds 20 --kernels flash 2>&1 | tee "$OUT/plain-$tier-flash.log"
       python3 "$root/bench/plain_loop.py" --tier "$tier" --seconds 20 --kernels flash,efficient,cudnn 2>&1 | tee "$OUT/plain-$tier-all.log"
     done

@@ -15,6 +15,7 @@
 #include "generators/random_case.h"
 #include "generators/shrink.h"
 #include "harness/errors.h"
+#include "harness/plugin_path.h"
 #include "harness/rng.h"
 #include "oracles/registry.h"
 
@@ -151,6 +152,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
   cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option_function<std::string>("--plugin-path", add_plugin_path,
+                                        "colon-separated folders where plugin:FILE.so names are looked up (docs/plugins.md)");
   cmd->add_option("--known", a.known,
                   "reproducers of known deviations (files or directories, e.g. docs/findings/repro): findings they cover are "
                   "counted as known, not recorded")

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "campaign/dir_lock.h"
 #include "campaign/junit.h"
 #include "campaign/output_file.h"
+#include "campaign/repro.h"
 #include "cli/arg_checks.h"
 #include "cli/campaign_args.h"
 #include "cli/commands.h"
@@ -73,6 +75,53 @@ std::optional<std::string> clear_check_output(const std::string& out, std::optio
   return std::nullopt;
 }
 
+// Each line made safe to show (harness/errors.h), the line breaks kept.
+std::string printable_block(const std::string& text) {
+  std::string out, line;
+  for (char ch : text) {
+    if (ch != '\n') {
+      line += ch;
+      continue;
+    }
+    out += message_safe(line, 2000) + "\n";
+    line.clear();
+  }
+  return out + (line.empty() ? "" : message_safe(line, 2000));
+}
+
+// What a CI reader needs to act on a finding, from its reproducer: the verdict's numbers, the
+// case, and the commands that replay and shrink it. Keyed by signature.
+std::map<std::string, std::string> failure_bodies(const std::string& findings_dir) {
+  std::map<std::string, std::string> out;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(findings_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const fs::path p = it->path();
+    if (p.extension() != ".json") continue;
+    Reproducer r;
+    try {
+      r = load_repro(p.string());
+    } catch (const std::exception&) {
+      continue;
+    }
+    const Signature& sig = r.finding.signature;
+    std::string body = "divergence: " + sig.to_string() + "\n";
+    if (!r.finding.detail.empty()) body += "detail: " + r.finding.detail + "\n";
+    if (!r.finding.metrics.empty()) {
+      body += "metrics:";
+      for (const auto& [k, v] : r.finding.metrics) body += fmt::format(" {}={:.4g}", k, v);
+      body += "\n";
+    }
+    if (!r.rule.empty()) body += "rule: " + r.rule + "\n";
+    body += fmt::format("case: {} {} mask {} composition {} layouts {}\n", describe_shape(r.c.shape), to_string(r.c.dtype),
+                        describe(r.c.mask), describe(r.c.composition), describe(r.c.layouts));
+    body += "reproducer: " + p.string() + "\n";
+    body += "replay: attnfuzz replay " + p.string() + "\n";
+    body += "minimize: attnfuzz minimize " + p.string() + "\n";
+    out.emplace(sig.to_string(), printable_block(body));
+  }
+  return out;
+}
+
 }  // namespace
 
 void add_check_command(CLI::App& app, int& exit_code) {
@@ -107,8 +156,12 @@ void add_check_command(CLI::App& app, int& exit_code) {
     std::vector<JUnitCase> cases;
     std::ifstream in(ch->c.out + "/summary.json");
     const json s = json::parse(in);
-    for (const auto& sig : s.at("signatures"))
-      cases.push_back({"attnfuzz.check", sig.get<std::string>(), "divergence: " + sig.get<std::string>(), ""});
+    const std::map<std::string, std::string> bodies = failure_bodies(ch->c.out + "/findings");
+    for (const auto& sig : s.at("signatures")) {
+      const auto it = bodies.find(sig.get<std::string>());
+      cases.push_back({"attnfuzz.check", sig.get<std::string>(),
+                       it != bodies.end() ? it->second : "divergence: " + sig.get<std::string>() + "\n(no reproducer recorded for it)", ""});
+    }
     cases.push_back({"attnfuzz.check", "cases=" + std::to_string(s.value("cases", 0)), "", ""});
     // Known deviations pass the check and are shown: a passing test case each, its count as output.
     if (s.contains("known_findings"))

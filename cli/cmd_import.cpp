@@ -59,7 +59,7 @@ void add_import_command(CLI::App& app, int& exit_code) {
         exit_code = kExitOk;
         return;
       }
-      Reproducer found = reproducer_of(c, opt->backends, r.findings[0], r, environment());
+      Reproducer found = reproducer_of(c, opt->backends, r.findings[0], r, environment(), backend_sources(backends));
       found.minimized_from = opt->artifact;
       write_file_atomic(dest, write_repro(found));
     } catch (const std::exception& e) {  // a full disk

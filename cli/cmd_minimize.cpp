@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "generators/shrink.h"
 #include "harness/errors.h"
+#include "harness/plugin_path.h"
 #include "harness/worker.h"
 #include "oracles/registry.h"
 
@@ -25,6 +26,7 @@ namespace {
 struct MinimizeOptions {
   std::string path, out;
   std::vector<std::string> backends;
+  bool any_plugin_build = false;
 };
 
 int minimize_command(const MinimizeOptions& opt) {
@@ -35,7 +37,14 @@ int minimize_command(const MinimizeOptions& opt) {
     fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.path), message_safe(e.what(), 600));
     return kExitBadInput;
   }
-  const std::vector<std::string> names = opt.backends.empty() ? r.backends : opt.backends;
+  std::vector<std::string> names, notes;
+  try {
+    names = runnable_backends(r, opt.backends.empty() ? r.backends : opt.backends, opt.any_plugin_build, &notes);
+  } catch (const std::exception& e) {  // a plugin not found here, or another build of it
+    fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.path), message_safe(e.what(), 900));
+    return kExitBadInput;
+  }
+  for (const std::string& n : notes) fmt::print("note      {}\n", printable(n));
   const Signature& sig = r.finding.signature;
   std::string dest = opt.out;
   if (dest.empty()) {
@@ -72,12 +81,15 @@ int minimize_command(const MinimizeOptions& opt) {
   }
   // Only the backends the signature blames are needed (a consistency finding blames two).
   const std::vector<std::string> blamed = sig.blamed_backends();
+  // `used` holds the names they load by (a plugin's path, not its name in signatures), for the
+  // isolated workers; make_backends (fail) loads every name, in order.
   std::vector<Backend*> backends;
   std::vector<std::string> used;
-  for (Backend* b : loaded.pointers())
-    if (std::find(blamed.begin(), blamed.end(), b->name()) != blamed.end()) {
-      backends.push_back(b);
-      used.push_back(b->name());
+  const std::vector<Backend*> all = loaded.pointers();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (std::find(blamed.begin(), blamed.end(), all[i]->name()) != blamed.end()) {
+      backends.push_back(all[i]);
+      used.push_back(names[i]);
     }
   if (backends.empty()) {
     fmt::print(stderr, "attnfuzz: {}: none of the backends {} is '{}' (use --backends)\n", printable(opt.path),
@@ -133,6 +145,9 @@ void add_minimize_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--backends", opt->backends, "backends to load (default: those recorded in the finding)")->delimiter(',');
   cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option_function<std::string>("--plugin-path", add_plugin_path,
+                                        "colon-separated folders where the reproducer's plugins are looked up by file name");
+  cmd->add_flag("--any-plugin-build", opt->any_plugin_build, "minimize with a plugin whose library is not the one recorded");
   cmd->callback([opt, &exit_code] { exit_code = minimize_command(*opt); });
 }
 

@@ -22,6 +22,7 @@
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/json_input.h"
+#include "harness/plugin_path.h"
 #include "oracles/registry.h"
 
 namespace attnfuzz::cli {
@@ -84,6 +85,7 @@ struct ReplayArgs {
   std::string junit;
   double timeout = 60;
   bool known = false;  // the paths are known deviations: say which still fail and which are fixed
+  bool any_plugin_build = false;  // replay a plugin whose content hash is not the recorded one
 };
 
 int replay_command(const ReplayArgs& a) {
@@ -165,7 +167,18 @@ int replay_command(const ReplayArgs& a) {
       cases.push_back({"replay", path, "input checksum differs from the recorded one", ""});
       continue;
     }
-    const std::vector<std::string> names = backends_override.empty() ? r.backends : backends_override;
+    std::vector<std::string> names, notes;
+    try {
+      names = runnable_backends(r, backends_override.empty() ? r.backends : backends_override, a.any_plugin_build, &notes);
+    } catch (const std::exception& e) {  // a plugin not found here, or another build of it
+      ++untested;
+      fmt::print("UNTESTED  {}  {}: {}\n", label(path), r.finding.signature.to_string(), message_safe(e.what(), 900));
+      std::fflush(stdout);
+      fmt::print(stderr, "attnfuzz: replay: {}: untested: {}\n", printable(path), message_safe(e.what(), 900));
+      cases.push_back({"replay", path, std::string("untested: ") + e.what(), ""});
+      continue;
+    }
+    for (const std::string& n : notes) fmt::print("note      {}: {}\n", printable(path), message_safe(n, 900));
     WorkerProcess w(worker_argv(names), {});
     const Signature& sig = r.finding.signature;
     WorkerRequest req;
@@ -251,6 +264,11 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       ->add_option_function<std::string>("--oracle-device", set_oracle_device_override,
                                          "oracles: auto (default), cpu or cuda (docs/gpu.md)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  replay->add_option_function<std::string>("--plugin-path", add_plugin_path,
+                                           "colon-separated folders where a reproducer's plugins are looked up by file name, before "
+                                           "ATTNFUZZ_PLUGIN_PATH and the build's plugin folders");
+  replay->add_flag("--any-plugin-build", ra->any_plugin_build,
+                   "replay a plugin whose library is not the one recorded (another content hash), e.g. a fixed build");
   replay->add_flag("--known", ra->known,
                    "the paths are known deviations (campaign --known): say which still fail and which are fixed; exit 0 unless a "
                    "replay went wrong");

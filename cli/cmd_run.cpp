@@ -168,7 +168,7 @@ int run(const RunOptions& opt) {
     std::vector<OutputFile> files;
     for (const auto& f : report.findings) {
       if (!seen.insert(f.signature.to_string()).second) continue;
-      const Reproducer r = reproducer_of(c, names, f, report, environment());
+      const Reproducer r = reproducer_of(c, names, f, report, environment(), backend_sources(backends));
       files.push_back({opt.record_dir + "/" + repro_file_name(f.signature), write_repro(r)});
     }
     // Every reproducer is attempted: one that cannot be written (the disk filled up since the

@@ -82,5 +82,10 @@ inline constexpr int64_t kLogUniformFrom = 512;
 inline constexpr int64_t kMaxRowPadding = 8, kMaxHeadPadding = 24;
 // Base offsets in elements: odd ones and ones that break 16-byte alignment for every dtype.
 inline constexpr std::array<int64_t, 7> kOffsets{1, 2, 3, 4, 7, 8, 13};
+// Guards around a buffer whose surround is not zero (harness/layout.h): none (the padding and
+// gaps alone), a 16-byte vector of fp16, 128 bytes of fp16 (a TMA box's alignment), and past a
+// tile of rows. Multiples of 8 elements keep every base pointer as aligned as without a guard,
+// so a guard alone never makes a case an unaligned-pointer case.
+inline constexpr std::array<int64_t, 4> kSurroundGuards{0, 8, 64, 1024};
 
 }  // namespace attnfuzz::domain

@@ -89,6 +89,7 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
       l.row_padding = round_up(l.row_padding, a);
       l.head_padding = round_up(l.head_padding, a);
     }
+  if (const int64_t a = align_elems(e, c.dtype); a > 1) c.layouts.surround.guard = round_up(c.layouts.surround.guard, a);
   if (e.packed_lse) c.layouts[TensorRole::lse] = TensorLayout{};
   return c;
 }

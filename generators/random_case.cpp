@@ -192,6 +192,12 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
     // seed gave before layouts were per tensor.
     SplitMix lr(splitmix64(c.seed ^ 0x6c61796f75747321ull));
     if (lr.chance(opt.p_tensor_layouts)) c.layouts = random_layouts(lr, s);
+    // What the memory around the tensors holds (harness/layout.h), from its own stream too.
+    SplitMix sr(splitmix64(c.seed ^ 0x737572726f756e64ull));
+    if (sr.chance(opt.p_surround)) {
+      c.layouts.surround.fill = sr.chance(0.6) ? Surround::Fill::nan : Surround::Fill::large;
+      c.layouts.surround.guard = sr.pick(std::vector<int64_t>(domain::kSurroundGuards.begin(), domain::kSurroundGuards.end()));
+    }
   }
   if (r.chance(0.2)) c.scale = 0.05 + r.unit();
   if (r.chance(opt.p_softcap)) c.softcap = 1.0 + 30.0 * r.unit();

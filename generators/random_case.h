@@ -19,6 +19,7 @@ struct RandomCaseOptions {
   std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
   double p_softcap = 0.2, p_dlse = 0.6, p_composition = 0.5;
   double p_tensor_layouts = 0.5;  // per-tensor layouts (else one shared layout, as before)
+  double p_surround = 0.3;        // NaN or the largest finite value around the tensors, and a guard (harness/layout.h)
 
   static RandomCaseOptions for_tier(domain::SizeTier t);
 };

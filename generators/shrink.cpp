@@ -36,7 +36,8 @@ std::vector<int64_t> smaller_head_dims(int64_t v) {
   return out;
 }
 
-// Layouts closer to the default: all default, unpacked, then each tensor alone default.
+// Layouts closer to the default: all default, unpacked, the surround zero or unguarded, then
+// each tensor alone default.
 std::vector<Layouts> simpler_layouts(const Layouts& l) {
   std::vector<Layouts> out;
   if (l == Layouts{}) return out;
@@ -44,6 +45,16 @@ std::vector<Layouts> simpler_layouts(const Layouts& l) {
   if (l.inputs != Packing::none || l.grads != Packing::none) {
     Layouts x = l;
     x.inputs = x.grads = Packing::none;
+    out.push_back(x);
+  }
+  if (l.surround.fill != Surround::Fill::zero) {
+    Layouts x = l;
+    x.surround.fill = Surround::Fill::zero;
+    out.push_back(x);
+  }
+  if (l.surround.guard > 0) {
+    Layouts x = l;
+    x.surround.guard = 0;
     out.push_back(x);
   }
   for (TensorRole r : kAllTensorRoles)
@@ -55,9 +66,10 @@ std::vector<Layouts> simpler_layouts(const Layouts& l) {
   return out;
 }
 
-// How far from the default layouts: non-default tensors and packings.
+// How far from the default layouts: non-default tensors, packings and surround.
 uint64_t layout_distance(const Layouts& l) {
-  uint64_t n = (l.inputs != Packing::none) + (l.grads != Packing::none);
+  uint64_t n = (l.inputs != Packing::none) + (l.grads != Packing::none) + (l.surround.fill != Surround::Fill::zero) +
+               (l.surround.guard > 0);
   for (TensorRole r : kAllTensorRoles) n += !(l[r] == TensorLayout{});
   return n;
 }

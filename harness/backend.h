@@ -1,6 +1,7 @@
 #pragma once
 // The interface every implementation under test plugs in through (docs/semantics.md,
 // "The backend interface"). The harness depends on this header only.
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -22,6 +23,11 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual std::string version() const { return {}; }
+  // Where the backend's code came from, recorded with its findings (Reproducer::backend_sources)
+  // so a replay elsewhere can find the same code: a plugin's file name and content hash, an
+  // adapter's module and class and the versions of Python and its libraries. Built-in backends
+  // are the harness's own (its commit is in the environment): nothing.
+  virtual std::map<std::string, std::string> provenance() const { return {}; }
   virtual std::string device() const { return "cpu"; }
   // Whether it computes on a GPU: its faults can outlive the call, and it runs isolated.
   bool on_gpu() const { return device() != "cpu"; }

@@ -204,7 +204,7 @@ uint64_t estimate_host_bytes(const Case& c) {
     const auto n = role_sizes(r, s);
     const uint64_t row = sat_add(static_cast<uint64_t>(n[3]), static_cast<uint64_t>(l.row_padding + l.head_padding));
     const uint64_t extent = sat_add(static_cast<uint64_t>(l.offset), sat_mul(3, sat_mul(prod({n[0], n[1], n[2]}), row)));
-    bytes = sat_add(bytes, sat_mul(8, extent));
+    bytes = sat_add(bytes, sat_mul(8, sat_add(extent, 2 * static_cast<uint64_t>(std::max<int64_t>(c.layouts.surround.guard, 0)))));
   }
   return bytes;
 }
@@ -252,6 +252,8 @@ void validate(const Case& c, const Limits& limits) {
     check(l.head_padding, "head_padding");
     check(l.offset, "offset");
   }
+  if (c.layouts.surround.guard < 0 || c.layouts.surround.guard > kMaxSurroundGuard)
+    throw CaseError("layouts.surround.guard", "must be in [0, " + std::to_string(kMaxSurroundGuard) + "]");
   const uint64_t need = estimate_host_bytes(c);
   if (need > limits.memory_budget_bytes)
     throw CaseError("shape", "needs about " + std::to_string(need >> 20) + " MiB on the host, over the memory budget of " +

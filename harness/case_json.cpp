@@ -203,7 +203,8 @@ Composition composition_from(const json& j, const std::string& path, int depth) 
 }
 
 // "layouts": {"<tensor>": {"order", "row_padding", "head_padding", "offset"}, ...,
-//             "packing": {"inputs": "none|qkv|kv", "grads": "none|qkv|kv"}}; all keys optional.
+//             "packing": {"inputs": "none|qkv|kv", "grads": "none|qkv|kv"},
+//             "surround": {"fill": "zero|nan|large", "guard": elements}}; all keys optional.
 Layouts layouts_from(const json& j) {
   ObjectReader r(j, "layouts");
   Layouts out;
@@ -231,6 +232,17 @@ Layouts layouts_from(const json& j) {
     }
     pr.finish();
   }
+  if (const json* p = r.maybe("surround")) {
+    ObjectReader sr(*p, r.field("surround"));
+    const std::string name = sr.string("fill", "zero");
+    const auto f = fill_from_name(name);
+    if (!f) throw CaseError(sr.field("fill"), "expected 'zero', 'nan' or 'large', got '" + name + "'");
+    out.surround.fill = *f;
+    out.surround.guard = sr.integer("guard", 0);
+    if (out.surround.guard < 0 || out.surround.guard > kMaxSurroundGuard)
+      throw CaseError(sr.field("guard"), "expected 0 to " + std::to_string(kMaxSurroundGuard) + " elements, got " + std::to_string(out.surround.guard));
+    sr.finish();
+  }
   r.finish();
   return out;
 }
@@ -245,6 +257,7 @@ json layouts_to_json(const Layouts& l) {
   }
   if (l.inputs != Packing::none || l.grads != Packing::none)
     j["packing"] = json{{"inputs", packing_name(l.inputs)}, {"grads", packing_name(l.grads)}};
+  if (!(l.surround == Surround{})) j["surround"] = json{{"fill", fill_name(l.surround.fill)}, {"guard", l.surround.guard}};
   return j;
 }
 

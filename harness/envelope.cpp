@@ -56,7 +56,7 @@ std::optional<std::string> misaligned(const Problem& p, int64_t align) {
 bool lse_packed(const Problem& p) {
   const Placement pl = place(p.layouts, TensorRole::lse, p.shape);
   const Shape& s = p.shape;
-  return pl.offset == 0 && pl.strides[2] == 1 && pl.strides[1] == s.seq_q && pl.strides[0] == s.heads_q * s.seq_q;
+  return pl.offset == p.layouts.surround.guard && pl.strides[2] == 1 && pl.strides[1] == s.seq_q && pl.strides[0] == s.heads_q * s.seq_q;
 }
 
 std::string dtype_list(const std::vector<DType>& ds) {

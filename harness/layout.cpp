@@ -1,5 +1,7 @@
 #include "harness/layout.h"
 
+#include <limits>
+
 #include "harness/case.h"
 
 namespace attnfuzz {
@@ -8,6 +10,7 @@ namespace {
 constexpr std::array<const char*, kAllTensorRoles.size()> kRoleNames{"q", "k", "v", "d_out", "o", "lse", "d_q", "d_k", "d_v"};
 constexpr std::array<const char*, kAllOrders.size()> kOrderNames{"bhsd", "bshd", "hbsd", "hsbd", "sbhd", "shbd"};
 constexpr std::array<const char*, 3> kPackingNames{"none", "qkv", "kv"};
+constexpr std::array<const char*, 3> kFillNames{"zero", "nan", "large"};
 
 // Logical dim index (0 = B, 1 = H, 2 = S) of the order's dims, outermost first.
 std::array<int, 3> order_dims(TensorLayout::Order o) {
@@ -70,6 +73,25 @@ std::optional<Packing> packing_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+const char* fill_name(Surround::Fill f) { return kFillNames[static_cast<size_t>(f)]; }
+std::optional<Surround::Fill> fill_from_name(std::string_view name) {
+  for (Surround::Fill f : {Surround::Fill::zero, Surround::Fill::nan, Surround::Fill::large})
+    if (name == fill_name(f)) return f;
+  return std::nullopt;
+}
+
+double surround_value(Surround::Fill f, double largest_finite) {
+  switch (f) {
+    case Surround::Fill::zero:
+      return 0.0;
+    case Surround::Fill::nan:
+      return std::numeric_limits<double>::quiet_NaN();
+    case Surround::Fill::large:
+      return largest_finite;
+  }
+  return 0.0;
+}
+
 Layouts Layouts::uniform(const TensorLayout& l) {
   Layouts out;
   out.tensors_.fill(l);
@@ -77,7 +99,7 @@ Layouts Layouts::uniform(const TensorLayout& l) {
 }
 
 std::optional<TensorLayout> Layouts::as_uniform() const {
-  if (inputs != Packing::none || grads != Packing::none) return std::nullopt;
+  if (inputs != Packing::none || grads != Packing::none || !(surround == Surround{})) return std::nullopt;
   for (const TensorLayout& t : tensors_)
     if (!(t == tensors_[0])) return std::nullopt;
   return tensors_[0];
@@ -119,7 +141,8 @@ bool packing_applies(Packing packing, const Shape& s) {
   return false;
 }
 
-Placement place(const Layouts& layouts, TensorRole r, const Shape& s) {
+namespace {
+Placement place_unguarded(const Layouts& layouts, TensorRole r, const Shape& s) {
   Placement p;
   p.sizes = role_sizes(r, s, &p.ndim);
   p.buffer = r;
@@ -155,6 +178,14 @@ Placement place(const Layouts& layouts, TensorRole r, const Shape& s) {
   }
   return p;
 }
+}  // namespace
+
+Placement place(const Layouts& layouts, TensorRole r, const Shape& s) {
+  Placement p = place_unguarded(layouts, r, s);
+  p.offset += layouts.surround.guard;
+  p.extent += 2 * layouts.surround.guard;
+  return p;
+}
 
 std::string describe(const Layouts& l) {
   std::string out;
@@ -170,6 +201,8 @@ std::string describe(const Layouts& l) {
   }
   if (l.inputs != Packing::none) add(std::string("inputs:") + packing_name(l.inputs));
   if (l.grads != Packing::none) add(std::string("grads:") + packing_name(l.grads));
+  if (!(l.surround == Surround{}))
+    add(std::string("surround:") + fill_name(l.surround.fill) + (l.surround.guard ? "+guard" + std::to_string(l.surround.guard) : ""));
   return out.empty() ? "default" : out;
 }
 

@@ -21,6 +21,8 @@
 //   stride(S) = n * stride(n), stride(B) = S * stride(S)
 //   offset(member i) = offset + i * stride(n),  extent = offset + B * stride(B)
 //
+// Every buffer then gets the surround's guard on either side: offset += guard, extent += 2 guard.
+//
 // A packing applies only where the call's shapes allow it (qkv: Hq == Hkv, Sq == Skv,
 // Dqk == Dv; kv: Dqk == Dv); elsewhere the members keep their own layouts.
 #include <array>
@@ -65,15 +67,35 @@ enum class Packing { none, qkv, kv };
 const char* packing_name(Packing p);
 std::optional<Packing> packing_from_name(std::string_view name);
 
+// What an input buffer holds where none of its tensors' elements are: the row and head padding,
+// the gaps of an order, the slack before the base offset, and `guard` elements added before
+// and after the buffer. A backend that reads only its tensors never sees these values; one that
+// reads outside them (an unaligned vector load, a tile past the last row) reads them, and reads
+// the same thing on every replay, so a bug that depends on that memory fails again from its
+// reproducer instead of on whatever an allocator left there. Output buffers keep their poison
+// (oracles/typed_buffers.h) and get the same guard.
+struct Surround {
+  enum class Fill { zero, nan, large };  // large: the element type's largest finite value
+  Fill fill = Fill::zero;
+  int64_t guard = 0;  // elements before and after each buffer
+  bool operator==(const Surround&) const = default;
+};
+inline constexpr int64_t kMaxSurroundGuard = 1 << 16;
+const char* fill_name(Surround::Fill f);
+std::optional<Surround::Fill> fill_from_name(std::string_view name);
+// The value of one surrounding element of a type whose largest finite value is `largest_finite`.
+double surround_value(Surround::Fill f, double largest_finite);
+
 struct Layouts {
   Packing inputs = Packing::none;  // Q, K, V
   Packing grads = Packing::none;   // dQ, dK, dV
+  Surround surround;
 
   TensorLayout& operator[](TensorRole r) { return tensors_[static_cast<size_t>(r)]; }
   const TensorLayout& operator[](TensorRole r) const { return tensors_[static_cast<size_t>(r)]; }
   // Every tensor in one layout, nothing packed (what a case of the old `layout` key means).
   static Layouts uniform(const TensorLayout& l);
-  // All tensors share one layout, nothing packed: that layout; otherwise none.
+  // All tensors share one layout, nothing packed, the default surround: that layout; otherwise none.
   std::optional<TensorLayout> as_uniform() const;
   bool operator==(const Layouts&) const = default;
 

@@ -259,13 +259,16 @@ class DeviceTensors {
  public:
   explicit DeviceTensors(const Problem& p) : p_(p) {}
 
-  // Uploads the tensors, each at its placement (padding stays zero).
+  // Uploads the tensors, each at its placement, every other element of the buffer holding the
+  // case's surround (harness/layout.h).
   void upload(std::initializer_list<std::pair<TensorRole, const Tensor*>> tensors) {
     std::map<TensorRole, std::vector<uint16_t>> host;
+    const double largest = p_.dtype == DType::f16 ? 65504.0 : 3.3895313892515355e38;
+    const uint16_t around = to_bits(p_.dtype, surround_value(p_.layouts.surround.fill, largest));
     for (auto [r, t] : tensors) {
       const Placement pl = placement(p_, r);
       std::vector<uint16_t>& h = host[pl.buffer];
-      h.resize(static_cast<size_t>(pl.extent), 0);
+      h.resize(static_cast<size_t>(pl.extent), around);
       for_each_placed(pl, [&](size_t i, size_t off) { h[off] = to_bits(p_.dtype, t->data[i]); });
     }
     for (auto& [owner, h] : host) {

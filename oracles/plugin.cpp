@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <initializer_list>
 #include <list>
 #include <map>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "harness/case_json.h"
+#include "harness/plugin_path.h"
 #include "oracles/attnfuzz_plugin.h"
 #include "oracles/plugin_cuda.h"
 #include "oracles/plugin_flags.h"
@@ -39,15 +41,18 @@ size_t element_size(int32_t dt) { return dt == AF_F32 ? 4 : dt == AF_F64 ? 8 : 2
 ElementType element_type(int32_t dt) { return dt == AF_F32 ? ElementType::f32 : dt == AF_F16 ? ElementType::f16 : ElementType::bf16; }
 
 // The memory of one plugin call: one allocation per buffer, shared by the members of a
-// packed group, each zero-filled (inputs) or poisoned whole, padding included (outputs).
+// packed group, each holding the case's surround (inputs) or poisoned whole, padding included (outputs).
 class Arena {
  public:
-  unsigned char* buffer(TensorRole role, const Placement& pl, int32_t dtype, bool poisoned) {
+  unsigned char* buffer(TensorRole role, const Placement& pl, int32_t dtype, bool poisoned, Surround::Fill fill) {
     const bool shared = pl.buffer != role;
     if (shared)
       if (auto it = shared_.find(pl.buffer); it != shared_.end()) return it->second;
     std::vector<unsigned char>& b = blocks_.emplace_back(static_cast<size_t>(pl.extent) * element_size(dtype), 0);
-    if (poisoned) poison_elements(b.data(), static_cast<size_t>(pl.extent), element_type(dtype));
+    if (poisoned)
+      poison_elements(b.data(), static_cast<size_t>(pl.extent), element_type(dtype));
+    else
+      fill_surround(b.data(), static_cast<size_t>(pl.extent), element_type(dtype), fill);
     if (shared) shared_[pl.buffer] = b.data();
     return b.data();
   }
@@ -66,7 +71,7 @@ struct Buffer {
   af_tensor t{};
 
   Buffer(Arena& arena, const Problem& p, TensorRole role, int32_t dtype, bool output)
-      : role(role), pl(place(p.layouts, role, p.shape)), base(arena.buffer(role, pl, dtype, output)) {
+      : role(role), pl(place(p.layouts, role, p.shape)), base(arena.buffer(role, pl, dtype, output, p.layouts.surround.fill)) {
     t.dtype = dtype;
     t.device = AF_CPU;
     t.ndim = pl.ndim;
@@ -159,7 +164,8 @@ std::string restrictions_json(const Problem& p) {
 
 class PluginBackend final : public Backend {
  public:
-  PluginBackend(std::string path, void* handle, const af_plugin* plugin) : path_(std::move(path)), handle_(handle), pl_(plugin) {
+  PluginBackend(std::string path, void* handle, const af_plugin* plugin)
+      : path_(std::move(path)), content_hash_(plugin_content_hash(path_)), handle_(handle), pl_(plugin) {
     try {
       const auto j = nlohmann::json::parse(pl_->contract_json ? pl_->contract_json : "{}");
       for (auto it = j.begin(); it != j.end(); ++it) {
@@ -176,6 +182,9 @@ class PluginBackend final : public Backend {
 
   std::string name() const override { return std::string("plugin.") + (pl_->name ? pl_->name : "unnamed"); }
   std::string version() const override { return pl_->version ? pl_->version : ""; }
+  std::map<std::string, std::string> provenance() const override {
+    return {{"file", std::filesystem::path(path_).filename().string()}, {"content_hash", content_hash_}, {"recorded_path", path_}};
+  }
   std::string device() const override { return (pl_->flags & AF_DEVICE_IS_CUDA) ? "cuda" : "cpu"; }
   std::optional<Contract> contract(DType d) const override {
     auto it = contracts_.find(d);
@@ -290,6 +299,7 @@ class PluginBackend final : public Backend {
   };
 
   std::string path_;
+  std::string content_hash_;
   void* handle_;
   const af_plugin* pl_;
   std::map<DType, Contract> contracts_;
@@ -297,7 +307,8 @@ class PluginBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> load_plugin(const std::string& path) {
+std::unique_ptr<Backend> load_plugin(const std::string& spec) {
+  const std::string path = resolve_plugin(spec);
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) throw std::runtime_error("plugin " + path + ": cannot load: " + dlerror());
   auto fail = [&](const std::string& why) {

@@ -8,8 +8,9 @@
 
 namespace attnfuzz {
 
-// Throws std::runtime_error naming the path and the problem (cannot load, not a
-// plugin, wrong ABI version, malformed contract).
-std::unique_ptr<Backend> load_plugin(const std::string& path);
+// `spec` is a path or a file name, found as harness/plugin_path.h says. Throws
+// std::runtime_error naming the path and the problem (not found, cannot load, not a plugin,
+// wrong ABI version, malformed contract).
+std::unique_ptr<Backend> load_plugin(const std::string& spec);
 
 }  // namespace attnfuzz

@@ -97,6 +97,14 @@ class PythonBackend final : public Backend {
 
   std::string name() const override { return "py." + info_.value("name", spec_.cls); }
   std::string version() const override { return info_.value("version", ""); }
+  std::map<std::string, std::string> provenance() const override {
+    std::map<std::string, std::string> out{
+        {"spec", spec_.text}, {"module", spec_.module}, {"class", spec_.cls}, {"python", info_.value("python", "")}};
+    if (const auto it = info_.find("libraries"); it != info_.end() && it->is_object())
+      for (const auto& [lib, v] : it->items())
+        if (v.is_string()) out[lib] = v.get<std::string>();
+    return out;
+  }
   std::string device() const override { return info_.value("device", "cpu"); }
   std::optional<Contract> contract(DType d) const override {
     auto it = contracts_.find(d);
@@ -129,6 +137,7 @@ class PythonBackend final : public Backend {
     const ShmTensor o = mem.add("o", R::o, place(p.layouts, R::o, p.shape), dt);
     const ShmTensor lse = mem.add("lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
     const ShmTensor mask = add_mask(mem, p);
+    for (const ShmTensor* t : {&q, &k, &v}) shm_surround(arena_, *t, p.layouts.surround.fill);
     shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
     shm_poison(arena_, o), shm_poison(arena_, lse);
     copy_mask(mask, p);
@@ -158,6 +167,8 @@ class PythonBackend final : public Backend {
     const ShmTensor dq = mem.add("d_q", R::d_q, place(p.layouts, R::d_q, p.shape), dt);
     const ShmTensor dk = mem.add("d_k", R::d_k, place(p.layouts, R::d_k, p.shape), dt);
     const ShmTensor dv = mem.add("d_v", R::d_v, place(p.layouts, R::d_v, p.shape), dt);
+    for (const ShmTensor* t : {&q, &k, &v, &o, &lse, &d_o}) shm_surround(arena_, *t, p.layouts.surround.fill);
+    if (g) shm_surround(arena_, *g, p.layouts.surround.fill);
     shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
     shm_store(arena_, o, fwd.o), shm_store(arena_, lse, fwd.lse), shm_store(arena_, d_o, d_out);
     if (g) shm_store(arena_, *g, d_lse);

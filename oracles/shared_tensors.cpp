@@ -73,6 +73,10 @@ void shm_store(SharedArena& arena, const ShmTensor& t, const Tensor& src) { stor
 
 void shm_poison(SharedArena& arena, const ShmTensor& t) { poison_elements(arena.at(t.buffer), static_cast<size_t>(t.pl.extent), t.type); }
 
+void shm_surround(SharedArena& arena, const ShmTensor& t, Surround::Fill fill) {
+  fill_surround(arena.at(t.buffer), static_cast<size_t>(t.pl.extent), t.type, fill);
+}
+
 Tensor shm_load(SharedArena& arena, const ShmTensor& t, size_t* unwritten) { return load_placed(arena.at(t.buffer), t.pl, t.type, unwritten); }
 
 }  // namespace attnfuzz

@@ -74,6 +74,10 @@ class ShmLayout {
 void shm_store(SharedArena& arena, const ShmTensor& t, const Tensor& src);
 // Fills the tensor's whole buffer, padding included, with the poison pattern.
 void shm_poison(SharedArena& arena, const ShmTensor& t);
+// The tensor's whole buffer set to the case's surround (harness/layout.h), before any store
+// into it: shared memory is reused from call to call, so without it an input's padding holds
+// whatever the last call left there.
+void shm_surround(SharedArena& arena, const ShmTensor& t, Surround::Fill fill);
 // Back to float64 (the one copy out); counts elements still holding the poison.
 Tensor shm_load(SharedArena& arena, const ShmTensor& t, size_t* unwritten);
 

@@ -75,16 +75,20 @@ inline at::Tensor view_at(const at::Tensor& storage, const Placement& pl) {
   return storage.as_strided(sizes, strides, pl.offset);
 }
 
-// Zero-filled views of `roles` as a real caller lays them out: each in a buffer of its
-// extent, the members of a packed group views of one buffer. Unfilled (zero_filled false) where
-// only their sizes, strides and offsets are looked at: no kernel, no device round trip.
+// Views of `roles` as a real caller lays them out: each in a buffer of its extent, the members
+// of a packed group views of one buffer, every element outside them holding the case's
+// surround (harness/layout.h). Unfilled (filled false) where only their sizes, strides and
+// offsets are looked at: no kernel, no device round trip.
 inline std::map<TensorRole, at::Tensor> laid_out_views(const Problem& p, std::initializer_list<TensorRole> roles,
-                                                       const at::TensorOptions& opts, bool zero_filled = true) {
+                                                       const at::TensorOptions& opts, bool filled = true) {
   std::map<TensorRole, at::Tensor> buffers, views;
+  const double largest = opts.dtype() == at::kHalf ? 65504.0 : opts.dtype() == at::kBFloat16 ? 3.3895313892515355e38
+                       : opts.dtype() == at::kFloat ? 3.4028234663852886e38 : 1.7976931348623157e308;
+  const double around = surround_value(p.layouts.surround.fill, largest);
   for (TensorRole r : roles) {
     const Placement pl = place(p.layouts, r, p.shape);
     at::Tensor& buf = buffers[pl.buffer];
-    if (!buf.defined()) buf = zero_filled ? at::zeros({pl.extent}, opts) : at::empty({pl.extent}, opts);
+    if (!buf.defined()) buf = !filled ? at::empty({pl.extent}, opts) : around == 0.0 ? at::zeros({pl.extent}, opts) : at::full({pl.extent}, around, opts);
     views[r] = view_at(buf, pl);
   }
   return views;

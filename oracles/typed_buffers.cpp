@@ -19,6 +19,21 @@ void poison_elements(unsigned char* buffer, size_t elements, ElementType t) {
   }
 }
 
+void fill_surround(unsigned char* buffer, size_t elements, ElementType t, Surround::Fill fill) {
+  if (fill == Surround::Fill::zero || t == ElementType::u8) {
+    std::memset(buffer, 0, elements * element_type_size(t));
+    return;
+  }
+  const bool nan = fill == Surround::Fill::nan;
+  if (t == ElementType::f32) {
+    const uint32_t v = nan ? 0x7fc00000u : 0x7f7fffffu;
+    for (size_t i = 0; i < elements; ++i) std::memcpy(buffer + 4 * i, &v, 4);
+  } else {
+    const uint16_t v = t == ElementType::f16 ? (nan ? 0x7e00u : 0x7bffu) : (nan ? 0x7fc0u : 0x7f7fu);
+    for (size_t i = 0; i < elements; ++i) std::memcpy(buffer + 2 * i, &v, 2);
+  }
+}
+
 void store_placed(unsigned char* buffer, const Placement& pl, ElementType t, const Tensor& src) {
   pl.for_each([&](size_t i, size_t off) {
     const float f = static_cast<float>(src.data[i]);

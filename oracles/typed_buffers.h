@@ -24,6 +24,10 @@ inline constexpr uint16_t kPoisonBF16 = 0x7fa5u;
 
 // Fills `elements` elements from `buffer` with the poison (nothing for u8).
 void poison_elements(unsigned char* buffer, size_t elements, ElementType t);
+// Fills `elements` elements from `buffer` with the surround (harness/layout.h): zero, a quiet
+// NaN (0x7fc00000, 0x7e00, 0x7fc0: not the poison, so a copied surround is not counted as
+// unwritten) or the type's largest finite value (nothing but zero for u8).
+void fill_surround(unsigned char* buffer, size_t elements, ElementType t, Surround::Fill fill);
 // float64 values into the buffer at the placement, rounded to t (u8: 1 where nonzero): the one copy in.
 void store_placed(unsigned char* buffer, const Placement& pl, ElementType t, const Tensor& src);
 // The placement's elements back to float64 (the one copy out); *unwritten counts those still poisoned.

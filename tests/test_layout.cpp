@@ -6,6 +6,7 @@
 #include <optional>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -256,6 +257,83 @@ TEST(LayoutDomain, FuzzDecoderReachesEveryLayout) {
   }
   EXPECT_EQ(seen.size(), kAllTensorRoles.size() * kAllOrders.size() + 8);
   for (const auto& [what, n] : seen) EXPECT_GE(n, 5) << what;
+}
+
+TEST(Place, SurroundGuardShiftsEveryBuffer) {
+  Layouts l;
+  l[R::k] = {O::bshd, 2, 0, 3};
+  l.inputs = Packing::none;
+  const Placement plain = place(l, R::k, kShape);
+  l.surround = {Surround::Fill::nan, 64};
+  const Placement guarded = place(l, R::k, kShape);
+  EXPECT_EQ(guarded.offset, plain.offset + 64);
+  EXPECT_EQ(guarded.extent, plain.extent + 128);
+  EXPECT_EQ(guarded.strides, plain.strides);
+  // A packed group: one buffer, every member shifted by the same guard.
+  Layouts p;
+  p.inputs = Packing::qkv;
+  const Shape sq{1, 2, 2, 4, 4, 8, 8};
+  const Placement q0 = place(p, R::q, sq), v0 = place(p, R::v, sq);
+  p.surround.guard = 8;
+  EXPECT_EQ(place(p, R::q, sq).offset, q0.offset + 8);
+  EXPECT_EQ(place(p, R::v, sq).offset, v0.offset + 8);
+  EXPECT_EQ(place(p, R::v, sq).extent, v0.extent + 16);
+  EXPECT_EQ(surround_value(Surround::Fill::zero, 65504.0), 0.0);
+  EXPECT_TRUE(std::isnan(surround_value(Surround::Fill::nan, 65504.0)));
+  EXPECT_EQ(surround_value(Surround::Fill::large, 65504.0), 65504.0);
+}
+
+TEST(LayoutJson, SurroundRoundTripsAndIsRefusedByName) {
+  Case c;
+  c.shape = {1, 2, 2, 4, 4, 8, 8};
+  c.layouts.surround = {Surround::Fill::large, 1024};
+  const std::string text = write_case(c);
+  EXPECT_EQ(case_from_string(text), c) << text;
+  const nlohmann::json j = to_json(c);
+  ASSERT_TRUE(j.contains("layouts")) << text;  // the old one-layout key cannot say it
+  EXPECT_EQ(j.at("layouts").at("surround").at("fill"), "large");
+  EXPECT_EQ(j.at("layouts").at("surround").at("guard"), 1024);
+  EXPECT_EQ(describe(c.layouts), "surround:large+guard1024");
+  // The default is written as nothing, so cases and reproducers without it are unchanged.
+  EXPECT_EQ(write_case(Case{}).find("surround"), std::string::npos);
+  auto refused = [](const std::string& surround) {
+    const std::string t = std::string(R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":4,"head_dim_qk":8},)") +
+                          R"("layouts":{"surround":)" + surround + "}}";
+    try {
+      case_from_string(t);
+    } catch (const CaseError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused(R"({"fill":"ones"})").find("layouts.surround.fill"), std::string::npos);
+  EXPECT_NE(refused(R"({"guard":-1})").find("layouts.surround.guard"), std::string::npos);
+  EXPECT_NE(refused(R"({"guard":100000})").find("layouts.surround.guard"), std::string::npos);
+  EXPECT_NE(refused(R"({"fill":"nan","colour":1})").find("colour"), std::string::npos);
+}
+
+TEST(LayoutDomain, GeneratorDrawsSurroundsTheShrinkerDropsThem) {
+  int nonzero = 0, guarded = 0;
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    const Case c = random_case(seed, RandomCaseOptions{});
+    nonzero += c.layouts.surround.fill != Surround::Fill::zero;
+    guarded += c.layouts.surround.guard > 0;
+    EXPECT_EQ(c.layouts.surround.guard % 8, 0);  // a guard keeps every pointer as aligned as without it
+  }
+  EXPECT_GE(nonzero, 80);  // p_surround = 0.3
+  EXPECT_LE(nonzero, 160);
+  EXPECT_GE(guarded, 40);
+  // Candidates: the surround zero, or unguarded, each alone.
+  Case c;
+  c.shape = {1, 1, 1, 4, 4, 8, 8};
+  c.layouts.surround = {Surround::Fill::nan, 64};
+  bool zeroed = false, unguarded = false;
+  for (const Case& x : shrink_candidates(c)) {
+    EXPECT_LT(case_size(x), case_size(c));
+    zeroed |= x.layouts.surround == Surround{Surround::Fill::zero, 64};
+    unguarded |= x.layouts.surround == Surround{Surround::Fill::nan, 0};
+  }
+  EXPECT_TRUE(zeroed && unguarded);
 }
 
 TEST(LayoutDomain, ShrinkerReachesTheDefaultLayouts) {

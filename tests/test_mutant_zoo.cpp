@@ -81,6 +81,32 @@ TEST(MutantZoo, RandomSampleFindsEveryBugWithItsClass) {
   }
 }
 
+// A kernel that reads outside its view (here its rows' padding, as a vector load wider than
+// the row would) is invisible while that memory holds zeros, and found once the case's
+// surround is NaN or the largest finite value; the minimizer keeps the surround that shows it.
+TEST(MutantZoo, AReadOutsideTheViewShowsOnlyThroughTheSurround) {
+  auto be = mutant("reads_row_padding");
+  auto ok = mutant("ok");
+  Case c = case_from_string(R"({"format":"attnfuzz-case/1","seed":5,"shape":{"heads_q":2,"seq_q":8,"head_dim_qk":12},
+    "layouts":{"q":{"order":"bhsd","row_padding":4},"k":{"order":"bshd","row_padding":5}}})");
+  EXPECT_TRUE(found_classes(*be, c).empty()) << "zero padding hides the bug";
+  for (Surround::Fill fill : {Surround::Fill::nan, Surround::Fill::large}) {
+    c.layouts.surround = {fill, 8};
+    EXPECT_FALSE(found_classes(*be, c).empty()) << fill_name(fill);
+    EXPECT_TRUE(found_classes(*ok, c).empty()) << fill_name(fill) << ": a kernel that reads only its view";
+  }
+  c.layouts.surround = {Surround::Fill::nan, 64};
+  const OracleSet oracles = default_oracles();
+  const DiffReport run = run_differential(c, {be.get()}, oracles);
+  ASSERT_FALSE(run.findings.empty());
+  const Reproducer found = reproducer_of(c, {}, run.findings[0], run, {});
+  ShrinkReport rep;
+  const Reproducer m = minimize(found, in_process_judge({be.get()}, oracles, false), shrink_candidates, case_size, &rep);
+  EXPECT_EQ(m.c.layouts.surround.fill, Surround::Fill::nan) << describe(m.c.layouts);
+  EXPECT_EQ(m.c.layouts.surround.guard, 0) << describe(m.c.layouts);
+  EXPECT_GT(m.c.layouts[TensorRole::q].row_padding + m.c.layouts[TensorRole::k].row_padding, 0) << describe(m.c.layouts);
+}
+
 // The loader hands plugins real views (each tensor its own order, padding, unaligned
 // offset; packed QKV and gradients): the correct mutant and the documented minimal plugin,
 // which honour strides, agree with the reference on every layout.

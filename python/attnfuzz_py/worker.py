@@ -47,6 +47,19 @@ _TorchTensor = None  # torch.Tensor, once an adapter of torch tensors is loaded 
 _OK = b""  # the reply "ok, nothing to say" (supported; no stats): the frame's checksum costs ~0.5 us a byte in Python
 
 
+def _library_versions():
+    """The installed versions of the libraries an adapter is most likely built on, read from the
+    package metadata (nothing is imported): recorded with every finding of the adapter."""
+    from importlib import metadata
+    out = {}
+    for dist in ("torch", "triton", "jax", "jaxlib", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
 class _Worker:
     def __init__(self, shm_path):
         self.shm = protocol.SharedMemory(shm_path)
@@ -78,7 +91,7 @@ class _Worker:
                 "nondeterministic_outputs": nondeterministic, "why_nondeterministic": str(a.why_nondeterministic),
                 # Without its own supports() every problem is supported: attnfuzz then asks nothing.
                 "checks_support": type(a).supports is not Adapter.supports,
-                "python": platform.python_version()}
+                "python": platform.python_version(), "libraries": _library_versions()}
 
     def _problem(self, key, mask=None):
         # A fresh Problem each call (adapters may hang things on it); the fields are shared.

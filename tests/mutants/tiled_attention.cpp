@@ -45,8 +45,9 @@ const char* const kNames[] = {"mutant_ok",
                               "mutant_masked_rows_nan",
                               "mutant_gqa_backward_map",
                               "mutant_crash",
-                              "mutant_hang"};
-static_assert(MUTANT >= 0 && MUTANT < 9, "unknown mutant");
+                              "mutant_hang",
+                              "mutant_reads_row_padding"};
+static_assert(MUTANT >= 0 && MUTANT < 10, "unknown mutant");
 
 int64_t index_of(const af_tensor& t, int64_t b, int64_t h, int64_t s, int64_t d) {
   return b * t.strides[0] + h * t.strides[1] + s * t.strides[2] + (t.ndim > 3 ? d * t.strides[3] : 0);
@@ -78,6 +79,17 @@ void store(const af_tensor& t, int64_t b, int64_t h, int64_t s, int64_t d, float
       static_cast<float*>(t.data)[i] = x;
   }
 }
+
+#if MUTANT == 9
+// Whether every row of the tensor is followed by at least `wide` - D elements of its own
+// buffer: the stride of its innermost dim of B, H, S (of size > 1) is at least `wide`.
+bool padded_to(const af_tensor& t, int64_t wide) {
+  int64_t row = std::numeric_limits<int64_t>::max();
+  for (int i = 0; i < 3; ++i)
+    if (t.shape[i] > 1) row = std::min(row, t.strides[i]);
+  return row != std::numeric_limits<int64_t>::max() && row >= wide;
+}
+#endif
 
 // The value an fp32 accumulator takes when converted to a matmul operand of the case dtype.
 float to_operand(int32_t dtype, float x) {
@@ -186,6 +198,17 @@ int forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const a
             for (int64_t j = 0; j < BK; ++j) {
               const size_t x = static_cast<size_t>(r * BK + j);
               s[x] = c.score(&qt[r * Dqk], &kt[j * Dqk], &dcap[x]);
+#if MUTANT == 9
+              // MUTANT(9): Q and K rows are read in vectors of 8 elements wherever the rows are
+              // padded that far, so the dot product runs over the row padding too. Zero padding
+              // hides it; any other value in the padding changes the scores.
+              if (const int64_t wide = (Dqk + 7) / 8 * 8; wide > Dqk && padded_to(*q, wide) && padded_to(*k, wide) &&
+                                                           q0 + r < p->seq_q && k0 + j < p->seq_kv) {
+                float extra = 0;
+                for (int64_t d = Dqk; d < wide; ++d) extra += load(*q, b, h, q0 + r, d) * load(*k, b, hk, k0 + j, d);
+                s[x] += static_cast<float>(p->scale) * extra;
+              }
+#endif
               bool visible = k0 + j < p->seq_kv && c.mask(b, h, q0 + r, k0 + j);
 #if MUTANT == 4
               // MUTANT(4): no bounds mask: padded keys (zero-filled K and V, score 0) join the softmax.
