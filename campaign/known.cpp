@@ -117,13 +117,20 @@ KnownDeviation load_one(const json& j, const std::string& path) {
       if (cls == "*") {
         k.any_class = true;
       } else {
-        const auto parsed = finding_class_from_string(cls);
-        if (!parsed) throw CaseError("known.covers.class", "unknown class '" + cls + "'");
-        k.pattern.cls = *parsed;
+        for (size_t start = 0;;) {
+          const size_t bar = cls.find('|', start);
+          const std::string one = cls.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+          const auto parsed = finding_class_from_string(one);
+          if (!parsed) throw CaseError("known.covers.class", "unknown class '" + one + "'");
+          k.classes.push_back(*parsed);
+          if (bar == std::string::npos) break;
+          start = bar + 1;
+        }
       }
     }
     k.when = known.value("when", k.when);
   }
+  if (k.classes.empty()) k.classes.push_back(k.pattern.cls);  // the reproducer's own class
   try {
     k.predicate = parse_case_predicate(k.when);
   } catch (const std::invalid_argument& e) {
@@ -161,7 +168,7 @@ CasePredicate parse_case_predicate(const std::string& text) {
 bool KnownDeviation::covers(const Reproducer& finding) const {
   const Signature& s = finding.finding.signature;
   return field_matches(pattern.backend, s.backend) && field_matches(pattern.composition, s.composition) &&
-         field_matches(pattern.tensor, s.tensor) && (any_class || pattern.cls == s.cls) && predicate(finding.c);
+         field_matches(pattern.tensor, s.tensor) && (any_class || std::find(classes.begin(), classes.end(), s.cls) != classes.end()) && predicate(finding.c);
 }
 
 KnownFindings KnownFindings::load(const std::vector<std::string>& paths) {

@@ -104,6 +104,12 @@ TEST(KnownFindings, TheRecordedDeviationsCoverTheirOwnFindingsAndOnlyUnderTheirP
   EXPECT_NE(known.covering(finding("torch.sdpa.cudnn", "O", FindingClass::mismatch, unaligned)), nullptr);
   EXPECT_EQ(known.covering(finding("torch.cudnn", "dK", FindingClass::nan_inf, aligned)), nullptr) << "aligned rows: a new bug";
   EXPECT_EQ(known.covering(finding("cudnn", "dK", FindingClass::nan_inf, unaligned)), nullptr) << "another backend: a new bug";
+  // F-1 covers what its ledger row proves (docs/findings/LEDGER.md): wrong values and failed
+  // executions, not every class a backend can show on unaligned rows.
+  EXPECT_NE(known.covering(finding("torch.cudnn", "-", FindingClass::backend_error, unaligned)), nullptr);
+  EXPECT_EQ(known.covering(finding("torch.cudnn", "dQ", FindingClass::nondeterministic, unaligned)), nullptr)
+      << "F-1 never showed a nondeterministic output: a new bug";
+  EXPECT_EQ(known.covering(finding("torch.cudnn", "O", FindingClass::contract_violation, unaligned)), nullptr);
   // F-4: NaN dQ from LibTorch's cuDNN path, only where some call has a row that sees no key.
   const Case masked_rows = json_case(R"("seq_q":8,"seq_kv":5,"head_dim_qk":16,"head_dim_v":16)", R"("mask":{"kind":"causal","align":"bottom_right"})");
   const KnownDeviation* f4 = known.covering(finding("torch.cudnn", "dQ", FindingClass::nan_inf, masked_rows));
