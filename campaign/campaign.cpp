@@ -151,7 +151,12 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
   WorkerRequest req;
   req.c = c;
   req.check_determinism = check_determinism;
-  const WorkerCall call = call_worker(w, req, o.timeout_seconds);
+  WorkerCall call = call_worker(w, req, o.timeout_seconds);
+  if (call.status == WorkerProcess::Reply::Status::timed_out && o.confirm_timeout_factor > 1) {
+    WorkerProcess solo(o.worker_argv, worker_env(o, static_cast<size_t>(std::max<int64_t>(index, 0))));
+    WorkerCall again = call_worker(solo, req, o.confirm_timeout_factor * o.timeout_seconds);
+    if (again.status != WorkerProcess::Reply::Status::timed_out) call = std::move(again);  // slow, not hung: judged as usual
+  }
   // A dead worker (or one whose reply was unreadable): a crash/timeout finding, and the
   // backend it was running counted as errored.
   if (call.status != WorkerProcess::Reply::Status::ok) {
@@ -293,6 +298,10 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   std::vector<std::string> backend_names;
   for (const auto& b : profiles) backend_names.push_back(b.name);
   const std::function<AimedCase(uint64_t)> make_case = o.case_stream(profiles);
+  CampaignOptions per_case = o;  // what run_case sees: timeouts confirmed where a backend runs on a GPU
+  if (per_case.confirm_timeout_factor == 0 &&
+      std::any_of(profiles.begin(), profiles.end(), [](const BackendProfile& b) { return b.device != "cpu"; }))
+    per_case.confirm_timeout_factor = kGpuConfirmTimeoutFactor;
   {
     std::error_code ec;
     fs::create_directories(o.out_dir, ec);
@@ -387,7 +396,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           // the cost of a case, and a nondeterministic backend shows up on any sizable sample.
           const bool determinism = o.determinism_every <= 1 || g % static_cast<uint64_t>(o.determinism_every) == 0;
           std::map<std::string, uint64_t> case_known;
-          for (const auto& r : run_case(proc, c, static_cast<int64_t>(g), determinism, o, &case_coverage)) {
+          for (const auto& r : run_case(proc, c, static_cast<int64_t>(g), determinism, per_case, &case_coverage)) {
             if (const KnownDeviation* known = o.known.covering(r))
               ++case_known[known->id];
             else

@@ -19,6 +19,10 @@
 
 namespace attnfuzz {
 
+// The confirmation watchdog on a GPU (CampaignOptions::confirm_timeout_factor): measured on the
+// H200, a real-tier cudnn case that outlived 30 s among 12 workers took 40.6 s alone.
+inline constexpr double kGpuConfirmTimeoutFactor = 4;
+
 struct CampaignOptions {
   uint64_t seed = 1;
   double budget_seconds = 60;  // stop claiming new cases after this long
@@ -30,6 +34,11 @@ struct CampaignOptions {
   int jobs = 1;                      // worker processes
   std::vector<std::string> devices;  // one worker per entry, CUDA_VISIBLE_DEVICES=<entry>
   double timeout_seconds = 30;       // watchdog per case
+  // A case that outlives the watchdog gets one more try in a fresh worker with this many times
+  // the watchdog, and is a timeout finding only if it outlives that too: on a GPU a dozen
+  // workers share one device, and a real-size case alone can take longer than the watchdog
+  // (cuDNN builds a graph per call). run_campaign sets it when a backend runs on a GPU; 0: none.
+  double confirm_timeout_factor = 0;
   int determinism_every = 4;         // run every backend twice on every n-th case
   bool minimize = true;
   bool quiet = false;

@@ -56,6 +56,7 @@ CasePredicate parse_term(const std::string& term) {
   const auto [name, arg] = split_term(term);
   if (name == "always" && arg.empty()) return [](const Case&) { return true; };
   if (name == "masked_rows" && arg.empty()) return has_masked_row_in_a_call;
+  if (name == "head_dims_differ" && arg.empty()) return [](const Case& c) { return c.shape.head_dim_qk != c.shape.head_dim_v; };
   if (name == "unaligned_rows") {
     int64_t bytes = 0;
     try {

@@ -20,6 +20,7 @@
 //                       head or row stride or an offset that is not a multiple of N bytes (a view of a
 //                       padded buffer, say; a part a packing does not fit takes each tensor's own layout)
 //   masked_rows         some call of the case's composition has a query row with no visible key
+//   head_dims_differ    Dqk != Dv
 //   dtype(a|b|...)      the case's dtype is one of these (fp32, fp16, bf16)
 //   always
 #include <cstdint>

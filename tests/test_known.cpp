@@ -93,7 +93,7 @@ TEST(KnownFindings, TheRecordedDeviationsCoverTheirOwnFindingsAndOnlyUnderTheirP
   for (const auto& k : known.all()) {
     SCOPED_TRACE(k.path);
     EXPECT_TRUE(k.covers(k.repro)) << "a known deviation covers the finding it was recorded from";
-    EXPECT_EQ(k.when, k.id == "F-4" ? "masked_rows" : "unaligned_rows(16)");
+    EXPECT_EQ(k.when, k.id == "F-4" ? "masked_rows" : k.id == "F-5" ? "head_dims_differ" : "unaligned_rows(16)");
   }
   Case unaligned = aligned_case();
   unaligned.layouts[TensorRole::q].row_padding = 1;
@@ -110,6 +110,12 @@ TEST(KnownFindings, TheRecordedDeviationsCoverTheirOwnFindingsAndOnlyUnderTheirP
   EXPECT_EQ(known.covering(finding("torch.cudnn", "dQ", FindingClass::nondeterministic, unaligned)), nullptr)
       << "F-1 never showed a nondeterministic output: a new bug";
   EXPECT_EQ(known.covering(finding("torch.cudnn", "O", FindingClass::contract_violation, unaligned)), nullptr);
+  // F-5: cuDNN's backward with Dqk != Dv, through our cudnn backend only.
+  const Case dqk_gt_dv = json_case(R"("seq_q":8,"seq_kv":8,"head_dim_qk":136,"head_dim_v":128)", R"("mask":{"kind":"none"})");
+  const KnownDeviation* f5 = known.covering(finding("cudnn", "dK", FindingClass::mismatch, dqk_gt_dv));
+  ASSERT_NE(f5, nullptr);
+  EXPECT_EQ(f5->id, "F-5");
+  EXPECT_EQ(known.covering(finding("cudnn", "dK", FindingClass::mismatch, aligned)), nullptr) << "Dqk == Dv: a new bug";
   // F-4: NaN dQ from LibTorch's cuDNN path, only where some call has a row that sees no key.
   const Case masked_rows = json_case(R"("seq_q":8,"seq_kv":5,"head_dim_qk":16,"head_dim_v":16)", R"("mask":{"kind":"causal","align":"bottom_right"})");
   const KnownDeviation* f4 = known.covering(finding("torch.cudnn", "dQ", FindingClass::nan_inf, masked_rows));

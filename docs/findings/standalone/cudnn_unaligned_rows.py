@@ -73,14 +73,14 @@ def cfg(dtype, b, hq, hkv, sq, skv, dqk, dv, mask, q, k=None, v=None, d_out=None
 
 
 UNALIGNED = {
-    # repro/F-1-torch-cudnn-unaligned-rows-O-nan.json: causal top-left, BSHD, row padding 3 (22-byte rows)
+    # The 2026-11-29 reproducer F-1-torch-cudnn-unaligned-rows-O-nan.json (in git history): causal top-left, BSHD, row padding 3 (22-byte rows)
     "f1_O_nan": cfg("fp16", 1, 1, 1, 2, 4, 8, 16, "causal_tl", lay("bshd", rp=3), seed=1),
     # repro/F-1-torch-cudnn-unaligned-rows-execute-fails.json: no mask, BSHD, row padding 6 (28-byte rows)
     "f1_exec_fails": cfg("fp16", 1, 1, 1, 2, 2, 8, 8, "none", lay("bshd", rp=6), seed=2),
     # its q_split composition's second part: Q rows [1, 2) of that buffer, i.e. Sq=1 at offset 14
     "f1_exec_fails_qpart2": cfg("fp16", 1, 1, 1, 1, 2, 8, 8, "none", lay("bshd", rp=6, off=14),
                                 k=lay("bshd", rp=6), v=lay("bshd", rp=6), seed=3),
-    # repro/F-1-torch-cudnn-unaligned-rows-O-wrong.json: block-sparse mask with every block
+    # The 2026-11-29 reproducer F-1-torch-cudnn-unaligned-rows-O-wrong.json (in git history): block-sparse mask with every block
     # visible (a boolean mask of all True), BHSD, row padding 2 (20-byte rows)
     "f1_O_wrong": cfg("fp16", 1, 1, 1, 2, 2, 8, 8, "all", lay("bhsd", rp=2), seed=4),
     # the campaign case: GQA, prefix-LM, Q heads padded apart by 13, V at offset 7, K and dO plain
