@@ -86,7 +86,19 @@ struct ReplayArgs {
   double timeout = 60;
   bool known = false;  // the paths are known deviations: say which still fail and which are fixed
   bool any_plugin_build = false;  // replay a plugin whose content hash is not the recorded one
+  bool runnable_only = false;     // leave out, and say so, reproducers whose backend is not available here
 };
+
+// Why a reproducer's blamed backend cannot run on this machine (a built-in backend the registry
+// lists as unavailable: LibTorch's CUDA half missing, no GPU), or nothing. The user's own code
+// (plugin:, py:) is always tried: it says itself what it needs.
+std::optional<std::string> not_runnable_here(const Signature& sig) {
+  static const std::vector<BackendInfo> known = list_backends();
+  for (const std::string& b : sig.blamed_backends())
+    for (const BackendInfo& i : known)
+      if (i.name == b && !i.available) return b + " is not available here: " + i.unavailable_reason;
+  return std::nullopt;
+}
 
 int replay_command(const ReplayArgs& a) {
   try {
@@ -115,7 +127,7 @@ int replay_command(const ReplayArgs& a) {
     return it == known_id.end() ? path : "known " + it->second + "  " + path;
   };
   std::vector<JUnitCase> cases;
-  int failing = 0, fixed = 0, untested = 0, errors = 0, skipped = 0, legacy = 0, bad_inputs = 0;
+  int failing = 0, fixed = 0, untested = 0, errors = 0, skipped = 0, legacy = 0, bad_inputs = 0, not_here = 0;
   if (!junit.empty()) {
     if (const auto why = writable_file("--junit", junit)) {
       fmt::print(stderr, "attnfuzz: {}\n", *why);
@@ -156,6 +168,12 @@ int replay_command(const ReplayArgs& a) {
       cases.push_back({"replay", path, std::string("unreadable: ") + e.what(), ""});
       continue;
     }
+    if (a.runnable_only)
+      if (const auto why = not_runnable_here(r.finding.signature)) {
+        ++not_here;
+        fmt::print("not here  {}  {}: {}\n", label(path), r.finding.signature.to_string(), message_safe(*why, 300));
+        continue;
+      }
     if (r.legacy_checksum) {
       ++legacy;
       fmt::print("note      {}: written before record_checksum: only its inputs can be verified\n", path);
@@ -221,10 +239,14 @@ int replay_command(const ReplayArgs& a) {
       cases.push_back({"replay", path, "", "fixed: " + sig.to_string()});
     }
   }
-  fmt::print("{} still failing, {} fixed, {} untested, {} errors, {} files skipped (not reproducers){}\n", failing, fixed, untested, errors,
-             skipped, legacy ? fmt::format(", {} legacy (inputs verified only)", legacy) : std::string());
+  fmt::print("{} still failing, {} fixed, {} untested, {} errors, {} files skipped (not reproducers){}{}\n", failing, fixed, untested, errors,
+             skipped, legacy ? fmt::format(", {} legacy (inputs verified only)", legacy) : std::string(),
+             a.runnable_only ? fmt::format(", {} left out (their backend is not available here)", not_here) : std::string());
+  if (a.runnable_only && not_here > 0 && failing + fixed + untested + errors == 0)
+    fmt::print("no reproducer of {} can run on this machine: each blames a backend that is not available here\n",
+               printable(fmt::format("{}", fmt::join(paths, " "))));
   // A directory without a single reproducer replays nothing: said, not an error (all fixed).
-  if (failing + fixed + untested + errors == 0)
+  if (failing + fixed + untested + errors + not_here == 0)
     fmt::print(stderr, "attnfuzz: replay: warning: no reproducer ({}) found in {}\n", kReproFormat,
                printable(fmt::format("{}", fmt::join(paths, " "))));
   if (!junit.empty()) {
@@ -269,6 +291,8 @@ void add_replay_command(CLI::App& app, int& exit_code) {
                                            "ATTNFUZZ_PLUGIN_PATH and the build's plugin folders");
   replay->add_flag("--any-plugin-build", ra->any_plugin_build,
                    "replay a plugin whose library is not the one recorded (another content hash), e.g. a fixed build");
+  replay->add_flag("--runnable-only", ra->runnable_only,
+                   "leave out, and list, the reproducers whose blamed backend is not available on this machine (no GPU, say)");
   replay->add_flag("--known", ra->known,
                    "the paths are known deviations (campaign --known): say which still fail and which are fixed; exit 0 unless a "
                    "replay went wrong");

@@ -77,4 +77,12 @@ rec=$(ls "$tmp"/rec/*.json 2>/dev/null | head -1)
 check "its reproducer records the surround" "[ -f '$rec' ] && grep -q '\"fill\": \"nan\"' '$rec'"
 "$bin" replay "$rec" >"$tmp/p2.log" 2>&1
 check "and replays failing (exit 1, got $?)" "[ $? -eq 1 ] && grep -q '^FAILING' $tmp/p2.log"
+# --runnable-only: reproducers whose backend this build cannot run are listed, not counted as
+# untested (this test runs on the cpu preset: no CUDA backend is available).
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$bin" replay --known --runnable-only "$root/docs/findings/repro" >"$tmp/k.log" 2>&1
+rc=$?
+check "replay --runnable-only of the GPU-only known deviations: exit 0 (got $rc)" "[ $rc -eq 0 ]"
+check "each is listed with why" "grep -q '^not here  known F-1' $tmp/k.log && grep -q 'is not available here' $tmp/k.log"
+check "and the run says none could run here" "grep -q 'no reproducer of .* can run on this machine' $tmp/k.log"
 exit $fail
