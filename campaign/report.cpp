@@ -11,6 +11,7 @@
 
 #include "campaign/coverage.h"
 #include "campaign/dir_lock.h"
+#include "campaign/known.h"
 #include "campaign/output_file.h"
 #include "harness/case_json.h"
 #include "harness/compose.h"
@@ -209,6 +210,53 @@ std::string judged_rows(const nlohmann::json& summary, const std::string& run_di
 
 }  // namespace
 
+namespace {
+
+// Findings grouped by what most likely caused them: the same backend, the same family of
+// tensors (forward O/LSE, backward dQ/dK/dV, or none: an error, a crash) and the same case
+// properties among the known deviations' predicates (campaign/known.h) and the surround. One
+// root cause usually shows as one group of several buckets (F-1: torch.cudnn, every tensor,
+// unaligned rows).
+std::string root_causes_html(const std::vector<std::pair<std::string, Reproducer>>& shown) {
+  static const std::vector<std::pair<std::string, CasePredicate>> triggers = [] {
+    std::vector<std::pair<std::string, CasePredicate>> t;
+    for (const char* term : {"unaligned_rows(16)", "masked_rows", "head_dims_differ"}) t.emplace_back(term, parse_case_predicate(term));
+    t.emplace_back("surround_not_zero", [](const Case& c) { return c.layouts.surround.fill != Surround::Fill::zero; });
+    return t;
+  }();
+  auto family = [](const std::string& tensor) {
+    if (tensor == "O" || tensor == "LSE") return std::string("forward");
+    if (tensor == "dQ" || tensor == "dK" || tensor == "dV") return std::string("backward");
+    return std::string("no tensor");
+  };
+  std::map<std::string, std::vector<size_t>> groups;
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const Reproducer& r = shown[i].second;
+    std::string when;
+    for (const auto& [name, holds] : triggers)
+      if (holds(r.c)) when += (when.empty() ? "" : " and ") + name;
+    groups[r.finding.signature.backend + " | " + family(r.finding.signature.tensor) + " | " + (when.empty() ? "none of these" : when)]
+        .push_back(i);
+  }
+  std::vector<std::pair<std::string, std::vector<size_t>>> sorted(groups.begin(), groups.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+  std::ostringstream h;
+  h << "<h2>Likely root causes</h2><p>Findings of one backend, one family of tensors and the same case properties ("
+       "unaligned_rows(16), masked_rows, head_dims_differ, surround_not_zero) are grouped: a group is most likely one bug.</p>"
+       "<table><tr><th>backend</th><th>tensors</th><th>cases with</th><th>findings</th></tr>";
+  for (const auto& [key, members] : sorted) {
+    const size_t a = key.find(" | "), b = key.find(" | ", a + 3);
+    h << "<tr><td>" << esc(key.substr(0, a)) << "</td><td>" << esc(key.substr(a + 3, b - a - 3)) << "</td><td>" << esc(key.substr(b + 3))
+      << "</td><td>";
+    for (size_t m = 0; m < members.size(); ++m) h << (m ? " " : "") << "<a href='#f" << members[m] << "'>" << members[m] + 1 << "</a>";
+    h << "</td></tr>";
+  }
+  h << "</table>";
+  return h.str();
+}
+
+}  // namespace
+
 std::string write_report(const std::string& run_dir, const ReportServices& services, std::vector<std::string>* left_out) {
   nlohmann::json summary = nlohmann::json::object();
   std::error_code ec;
@@ -282,6 +330,7 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
       << esc(s.mask) << "</td><td>" << esc(describe_shape(shown[i].second.c.shape)) << "</td></tr>";
   }
   h << "</table>";
+  h << root_causes_html(shown);
   for (const auto& why : unreadable) h << "<p class='warn'>WARNING: " << esc(why) << "</p>";
   if (left_out) *left_out = unreadable;
   for (size_t i = 0; i < shown.size(); ++i) {

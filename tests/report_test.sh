@@ -13,7 +13,7 @@ fail=0
 ls "$out/run/findings" | grep -q '\.min\.json$' || { echo "FAIL: no minimized reproducer"; fail=1; }
 html="$out/run/report.html"
 [ -s "$html" ] || { echo "FAIL: no report.html"; exit 1; }
-for want in "Summary" "Findings" "attnfuzz replay" "<svg" "error histogram" "along the sequence" "crash"; do
+for want in "Summary" "Findings" "Likely root causes" "plugin.mutant_ignores_dlse</td><td>backward" "attnfuzz replay" "<svg" "error histogram" "along the sequence" "crash"; do
   grep -q "$want" "$html" || { echo "FAIL: report lacks '$want'"; fail=1; }
 done
 grep -q "http" "$html" && { echo "FAIL: the report refers to the network"; fail=1; }
