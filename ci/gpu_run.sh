@@ -7,6 +7,8 @@
 #   ci/gpu_run.sh campaign SECONDS SEED BACKENDS [extra campaign args]
 #   ci/gpu_run.sh oracles [bench args]       the GPU oracle set: tests, benchmark, sanitizers
 #   ci/gpu_run.sh cuda-plugins [DEVICES]     tests/plugins/cuda_plugin_test.sh on the carried plugins
+#   ci/gpu_run.sh ledger                     every docs/findings reproducer replayed; $OUT/LEDGER.md with its
+#                                            "last replay" table rewritten (ci/ledger_update.py)
 #   ci/gpu_run.sh aimed [SECONDS]            the support-envelope targets (docs/gpu.md, "Aimed cases on the
 #                                            GPU"): the default campaign, a real-tier one, the judged rates
 #                                            of bench_case_rate --aimed beside bench/plain_loop.py
@@ -58,6 +60,12 @@ case "$mode" in
     done ;;
   cuda-plugins)  # the minimal CUDA plugin and its planted-bug variants through run, campaign, check
     "$root/tests/plugins/cuda_plugin_test.sh" "$bin/attnfuzz" "$root/.carry/plugins" "$root" "${1:-0}" 2>&1 | tee "$OUT/cuda-plugins.log" ;;
+  ledger)
+    # Every reproducer of docs/findings/ replayed as `replay` does, then LEDGER.md's "last
+    # replay" table rewritten from the log into $OUT/LEDGER.md (copy it back into the checkout).
+    "$0" replay $(find "$root/docs/findings" -name '*.json' | sort) > /dev/null
+    cp "$root/docs/findings/LEDGER.md" "$OUT/LEDGER.md"
+    python3 "$root/ci/ledger_update.py" "$OUT/replay.log" "$(cat "$root/.carry/commit")" "$(date -u +%Y-%m-%d)" "$OUT/LEDGER.md" ;;
   run)  # one case (or reproducer) through the given backends, in this process
     "$bin/attnfuzz" run --backends "$2" "$1" 2>&1 | tee -a "$OUT/run.log" ;;
   minimize)
@@ -88,5 +96,5 @@ case "$mode" in
       python3 "$root/bench/plain_loop.py" --tier "$tier" --seconds 20 --kernels flash,efficient,cudnn 2>&1 | tee "$OUT/plain-$tier-all.log"
     done
     (cd "$OUT" && tar czf default.tgz default && rm -rf default) ;;
-  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|minimize SECONDS FILES...|aimed [SECONDS]" >&2; exit 2 ;;
+  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]" >&2; exit 2 ;;
 esac
