@@ -3,7 +3,8 @@
 
     ci/ledger_update.py LOG COMMIT DATE [LEDGER]      (LEDGER: docs/findings/LEDGER.md)
 
-LOG holds `attnfuzz replay` lines (`FAILING|fixed|UNTESTED|ERROR  PATH  SIGNATURE...`), as
+LEDGER defaults to docs/findings/LEDGER.md; the reproducers are always those of this checkout's
+docs/findings/. LOG holds `attnfuzz replay` lines (`FAILING|fixed|UNTESTED|ERROR  PATH  SIGNATURE...`), as
 `ci/gpu_run.sh ledger` writes them. Every reproducer under docs/findings/ gets one row: its
 result, the date and the harness commit, or "not in this replay". Paths are matched by their
 place under docs/findings/ (a log written in another checkout matches too). The table sits
@@ -21,8 +22,8 @@ def main(argv):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     log, commit, date = pathlib.Path(argv[1]), argv[2], argv[3]
-    ledger = pathlib.Path(argv[4]) if len(argv) == 5 else pathlib.Path(__file__).resolve().parent.parent / "docs/findings/LEDGER.md"
-    findings = ledger.parent
+    findings = pathlib.Path(__file__).resolve().parent.parent / "docs/findings"
+    ledger = pathlib.Path(argv[4]) if len(argv) == 5 else findings / "LEDGER.md"
     results = {}
     for line in log.read_text(errors="replace").splitlines():
         m = re.match(r"^(FAILING|fixed|UNTESTED|ERROR)\s+(?:known \S+\s+)?(\S+?)(?::)?(?:\s+(.*))?$", line)
