@@ -201,11 +201,12 @@ Judge isolated_judge(WorkerProcess& w, const CampaignOptions& o, bool check_dete
   };
 }
 
-Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& o, ShrinkReport* report) {
+Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& o, ShrinkReport* report,
+                             const OutOfTime& out_of_time) {
   const Signature& sig = r.finding.signature;
   // A hang costs the whole watchdog on every candidate that still hangs: a short one.
   const double timeout = sig.cls == FindingClass::timeout ? std::min(o.timeout_seconds, 2.0) : o.timeout_seconds;
-  Reproducer m = minimize(r, isolated_judge(proc, o, needs_determinism(sig), timeout), o.candidates, o.size, report);
+  Reproducer m = minimize(r, isolated_judge(proc, o, needs_determinism(sig), timeout), o.candidates, o.size, report, out_of_time);
   m.case_index = r.case_index;
   return m;
 }
@@ -483,16 +484,21 @@ void minimize_findings(const CampaignOptions& o) {
       files.push_back(p);
   }
   std::sort(files.begin(), files.end());
-  // Findings are independent: one worker per job takes the next file.
+  // Findings are independent: one worker per job takes the next file, until the time is spent.
   std::atomic<size_t> next{0};
+  const auto start = std::chrono::steady_clock::now();
+  const OutOfTime out_of_time = [&o, start] {
+    return o.minimize_seconds > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= o.minimize_seconds;
+  };
   auto minimize_one = [&](WorkerProcess& proc, const std::string& path) {
+    if (out_of_time()) return;  // not started: its representative stays as recorded
     Reproducer r;
     try {
       r = load_repro(path);
     } catch (const std::exception&) {
       return;
     }
-    Reproducer m = minimize_isolated(proc, r, o);
+    Reproducer m = minimize_isolated(proc, r, o, nullptr, out_of_time);
     m.minimized_from = fs::path(path).filename().string();
     write_file_atomic(path.substr(0, path.size() - 5) + ".min.json", write_repro(m));
   };

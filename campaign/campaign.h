@@ -41,6 +41,10 @@ struct CampaignOptions {
   double confirm_timeout_factor = 0;
   int determinism_every = 4;         // run every backend twice on every n-th case
   bool minimize = true;
+  // How long the minimization after the cases may take, all findings together (0: no limit):
+  // when it is spent, each finding keeps the smallest case found so far and those not started
+  // keep their unminimized representative. The CLI's default is max(--seconds, 60).
+  double minimize_seconds = 0;
   bool quiet = false;
   // The case stream for the backends the probe loaded: global case index -> case and its aim
   // (deterministic). Called once, before the first case.
@@ -98,7 +102,8 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
                                  Coverage* coverage = nullptr);
 // The judge (campaign/minimize.h) that runs each case in the isolated worker `w`, with this watchdog.
 Judge isolated_judge(WorkerProcess& w, const CampaignOptions& opt, bool check_determinism, double timeout_seconds);
-Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& opt, ShrinkReport* report = nullptr);
+Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& opt, ShrinkReport* report = nullptr,
+                             const OutOfTime& out_of_time = {});
 // The global index of the k-th case of a shard.
 inline uint64_t global_case_index(uint64_t k, int shard, int shards) {
   return k * static_cast<uint64_t>(shards) + static_cast<uint64_t>(shard);

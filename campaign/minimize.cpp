@@ -5,7 +5,7 @@
 namespace attnfuzz {
 
 ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps, const CandidateFn& candidates, const SizeFn& size,
-                    int max_attempts) {
+                    int max_attempts, const OutOfTime& out_of_time) {
   ShrinkReport r;
   r.minimized = c;
   r.size_before = size(c);
@@ -15,6 +15,11 @@ ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps
     const uint64_t current = size(r.minimized);
     for (const Case& cand : candidates(r.minimized)) {
       if (size(cand) >= current) continue;  // every accepted step strictly shrinks: termination
+      if (out_of_time && out_of_time()) {
+        r.out_of_time = true;
+        r.size_after = size(r.minimized);
+        return r;
+      }
       ++r.attempts;
       if (keeps(cand)) {
         r.minimized = cand;
@@ -48,10 +53,11 @@ Judge in_process_judge(const std::vector<Backend*>& backends, const OracleSet& o
   };
 }
 
-Reproducer minimize(const Reproducer& r, const Judge& judge, const CandidateFn& candidates, const SizeFn& size, ShrinkReport* report) {
+Reproducer minimize(const Reproducer& r, const Judge& judge, const CandidateFn& candidates, const SizeFn& size, ShrinkReport* report,
+                    const OutOfTime& out_of_time) {
   const Signature& sig = r.finding.signature;
   const ShrinkReport rep = shrink(
-      r.c, [&](const Case& c) { return signature_holds(judge, c, sig); }, candidates, size, minimize_attempts(sig));
+      r.c, [&](const Case& c) { return signature_holds(judge, c, sig); }, candidates, size, minimize_attempts(sig), out_of_time);
   Reproducer out = r;
   out.c = rep.minimized;
   for (const auto& f : judge(out.c))

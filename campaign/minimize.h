@@ -17,13 +17,18 @@ struct ShrinkReport {
   Case minimized;
   int steps = 0;     // accepted candidates
   int attempts = 0;  // predicate evaluations
+  bool out_of_time = false;  // stopped by its time budget, not because no candidate kept the signature
   uint64_t size_before = 0, size_after = 0;
 };
 
+// Whether a minimization's time is spent: checked before each candidate, so a shrink stops with
+// the smallest case found so far (none given: no limit).
+using OutOfTime = std::function<bool()>;
+
 // Greedy: takes the first candidate (smaller by `size`) for which `keeps` holds and repeats
-// until none does. Deterministic for a given case and predicate.
+// until none does, or until `out_of_time`. Deterministic for a given case and predicate.
 ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps, const CandidateFn& candidates, const SizeFn& size,
-                    int max_attempts = 5000);
+                    int max_attempts = 5000, const OutOfTime& out_of_time = {});
 
 // A judge: the findings a case produces now, in this process or in an isolated worker
 // (campaign/campaign.h). The minimizer is one loop over whichever it is given.
@@ -42,6 +47,6 @@ Judge in_process_judge(const std::vector<Backend*>& backends, const OracleSet& o
 // Shrinks a reproducer's case while `judge` still finds its signature; the result carries the
 // finding as it shows on the minimized case and that case's input checksum.
 Reproducer minimize(const Reproducer& r, const Judge& judge, const CandidateFn& candidates, const SizeFn& size,
-                    ShrinkReport* report = nullptr);
+                    ShrinkReport* report = nullptr, const OutOfTime& out_of_time = {});
 
 }  // namespace attnfuzz

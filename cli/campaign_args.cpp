@@ -113,6 +113,9 @@ CampaignOptions to_options(const CampaignArgs& a) {
                                 std::to_string(kMaxJobs) + " workers --jobs allows");
   o.timeout_seconds = a.timeout;
   o.minimize = !a.no_minimize;
+  // Minimizing after a short campaign on a GPU judges each candidate in a fresh worker: without a
+  // limit, a 30 s campaign's findings took minutes more on the H200 (docs/campaigns.md).
+  o.minimize_seconds = a.minimize_seconds >= 0 ? a.minimize_seconds : std::max(a.seconds, 60.0);
   o.quiet = a.quiet;
   tier_options(a.tier, false, a.max_seq, a.max_dim);  // a bad --tier is refused before any worker starts
   if (a.case_mix != "auto" && a.case_mix != "blind" && a.case_mix != "aimed")
@@ -149,6 +152,10 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-dim", a.max_dim, "largest head dimension of generated cases (default: the tier's)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
+  cmd->add_option("--minimize-seconds", a.minimize_seconds,
+                  "time for minimizing the findings after the cases, all together (default: max(--seconds, 60); 0: no limit); "
+                  "when it is spent each keeps the smallest case found so far")
+      ->check(CLI::Range(0.0, kMaxBudgetSeconds));
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
   cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

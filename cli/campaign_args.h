@@ -20,6 +20,7 @@ inline constexpr int kMaxJobs = 256;
 struct CampaignArgs {
   uint64_t seed = 1;
   double seconds = 30;
+  double minimize_seconds = -1;  // -1: max(seconds, 60); 0: no limit
   uint64_t cases = 0;
   std::string shard = "0/1";
   std::vector<std::string> backends;

@@ -107,6 +107,29 @@ TEST(MutantZoo, AReadOutsideTheViewShowsOnlyThroughTheSurround) {
   EXPECT_GT(m.c.layouts[TensorRole::q].row_padding + m.c.layouts[TensorRole::k].row_padding, 0) << describe(m.c.layouts);
 }
 
+// A minimization whose time is spent stops between candidates with the smallest case it has
+// found, which still shows the finding; without a limit it goes on to the end.
+TEST(MutantZoo, AMinimizationOutOfTimeKeepsTheSmallestCaseSoFar) {
+  auto be = mutant("ignores_dlse");
+  const Case seed = case_from_string(kSeedCase);
+  const OracleSet oracles = default_oracles();
+  const DiffReport run = run_differential(seed, {be.get()}, oracles);
+  ASSERT_FALSE(run.findings.empty());
+  const Reproducer found = reproducer_of(seed, {}, run.findings[0], run, {});
+  const Judge judge = in_process_judge({be.get()}, oracles, false);
+  int checks = 0;
+  ShrinkReport cut, full;
+  const Reproducer early = minimize(found, judge, shrink_candidates, case_size, &cut, [&checks] { return ++checks > 5; });
+  const Reproducer whole = minimize(found, judge, shrink_candidates, case_size, &full);
+  EXPECT_TRUE(cut.out_of_time);
+  EXPECT_EQ(cut.attempts, 5);
+  EXPECT_FALSE(full.out_of_time);
+  EXPECT_GT(full.attempts, cut.attempts);
+  EXPECT_LE(case_size(early.c), case_size(seed));
+  EXPECT_LE(case_size(whole.c), case_size(early.c));
+  EXPECT_EQ(early.finding.signature, found.finding.signature) << "the case kept still shows the finding";
+}
+
 // The loader hands plugins real views (each tensor its own order, padding, unaligned
 // offset; packed QKV and gradients): the correct mutant and the documented minimal plugin,
 // which honour strides, agree with the reference on every layout.
