@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -91,6 +92,9 @@ void WorkerProcess::start() {
     // kills it when the parent dies, even by SIGKILL.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() == 1) ::_exit(1);  // the parent died before prctl took effect
+    // Its own process group: whatever a backend forks stays in it, and dies with the worker
+    // (stop() and a timeout kill the group), holding its pipes or not.
+    ::setpgid(0, 0);
     // Only async-signal-safe calls from here on. dup2 clears close-on-exec on the copies.
     if (::dup2(in[0], req_fd) < 0 || ::dup2(out[1], rep_fd) < 0) ::_exit(126);
     if (devnull >= 0) ::dup2(devnull, 0);
@@ -100,6 +104,7 @@ void WorkerProcess::start() {
     ::execve(cargv[0], cargv.data(), cenv.data());
     ::_exit(127);
   }
+  ::setpgid(pid_, pid_);  // also here: no kill of the group can come before the child's own call
   if (devnull >= 0) ::close(devnull);
   ::close(in[0]);
   ::close(out[1]);
@@ -113,9 +118,13 @@ void WorkerProcess::start() {
 
 void WorkerProcess::stop() {
   if (pid_ > 0) {
+    ::kill(-pid_, SIGKILL);  // the worker's group: what its backends forked too
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
+  } else if (group_ > 0) {
+    ::kill(-group_, SIGKILL);  // the worker is gone (reaped), what it forked may not be
   }
+  group_ = -1;
   if (to_child_ >= 0) ::close(to_child_);
   if (from_child_ >= 0) ::close(from_child_);
   pid_ = -1;
@@ -128,10 +137,12 @@ WorkerProcess::Reply WorkerProcess::request(const std::string& body, double time
   const auto first_deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   auto deadline = first_deadline;
   const auto compile_deadline = first_deadline + std::chrono::duration<double>(compile_limit_seconds());
-  auto died = [&](Reply::Status st) {
-    int status = 0;
-    if (st == Reply::Status::timed_out) ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status, 0);
+  // `reaped`: the worker's status, where the watchdog loop already collected it.
+  auto died = [&](Reply::Status st, std::optional<int> reaped = std::nullopt) {
+    int status = reaped.value_or(0);
+    if (st == Reply::Status::timed_out) ::kill(-pid_, SIGKILL), ::kill(pid_, SIGKILL);
+    if (!reaped) ::waitpid(pid_, &status, 0);
+    group_ = pid_;  // stop() kills what is left of the group
     pid_ = -1;
     if (st == Reply::Status::timed_out) {
       reply.detail = "no reply within " + std::to_string(timeout_s) + " s; killed";
@@ -181,7 +192,13 @@ WorkerProcess::Reply WorkerProcess::request(const std::string& body, double time
     const int pr = ::poll(pfd, off < msg.size() ? 2 : 1, static_cast<int>(std::min<long long>(left, 1000)));
     if (pr < 0 && errno == EINTR) continue;
     if (pr < 0) return died(Reply::Status::crashed);
-    if (pr == 0) continue;
+    if (pr == 0) {
+      // No byte and no hang-up for a second: a process the worker forked may hold its pipe
+      // open after the worker itself died. The worker's own exit decides.
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) return died(Reply::Status::crashed, status);
+      continue;
+    }
     if (off < msg.size() && (pfd[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
       const ssize_t n = ::write(to_child_, msg.data() + off, msg.size() - off);
       if (n > 0)

@@ -63,6 +63,7 @@ class WorkerProcess {
   void stop();
   std::vector<std::string> argv_, env_;
   pid_t pid_ = -1;
+  pid_t group_ = -1;  // a dead worker's process group, killed by stop()
   int to_child_ = -1, from_child_ = -1;
   uint64_t seq_ = 0;
   FrameReader reader_;

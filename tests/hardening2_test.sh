@@ -116,6 +116,21 @@ case "$item" in
   check "the refusal names the file" "grep -q -- '--record: .*$(basename "$first").*FIFO' $tmp/err"
   check "the other $((n - 1)) reproducer(s) were written" "[ \$(ls rec1/*.json | wc -l) -eq $n ] && [ -p 'rec1/$(basename "$first")' ]"
   if [ ! -e node ]; then echo "SKIP: the device node part needs root (mknod)"; [ $fail = 0 ] && exit 77; fi ;;
+05)  # what a plugin forks dies with its worker, and does not hide the worker's crash
+  ATTNFUZZ_HOSTILE=fork_crash ATTNFUZZ_HOSTILE_PIDS=$tmp/pids af campaign --seed 5 --cases 2 --jobs 1 --timeout 60 --no-minimize --quiet \
+    --backends "$hostile" --out camp
+  check "the campaign ends with its findings (exit 1, got $rc)" "[ $rc -eq 1 ]"
+  check "a crash, not a timeout after the 60 s watchdog" "grep -rlq '\"class\": \"crash\"' camp/findings && ! grep -rlq '\"class\": \"timeout\"' camp/findings"
+  check "the plugin forked (pids recorded)" "[ -s $tmp/pids ]"
+  sleep 0.5
+  alive=0
+  # A killed process whose parent (init, here) has not reaped it yet is a zombie: dead.
+  for p in $(cat "$tmp/pids" 2>/dev/null); do
+    state=$(ps -o stat= -p "$p" 2>/dev/null | tr -d ' ')
+    [ -n "$state" ] && [ "${state#Z}" = "$state" ] && alive=$((alive + 1))
+  done
+  check "none of the $(wc -l <"$tmp/pids" 2>/dev/null) forked processes outlives the campaign ($alive alive)" "[ $alive -eq 0 ]"
+  for p in $(cat "$tmp/pids" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done ;;
 06)  # silent loss: merge of a store of .min.json files only, run --record after a failed write
   "$bin" campaign --cases 10 --jobs 1 --no-minimize --quiet --out mins --backends "$dlse" >/dev/null 2>&1
   n=$(count_findings mins)

@@ -7,10 +7,16 @@
  *   fail    accepts every problem and fails every call (forward() returns an error);
  *   oob     computes normally, then writes one element past the end of O's first row (into its
  *           row padding, when the layout pads rows);
- *   clobber computes normally, then changes the first element of its input Q.
+ *   clobber computes normally, then changes the first element of its input Q;
+ *   fork_crash forks a child that keeps the worker's descriptors and sleeps (its pid appended
+ *           to $ATTNFUZZ_HOSTILE_PIDS), then raises SIGSEGV.
  * Anything else (or unset): the minimal plugin, unchanged. */
 #define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 /* The minimal plugin's code, its exported names moved aside. */
@@ -47,6 +53,17 @@ static int hostile_forward(const af_problem* p, const af_tensor* q, const af_ten
   if (mode_is("fail")) return fail(msg, msg_len, "hostile plugin: fails every call");
   if (mode && strcmp(mode, "exit0") == 0) exit(0);
   if (mode && strcmp(mode, "fdspam") == 0) spam_descriptors();
+  if (mode_is("fork_crash")) { /* a child that keeps every descriptor (the worker's pipes), then a crash */
+    const pid_t child = fork();
+    if (child == 0) {
+      sleep(600);
+      _exit(0);
+    }
+    const char* pids = getenv("ATTNFUZZ_HOSTILE_PIDS");
+    FILE* f = pids ? fopen(pids, "a") : NULL;
+    if (f) fprintf(f, "%d\n", (int)child), fclose(f);
+    raise(SIGSEGV);
+  }
   const int rc = forward(p, q, k, v, o, lse, msg, msg_len);
   if (rc == 0 && mode_is("oob")) ((float*)o->data)[o->shape[3]] = 0.0f;
   if (rc == 0 && mode_is("clobber")) ((float*)q->data)[0] += 1.0f;
