@@ -27,6 +27,7 @@ struct MinimizeOptions {
   std::string path, out;
   std::vector<std::string> backends;
   bool any_plugin_build = false;
+  double timeout = 0;  // --timeout: the watchdog of each candidate, in an isolated worker (0: the defaults)
 };
 
 int minimize_command(const MinimizeOptions& opt) {
@@ -105,9 +106,13 @@ int minimize_command(const MinimizeOptions& opt) {
   isolation.backends = used;
   isolation.worker_argv = worker_argv(used);
   Judge judge;
-  if (on_gpu) {
-    proc.emplace(isolation.worker_argv, std::vector<std::string>{"CUDA_LAUNCH_BLOCKING=1"});
-    const double timeout = sig.cls == FindingClass::timeout ? 2.0 : 120.0;
+  // A crash or a hang can only be judged from outside: such a finding, like any given --timeout,
+  // has every candidate run in an isolated worker under a watchdog, on the CPU too (in this
+  // process the first candidate that crashes would end the minimization).
+  const bool dies = sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout;
+  if (on_gpu || dies || opt.timeout > 0) {
+    proc.emplace(isolation.worker_argv, on_gpu ? std::vector<std::string>{"CUDA_LAUNCH_BLOCKING=1"} : std::vector<std::string>{});
+    const double timeout = opt.timeout > 0 ? opt.timeout : sig.cls == FindingClass::timeout ? 2.0 : 120.0;
     judge = isolated_judge(*proc, isolation, needs_determinism(sig), timeout);
   } else {
     judge = in_process_judge(backends, oracles_for(backends, r.c.shape), needs_determinism(sig));
@@ -148,6 +153,10 @@ void add_minimize_command(CLI::App& app, int& exit_code) {
   cmd->add_option_function<std::string>("--plugin-path", add_plugin_path,
                                         "colon-separated folders where the reproducer's plugins are looked up by file name");
   cmd->add_flag("--any-plugin-build", opt->any_plugin_build, "minimize with a plugin whose library is not the one recorded");
+  cmd->add_option("--timeout", opt->timeout,
+                  "watchdog per candidate, seconds: every candidate then runs in an isolated worker (default: isolated with 120 s "
+                  "where a backend runs on a GPU or the finding is a crash or a hang (2 s), in this process otherwise)")
+      ->check(seconds_in(kMinTimeoutSeconds, kMaxTimeoutSeconds));
   cmd->callback([opt, &exit_code] { exit_code = minimize_command(*opt); });
 }
 

@@ -116,6 +116,18 @@ case "$item" in
   check "the refusal names the file" "grep -q -- '--record: .*$(basename "$first").*FIFO' $tmp/err"
   check "the other $((n - 1)) reproducer(s) were written" "[ \$(ls rec1/*.json | wc -l) -eq $n ] && [ -p 'rec1/$(basename "$first")' ]"
   if [ ! -e node ]; then echo "SKIP: the device node part needs root (mknod)"; [ $fail = 0 ] && exit 77; fi ;;
+04)  # minimize judges a crash's candidates in isolated workers, and takes --timeout
+  crash="plugin:$mutants/libattnfuzz_mutant_crash.so"
+  af campaign --seed 3 --cases 40 --jobs 1 --no-minimize --quiet --backends "$crash" --out camp
+  f=$(ls camp/findings/*.json 2>/dev/null | head -1)
+  check "the campaign recorded a crash" "[ -n '$f' ] && grep -q '\"class\": \"crash\"' '$f'"
+  af minimize --out m.json "$f"
+  check "minimize of a crash: exit 0, not a crash of minimize itself (got $rc)" "[ $rc -eq 0 ] && grep -q '\"class\": \"crash\"' m.json"
+  check "  shrunk (Skv % 7 == 3 is all the bug needs)" "python3 -c 'import json,sys; s=json.load(open(\"m.json\"))[\"case\"][\"shape\"]; sys.exit(0 if s[\"seq_q\"] == 1 and s[\"heads_q\"] == 1 else 1)'"
+  af minimize --timeout 5 --out m5.json "$f"
+  check "minimize --timeout 5: exit 0 (got $rc)" "[ $rc -eq 0 ] && [ -f m5.json ]"
+  af minimize --timeout 0 --out m0.json "$f"
+  check "minimize --timeout 0: refused (exit 2, got $rc)" "[ $rc -eq 2 ]" ;;
 05)  # what a plugin forks dies with its worker, and does not hide the worker's crash
   ATTNFUZZ_HOSTILE=fork_crash ATTNFUZZ_HOSTILE_PIDS=$tmp/pids af campaign --seed 5 --cases 2 --jobs 1 --timeout 60 --no-minimize --quiet \
     --backends "$hostile" --out camp
