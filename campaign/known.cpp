@@ -44,6 +44,17 @@ std::string trim(const std::string& s) {
   return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
 }
 
+// "a|b|c" -> {a, b, c}; a text without a bar is one alternative.
+std::vector<std::string> alternatives(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t start = 0;;) {
+    const size_t bar = text.find('|', start);
+    out.push_back(text.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+    if (bar == std::string::npos) return out;
+    start = bar + 1;
+  }
+}
+
 // "name(arg)" -> {name, arg}; a bare name has no argument.
 std::pair<std::string, std::string> split_term(const std::string& term) {
   const auto open = term.find('(');
@@ -69,32 +80,22 @@ CasePredicate parse_term(const std::string& term) {
   }
   if (name == "dtype") {
     std::vector<DType> dtypes;
-    size_t start = 0;
-    for (size_t bar = arg.find('|');; bar = arg.find('|', start)) {
-      const std::string one = arg.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
-      try {
+    for (const std::string& one : alternatives(arg)) try {
         dtypes.push_back(dtype_from_string(one));
       } catch (const std::invalid_argument&) {
         throw std::invalid_argument("predicate term '" + term + "': unknown dtype '" + one + "'");
       }
-      if (bar == std::string::npos) break;
-      start = bar + 1;
-    }
     return [dtypes](const Case& c) { return std::find(dtypes.begin(), dtypes.end(), c.dtype) != dtypes.end(); };
   }
-  throw std::invalid_argument("predicate term '" + term + "': unknown (known: unaligned_rows(N), masked_rows, dtype(a|b), always)");
+  throw std::invalid_argument("predicate term '" + term +
+                              "': unknown (known: unaligned_rows(N), masked_rows, head_dims_differ, dtype(a|b), always)");
 }
 
 // "*" (any), one value, or alternatives "a|b".
 bool field_matches(const std::string& pattern, const std::string& value) {
   if (pattern == "*") return true;
-  size_t start = 0;
-  for (;;) {
-    const size_t bar = pattern.find('|', start);
-    if (pattern.compare(start, bar == std::string::npos ? std::string::npos : bar - start, value) == 0) return true;
-    if (bar == std::string::npos) return false;
-    start = bar + 1;
-  }
+  const std::vector<std::string> any = alternatives(pattern);
+  return std::find(any.begin(), any.end(), value) != any.end();
 }
 
 KnownDeviation load_one(const json& j, const std::string& path) {
@@ -118,14 +119,10 @@ KnownDeviation load_one(const json& j, const std::string& path) {
       if (cls == "*") {
         k.any_class = true;
       } else {
-        for (size_t start = 0;;) {
-          const size_t bar = cls.find('|', start);
-          const std::string one = cls.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+        for (const std::string& one : alternatives(cls)) {
           const auto parsed = finding_class_from_string(one);
           if (!parsed) throw CaseError("known.covers.class", "unknown class '" + one + "'");
           k.classes.push_back(*parsed);
-          if (bar == std::string::npos) break;
-          start = bar + 1;
         }
       }
     }

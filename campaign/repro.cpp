@@ -99,10 +99,7 @@ BackendSources plugin_file_sources(const std::vector<std::string>& names) {
   BackendSources out;
   for (const std::string& n : names)
     if (const auto spec = plugin_spec(n)) try {
-        const std::string path = resolve_plugin(*spec);
-        out[portable_backend_name(n)] = {{"file", std::filesystem::path(path).filename().string()},
-                                         {"content_hash", plugin_content_hash(path)},
-                                         {"recorded_path", path}};
+        out[portable_backend_name(n)] = plugin_source(resolve_plugin(*spec));
       } catch (const std::exception&) {  // gone since the campaign loaded it: recorded by name only
       }
   return out;

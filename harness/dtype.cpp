@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace attnfuzz {
@@ -35,6 +36,18 @@ double unit_roundoff(DType d) {
       return std::ldexp(1.0, -8);
   }
   return 0;
+}
+
+double largest_finite(DType d) {
+  switch (d) {
+    case DType::f32:
+      return static_cast<double>(std::numeric_limits<float>::max());
+    case DType::f16:
+      return 65504.0;
+    case DType::bf16:
+      return std::ldexp(255.0, 120);  // 0x7f7f: 1.1111111b x 2^127
+  }
+  return 0.0;
 }
 
 double smallest_subnormal(DType d) {

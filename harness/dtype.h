@@ -15,6 +15,8 @@ DType dtype_from_string(std::string_view s);  // throws std::invalid_argument
 double unit_roundoff(DType d);
 // The smallest positive subnormal of the type.
 double smallest_subnormal(DType d);
+// The largest finite value of the type: 65504, about 3.39e38, about 3.40e38.
+double largest_finite(DType d);
 // fp32's smallest normal number, 2^-126: kernels flush what falls below it (FTZ, tensor cores).
 inline constexpr double kSmallestNormalF32 = 1.1754943508222875e-38;
 

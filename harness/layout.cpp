@@ -80,14 +80,14 @@ std::optional<Surround::Fill> fill_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-double surround_value(Surround::Fill f, double largest_finite) {
+double surround_value(Surround::Fill f, DType d) {
   switch (f) {
     case Surround::Fill::zero:
       return 0.0;
     case Surround::Fill::nan:
       return std::numeric_limits<double>::quiet_NaN();
     case Surround::Fill::large:
-      return largest_finite;
+      return largest_finite(d);
   }
   return 0.0;
 }

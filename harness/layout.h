@@ -32,6 +32,8 @@
 #include <string>
 #include <string_view>
 
+#include "harness/dtype.h"
+
 namespace attnfuzz {
 
 struct Shape;
@@ -83,8 +85,8 @@ struct Surround {
 inline constexpr int64_t kMaxSurroundGuard = 1 << 16;
 const char* fill_name(Surround::Fill f);
 std::optional<Surround::Fill> fill_from_name(std::string_view name);
-// The value of one surrounding element of a type whose largest finite value is `largest_finite`.
-double surround_value(Surround::Fill f, double largest_finite);
+// The value of one surrounding element of type `d` (harness/dtype.h, largest_finite).
+double surround_value(Surround::Fill f, DType d);
 
 struct Layouts {
   Packing inputs = Packing::none;  // Q, K, V

@@ -90,6 +90,10 @@ std::string plugin_content_hash(const std::string& path) {
   return std::string("fnv1a64:") + hex;
 }
 
+std::map<std::string, std::string> plugin_source(const std::string& path) {
+  return {{"file", file_name_of(path)}, {"content_hash", plugin_content_hash(path)}, {"recorded_path", path}};
+}
+
 std::optional<std::string> plugin_spec(const std::string& backend_name) {
   if (backend_name.rfind("plugin:", 0) != 0) return std::nullopt;
   return backend_name.substr(7);

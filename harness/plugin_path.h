@@ -10,6 +10,7 @@
 //      b. `hints`: the folder the reproducer recorded it in;
 //      c. the build's plugin folders: plugins/ and mutants/ beside the attnfuzz executable and
 //         one level above it (build/<preset>/, and a staging folder's bin/../).
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ std::vector<std::string> plugin_search_path(const std::vector<std::string>& hint
 std::string resolve_plugin(const std::string& spec, const std::vector<std::string>& hints = {});
 // "fnv1a64:<16 hex digits>" over the file's bytes. Throws std::runtime_error if unreadable.
 std::string plugin_content_hash(const std::string& path);
+// What a reproducer records of the plugin at `path` (Reproducer::backend_sources): "file" (its
+// name), "content_hash" and "recorded_path". Throws std::runtime_error if unreadable.
+std::map<std::string, std::string> plugin_source(const std::string& path);
 // The name a reproducer records: "plugin:/any/dir/libfoo.so" becomes "plugin:libfoo.so";
 // every other backend name is returned unchanged.
 std::string portable_backend_name(const std::string& name);

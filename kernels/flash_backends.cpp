@@ -89,8 +89,7 @@ struct Placed16 {
     // An input's buffer holds the case's surround where its elements are not (harness/layout.h);
     // a copy to the kernel's own layout (not native) has nothing around it but zero padding.
     const flash::Elem e = p.dtype == DType::f16 ? flash::Elem::f16 : flash::Elem::bf16;
-    const uint16_t around = native ? to_bits(e, surround_value(p.layouts.surround.fill, e == flash::Elem::f16 ? 65504.0 : 3.3895313892515355e38))
-                                   : uint16_t{0};
+    const uint16_t around = native ? to_bits(e, surround_value(p.layouts.surround.fill, p.dtype)) : uint16_t{0};
     host.assign(static_cast<size_t>(pl.extent), output ? kPoison16 : around);
     dev = DeviceMemory(host.size() * sizeof(uint16_t));
     ptr = static_cast<uint16_t*>(dev.get()) + pl.offset;
@@ -125,7 +124,7 @@ struct Placed32 {
     strides = {pl.strides[0], pl.strides[1], pl.strides[2]};
     float poison;
     std::memcpy(&poison, &kPoison32, 4);
-    const float around = static_cast<float>(surround_value(p.layouts.surround.fill, 3.4028234663852886e38));
+    const float around = static_cast<float>(surround_value(p.layouts.surround.fill, DType::f32));
     host.assign(static_cast<size_t>(pl.extent), output ? poison : around);
     dev = DeviceMemory(host.size() * sizeof(float));
     ptr = static_cast<float*>(dev.get()) + pl.offset;

@@ -263,8 +263,7 @@ class DeviceTensors {
   // case's surround (harness/layout.h).
   void upload(std::initializer_list<std::pair<TensorRole, const Tensor*>> tensors) {
     std::map<TensorRole, std::vector<uint16_t>> host;
-    const double largest = p_.dtype == DType::f16 ? 65504.0 : 3.3895313892515355e38;
-    const uint16_t around = to_bits(p_.dtype, surround_value(p_.layouts.surround.fill, largest));
+    const uint16_t around = to_bits(p_.dtype, surround_value(p_.layouts.surround.fill, p_.dtype));
     for (auto [r, t] : tensors) {
       const Placement pl = placement(p_, r);
       std::vector<uint16_t>& h = host[pl.buffer];

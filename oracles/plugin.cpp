@@ -4,7 +4,6 @@
 
 #include <bit>
 #include <cstring>
-#include <filesystem>
 #include <initializer_list>
 #include <list>
 #include <map>
@@ -165,7 +164,7 @@ std::string restrictions_json(const Problem& p) {
 class PluginBackend final : public Backend {
  public:
   PluginBackend(std::string path, void* handle, const af_plugin* plugin)
-      : path_(std::move(path)), content_hash_(plugin_content_hash(path_)), handle_(handle), pl_(plugin) {
+      : path_(std::move(path)), source_(plugin_source(path_)), handle_(handle), pl_(plugin) {
     try {
       const auto j = nlohmann::json::parse(pl_->contract_json ? pl_->contract_json : "{}");
       for (auto it = j.begin(); it != j.end(); ++it) {
@@ -182,9 +181,7 @@ class PluginBackend final : public Backend {
 
   std::string name() const override { return std::string("plugin.") + (pl_->name ? pl_->name : "unnamed"); }
   std::string version() const override { return pl_->version ? pl_->version : ""; }
-  std::map<std::string, std::string> provenance() const override {
-    return {{"file", std::filesystem::path(path_).filename().string()}, {"content_hash", content_hash_}, {"recorded_path", path_}};
-  }
+  std::map<std::string, std::string> provenance() const override { return source_; }
   std::string device() const override { return (pl_->flags & AF_DEVICE_IS_CUDA) ? "cuda" : "cpu"; }
   std::optional<Contract> contract(DType d) const override {
     auto it = contracts_.find(d);
@@ -299,7 +296,7 @@ class PluginBackend final : public Backend {
   };
 
   std::string path_;
-  std::string content_hash_;
+  std::map<std::string, std::string> source_;  // what a reproducer records of it (harness/plugin_path.h)
   void* handle_;
   const af_plugin* pl_;
   std::map<DType, Contract> contracts_;

@@ -2,6 +2,7 @@
 // Shared by the LibTorch backends (included only by oracles/torch_*.cpp, which see ATen).
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <vector>
@@ -82,9 +83,12 @@ inline at::Tensor view_at(const at::Tensor& storage, const Placement& pl) {
 inline std::map<TensorRole, at::Tensor> laid_out_views(const Problem& p, std::initializer_list<TensorRole> roles,
                                                        const at::TensorOptions& opts, bool filled = true) {
   std::map<TensorRole, at::Tensor> buffers, views;
-  const double largest = opts.dtype() == at::kHalf ? 65504.0 : opts.dtype() == at::kBFloat16 ? 3.3895313892515355e38
-                       : opts.dtype() == at::kFloat ? 3.4028234663852886e38 : 1.7976931348623157e308;
-  const double around = surround_value(p.layouts.surround.fill, largest);
+  // The surround of the views' own element type (float64 for the f64 backends).
+  const at::ScalarType st = opts.dtype().toScalarType();
+  const Surround::Fill fill = p.layouts.surround.fill;
+  const double around = st == at::kDouble && fill == Surround::Fill::large
+                            ? std::numeric_limits<double>::max()
+                            : surround_value(fill, st == at::kHalf ? DType::f16 : st == at::kBFloat16 ? DType::bf16 : DType::f32);
   for (TensorRole r : roles) {
     const Placement pl = place(p.layouts, r, p.shape);
     at::Tensor& buf = buffers[pl.buffer];

@@ -278,9 +278,11 @@ TEST(Place, SurroundGuardShiftsEveryBuffer) {
   EXPECT_EQ(place(p, R::q, sq).offset, q0.offset + 8);
   EXPECT_EQ(place(p, R::v, sq).offset, v0.offset + 8);
   EXPECT_EQ(place(p, R::v, sq).extent, v0.extent + 16);
-  EXPECT_EQ(surround_value(Surround::Fill::zero, 65504.0), 0.0);
-  EXPECT_TRUE(std::isnan(surround_value(Surround::Fill::nan, 65504.0)));
-  EXPECT_EQ(surround_value(Surround::Fill::large, 65504.0), 65504.0);
+  EXPECT_EQ(surround_value(Surround::Fill::zero, DType::f16), 0.0);
+  EXPECT_TRUE(std::isnan(surround_value(Surround::Fill::nan, DType::f16)));
+  EXPECT_EQ(surround_value(Surround::Fill::large, DType::f16), 65504.0);
+  EXPECT_EQ(surround_value(Surround::Fill::large, DType::bf16), 3.3895313892515355e38);
+  EXPECT_EQ(surround_value(Surround::Fill::large, DType::f32), 3.4028234663852886e38);
 }
 
 TEST(LayoutJson, SurroundRoundTripsAndIsRefusedByName) {
