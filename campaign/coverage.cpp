@@ -75,7 +75,7 @@ std::vector<RunOutcome> run_outcomes(const DiffReport& r) {
   std::set<std::pair<std::string, std::string>> errors;  // (backend, composition class) with a backend_error
   std::map<std::pair<std::string, std::string>, std::string> error_detail;
   for (const auto& f : r.findings)
-    if (f.signature.cls == FindingClass::backend_error) {
+    if (f.signature.cls == FindingClass::backend_error || f.signature.cls == FindingClass::out_of_bounds) {
       errors.insert({f.signature.backend, f.signature.composition});
       error_detail.emplace(std::make_pair(f.signature.backend, f.signature.composition), f.detail);
     }

@@ -1,13 +1,16 @@
 #include "campaign/report.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "campaign/coverage.h"
 #include "campaign/dir_lock.h"
@@ -18,6 +21,7 @@
 #include "harness/error_model.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
+#include "harness/isolated_call.h"
 #include "harness/json_input.h"
 
 namespace attnfuzz {
@@ -142,11 +146,81 @@ std::string coverage_html(const Coverage& c) {
 
 }  // namespace
 
+namespace {
+
+// An ErrorProfile through the isolated call's pipe: the tensor's name, bound_max, then the
+// three vectors, each as its length and its doubles.
+std::string serialize(const ErrorProfile& p) {
+  std::string out;
+  auto put = [&out](const void* data, size_t n) { out.append(static_cast<const char*>(data), n); };
+  const uint64_t name_len = p.tensor.size();
+  put(&name_len, sizeof name_len);
+  put(p.tensor.data(), p.tensor.size());
+  put(&p.bound_max, sizeof p.bound_max);
+  for (const std::vector<double>* v : {&p.abs_errors, &p.by_position, &p.by_feature}) {
+    const uint64_t n = v->size();
+    put(&n, sizeof n);
+    put(v->data(), n * sizeof(double));
+  }
+  return out;
+}
+
+ErrorProfile deserialize(const std::string& s) {
+  size_t at = 0;
+  auto take = [&](void* data, size_t n) {
+    if (s.size() - at < n) throw std::runtime_error("a truncated error profile from the re-run");
+    std::memcpy(data, s.data() + at, n);
+    at += n;
+  };
+  ErrorProfile p;
+  uint64_t name_len = 0;
+  take(&name_len, sizeof name_len);
+  if (name_len > s.size()) throw std::runtime_error("a malformed error profile from the re-run");
+  p.tensor.resize(name_len);
+  take(p.tensor.data(), name_len);
+  take(&p.bound_max, sizeof p.bound_max);
+  for (std::vector<double>* v : {&p.abs_errors, &p.by_position, &p.by_feature}) {
+    uint64_t n = 0;
+    take(&n, sizeof n);
+    if (n > s.size() / sizeof(double)) throw std::runtime_error("a malformed error profile from the re-run");
+    v->resize(n);
+    take(v->data(), n * sizeof(double));
+  }
+  return p;
+}
+
+}  // namespace
+
 std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServices& services, std::string* why) {
   const Signature& sig = r.finding.signature;
   const std::optional<Output> output = output_from_string(sig.tensor);
   if (sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout || !output) {
     *why = "the finding has no error tensor (a crash, a timeout, or a finding about no tensor)";
+    return std::nullopt;
+  }
+  if (services.rerun_timeout_s > 0) {
+    ReportServices in_child = services;
+    in_child.rerun_timeout_s = 0;
+    const IsolatedCall call = call_isolated(
+        [&] {
+          std::string child_why;
+          const std::optional<ErrorProfile> p = error_profile(r, in_child, &child_why);
+          if (!p) throw std::runtime_error(child_why);
+          return serialize(*p);
+        },
+        services.rerun_timeout_s);
+    using S = IsolatedCall::Status;
+    if (call.status == S::ok) {
+      try {
+        return deserialize(call.payload);
+      } catch (const std::exception& e) {
+        *why = std::string("it could not be re-run here: ") + e.what();
+        return std::nullopt;
+      }
+    }
+    *why = call.status == S::failed ? call.payload
+                                    : std::string("it could not be re-run here: the re-run ") +
+                                          (call.status == S::timed_out ? "hung: " : "crashed: ") + call.detail;
     return std::nullopt;
   }
   // A picture is a courtesy: a finding that cannot be re-run here gets none, and the report

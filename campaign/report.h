@@ -28,10 +28,15 @@ struct ErrorProfile {
 struct ReportServices {
   std::function<std::unique_ptr<Backend>(const Reproducer&)> load_blamed;
   std::function<std::unique_ptr<Backend>()> reference;
+  // Each re-run happens in a forked child (harness/isolated_call.h) given this many seconds: a
+  // backend that crashes or hangs there costs its finding's pictures, not the report. 0: in
+  // this process (tests of the pictures themselves).
+  double rerun_timeout_s = 300;
 };
 
 // The finding's error tensor against the reference, re-run here. Nothing, with the reason in
-// `why`, for crashes, timeouts, findings about no tensor, or a re-run that fails.
+// `why`, for crashes, timeouts, findings about no tensor, or a re-run that fails, crashes or
+// runs past services.rerun_timeout_s.
 std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServices& services, std::string* why);
 
 // Writes RUN_DIR/report.html; returns its path. A finding file that cannot be read (damaged or

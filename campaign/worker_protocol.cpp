@@ -5,6 +5,7 @@
 
 #include "harness/case_json.h"
 #include "harness/differential.h"
+#include "harness/worker_frame.h"
 
 namespace attnfuzz {
 using nlohmann::json;
@@ -53,6 +54,17 @@ std::string encode(const WorkerReply& r) {
   if (r.restart) j["restart"] = true;
   j["environment"] = r.environment;
   return j.dump();
+}
+
+std::string encode_within_frame(const WorkerReply& r) {
+  std::string body = encode(r);
+  if (body.size() <= kMaxFramePayload) return body;
+  WorkerReply small;
+  small.error = "the worker's reply is " + std::to_string(body.size()) + " bytes, over the " + std::to_string(kMaxFramePayload) +
+                " bytes one frame may carry (" + std::to_string(r.findings.size()) +
+                " finding(s) with large cases, or a backend's huge message?); its findings are lost";
+  small.environment = r.environment;
+  return encode(small);
 }
 
 WorkerReply decode_reply(const std::string& body) {
@@ -144,7 +156,7 @@ void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backen
       reply.error = e.what();
     }
     reply.environment = services.environment();
-    channel.reply(encode(reply));
+    channel.reply(encode_within_frame(reply));
   }
 }
 

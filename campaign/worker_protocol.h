@@ -51,6 +51,10 @@ struct WorkerReply {
 
 std::string encode(const WorkerRequest& r);
 std::string encode(const WorkerReply& r);
+// The reply's encoding, or, when that is over what one frame may carry (kMaxFramePayload:
+// findings with huge cases, a backend's huge message), an error reply that says so: the
+// reader drops a larger frame, and the call would look like a hang.
+std::string encode_within_frame(const WorkerReply& r);
 // Both throw std::runtime_error on a body that is not a well-formed message (an unknown op too).
 WorkerRequest decode_request(const std::string& body);
 WorkerReply decode_reply(const std::string& body);

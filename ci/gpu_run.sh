@@ -12,6 +12,11 @@
 #   ci/gpu_run.sh aimed [SECONDS]            the support-envelope targets (docs/gpu.md, "Aimed cases on the
 #                                            GPU"): the default campaign, a real-tier one, the judged rates
 #                                            of bench_case_rate --aimed beside bench/plain_loop.py
+#   ci/gpu_run.sh zoo SECONDS [PARALLEL] [MUTANTS...]
+#                                            a real-tier campaign per GPU mutant (.carry/mutants/
+#                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
+#                                            time (default 4), each with 3 jobs; per mutant the
+#                                            findings and the seconds to the first (docs/kernels.md)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -96,5 +101,23 @@ case "$mode" in
       python3 "$root/bench/plain_loop.py" --tier "$tier" --seconds 20 --kernels flash,efficient,cudnn 2>&1 | tee "$OUT/plain-$tier-all.log"
     done
     (cd "$OUT" && tar czf default.tgz default && rm -rf default) ;;
-  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]" >&2; exit 2 ;;
+  zoo)
+    secs=$1 parallel=${2:-4}; shift; shift || true
+    mutants=("$@")
+    [ ${#mutants[@]} -gt 0 ] || mutants=($(cd "$root/.carry/mutants" && ls libattnfuzz_mutant_flash_*.so | sed 's/^libattnfuzz_mutant_//; s/\.so$//'))
+    mkdir -p "$OUT/zoo"
+    for m in "${mutants[@]}"; do echo "$m"; done | xargs -P "$parallel" -I{} sh -c '
+      m=$1 secs=$2 bin=$3 root=$4 out=$5
+      # Cut off ZOO_GRACE_S (default 60) s after the budget: cases in flight finish, and the final
+      # report re-runs every finding on the host for its pictures.
+      timeout -k 5 $((secs + ${ZOO_GRACE_S:-60})) "$bin/attnfuzz" campaign --seconds "$secs" --seed 41 --jobs 3 --tier real --no-minimize \
+        --backends "plugin:$root/.carry/mutants/libattnfuzz_mutant_$m.so" --out "$out/zoo/$m" > "$out/zoo/$m.log" 2>&1
+      rc=$?
+      # The first progress line (every 5 s) that shows a finding: the seconds to the first one.
+      t=$(grep -m1 -E "elapsed, .*findings: [^n]" "$out/zoo/$m.log" | sed -E "s/.* ([0-9]+) s elapsed.*/\1/")
+      n=$(ls "$out/zoo/$m/findings" 2>/dev/null | grep -c "\.json$")
+      echo "zoo $m: exit $rc, $n finding file(s), first within ${t:-no} s; $(grep -E "^done " "$out/zoo/$m.log" | tail -1)"
+    ' _ {} "$secs" "$bin" "$root" "$OUT" | sort | tee "$OUT/zoo.log"
+    (cd "$OUT" && tar czf zoo.tgz zoo && rm -rf zoo) ;;
+  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]|zoo SECONDS [PARALLEL] [MUTANTS...]" >&2; exit 2 ;;
 esac

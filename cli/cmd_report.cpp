@@ -1,5 +1,6 @@
 // `attnfuzz report RUN_DIR`: the HTML report of a campaign (or merged) directory. Each
-// numeric finding is re-run once, in this process, for its error pictures.
+// numeric finding is re-run once for its error pictures, in a forked child with a watchdog
+// (--timeout): a backend that crashes or hangs costs that finding's pictures, not the report.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -31,12 +32,21 @@ ReportServices report_services() {
 
 void add_report_command(CLI::App& app, int& exit_code) {
   auto dir = std::make_shared<std::string>();
+  auto timeout = std::make_shared<double>(300);
   CLI::App* cmd = app.add_subcommand("report", "Write RUN_DIR/report.html: summary, findings, pictures");
   cmd->add_option("run_dir", *dir, "campaign or merged output directory")->required()->check(CLI::ExistingDirectory);
-  cmd->callback([dir, &exit_code] {
+  cmd->add_option("--timeout", *timeout, "seconds each finding's re-run (for its pictures) may take, in its own process (default 300)");
+  cmd->callback([dir, timeout, &exit_code] {
+    if (!(*timeout >= 0.1 && *timeout <= 86400)) {
+      fmt::print(stderr, "attnfuzz: report: --timeout takes seconds in [0.1, 86400], got {}\n", *timeout);
+      exit_code = kExitBadInput;
+      return;
+    }
     try {
       std::vector<std::string> left_out;
-      fmt::print("wrote {}\n", write_report(*dir, report_services(), &left_out));
+      ReportServices services = report_services();
+      services.rerun_timeout_s = *timeout;
+      fmt::print("wrote {}\n", write_report(*dir, services, &left_out));
       std::fflush(stdout);
       for (const auto& why : left_out) fmt::print(stderr, "attnfuzz: report: warning: {}\n", why);
       exit_code = kExitOk;

@@ -18,8 +18,11 @@
 #include <optional>
 #include <set>
 
+#include "campaign/campaign.h"
+#include "campaign/coverage.h"
 #include "campaign/output_file.h"
 #include "campaign/repro.h"
+#include "campaign/worker_protocol.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "harness/case_json.h"
@@ -63,7 +66,73 @@ struct RunOptions {
   uint64_t memory_budget_mib = 8192;
   bool no_determinism = false;
   std::string record_dir;
+  bool isolate = false;
+  double timeout = 300;  // --isolate's watchdog
 };
+
+// Writes one reproducer per distinct signature into --record's directory; an error line per
+// file that could not be written (the others are still written). Returns whether all were.
+bool record(const std::string& dir, const std::vector<Reproducer>& found) {
+  std::set<std::string> seen;
+  std::vector<OutputFile> files;
+  for (const auto& r : found) {
+    if (!seen.insert(r.finding.signature.to_string()).second) continue;
+    files.push_back({dir + "/" + repro_file_name(r.finding.signature), write_repro(r)});
+  }
+  // Every reproducer is attempted: one that cannot be written (the disk filled up since the
+  // check, a name that is refused) is reported and the others are still written.
+  const OutputResult written = write_files_atomic(files);
+  for (const auto& path : written.written) fmt::print("recorded  {}\n", path);
+  std::fflush(stdout);
+  for (const auto& why : written.errors) fmt::print(stderr, "attnfuzz: --record: {}\n", why);
+  return written.errors.empty();
+}
+
+// --isolate: the case in a worker process with the watchdog, as a campaign runs it. A backend
+// that crashes, exits or hangs is a crash or timeout finding, not the end of `run`. The worker
+// reports findings and what ran, not the per-tensor table.
+int run_isolated(const RunOptions& opt, const Case& c, const std::vector<std::string>& names) {
+  CampaignOptions o;
+  o.backends = names;
+  o.worker_argv = worker_argv(names);
+  o.timeout_seconds = opt.timeout;
+  WorkerProcess w(o.worker_argv, {});
+  WorkerRequest probe;
+  probe.op = WorkerRequest::Op::probe;
+  const WorkerCall loaded = call_worker(w, probe, opt.timeout);
+  if (loaded.status != WorkerProcess::Reply::Status::ok) {
+    fmt::print(stderr, "attnfuzz: --backends: the worker died while loading the backends ({})\n", message_safe(loaded.detail, 600));
+    return kExitBadInput;
+  }
+  if (loaded.reply.error) {
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(*loaded.reply.error, 600));
+    return kExitBadInput;
+  }
+  fmt::print("case      {}\n", opt.case_path);
+  fmt::print("isolated  in a worker process, watchdog {:g} s\n", opt.timeout);
+  std::fflush(stdout);
+  Coverage coverage;
+  const std::vector<Reproducer> found = run_case(w, c, -1, !opt.no_determinism, o, &coverage);
+  for (const auto& [backend, comps] : coverage.compositions())
+    for (const auto& [comp, counts] : comps) {
+      std::string why;
+      for (const auto& [reason, n] : counts.reasons) why += (why.empty() ? "" : "; ") + reason;
+      fmt::print("{:<9} {:<24} {:<8} {}\n", counts.ran ? "ran" : counts.skipped ? "skipped" : "errored", backend, comp,
+                 printable(message_safe(why, 300)));
+    }
+  fmt::print("\n{} finding(s)\n", found.size());
+  for (const auto& r : found) fmt::print("  {}  {}\n", r.finding.signature.to_string(), printable(message_safe(r.finding.detail, 600)));
+  std::fflush(stdout);
+  if (!opt.record_dir.empty() && !found.empty() && !record(opt.record_dir, found)) return kExitBadInput;
+  const bool died = std::any_of(found.begin(), found.end(), [](const Reproducer& r) {
+    return r.finding.signature.cls == FindingClass::crash || r.finding.signature.cls == FindingClass::timeout;
+  });
+  if (coverage.judged_cases() == 0 && !died) {
+    fmt::print(stderr, "attnfuzz: nothing was tested: every backend was skipped or failed\n");
+    return kExitUntested;
+  }
+  return found.empty() ? kExitOk : kExitDivergence;
+}
 
 void print_report(const Case& c, const DiffReport& r, OracleDevice reference, const std::vector<Backend*>& backends) {
   fmt::print("shape     {}  dtype={}  scale={:.6g}{}\n", describe_shape(c.shape), to_string(c.dtype), c.effective_scale(),
@@ -114,6 +183,20 @@ int run(const RunOptions& opt) {
     return kExitBadInput;
   }
   const std::vector<std::string> names = opt.backends.empty() ? default_backend_names() : opt.backends;
+  if (opt.isolate) {
+    try {
+      refuse_repeated_backends(opt.backends);
+    } catch (const std::invalid_argument& e) {
+      fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
+      return kExitBadInput;
+    }
+    if (!opt.record_dir.empty())
+      if (const auto why = prepare_record_dir(opt.record_dir)) {
+        fmt::print(stderr, "attnfuzz: {}\n", *why);
+        return kExitBadInput;
+      }
+    return run_isolated(opt, c, names);
+  }
   BackendSet loaded;
   try {
     refuse_repeated_backends(opt.backends);
@@ -164,20 +247,9 @@ int run(const RunOptions& opt) {
   backends_running = false;
   print_report(c, report, oracle_device, backends);
   if (!opt.record_dir.empty() && !report.findings.empty()) {
-    std::set<std::string> seen;
-    std::vector<OutputFile> files;
-    for (const auto& f : report.findings) {
-      if (!seen.insert(f.signature.to_string()).second) continue;
-      const Reproducer r = reproducer_of(c, names, f, report, environment(), backend_sources(backends));
-      files.push_back({opt.record_dir + "/" + repro_file_name(f.signature), write_repro(r)});
-    }
-    // Every reproducer is attempted: one that cannot be written (the disk filled up since the
-    // check, a name that is refused) is reported and the others are still written.
-    const OutputResult written = write_files_atomic(files);
-    for (const auto& path : written.written) fmt::print("recorded  {}\n", path);
-    std::fflush(stdout);
-    for (const auto& why : written.errors) fmt::print(stderr, "attnfuzz: --record: {}\n", why);
-    if (!written.errors.empty()) return kExitBadInput;
+    std::vector<Reproducer> found;
+    for (const auto& f : report.findings) found.push_back(reproducer_of(c, names, f, report, environment(), backend_sources(backends)));
+    if (!record(opt.record_dir, found)) return kExitBadInput;
   }
   // A run in which every backend was skipped (or failed) tested nothing: never a pass.
   const bool any_ran = std::any_of(report.runs.begin(), report.runs.end(), [](const BackendRun& r) { return !r.skipped; });
@@ -207,6 +279,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory")
       ->check(non_empty_path());
+  cmd->add_flag("--isolate", opt->isolate,
+                "run the case in a worker process with a watchdog, as campaigns do: a backend that crashes, exits or hangs is a finding "
+                "(prints findings and what ran, not the per-tensor table)");
+  cmd->add_option("--timeout", opt->timeout, "--isolate's watchdog, seconds (default 300)")->check(CLI::Range(0.1, 86400.0));
   cmd->callback([opt, &exit_code] { exit_code = run(*opt); });
 }
 

@@ -16,6 +16,15 @@
 
 namespace attnfuzz {
 
+// Thrown by a backend's forward or backward when the call wrote where it must not: into one of
+// its inputs, or outside its outputs' elements (row and head padding, the gaps of a layout, the
+// slack before a base offset), which in a real caller is a neighbour's memory. The harness
+// records an out_of_bounds finding naming the tensor, not a backend_error: the call may have
+// computed every element right.
+struct OutOfBoundsWrite : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class Merger;  // harness/merge.h
 
 class Backend {

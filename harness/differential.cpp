@@ -330,7 +330,7 @@ class DifferentialSession::Impl {
       // replies with an error, so the campaign counts the case unjudged).
       throw;
     } catch (const std::exception& e) {
-      add(run.backend, run.composition_class, Signature::kNoTensor, FindingClass::backend_error, e.what());
+      add(run.backend, run.composition_class, Signature::kNoTensor, class_of(e), e.what());
       report_.gpu_error = report_.gpu_error || be.on_gpu();
       run.skipped = true;
       run.skip_reason = std::string("error: ") + e.what();
@@ -358,6 +358,11 @@ class DifferentialSession::Impl {
     return std::nullopt;
   }
 
+  // What a backend's exception is a finding of: a write out of bounds, or an error.
+  static FindingClass class_of(const std::exception& e) {
+    return dynamic_cast<const OutOfBoundsWrite*>(&e) ? FindingClass::out_of_bounds : FindingClass::backend_error;
+  }
+
   // A second run on identical inputs must give identical bits.
   void check_determinism(Backend& be, const Composition& comp, const ComposedResult& r, const BackendRun& run) {
     try {
@@ -373,7 +378,7 @@ class DifferentialSession::Impl {
     } catch (const std::bad_alloc&) {
       throw;  // as in run_one: never a finding
     } catch (const std::exception& e) {
-      add(run.backend, run.composition_class, Signature::kNoTensor, FindingClass::backend_error, std::string("second run: ") + e.what());
+      add(run.backend, run.composition_class, Signature::kNoTensor, class_of(e), std::string("second run: ") + e.what());
       report_.gpu_error = report_.gpu_error || be.on_gpu();
     }
   }

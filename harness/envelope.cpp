@@ -1,8 +1,10 @@
 #include "harness/envelope.h"
 
 #include <algorithm>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <type_traits>
 
 #include "harness/layout.h"
 #include "harness/problem.h"
@@ -186,34 +188,50 @@ json to_json(const SupportEnvelope& e) {
 
 SupportEnvelope envelope_from_json(const json& j) {
   if (!j.is_object()) throw std::invalid_argument("envelope: expected an object");
-  SupportEnvelope e;
+  static const char* const kKeys[] = {"dtypes",          "max_head_dim", "head_dim_multiple", "distinct_head_dims", "grouped_heads",
+                                      "min_seq_kv",      "max_seq",      "max_batch_heads",   "softcap",            "masks",
+                                      "alignment_bytes", "packed_lse",   "library_decides"};
+  for (const auto& item : j.items())
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return item.key() == k; }) == std::end(kKeys))
+      throw std::invalid_argument("envelope: unknown key '" + item.key() + "'");
+  SupportEnvelope e;  // a key left out keeps its unrestricted default
   try {
-    e.dtypes.clear();
-    for (const auto& d : j.at("dtypes")) e.dtypes.push_back(dtype_from_string(d.get<std::string>()));
-    auto bound = [&](const char* k) {
-      const json& v = j.at(k);
-      return v.is_null() ? SupportEnvelope::kUnbounded : v.get<int64_t>();
-    };
-    e.max_head_dim = bound("max_head_dim");
-    e.head_dim_multiple = j.at("head_dim_multiple").get<int64_t>();
-    e.distinct_head_dims = j.at("distinct_head_dims").get<bool>();
-    e.grouped_heads = j.at("grouped_heads").get<bool>();
-    e.min_seq_kv = j.at("min_seq_kv").get<int64_t>();
-    e.max_seq = bound("max_seq");
-    e.max_batch_heads = bound("max_batch_heads");
-    e.softcap = j.at("softcap").get<bool>();
-    const std::string masks = j.at("masks").get<std::string>();
-    if (masks != "any" && masks != "causal_or_none") throw std::invalid_argument("masks: '" + masks + "'");
-    e.masks = masks == "any" ? MaskSupport::any : MaskSupport::causal_or_none;
-    e.alignment_bytes = j.at("alignment_bytes").get<int64_t>();
-    e.packed_lse = j.at("packed_lse").get<bool>();
-    for (const auto& name : j.at("library_decides")) {
-      const std::string n = name.get<std::string>();
-      bool known = false;
-      for (EnvelopeClause c : kAllEnvelopeClauses)
-        if (n == clause_name(c)) e.library_decides |= SupportEnvelope::bit(c), known = true;
-      if (!known) throw std::invalid_argument("library_decides: unknown clause '" + n + "'");
+    if (j.contains("dtypes")) {
+      e.dtypes.clear();
+      for (const auto& d : j.at("dtypes")) e.dtypes.push_back(dtype_from_string(d.get<std::string>()));
+      if (e.dtypes.empty()) throw std::invalid_argument("envelope: dtypes is empty");
     }
+    auto bound = [&](const char* k, int64_t& out) {
+      if (!j.contains(k)) return;
+      const json& v = j.at(k);
+      out = v.is_null() ? SupportEnvelope::kUnbounded : v.get<int64_t>();
+    };
+    auto get = [&](const char* k, auto& out) {
+      if (j.contains(k)) out = j.at(k).get<std::decay_t<decltype(out)>>();
+    };
+    bound("max_head_dim", e.max_head_dim);
+    get("head_dim_multiple", e.head_dim_multiple);
+    get("distinct_head_dims", e.distinct_head_dims);
+    get("grouped_heads", e.grouped_heads);
+    get("min_seq_kv", e.min_seq_kv);
+    bound("max_seq", e.max_seq);
+    bound("max_batch_heads", e.max_batch_heads);
+    get("softcap", e.softcap);
+    if (j.contains("masks")) {
+      const std::string masks = j.at("masks").get<std::string>();
+      if (masks != "any" && masks != "causal_or_none") throw std::invalid_argument("envelope: masks: '" + masks + "'");
+      e.masks = masks == "any" ? MaskSupport::any : MaskSupport::causal_or_none;
+    }
+    get("alignment_bytes", e.alignment_bytes);
+    get("packed_lse", e.packed_lse);
+    if (j.contains("library_decides"))
+      for (const auto& name : j.at("library_decides")) {
+        const std::string n = name.get<std::string>();
+        bool known = false;
+        for (EnvelopeClause c : kAllEnvelopeClauses)
+          if (n == clause_name(c)) e.library_decides |= SupportEnvelope::bit(c), known = true;
+        if (!known) throw std::invalid_argument("envelope: library_decides: unknown clause '" + n + "'");
+      }
   } catch (const json::exception& ex) {
     throw std::invalid_argument(std::string("envelope: ") + ex.what());
   }

@@ -95,7 +95,9 @@ DenseMaskShape dense_mask_shape(const Problem& p);
 
 // For summaries, `attnfuzz list` and the worker protocol.
 nlohmann::json to_json(const SupportEnvelope& e);
-SupportEnvelope envelope_from_json(const nlohmann::json& j);  // throws std::invalid_argument
+// A key left out is unrestricted (its default); an unknown key throws, as a bad value does
+// (std::invalid_argument). Plugins declare theirs this way (oracles/attnfuzz_plugin.h).
+SupportEnvelope envelope_from_json(const nlohmann::json& j);
 std::string describe(const SupportEnvelope& e);                // one line: only the restricting clauses
 
 // How a generated case was aimed (generators/envelope_cases.h): at no backend in particular,

@@ -34,6 +34,8 @@ std::string to_string(FindingClass c) {
       return "consistency";
     case FindingClass::backend_error:
       return "backend_error";
+    case FindingClass::out_of_bounds:
+      return "out_of_bounds";
     case FindingClass::crash:
       return "crash";
     case FindingClass::timeout:

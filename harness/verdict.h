@@ -22,6 +22,7 @@ enum class FindingClass {
   unwritten,           // output elements left holding the harness's poison
   consistency,         // two backends with the same contract compute at different precisions
   backend_error,       // the backend failed on a case it said it supports
+  out_of_bounds,       // the backend wrote into an input, or outside its outputs' elements
   crash,               // the worker died (signal, abort)
   timeout,             // the worker hung past the watchdog
 };

@@ -5,6 +5,17 @@
  *   uint32_t attnfuzz_plugin_abi_version(void);      returns ATTNFUZZ_PLUGIN_ABI_VERSION
  *   const af_plugin* attnfuzz_plugin_get(void);      the plugin's description and entry points
  *
+ * and may export a third, optional one (any ABI version; a plugin without it loads as before):
+ *
+ *   const char* attnfuzz_plugin_envelope(void);      JSON: what the plugin accepts for sure
+ *
+ * The envelope (docs/plugins.md, "Support envelope") is an object with any of the keys of
+ * `attnfuzz list --json`'s envelopes, e.g. {"dtypes": ["bf16"], "max_head_dim": 128,
+ * "head_dim_multiple": 8, "masks": "causal_or_none", "alignment_bytes": 16}; a key left out is
+ * unrestricted, an unknown key or a bad value refuses the plugin at load. Campaigns aim most
+ * cases inside it and a measured share just outside one clause; supports() still has the last
+ * word on every call. Without it, campaigns aim at the dtypes of contract_json only.
+ *
  * The harness loads it with `--backends plugin:/path/libx.so`, refuses any other ABI
  * version, and calls it like every other backend. Plain C: no C++ types cross the boundary.
  *
@@ -84,7 +95,12 @@ enum {
   AF_NONDETERMINISTIC_LSE = 1u << 4,
   AF_NONDETERMINISTIC_DQ = 1u << 5,
   AF_NONDETERMINISTIC_DK = 1u << 6,
-  AF_NONDETERMINISTIC_DV = 1u << 7
+  AF_NONDETERMINISTIC_DV = 1u << 7,
+  /* The plugin computes on the GPU although its tensors come in host memory (it copies them
+   * itself): the harness treats it as a GPU backend, as it does one with AF_DEVICE_IS_CUDA
+   * (GPU oracles, the real tier and aimed cases by default, refused on a machine without a
+   * usable GPU). A new bit of version 2, like the ones above. */
+  AF_COMPUTES_ON_GPU = 1u << 8
 };
 
 typedef struct af_plugin {
@@ -109,6 +125,7 @@ typedef struct af_plugin {
 
 typedef uint32_t (*af_abi_version_fn)(void);
 typedef const af_plugin* (*af_plugin_get_fn)(void);
+typedef const char* (*af_plugin_envelope_fn)(void);
 
 #ifdef __cplusplus
 }

@@ -106,7 +106,7 @@ void to_host(DeviceArena& arena, Buffer& b) { arena.download(b.base, extent_byte
 // The inputs are the harness's: a backend that writes into them (overwrites Q and K after
 // computing correct outputs, say) corrupts what the next call is given and passes its own
 // check. Their bytes are kept before the call and compared after it; a change is a
-// backend_error finding naming the input.
+// out_of_bounds finding naming the input.
 class InputGuard {
  public:
   explicit InputGuard(std::initializer_list<Buffer*> inputs) : inputs_(inputs) {
@@ -121,7 +121,7 @@ class InputGuard {
       if (gpu) to_host(*gpu, *b);
       const std::vector<unsigned char>& before = saved_.at(b->base);
       if (std::memcmp(before.data(), b->base, before.size()) != 0)
-        throw std::runtime_error(who + " wrote into its input " + role_name(b->role) + " (the harness's memory, read-only to a backend)");
+        throw OutOfBoundsWrite(who + " wrote into its input " + role_name(b->role) + " (the harness's memory, read-only to a backend)");
     }
   }
 
@@ -133,7 +133,7 @@ class InputGuard {
 // An output buffer is poisoned whole before the call: the elements outside its tensors (row
 // and head padding, the gaps of a layout, the slack before the base offset) must still hold
 // the poison after it. A write there would land in a neighbour's memory in a real caller; it
-// is a backend_error finding naming the output.
+// is an out_of_bounds finding naming the output.
 void check_written_outside(const std::string& who, std::initializer_list<const Buffer*> outputs) {
   std::map<const unsigned char*, std::vector<const Buffer*>> by_buffer;  // a packed group shares one
   for (const Buffer* b : outputs) by_buffer[b->base].push_back(b);
@@ -146,7 +146,7 @@ void check_written_outside(const std::string& who, std::initializer_list<const B
     }
     const size_t n = written_outside(base, group[0]->pl.extent, placements, element_type(group[0]->t.dtype));
     if (n)
-      throw std::runtime_error(who + " wrote " + std::to_string(n) + " element(s) of its output " + names +
+      throw OutOfBoundsWrite(who + " wrote " + std::to_string(n) + " element(s) of its output " + names +
                                " out of bounds: into the padding, the gaps or the slack before the base offset of the buffer");
   }
 }
@@ -163,7 +163,7 @@ std::string restrictions_json(const Problem& p) {
 
 class PluginBackend final : public Backend {
  public:
-  PluginBackend(std::string path, void* handle, const af_plugin* plugin)
+  PluginBackend(std::string path, void* handle, const af_plugin* plugin, const char* envelope_json)
       : path_(std::move(path)), source_(plugin_source(path_)), handle_(handle), pl_(plugin) {
     try {
       const auto j = nlohmann::json::parse(pl_->contract_json ? pl_->contract_json : "{}");
@@ -176,13 +176,14 @@ class PluginBackend final : public Backend {
     } catch (const std::exception& e) {
       throw std::runtime_error("plugin " + path_ + ": malformed contract_json: " + e.what());
     }
+    envelope_ = declared_envelope(envelope_json);
   }
   ~PluginBackend() override { dlclose(handle_); }
 
   std::string name() const override { return std::string("plugin.") + (pl_->name ? pl_->name : "unnamed"); }
   std::string version() const override { return pl_->version ? pl_->version : ""; }
   std::map<std::string, std::string> provenance() const override { return source_; }
-  std::string device() const override { return (pl_->flags & AF_DEVICE_IS_CUDA) ? "cuda" : "cpu"; }
+  std::string device() const override { return (pl_->flags & (AF_DEVICE_IS_CUDA | AF_COMPUTES_ON_GPU)) ? "cuda" : "cpu"; }
   std::optional<Contract> contract(DType d) const override {
     auto it = contracts_.find(d);
     return it == contracts_.end() ? std::nullopt : std::optional<Contract>(it->second);
@@ -193,9 +194,11 @@ class PluginBackend final : public Backend {
   std::string why_nondeterministic() const override { return "the plugin's AF_NONDETERMINISTIC_* flags"; }
   bool cuda() const { return pl_->flags & AF_DEVICE_IS_CUDA; }
 
+  SupportEnvelope envelope() const override { return envelope_; }
+
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the plugin's contract";
-    if (cuda()) {
+    if (cuda() || (pl_->flags & AF_COMPUTES_ON_GPU)) {
       if (auto why = cuda_plugins_unavailable()) return *why;
     }
     if (!pl_->supports) return std::nullopt;
@@ -295,11 +298,34 @@ class PluginBackend final : public Backend {
     }
   };
 
+  // What campaigns aim at (attnfuzz_plugin.h): the plugin's declared envelope, or none, narrowed
+  // to the dtypes of its contract (the one clause enforced here); supports() decides the rest.
+  SupportEnvelope declared_envelope(const char* envelope_json) const {
+    SupportEnvelope e;
+    if (envelope_json) {
+      try {
+        e = envelope_from_json(nlohmann::json::parse(envelope_json));
+      } catch (const std::exception& ex) {
+        throw std::runtime_error("plugin " + path_ + ": malformed attnfuzz_plugin_envelope(): " + ex.what());
+      }
+    }
+    std::vector<DType> dtypes;
+    for (DType d : e.dtypes)
+      if (contracts_.count(d)) dtypes.push_back(d);
+    if (dtypes.empty())
+      throw std::runtime_error("plugin " + path_ + ": " +
+                               (envelope_json ? "attnfuzz_plugin_envelope() names no dtype of contract_json" : "contract_json names no dtype"));
+    e.dtypes = dtypes;
+    e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype});
+    return e;
+  }
+
   std::string path_;
   std::map<std::string, std::string> source_;  // what a reproducer records of it (harness/plugin_path.h)
   void* handle_;
   const af_plugin* pl_;
   std::map<DType, Contract> contracts_;
+  SupportEnvelope envelope_;
 };
 
 }  // namespace
@@ -324,7 +350,16 @@ std::unique_ptr<Backend> load_plugin(const std::string& spec) {
     fail("af_plugin.abi_version is " + std::to_string(pl->abi_version) + " but attnfuzz_plugin_abi_version() returned " +
          std::to_string(version));
   if (!pl->forward || !pl->backward) fail("af_plugin has no forward or backward entry point");
-  return std::make_unique<PluginBackend>(path, h, pl);
+  // Optional (any ABI version): what the plugin accepts for sure, for the campaigns' aim.
+  auto envelope = reinterpret_cast<af_plugin_envelope_fn>(dlsym(h, "attnfuzz_plugin_envelope"));
+  const char* envelope_json = envelope ? envelope() : nullptr;
+  if (envelope && !envelope_json) fail("attnfuzz_plugin_envelope() returned NULL");
+  try {
+    return std::make_unique<PluginBackend>(path, h, pl, envelope_json);
+  } catch (...) {
+    dlclose(h);
+    throw;
+  }
 }
 
 }  // namespace attnfuzz

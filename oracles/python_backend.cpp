@@ -32,6 +32,25 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? std::string(v) : fallback;
 }
 
+// A start-up error is one line (the CLI prints it as its refusal); the adapter's traceback is
+// kept in a new file of TMPDIR (mkstemps: created, never followed or reused) that the line
+// names. Empty when it cannot be written.
+std::string keep_traceback(const std::string& who, const std::string& traceback) {
+  std::string path = env_or("TMPDIR", "/tmp") + "/attnfuzz-python-startup-XXXXXX.log";
+  const int fd = ::mkstemps(path.data(), 4);
+  if (fd < 0) return "";
+  const std::string text = who + "\n" + traceback + "\n";
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return off == text.size() ? path : "";
+}
+
 // Seconds one request may take (a first torch.compile included); start-up (imports) has its own.
 // A watchdog setting outside [1 s, a day] is refused by name when the backend is made: `inf`
 // never fires, and `1e-9` makes a correct adapter "hang during supports".
@@ -255,7 +274,12 @@ class PythonBackend final : public Backend {
     if (!r.value("ok", false)) {
       std::string msg = who + ": " + what + " failed in Python: " + r.value("error", std::string("no message"));
       const std::string tb = r.value("traceback", std::string());
-      if (!tb.empty()) msg += "\n" + tb;
+      if (hello && !tb.empty()) {
+        const std::string log = keep_traceback(msg, tb);
+        if (!log.empty()) msg += " (traceback in " + log + ")";
+      } else if (!tb.empty()) {
+        msg += "\n" + tb;  // a failed call: the finding's detail keeps it
+      }
       throw std::runtime_error(msg);
     }
     return r;

@@ -127,7 +127,20 @@ case "$item" in
   af minimize --timeout 5 --out m5.json "$f"
   check "minimize --timeout 5: exit 0 (got $rc)" "[ $rc -eq 0 ] && [ -f m5.json ]"
   af minimize --timeout 0 --out m0.json "$f"
-  check "minimize --timeout 0: refused (exit 2, got $rc)" "[ $rc -eq 2 ]" ;;
+  check "minimize --timeout 0: refused (exit 2, got $rc)" "[ $rc -eq 2 ]"
+  # report re-runs each finding for its pictures in a child of its own, with a watchdog: a
+  # backend that crashes (and leaves a forked child behind) or hangs there costs the pictures.
+  ATTNFUZZ_HOSTILE=wrong_o "$bin" campaign --seed 5 --cases 2 --jobs 1 --no-minimize --quiet --tier toy --backends "$hostile" --out rep >/dev/null 2>&1
+  check "a campaign with O mismatch findings of the hostile plugin" "[ \$(count_findings rep) -gt 0 ] && grep -lq '\"tensor\": \"O\"' rep/findings/*.json"
+  rm -f rep/report.html
+  ATTNFUZZ_HOSTILE=fork_crash ATTNFUZZ_HOSTILE_PIDS=$tmp/pids af report rep
+  check "report, the re-run crashing: exit 0 (got $rc)" "[ $rc -eq 0 ] && [ -f rep/report.html ]"
+  check "  the report says the re-run crashed" "grep -q 'the re-run crashed: killed by signal 11' rep/report.html"
+  check "  what the plugin forked is gone" "[ -s $tmp/pids ] && ! kill -0 \$(head -1 $tmp/pids) 2>/dev/null"
+  ATTNFUZZ_HOSTILE=hang af report --timeout 2 rep
+  check "report --timeout 2, the re-run hanging: exit 0 (got $rc)" "[ $rc -eq 0 ] && grep -q 'the re-run hung: no answer within 2' rep/report.html"
+  af report --timeout 0 rep
+  check "report --timeout 0: refused (exit 2, got $rc)" "[ $rc -eq 2 ]" ;;
 05)  # what a plugin forks dies with its worker, and does not hide the worker's crash
   ATTNFUZZ_HOSTILE=fork_crash ATTNFUZZ_HOSTILE_PIDS=$tmp/pids af campaign --seed 5 --cases 2 --jobs 1 --timeout 60 --no-minimize --quiet \
     --backends "$hostile" --out camp
@@ -270,10 +283,10 @@ PY
   check "the hostile plugin left alone: exit 0 (got $rc)" "[ $rc -eq 0 ]"
   ATTNFUZZ_HOSTILE=oob af run pad.json --backends "reference,$hostile" --no-determinism-check
   check "a write into O's row padding: a finding, exit 1 (got $rc)" "[ $rc -eq 1 ]"
-  check "  blamed on the plugin, out of bounds, naming o (its layouts key)" "grep -q 'plugin.hostile/single/-/backend_error/.*wrote 1 element(s) of its output o out of bounds' $tmp/out"
+  check "  blamed on the plugin, out of bounds, naming o (its layouts key)" "grep -q 'plugin.hostile/single/-/out_of_bounds/.*wrote 1 element(s) of its output o out of bounds' $tmp/out"
   ATTNFUZZ_HOSTILE=clobber af run pad.json --backends "reference,$hostile" --no-determinism-check
   check "a write into the input Q after computing: a finding, exit 1 (got $rc)" "[ $rc -eq 1 ]"
-  check "  blamed on the plugin, naming q (its layouts key)" "grep -q 'plugin.hostile/single/-/backend_error/.*wrote into its input q' $tmp/out" ;;
+  check "  blamed on the plugin, naming q (its layouts key)" "grep -q 'plugin.hostile/single/-/out_of_bounds/.*wrote into its input q' $tmp/out" ;;
 19)  # replay's ERROR rows also go to stderr
   mkdir rec && r=$(a_mismatch_reproducer rec)
   af replay "$r" --backends no-such-backend

@@ -76,6 +76,13 @@ ls "$work/camp-forever/findings" 2>/dev/null | grep -q -- "---timeout-" || { fai
 expect WrongShape 1 "o has shape \[1, 2, 63, 32\], expected \[1, 2, 64, 32\]"
 expect Declines 0 "planted: declines every problem"
 expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 3"
+# A start-up error is one line on stderr that names the log file holding the traceback (issue 26, item 18).
+TMPDIR=$work "$bin" run "$src/corpus/seed-flex-lse-merge.json" --backends "py:no_such_module_for_attnfuzz:Thing" >"$work/nomod.out" 2>"$work/nomod.err"
+rc=$?
+[ $rc = 2 ] || fail "an adapter that cannot be imported: exit $rc, expected 2"
+[ "$(wc -l <"$work/nomod.err")" = 1 ] || { fail "an adapter that cannot be imported: $(wc -l <"$work/nomod.err") lines on stderr, expected 1"; head -c 600 "$work/nomod.err"; }
+log=$(grep -o 'traceback in [^)]*' "$work/nomod.err" | cut -d' ' -f3)
+[ -n "$log" ] && grep -q "ModuleNotFoundError" "$log" || fail "the start-up error names no log file holding the traceback: $(head -c 300 "$work/nomod.err")"
 expect UnknownDevice 2 'device "tpu": attnfuzz knows "cpu" and "cuda"'
 # The ignores-dLSE adapter passes the single call: the bug shows only through the merge.
 grep -q "py.ignores_dlse .*single .*dQ .* ok " "$work/IgnoresDlse.txt" || fail "IgnoresDlse: the single call's dQ should pass"

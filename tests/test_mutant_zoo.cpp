@@ -9,6 +9,7 @@
 #include <set>
 
 #include "campaign/minimize.h"
+#include "generators/envelope_cases.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
 #include "harness/case_json.h"
@@ -162,6 +163,41 @@ TEST(PluginLoader, RefusesAnotherAbiVersionClearly) {
     EXPECT_NE(std::string(e.what()).find("ABI version 999, this attnfuzz speaks 1"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_plugin("/nonexistent/lib.so"), std::runtime_error);
+}
+
+// A declared envelope (attnfuzz_plugin_envelope) is what campaigns aim at, narrowed to the
+// contract's dtypes; without one, the contract's dtypes are; a bad one refuses the plugin.
+TEST(PluginLoader, DeclaredEnvelopeIsWhatCampaignsAimAt) {
+  auto be = load_plugin(std::string(ATTNFUZZ_PLUGIN_DIR) + "/libattnfuzz_plugin_envelope.so");
+  const SupportEnvelope e = be->envelope();
+  EXPECT_EQ(e.dtypes, std::vector<DType>{DType::bf16});  // fp16 is not in its contract
+  EXPECT_EQ(e.max_head_dim, 64);
+  EXPECT_EQ(e.head_dim_multiple, 8);
+  EXPECT_EQ(e.masks, MaskSupport::causal_or_none);
+  EXPECT_EQ(e.max_seq, SupportEnvelope::kUnbounded);  // left out: unrestricted
+  EXPECT_FALSE(e.decided_by_library(EnvelopeClause::dtype));
+  EXPECT_TRUE(e.decided_by_library(EnvelopeClause::head_dim));  // supports() has the last word
+
+  CaseMix mix;
+  mix.targets = {{be->name(), e, false}};
+  mix.edge_share = 0;
+  int inside = 0;
+  for (uint64_t i = 0; i < 200; ++i) {
+    const Case c = aimed_campaign_case(17, i, mix).c;
+    inside += c.dtype == DType::bf16 && c.shape.head_dim_qk <= 64 && c.shape.head_dim_v <= 64 && c.shape.head_dim_qk % 8 == 0 &&
+              c.shape.head_dim_v % 8 == 0;
+  }
+  EXPECT_EQ(inside, 200);
+
+  EXPECT_EQ(load_plugin(std::string(ATTNFUZZ_PLUGIN_DIR) + "/libattnfuzz_plugin_minimal.so")->envelope().dtypes,
+            std::vector<DType>{DType::f32});
+  try {
+    load_plugin(std::string(ATTNFUZZ_PLUGIN_DIR) + "/libattnfuzz_plugin_envelope_bad.so");
+    FAIL() << "loaded a plugin whose envelope has an unknown key";
+  } catch (const std::runtime_error& ex) {
+    EXPECT_NE(std::string(ex.what()).find("malformed attnfuzz_plugin_envelope(): envelope: unknown key 'max_headdim'"), std::string::npos)
+        << ex.what();
+  }
 }
 
 TEST(PluginLoader, DocumentedMinimalPluginLoadsAndPasses) {

@@ -94,6 +94,28 @@ TEST(WorkerProtocol, RepliesRoundTripWithFindingsAsObjects) {
   EXPECT_THROW(decode_reply(R"({"error": "x"})"), std::runtime_error);  // no findings array
 }
 
+// Issue 26, item 8 (the C++ half): a reply over what one frame carries is dropped by the
+// reader, and the call would look like a hang; it becomes an error reply that says so.
+TEST(WorkerProtocol, AReplyOverOneFrameBecomesAnErrorThatSaysSo) {
+  WorkerReply r;
+  Reproducer f;
+  f.c = small_case();
+  f.backends = {"scaled_output"};
+  f.finding.signature = {"scaled_output", "single", "O", FindingClass::backend_error, "fp32", "none"};
+  f.finding.detail = std::string(kMaxFramePayload, 'x');
+  r.findings = {f, f};
+  r.environment = {{"gpu", "none"}};
+  const std::string body = encode_within_frame(r);
+  ASSERT_LE(body.size(), kMaxFramePayload);
+  const WorkerReply back = decode_reply(body);
+  ASSERT_TRUE(back.error.has_value());
+  EXPECT_NE(back.error->find("over the 16777216 bytes one frame may carry (2 finding(s)"), std::string::npos) << *back.error;
+  EXPECT_TRUE(back.findings.empty());
+  EXPECT_EQ(back.environment.at("gpu"), "none");
+  r.findings = {};
+  EXPECT_EQ(encode_within_frame(r), encode(r));  // a reply that fits is sent as it is
+}
+
 // The server loop over real pipes, in a thread, driven the way WorkerProcess drives it.
 class ServerOverPipes : public ::testing::Test {
  protected:

@@ -83,7 +83,7 @@ struct BackwardArgs {
 };
 
 // Whether this build has kernels for the element type and head dim: 64 and 128, fp16 and bf16
-// (a planted-bug build, ATTNFUZZ_FLASH_MUTANT, only bf16 with 64).
+// (a planted-bug build, ATTNFUZZ_FLASH_PLANTED_BUILD, only bf16).
 bool instantiated(Elem e, int head_dim);
 // Whether the kernels can run the problem (head dim, heads, alignment), or why not.
 bool supported(const Problem& p, const char** why);

@@ -27,13 +27,12 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
   check_launch("flash backward dQ");
 }
 
-#if ATTNFUZZ_FLASH_MUTANT == 0  // planted-bug builds: bf16, D = 64 only (compile time)
+// A planted-bug build (kernels/flash/flash_hooks.cuh) compiles bf16 only: half the compile time.
+#if !ATTNFUZZ_FLASH_PLANTED_BUILD
 template void run_backward<64, cutlass::half_t>(const BackwardParams&, cudaStream_t);
+template void run_backward<128, cutlass::half_t>(const BackwardParams&, cudaStream_t);
 #endif
 template void run_backward<64, cutlass::bfloat16_t>(const BackwardParams&, cudaStream_t);
-#if ATTNFUZZ_FLASH_MUTANT == 0
-template void run_backward<128, cutlass::half_t>(const BackwardParams&, cudaStream_t);
 template void run_backward<128, cutlass::bfloat16_t>(const BackwardParams&, cudaStream_t);
-#endif
 
 }  // namespace attnfuzz::flash

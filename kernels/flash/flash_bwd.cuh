@@ -39,17 +39,12 @@ __global__ void backward_rows_kernel(const BackwardParams params) {
   const E* o = static_cast<const E*>(a.o) + b * a.o_strides.batch + h * a.o_strides.head + i * a.o_strides.row;
   const E* d_out = static_cast<const E*>(a.d_out) + b * a.d_out_strides.batch + h * a.d_out_strides.head + i * a.d_out_strides.row;
   float acc = 0.f;
-  for (int d = lane; d < kD; d += 32) acc += static_cast<float>(o[d]) * static_cast<float>(d_out[d]);
+  for (int d = lane; d < Planted::delta_columns<kD>(); d += 32) acc += static_cast<float>(o[d]) * static_cast<float>(d_out[d]);
   for (int off = 16; off; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) {
     const float g = a.d_lse ? a.d_lse[b * a.d_lse_strides.batch + h * a.d_lse_strides.head + i * a.d_lse_strides.row] : 0.f;
     const float lse = a.lse[b * a.lse_strides.batch + h * a.lse_strides.head + i * a.lse_strides.row];
-#if ATTNFUZZ_FLASH_MUTANT == 1
-    params.rows_delta[r] = acc;
-    (void)g;
-#else
-    params.rows_delta[r] = acc - g;
-#endif
+    params.rows_delta[r] = Planted::delta(acc, g);
     params.rows_l2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
   }
 }
@@ -188,7 +183,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
   // The first key tiles first: under a causal mask they have the most queries.
   const BlockTile bt = block_tile(params.group_dkdv, false);
   const int64_t n_block = bt.tile, h_kv = bt.head, b = bt.batch, group = p.heads_q / p.heads_kv;
-  const int64_t k0 = n_block * kN, tk_mine = n_block * (kN / kU) + tid / 128;  // this warpgroup's mask unit column
+  const int64_t k0 = n_block * kN, tk_mine = Planted::dkdv_unit_column(n_block, kN / kU, tid / 128);  // this warpgroup's mask unit column
 
   extern __shared__ __align__(1024) char smem_raw[];
   E* smem = reinterpret_cast<E*>(smem_raw);

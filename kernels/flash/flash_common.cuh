@@ -9,13 +9,7 @@
 #include <cstdint>
 
 #include "kernels/flash/flash.h"
-
-// Planted-bug builds (tests/mutants/flash_mutant_plugin.cpp, docs/kernels.md): 0 is the real
-// kernel; 1 drops dLSE from the backward, 2 zeroes the last valid row of a partial tile
-// (tile boundary), 3 moves a sliding window's left edge in by one key (mask edge).
-#ifndef ATTNFUZZ_FLASH_MUTANT
-#define ATTNFUZZ_FLASH_MUTANT 0
-#endif
+#include "kernels/flash/flash_hooks.cuh"
 
 namespace attnfuzz::flash {
 
@@ -36,11 +30,7 @@ struct MaskView {
     if (i >= sq || j >= skv) return false;
     if (dense) return dense[i * skv + j] != 0;
     const int64_t d = j - i - diagonal;
-#if ATTNFUZZ_FLASH_MUTANT == 3
-    return (left < 0 || d > -left) && (right < 0 || d <= right);
-#else
-    return (left < 0 || d >= -left) && (right < 0 || d <= right);
-#endif
+    return (left < 0 || d >= -left + Planted::window_edge) && (right < 0 || d <= right);
   }
   // Tile [q0, q0 + nq) x [k0, k0 + nk), of index (tq, tk) in tiles of that shape.
   __device__ __forceinline__ uint8_t tile_class(int64_t q0, int nq, int64_t k0, int nk, int64_t tq, int64_t tk) const {
@@ -83,12 +73,7 @@ __device__ __forceinline__ int clamp_offset(int64_t x) {
 // mask: a band (dense == nullptr).
 __device__ __forceinline__ BandTile band_tile(const MaskView& mask, int64_t q, int64_t k) {
   const int64_t base = k - q - mask.diagonal;
-#if ATTNFUZZ_FLASH_MUTANT == 3
-  const int64_t edge = 1;  // the planted bug of MaskView::visible: d > -left
-#else
-  const int64_t edge = 0;
-#endif
-  return {mask.left < 0 ? -(1 << 30) : clamp_offset(-mask.left + edge - base), mask.right < 0 ? (1 << 30) : clamp_offset(mask.right - base),
+  return {mask.left < 0 ? -(1 << 30) : clamp_offset(-mask.left + Planted::window_edge - base), mask.right < 0 ? (1 << 30) : clamp_offset(mask.right - base),
           clamp_offset(mask.sq - q), clamp_offset(mask.skv - k)};
 }
 
@@ -130,11 +115,7 @@ __device__ __forceinline__ void load_rows(Copy copy, const S& src, D& dst, const
   using namespace cute;
 #pragma unroll
   for (int m = 0; m < size<1>(src); ++m) {
-#if ATTNFUZZ_FLASH_MUTANT == 2
-    if (get<0>(coords(0, m, 0)) < rows - (rows < 64 ? 1 : 0)) {  // a partial tile loses its last row
-#else
-    if (get<0>(coords(0, m, 0)) < rows) {
-#endif
+    if (Planted::row_copied(get<0>(coords(0, m, 0)), rows)) {
 #pragma unroll
       for (int k = 0; k < size<2>(src); ++k) cute::copy(copy, src(_, m, k), dst(_, m, k));
     } else {

@@ -17,13 +17,12 @@ void run_forward(const ForwardParams& params, cudaStream_t stream) {
   check_launch("flash forward");
 }
 
-#if ATTNFUZZ_FLASH_MUTANT == 0  // planted-bug builds: bf16, D = 64 only (compile time)
+// A planted-bug build (kernels/flash/flash_hooks.cuh) compiles bf16 only: half the compile time.
+#if !ATTNFUZZ_FLASH_PLANTED_BUILD
 template void run_forward<64, cutlass::half_t>(const ForwardParams&, cudaStream_t);
+template void run_forward<128, cutlass::half_t>(const ForwardParams&, cudaStream_t);
 #endif
 template void run_forward<64, cutlass::bfloat16_t>(const ForwardParams&, cudaStream_t);
-#if ATTNFUZZ_FLASH_MUTANT == 0
-template void run_forward<128, cutlass::half_t>(const ForwardParams&, cudaStream_t);
 template void run_forward<128, cutlass::bfloat16_t>(const ForwardParams&, cudaStream_t);
-#endif
 
 }  // namespace attnfuzz::flash

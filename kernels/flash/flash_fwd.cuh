@@ -160,6 +160,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
         sum += s(r, c);
       }
       row_sum[r] = row_sum[r] * correction[r] + sum;
+      correction[r] = Planted::o_rescale(correction[r], n * kN);
     }
   };
   // O *= correction, then the next P V's operand: P rounded to the element type.

@@ -44,11 +44,8 @@ bool aligned_for_kernels(const void* ptr, const Strides& s) {
 }
 
 bool instantiated(Elem e, int head_dim) {
-#if ATTNFUZZ_FLASH_MUTANT
-  return e == Elem::bf16 && head_dim == 64;
-#else
+  if (ATTNFUZZ_FLASH_PLANTED_BUILD && e != Elem::bf16) return false;  // flash_fwd.cu, flash_bwd.cu
   return head_dim == 64 || head_dim == 128;
-#endif
 }
 
 bool supported(const Problem& p, const char** why) {
@@ -82,14 +79,19 @@ void dispatch(const Problem& p, const Params& params, cudaStream_t stream) {
     else
       run_backward<D, E>(params, stream);
   };
-#if ATTNFUZZ_FLASH_MUTANT
-  run(std::integral_constant<int, 64>{}, cutlass::bfloat16_t{});  // the only instantiation (instantiated())
+  auto by_dim = [&](auto e) {
+    if (p.head_dim == 64)
+      run(std::integral_constant<int, 64>{}, e);
+    else
+      run(std::integral_constant<int, 128>{}, e);
+  };
+#if ATTNFUZZ_FLASH_PLANTED_BUILD
+  by_dim(cutlass::bfloat16_t{});  // the only element type instantiated()
 #else
-  const bool half = p.elem == Elem::f16;
-  if (p.head_dim == 64)
-    half ? run(std::integral_constant<int, 64>{}, cutlass::half_t{}) : run(std::integral_constant<int, 64>{}, cutlass::bfloat16_t{});
+  if (p.elem == Elem::f16)
+    by_dim(cutlass::half_t{});
   else
-    half ? run(std::integral_constant<int, 128>{}, cutlass::half_t{}) : run(std::integral_constant<int, 128>{}, cutlass::bfloat16_t{});
+    by_dim(cutlass::bfloat16_t{});
 #endif
 }
 

@@ -1,12 +1,10 @@
 // The GPU mutant zoo: cuda.flash (kernels/flash_backends.cpp) built with one planted bug
-// (ATTNFUZZ_FLASH_MUTANT, kernels/flash/flash_common.cuh), behind the plugin C ABI, so that a
-// short GPU campaign shows the harness finds each:
-//   1 flash_dlse_dropped   the backward ignores dLSE (D' = rowsum(dO O), no - dLSE)
-//   2 flash_tile_boundary  a partial tile loses its last valid row (zeroed in shared memory)
-//   3 flash_window_edge    a sliding window's left edge moves in by one key
+// (tests/mutants/flash_planted.cuh, which lists them; ATTNFUZZ_FLASH_MUTANT), behind the plugin
+// C ABI, so that a GPU campaign shows the harness finds each, at the sizes where each fires.
 // A host-memory plugin: it reads the strided host tensors into a Problem and runs the
-// backend, which does its own device work. Only bf16 with head dims up to 64 (one kernel
-// instantiation per mutant keeps CI's compile time down); everything else it declines.
+// backend, which does its own device work. bf16 only (head dims up to 128): the planted-bug
+// build compiles no fp16 kernel, to keep the build short. It declares that envelope
+// (attnfuzz_plugin_envelope), so campaigns aim their cases at it.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -17,6 +15,7 @@
 #include "attnfuzz_plugin.h"
 #include "harness/case_json.h"
 #include "harness/dtype.h"
+#include "harness/envelope.h"
 #include "kernels/flash_backends.h"
 
 namespace {
@@ -149,7 +148,7 @@ int backward(const af_problem* a, const af_tensor* q, const af_tensor* k, const 
 const af_plugin kPlugin = {ATTNFUZZ_PLUGIN_ABI_VERSION,
                            AF_STR(ATTNFUZZ_FLASH_MUTANT_NAME),
                            "cuda.flash with a planted bug",
-                           AF_BACKWARD_TAKES_DLSE | AF_MASKED_ROWS_ZERO,
+                           AF_BACKWARD_TAKES_DLSE | AF_MASKED_ROWS_ZERO | AF_COMPUTES_ON_GPU,
                            "{\"bf16\": \"bf16\"}",
                            supports,
                            forward,
@@ -157,5 +156,14 @@ const af_plugin kPlugin = {ATTNFUZZ_PLUGIN_ABI_VERSION,
 
 }  // namespace
 
+// cuda.flash's envelope, narrowed to the one dtype built.
+extern "C" __attribute__((visibility("default"))) const char* attnfuzz_plugin_envelope(void) {
+  static const std::string json = [] {
+    SupportEnvelope e = backend().envelope();
+    e.dtypes = {DType::bf16};
+    return to_json(e).dump();
+  }();
+  return json.c_str();
+}
 extern "C" __attribute__((visibility("default"))) uint32_t attnfuzz_plugin_abi_version(void) { return ATTNFUZZ_PLUGIN_ABI_VERSION; }
 extern "C" __attribute__((visibility("default"))) const af_plugin* attnfuzz_plugin_get(void) { return &kPlugin; }

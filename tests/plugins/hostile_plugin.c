@@ -8,6 +8,8 @@
  *   oob     computes normally, then writes one element past the end of O's first row (into its
  *           row padding, when the layout pads rows);
  *   clobber computes normally, then changes the first element of its input Q;
+ *   wrong_o computes normally, then adds 1 to the first element of O (a mismatch finding);
+ *   hang    sleeps for ten minutes in forward();
  *   fork_crash forks a child that keeps the worker's descriptors and sleeps (its pid appended
  *           to $ATTNFUZZ_HOSTILE_PIDS), then raises SIGSEGV.
  * Anything else (or unset): the minimal plugin, unchanged. */
@@ -53,6 +55,7 @@ static int hostile_forward(const af_problem* p, const af_tensor* q, const af_ten
   if (mode_is("fail")) return fail(msg, msg_len, "hostile plugin: fails every call");
   if (mode && strcmp(mode, "exit0") == 0) exit(0);
   if (mode && strcmp(mode, "fdspam") == 0) spam_descriptors();
+  if (mode_is("hang")) sleep(600);
   if (mode_is("fork_crash")) { /* a child that keeps every descriptor (the worker's pipes), then a crash */
     const pid_t child = fork();
     if (child == 0) {
@@ -67,6 +70,7 @@ static int hostile_forward(const af_problem* p, const af_tensor* q, const af_ten
   const int rc = forward(p, q, k, v, o, lse, msg, msg_len);
   if (rc == 0 && mode_is("oob")) ((float*)o->data)[o->shape[3]] = 0.0f;
   if (rc == 0 && mode_is("clobber")) ((float*)q->data)[0] += 1.0f;
+  if (rc == 0 && mode_is("wrong_o")) ((float*)o->data)[0] += 1.0f;
   return rc;
 }
 
