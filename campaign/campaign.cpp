@@ -271,11 +271,15 @@ RecordedKnown recorded_known(const std::string& out_dir) {
 }
 
 std::vector<BackendProfile> probe_backends(const CampaignOptions& o) {
+  WorkerProcess proc(o.worker_argv, worker_env(o, 0));
+  return probe_backends(proc, o);
+}
+
+std::vector<BackendProfile> probe_backends(WorkerProcess& proc, const CampaignOptions& o) {
   auto one_line = [](std::string m) {
     std::replace(m.begin(), m.end(), '\n', ' ');
     return m;
   };
-  WorkerProcess proc(o.worker_argv, worker_env(o, 0));
   WorkerRequest probe;
   probe.op = WorkerRequest::Op::probe;
   const WorkerCall call = call_worker(proc, probe, std::max(60.0, 2 * o.timeout_seconds));

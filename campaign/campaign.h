@@ -76,6 +76,8 @@ struct CampaignSummary {
 // Starts one worker as the campaign would and has it load every backend; returns what each
 // reports: its name (plugin:/x.so -> plugin.x), device and envelope. Throws BackendLoadError.
 std::vector<BackendProfile> probe_backends(const CampaignOptions& opt);
+// The same on a worker the caller keeps (`run --isolate` then runs its case there).
+std::vector<BackendProfile> probe_backends(WorkerProcess& proc, const CampaignOptions& opt);
 
 // Runs the campaign; writes findings/, state.json, summary.json into out_dir, holding
 // out_dir/lock (campaign/dir_lock.h) throughout. Throws std::runtime_error with one line when

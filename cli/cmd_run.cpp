@@ -97,15 +97,10 @@ int run_isolated(const RunOptions& opt, const Case& c, const std::vector<std::st
   o.worker_argv = worker_argv(names);
   o.timeout_seconds = opt.timeout;
   WorkerProcess w(o.worker_argv, {});
-  WorkerRequest probe;
-  probe.op = WorkerRequest::Op::probe;
-  const WorkerCall loaded = call_worker(w, probe, opt.timeout);
-  if (loaded.status != WorkerProcess::Reply::Status::ok) {
-    fmt::print(stderr, "attnfuzz: --backends: the worker died while loading the backends ({})\n", message_safe(loaded.detail, 600));
-    return kExitBadInput;
-  }
-  if (loaded.reply.error) {
-    fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(*loaded.reply.error, 600));
+  try {
+    probe_backends(w, o);
+  } catch (const BackendLoadError& e) {
+    fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
   fmt::print("case      {}\n", opt.case_path);
@@ -183,13 +178,13 @@ int run(const RunOptions& opt) {
     return kExitBadInput;
   }
   const std::vector<std::string> names = opt.backends.empty() ? default_backend_names() : opt.backends;
+  try {
+    refuse_repeated_backends(opt.backends);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
+    return kExitBadInput;
+  }
   if (opt.isolate) {
-    try {
-      refuse_repeated_backends(opt.backends);
-    } catch (const std::invalid_argument& e) {
-      fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
-      return kExitBadInput;
-    }
     if (!opt.record_dir.empty())
       if (const auto why = prepare_record_dir(opt.record_dir)) {
         fmt::print(stderr, "attnfuzz: {}\n", *why);
@@ -199,7 +194,6 @@ int run(const RunOptions& opt) {
   }
   BackendSet loaded;
   try {
-    refuse_repeated_backends(opt.backends);
     loaded = make_backends(names, WhenUnavailable::skip);
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));

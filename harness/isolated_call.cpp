@@ -15,19 +15,21 @@
 
 namespace attnfuzz {
 
-namespace {
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
 
-void write_all(int fd, const std::string& s) {
+bool write_all(int fd, const std::string& s) {
   size_t off = 0;
   while (off < s.size()) {
     const ssize_t n = ::write(fd, s.data() + off, s.size() - off);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n <= 0) return false;
     off += static_cast<size_t>(n);
   }
+  return true;
 }
-
-}  // namespace
 
 IsolatedCall call_isolated(const std::function<std::string()>& fn, double timeout_s) {
   int fds[2];
@@ -94,9 +96,7 @@ IsolatedCall call_isolated(const std::function<std::string()>& fn, double timeou
         ::close(fds[0]);
         if (answered()) return r;
         r.status = IsolatedCall::Status::crashed;
-        r.detail = WIFSIGNALED(status) ? std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-                                             strsignal(WTERMSIG(status)) + ")"
-                                       : "exited with status " + std::to_string(WEXITSTATUS(status)) + " before it answered";
+        r.detail = describe_exit(status) + (WIFSIGNALED(status) ? "" : " before it answered");
         return r;
       }
       continue;
@@ -121,8 +121,7 @@ IsolatedCall call_isolated(const std::function<std::string()>& fn, double timeou
   }
   if (answered()) return r;
   r.status = IsolatedCall::Status::crashed;
-  r.detail = WIFSIGNALED(status) ? std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")"
-                                 : "exited with status " + std::to_string(WEXITSTATUS(status)) + " without an answer";
+  r.detail = describe_exit(status) + (WIFSIGNALED(status) ? "" : " without an answer");
   return r;
 }
 

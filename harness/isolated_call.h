@@ -24,4 +24,11 @@ struct IsolatedCall {
 
 IsolatedCall call_isolated(const std::function<std::string()>& fn, double timeout_s);
 
+// How a child process ended, from waitpid's status: "killed by signal 11 (Segmentation
+// fault)" or "exited with status 3" (harness/worker.cpp says the same of a worker).
+std::string describe_exit(int status);
+
+// Writes all of `s` to `fd`, through short writes and EINTR; false when a write fails.
+bool write_all(int fd, const std::string& s);
+
 }  // namespace attnfuzz

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "harness/isolated_call.h"
+
 extern char** environ;
 
 namespace attnfuzz {
@@ -149,10 +151,8 @@ WorkerProcess::Reply WorkerProcess::request(const std::string& body, double time
       if (deadline > first_deadline)
         reply.detail += " (waited " + std::to_string(std::chrono::duration<double>(deadline - first_deadline).count()) +
                         " s more for compiling notices, ATTNFUZZ_COMPILE_LIMIT_S)";
-    } else if (WIFSIGNALED(status)) {
-      reply.detail = std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
     } else {
-      reply.detail = "exited with status " + std::to_string(WEXITSTATUS(status));
+      reply.detail = describe_exit(status);
     }
     reply.status = st;
     stop();

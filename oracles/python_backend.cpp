@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "harness/errors.h"
+#include "harness/isolated_call.h"
 #include "harness/worker.h"
 #include "oracles/python_bridge_protocol.h"
 #include "oracles/shared_tensors.h"
@@ -39,16 +40,9 @@ std::string keep_traceback(const std::string& who, const std::string& traceback)
   std::string path = env_or("TMPDIR", "/tmp") + "/attnfuzz-python-startup-XXXXXX.log";
   const int fd = ::mkstemps(path.data(), 4);
   if (fd < 0) return "";
-  const std::string text = who + "\n" + traceback + "\n";
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    off += static_cast<size_t>(n);
-  }
+  const bool written = write_all(fd, who + "\n" + traceback + "\n");
   ::close(fd);
-  return off == text.size() ? path : "";
+  return written ? path : "";
 }
 
 // Seconds one request may take (a first torch.compile included); start-up (imports) has its own.
