@@ -1,6 +1,6 @@
 // The case rate of a campaign's judging, in one process (docs/gpu.md, "Speed"): the case stream
-// of `attnfuzz campaign --seed S --tier T` judged as a campaign worker judges it (fingerprints of
-// failing tensors only, determinism on every 4th case, the oracle set chosen per case), with
+// of `attnfuzz campaign --seed S --tier T` judged as a campaign worker judges it (every tensor
+// fingerprinted, determinism on every 4th case, the oracle set chosen per case), with
 // every oracle and backend call timed, the worker's reply encoded, and a digest of every verdict
 // number. The digest is the check that a speed change judged nothing differently: the same
 // seed, cases and backends must print the same digest before and after.
@@ -180,7 +180,6 @@ int main(int argc, char** argv) {
         return base.error_terms(p, f, d_out, d_lse);
       };
     DiffOptions opt;  // as serve_worker sets it (campaign/worker_protocol.cpp)
-    opt.fingerprint_all = false;
     opt.check_determinism = determinism && k % 4 == 0;
     opt.gpu_health = gpu_health;
     const DiffReport r = run_differential(c, backends, timed, opt);

@@ -47,7 +47,6 @@ bool signature_holds(const Judge& judge, const Case& c, const Signature& sig) {
 Judge in_process_judge(const std::vector<Backend*>& backends, const OracleSet& oracles, bool check_determinism) {
   return [backends, oracles, check_determinism](const Case& c) {
     DiffOptions opt;
-    opt.fingerprint_all = false;
     opt.check_determinism = check_determinism;
     return run_differential(c, backends, oracles, opt).findings;
   };

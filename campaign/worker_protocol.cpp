@@ -142,7 +142,6 @@ void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backen
       } else {
         if (load_error) throw std::runtime_error(*load_error);
         DiffOptions opt;
-        opt.fingerprint_all = false;
         opt.check_determinism = req.check_determinism;
         opt.gpu_health = services.gpu_health;
         opt.on_backend = [&channel](const std::string& b) { channel.progress(b); };

@@ -147,8 +147,10 @@ void print_report(const Case& c, const DiffReport& r, OracleDevice reference, co
     }
   fmt::print("errors against the float64 reference ({}, single call); baseline: naive computation under the backend's contract ({})\n\n",
              reference == OracleDevice::cuda ? "cuda.reference64" : "Eigen", reference == OracleDevice::cuda ? "cuda.emulated.*" : "CPU");
-  fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<8} {:<7} {}\n", "backend", "composition", "contract", "out",
-             "rms", "bound", "max_abs", "bound", "rel_fro", "looks", "verdict", "worst block: error/sigma' (limit)");
+  // "looks": the fingerprint, and in brackets the ladder's spread on that tensor (its coarsest
+  // rung's error over its finest's): below 8 the precisions cannot be told apart there.
+  fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<15} {:<7} {}\n", "backend", "composition", "contract", "out",
+             "rms", "bound", "max_abs", "bound", "rel_fro", "looks (spread)", "verdict", "worst block: error/sigma' (limit)");
   for (const auto& run : r.runs) {
     if (run.skipped) {
       fmt::print("{:<22} {:<32} skipped: {}\n", run.backend, run.composition, run.skip_reason);
@@ -159,9 +161,10 @@ void print_report(const Case& c, const DiffReport& r, OracleDevice reference, co
         fmt::print("{:<22} {:<32} {:<8} {:<4} (not returned)\n", run.backend, run.composition, run.contract, t.tensor);
         continue;
       }
-      fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e}  {:<8} {:<7} {} {}: {:.2f} ({:.2f})\n",
+      fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e}  {:<15} {:<7} {} {}: {:.2f} ({:.2f})\n",
                  run.backend, run.composition, run.contract, t.tensor, t.err.rms, t.bound_rms, t.err.max_abs, t.bound_max, t.err.rel_fro,
-                 t.print.label, t.pass ? "ok" : "FAIL", t.worst.granularity, t.worst.where, t.worst.ratio, t.worst.limit);
+                 fmt::format("{} ({:.3g})", t.print.label, t.print.spread), t.pass ? "ok" : "FAIL", t.worst.granularity, t.worst.where,
+                 t.worst.ratio, t.worst.limit);
     }
     for (const auto& n : run.notes) fmt::print("  note ({}): {}\n", run.backend, n);
   }

@@ -51,6 +51,12 @@ class Backend {
   // Relative accuracy of the LSE (stored as fp32 by everyone): 2^-24 unless the backend
   // declares a coarser one (a fast approximate exp, say). Sets the LSE's tolerance floor.
   virtual double lse_unit_roundoff(DType) const { return unit_roundoff(DType::f32); }
+  // The public function this backend is one implementation of, when that function promises the
+  // same numerics whichever implementation runs (JAX's jax.nn.dot_product_attention, its xla and
+  // cudnn paths), or empty. A contract alone is a range (fp32 accumulation up to operands rounded
+  // to it), so `consistency` compares only backends of one API: two libraries that both keep a
+  // bf16 contract at different points of that range disagree with no promise broken.
+  virtual std::string api() const { return {}; }
   // What it accepts, declared once (harness/envelope.h): its refusals and the generators' aim
   // both read it. By default every dtype it has a contract for, and nothing else restricted.
   virtual SupportEnvelope envelope() const {

@@ -290,7 +290,8 @@ class DifferentialSession::Impl {
     report_.findings.push_back(std::move(f));
   }
 
-  BackendRun describe_run(const Backend& be, const Composition& comp) const {
+  BackendRun describe_run(const Backend& be, const Composition& comp) {
+    declared_[be.name()] = {be.api(), be.lse_unit_roundoff(c_.dtype)};
     BackendRun run;
     run.backend = be.name();
     run.version = be.version();
@@ -441,15 +442,18 @@ class DifferentialSession::Impl {
       const double u_acc = rounding_units(contract, c_.dtype, 0.0).accumulate;
       in.row_scale_variance = u_acc * u_acc * reduction_length(t, c_.shape);
       TensorVerdict v = judge_tensor(name, in, opt_.rule);
+      // Every tensor is fingerprinted, passing or not: consistency compares passing ones.
       double rung_max = 0;  // the max error of the fingerprinted rung's emulation
-      if (opt_.fingerprint_all || !v.pass) {
+      {
         std::vector<std::pair<Contract, double>> rungs;
         std::map<Contract, double> maxes;
         for (const auto& [k, e] : rung_errors(comp, takes_dlse, t)) {
           rungs.emplace_back(k, e.rms);
           maxes[k] = e.max_abs;
         }
-        v.print = fingerprint(v.err.rms, rungs, opt_.rule.fingerprint_band, opt_.rule.kappa_min * v.model_rms);
+        const double fp32_storage = unit_roundoff(DType::f32) * v.err.ref_rms / std::sqrt(3.0);
+        rungs = floor_rungs(std::move(rungs), contract, opt_.rule.kappa_min * v.model_rms, fp32_storage);
+        v.print = fingerprint(v.err.rms, rungs, opt_.rule.fingerprint_band);
         if (v.print.rung) rung_max = maxes[*v.print.rung];
         // Far beyond the coarsest contract and beyond the expected error is a wrong result.
         // (Beyond the coarsest rung alone is not: where every rung is near exact, through
@@ -492,18 +496,26 @@ class DifferentialSession::Impl {
     }
   }
 
-  // Backends that declare the same contract should compute at the same precision:
-  // passing runs whose fingerprints land on different rungs, with errors far apart, disagree.
+  // Backends that declare the same contract should compute at the same precision: passing runs
+  // whose fingerprints land on different rungs disagree, when the ladder tells those rungs apart
+  // on this tensor (their errors a band apart) and the two errors are a band apart too. A
+  // contract is a range (fp32 accumulation up to operands rounded to it), and where the output's
+  // own rounding dominates every rung (bf16, fp16 storage) no label means anything.
   void check_consistency() {
     for (size_t a = 0; a < report_.runs.size(); ++a)
       for (size_t b = a + 1; b < report_.runs.size(); ++b) {
         const BackendRun &x = report_.runs[a], &y = report_.runs[b];
         if (x.skipped || y.skipped || x.contract != y.contract || x.composition != y.composition || x.backend == y.backend) continue;
+        // Only implementations of one API promise each other their numerics (Backend::api); one
+        // that declares a coarser LSE (a fast exp) promises less than its contract.
+        const auto &dx = declared_.at(x.backend), &dy = declared_.at(y.backend);
+        if (dx.first.empty() || dx != dy) continue;
         for (size_t i = 0; i < x.tensors.size() && i < y.tensors.size(); ++i) {
           const TensorVerdict &u = x.tensors[i], &v = y.tensors[i];
           if (!u.compared || !v.compared || !u.pass || !v.pass || !u.print.rung || !v.print.rung || u.print.rung == v.print.rung) continue;
-          const double ratio = std::max(u.err.rms, v.err.rms) / std::max(std::min(u.err.rms, v.err.rms), 1e-300);
-          if (ratio < opt_.rule.fingerprint_band) continue;
+          auto apart = [](double a, double b) { return std::max(a, b) / std::max(std::min(a, b), 1e-300); };
+          if (apart(u.print.rung_rms, v.print.rung_rms) < opt_.rule.fingerprint_band) continue;
+          if (apart(u.err.rms, v.err.rms) < opt_.rule.fingerprint_band) continue;
           add(Signature::pair(x.backend, y.backend), x.composition_class, u.tensor, FindingClass::consistency,
               "both declare " + x.contract + "; " + x.backend + " computes like " + u.print.label + ", " + y.backend + " like " +
                   v.print.label,
@@ -529,6 +541,7 @@ class DifferentialSession::Impl {
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
   std::map<std::tuple<Contract, double, std::string>, Model> models_;
   std::map<std::string, CallTerms> call_terms_;
+  std::map<std::string, std::pair<std::string, double>> declared_;  // each backend's API and LSE accuracy
   std::map<std::tuple<std::string, bool, Output>, std::vector<std::pair<Contract, ErrorStats>>> rung_errors_;
   DiffReport report_;
 };

@@ -24,7 +24,6 @@ namespace attnfuzz {
 struct DiffOptions {
   bool include_single = true;     // also run the single call when the case has a composition
   bool check_determinism = true;  // run every backend twice and compare bitwise
-  bool fingerprint_all = true;    // fingerprint every tensor (otherwise only failing ones)
   ToleranceRule rule;
   // Called before each backend runs (a worker reports it, so a crash names the backend).
   std::function<void(const std::string&)> on_backend;

@@ -241,6 +241,18 @@ SupportEnvelope envelope_from_json(const json& j) {
   return e;
 }
 
+SupportEnvelope declared_envelope(const json* declared, const std::vector<DType>& contract_dtypes) {
+  SupportEnvelope e = declared ? envelope_from_json(*declared) : SupportEnvelope{};
+  std::vector<DType> dtypes;
+  for (DType d : e.dtypes)
+    if (std::find(contract_dtypes.begin(), contract_dtypes.end(), d) != contract_dtypes.end()) dtypes.push_back(d);
+  if (dtypes.empty())
+    throw std::invalid_argument(declared ? "the envelope names no dtype it has a contract for" : "its contracts name no dtype");
+  e.dtypes = dtypes;
+  e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype});
+  return e;
+}
+
 std::string describe(const SupportEnvelope& e) {
   std::string out = dtype_list(e.dtypes);
   auto add = [&](const std::string& s) { out += ", " + s; };

@@ -98,6 +98,11 @@ nlohmann::json to_json(const SupportEnvelope& e);
 // A key left out is unrestricted (its default); an unknown key throws, as a bad value does
 // (std::invalid_argument). Plugins declare theirs this way (oracles/attnfuzz_plugin.h).
 SupportEnvelope envelope_from_json(const nlohmann::json& j);
+// What user code (a plugin, a Python adapter) declares it accepts: its envelope JSON, or none
+// (null: unrestricted), narrowed to the dtypes it has a contract for. That clause is enforced;
+// the code's own supports() has the last word on every other. Throws std::invalid_argument when
+// the JSON is malformed or no declared dtype has a contract.
+SupportEnvelope declared_envelope(const nlohmann::json* declared, const std::vector<DType>& contract_dtypes);
 std::string describe(const SupportEnvelope& e);                // one line: only the restricting clauses
 
 // How a generated case was aimed (generators/envelope_cases.h): at no backend in particular,

@@ -60,15 +60,22 @@ std::string Signature::to_string() const {
   return backend + "/" + composition + "/" + tensor + "/" + attnfuzz::to_string(cls) + "/" + dtype + "/" + mask;
 }
 
-Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band,
-                        double coarsest_floor) {
+std::vector<std::pair<Contract, double>> floor_rungs(std::vector<std::pair<Contract, double>> rung_errors, Contract declared,
+                                                     double contract_floor, double storage_floor) {
+  for (auto& [k, e] : rung_errors)
+    e = std::max(e, operand_mantissa_bits(k) <= operand_mantissa_bits(declared) ? contract_floor : storage_floor);
+  return rung_errors;
+}
+
+Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band) {
   if (rung_errors.empty()) return {"?", std::nullopt};
-  const double finest = rung_errors.front().second, coarsest = std::max(rung_errors.back().second, coarsest_floor);
-  if (impl_rms == 0.0 && finest == 0.0) return {"exact", std::nullopt};
-  if (coarsest > 0 && impl_rms > band * coarsest) return {"coarser", std::nullopt};
-  if (finest > 0 && impl_rms * band < finest) return {"finer", std::nullopt};
+  const double finest = rung_errors.front().second, coarsest = rung_errors.back().second;
+  const double spread = finest > 0 ? coarsest / finest : 1.0;
+  if (impl_rms == 0.0 && finest == 0.0) return {"exact", std::nullopt, 0, spread};
+  if (coarsest > 0 && impl_rms > band * coarsest) return {"coarser", std::nullopt, 0, spread};
+  if (finest > 0 && impl_rms * band < finest) return {"finer", std::nullopt, 0, spread};
   // Nearest rung in log space.
-  double best = std::numeric_limits<double>::infinity();
+  double best = std::numeric_limits<double>::infinity(), rung_rms = 0;
   std::optional<Contract> rung;
   const double li = std::log(std::max(impl_rms, 1e-300));
   for (const auto& [c, e] : rung_errors) {
@@ -76,9 +83,10 @@ Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, d
     if (d < best) {
       best = d;
       rung = c;
+      rung_rms = e;
     }
   }
-  return {std::string(to_string(*rung)), rung};
+  return {std::string(to_string(*rung)), rung, rung_rms, spread};
 }
 
 namespace {

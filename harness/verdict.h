@@ -58,15 +58,27 @@ struct Finding {
 struct Fingerprint {
   std::string label;  // a contract name, "exact", "finer" (than the finest rung) or "coarser" (than any)
   std::optional<Contract> rung;
+  double rung_rms = 0;  // the (floored) error of that rung
+  // The coarsest rung's error over the finest's: how far apart this tensor's ladder puts the
+  // precisions at all. Below the band the rungs cannot be told apart here (a bf16 output's own
+  // rounding can dominate every rung), and a label is a coin toss between near-equal numbers.
+  double spread = 1;
 };
-// `rung_errors`: RMS error of the emulation under each ladder contract, finest first.
-// `coarsest_floor`: the least RMS error the coarsest rung is taken to have. A rung's error is
-// one sample: where the naive computation happens to be accurate (ties, exact sums, lucky
-// cancellation) it understates the rung, and a correct kernel's ordinary error would read as
-// `coarser`. The differential passes kappa_min times the error model's RMS for the declared
-// contract (the floor sigma' has), which the coarsest rung, at least as coarse, also reaches.
-Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band,
-                        double coarsest_floor = 0);
+// `rung_errors`: RMS error of the emulation under each ladder contract, finest first, floored
+// by floor_rungs.
+Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band);
+
+// A rung's error is one sample: where the naive computation happens to be accurate (ties, exact
+// sums, lucky cancellation) it understates the rung, and a correct kernel's ordinary error
+// reads as a coarser rung's (or `coarser`). So each rung is taken as at least
+//   contract_floor  for rungs at least as coarse as the declared contract: the differential
+//                   passes kappa_min times the error model's RMS for that contract (the floor
+//                   sigma' has, which a coarser computation also reaches);
+//   storage_floor   for finer rungs: the differential passes the error of storing the
+//                   reference in fp32 (2^-24 rms(ref) / sqrt(3)), which no fp32 computation
+//                   that rounds its result escapes.
+std::vector<std::pair<Contract, double>> floor_rungs(std::vector<std::pair<Contract, double>> rung_errors, Contract declared,
+                                                     double contract_floor, double storage_floor);
 
 // The block of a tensor whose error statistic came closest to (or went furthest past)
 // its limit (harness/tolerance.h).

@@ -5,9 +5,10 @@
  *   uint32_t attnfuzz_plugin_abi_version(void);      returns ATTNFUZZ_PLUGIN_ABI_VERSION
  *   const af_plugin* attnfuzz_plugin_get(void);      the plugin's description and entry points
  *
- * and may export a third, optional one (any ABI version; a plugin without it loads as before):
+ * and may export two optional ones (any ABI version; a plugin without them loads as before):
  *
  *   const char* attnfuzz_plugin_envelope(void);      JSON: what the plugin accepts for sure
+ *   const char* attnfuzz_plugin_api(void);           the API it implements (see below)
  *
  * The envelope (docs/plugins.md, "Support envelope") is an object with any of the keys of
  * `attnfuzz list --json`'s envelopes, e.g. {"dtypes": ["bf16"], "max_head_dim": 128,
@@ -15,6 +16,11 @@
  * unrestricted, an unknown key or a bad value refuses the plugin at load. Campaigns aim most
  * cases inside it and a measured share just outside one clause; supports() still has the last
  * word on every call. Without it, campaigns aim at the dtypes of contract_json only.
+ *
+ * The API is the name of a public function whose implementations promise each other the same
+ * numerics (say "mylib.attention", implemented by a fused and an unfused plugin): passing
+ * backends of one API and one contract whose precision fingerprints differ are a `consistency`
+ * finding (docs/verdicts.md). Backends of no API, or of different ones, are never compared so.
  *
  * The harness loads it with `--backends plugin:/path/libx.so`, refuses any other ABI
  * version, and calls it like every other backend. Plain C: no C++ types cross the boundary.
@@ -126,6 +132,7 @@ typedef struct af_plugin {
 typedef uint32_t (*af_abi_version_fn)(void);
 typedef const af_plugin* (*af_plugin_get_fn)(void);
 typedef const char* (*af_plugin_envelope_fn)(void);
+typedef const char* (*af_plugin_api_fn)(void);
 
 #ifdef __cplusplus
 }

@@ -163,8 +163,8 @@ std::string restrictions_json(const Problem& p) {
 
 class PluginBackend final : public Backend {
  public:
-  PluginBackend(std::string path, void* handle, const af_plugin* plugin, const char* envelope_json)
-      : path_(std::move(path)), source_(plugin_source(path_)), handle_(handle), pl_(plugin) {
+  PluginBackend(std::string path, void* handle, const af_plugin* plugin, const char* envelope_json, std::string api)
+      : path_(std::move(path)), source_(plugin_source(path_)), handle_(handle), pl_(plugin), api_(std::move(api)) {
     try {
       const auto j = nlohmann::json::parse(pl_->contract_json ? pl_->contract_json : "{}");
       for (auto it = j.begin(); it != j.end(); ++it) {
@@ -195,6 +195,7 @@ class PluginBackend final : public Backend {
   bool cuda() const { return pl_->flags & AF_DEVICE_IS_CUDA; }
 
   SupportEnvelope envelope() const override { return envelope_; }
+  std::string api() const override { return api_; }
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the plugin's contract";
@@ -301,23 +302,16 @@ class PluginBackend final : public Backend {
   // What campaigns aim at (attnfuzz_plugin.h): the plugin's declared envelope, or none, narrowed
   // to the dtypes of its contract (the one clause enforced here); supports() decides the rest.
   SupportEnvelope declared_envelope(const char* envelope_json) const {
-    SupportEnvelope e;
-    if (envelope_json) {
-      try {
-        e = envelope_from_json(nlohmann::json::parse(envelope_json));
-      } catch (const std::exception& ex) {
-        throw std::runtime_error("plugin " + path_ + ": malformed attnfuzz_plugin_envelope(): " + ex.what());
-      }
+    std::vector<DType> contract_dtypes;
+    for (const auto& [d, c] : contracts_) contract_dtypes.push_back(d);
+    try {
+      if (!envelope_json) return attnfuzz::declared_envelope(nullptr, contract_dtypes);
+      const nlohmann::json j = nlohmann::json::parse(envelope_json);
+      return attnfuzz::declared_envelope(&j, contract_dtypes);
+    } catch (const std::exception& ex) {
+      throw std::runtime_error("plugin " + path_ + ": " + (envelope_json ? "malformed attnfuzz_plugin_envelope(): " : "contract_json: ") +
+                               ex.what());
     }
-    std::vector<DType> dtypes;
-    for (DType d : e.dtypes)
-      if (contracts_.count(d)) dtypes.push_back(d);
-    if (dtypes.empty())
-      throw std::runtime_error("plugin " + path_ + ": " +
-                               (envelope_json ? "attnfuzz_plugin_envelope() names no dtype of contract_json" : "contract_json names no dtype"));
-    e.dtypes = dtypes;
-    e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype});
-    return e;
   }
 
   std::string path_;
@@ -326,6 +320,7 @@ class PluginBackend final : public Backend {
   const af_plugin* pl_;
   std::map<DType, Contract> contracts_;
   SupportEnvelope envelope_;
+  std::string api_;  // attnfuzz_plugin_api(), or empty
 };
 
 }  // namespace
@@ -354,8 +349,11 @@ std::unique_ptr<Backend> load_plugin(const std::string& spec) {
   auto envelope = reinterpret_cast<af_plugin_envelope_fn>(dlsym(h, "attnfuzz_plugin_envelope"));
   const char* envelope_json = envelope ? envelope() : nullptr;
   if (envelope && !envelope_json) fail("attnfuzz_plugin_envelope() returned NULL");
+  auto api = reinterpret_cast<af_plugin_api_fn>(dlsym(h, "attnfuzz_plugin_api"));
+  const char* api_name = api ? api() : nullptr;
+  if (api && (!api_name || !*api_name)) fail("attnfuzz_plugin_api() returned NULL or an empty name");
   try {
-    return std::make_unique<PluginBackend>(path, h, pl, envelope_json);
+    return std::make_unique<PluginBackend>(path, h, pl, envelope_json, api_name ? api_name : "");
   } catch (...) {
     dlclose(h);
     throw;

@@ -123,6 +123,11 @@ class PythonBackend final : public Backend {
     auto it = contracts_.find(d);
     return it == contracts_.end() ? std::nullopt : std::optional<Contract>(it->second);
   }
+  SupportEnvelope envelope() const override { return envelope_; }
+  std::string api() const override {
+    const auto it = info_.find("api");
+    return it != info_.end() && it->is_string() ? it->get<std::string>() : std::string();
+  }
   bool masked_rows_zero() const override { return info_.value("masked_rows_zero", true); }
   bool returns_lse() const override { return info_.value("returns_lse", true); }
   bool backward_takes_dlse() const override { return info_.value("backward_takes_dlse", true); }
@@ -134,6 +139,7 @@ class PythonBackend final : public Backend {
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (!contract(p.dtype)) return "dtype " + std::string(to_string(p.dtype)) + " not in the adapter's contract";
+    if (auto why = envelope_.refusal(p)) return why;  // a dtype the declared envelope leaves out
     if (!info_.value("checks_support", true)) return std::nullopt;  // the base class's supports: a round trip saved
     const auto r = const_cast<PythonBackend*>(this)->call(request_payload(BridgeOp::supports, arena_.size(), p, nullptr), "supports");
     if (r.contains("reason") && r["reason"].is_string()) return r["reason"].get<std::string>();
@@ -231,6 +237,14 @@ class PythonBackend final : public Backend {
       if (!c) throw std::runtime_error("python backend 'py:" + spec_.text + "': unknown contract '" + it.value().get<std::string>() + "'");
       contracts_[dtype_from_string(it.key())] = *c;
     }
+    std::vector<DType> contract_dtypes;
+    for (const auto& [d, c] : contracts_) contract_dtypes.push_back(d);
+    try {
+      const auto declared = r.find("envelope");
+      envelope_ = declared_envelope(declared != r.end() && !declared->is_null() ? &*declared : nullptr, contract_dtypes);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("python backend 'py:" + spec_.text + "': envelope: " + e.what());
+    }
     nondeterministic_.clear();
     for (const auto& t : r.value("nondeterministic_outputs", nlohmann::json::array())) {
       const auto o = t.is_string() ? output_from_string(t.get<std::string>()) : std::nullopt;
@@ -292,6 +306,7 @@ class PythonBackend final : public Backend {
   nlohmann::json info_;
   std::vector<Output> nondeterministic_;  // declared by the adapter (hello)
   std::map<DType, Contract> contracts_;
+  SupportEnvelope envelope_;  // what campaigns aim at: the adapter's declared envelope (hello)
   std::map<std::string, double> stats_;
 };
 

@@ -24,7 +24,7 @@ sys.exit(0 if "```python\n" + code + "```" in doc else 1)
 PY
 
 py=attnfuzz_py.adapters
-correct="py:$py.minimal:Minimal,py:$py.flex:FlexEager,py:$py.sdpa:Sdpa?kernel=math,py:$py.sdpa:Sdpa?kernel=flash,py:$py.jax_sdpa:JaxSdpa,py:$py.triton_flash:TritonFlash?device=cpu"
+correct="py:$py.minimal:Minimal,py:$py.flex:FlexEager,py:$py.sdpa:Sdpa?kernel=math,py:$py.sdpa:Sdpa?kernel=flash,py:$py.jax_sdpa:JaxSdpa,py:$py.jax_sdpa:JaxF32Logits,py:$py.triton_flash:TritonFlash?device=cpu"
 # 2. No false alarm: the bundled cases and generated toy cases (masks, GQA, layouts, dtypes, softcap).
 "$bin" generate --seed 7 --count 3 --tier toy --out "$work/cases" >/dev/null || fail "generate"
 for c in "$src/corpus/seed-flex-lse-merge.json" "$src/corpus/gqa-bf16-kv-split.json" "$work"/cases/*.json; do
@@ -39,6 +39,7 @@ done
 grep -q "py.triton_flash.interpreted .*dK .* ok " "$work/correct-seed-flex-lse-merge.txt" || fail "the Triton adapter did not run on the seed case"
 if "$ATTNFUZZ_PYTHON" -c "import jax" 2>/dev/null; then
   grep -q "py.jax.xla .*dQ .* ok " "$work/correct-seed-flex-lse-merge.txt" || fail "the JAX adapter did not run on the seed case"
+  grep -q "py.jax.f32_logits .*dQ .* ok " "$work/correct-seed-flex-lse-merge.txt" || fail "the JAX seed formulation did not run on the seed case"
 else
   echo "note: no JAX in $ATTNFUZZ_PYTHON: the JAX adapter declined every case (visibly)"
 fi

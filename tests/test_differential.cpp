@@ -22,8 +22,10 @@ namespace {
 // A backend that computes under one contract and declares another.
 class Declares final : public Backend {
  public:
-  Declares(std::string name, Contract computes, Contract declares) : name_(std::move(name)), impl_(computes, false), declared_(declares) {}
+  Declares(std::string name, Contract computes, Contract declares, std::string api = "")
+      : name_(std::move(name)), api_(std::move(api)), impl_(computes, false), declared_(declares) {}
   std::string name() const override { return name_; }
+  std::string api() const override { return api_; }
   std::optional<Contract> contract(DType) const override { return declared_; }
   Forward forward(const Problem& p) override { return impl_.forward(p); }
   Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
@@ -31,7 +33,7 @@ class Declares final : public Backend {
   }
 
  private:
-  std::string name_;
+  std::string name_, api_;
   EmulatedBackend impl_;
   Contract declared_;
 };
@@ -57,7 +59,6 @@ std::vector<FindingClass> classes(const DiffReport& r, const std::string& backen
 // fails on every finding, printing the first three cases as JSON. Returns the runs judged.
 int expect_no_false_alarms(const std::vector<Backend*>& backends, const RandomCaseOptions& g, uint64_t seed0, int first, int end, int step) {
   DiffOptions opt;
-  opt.fingerprint_all = false;
   int reported = 0, judged = 0;
   for (int i = first; i < end; i += step) {
     const Case c = random_case(static_cast<uint64_t>(i) + seed0, g);
@@ -162,9 +163,10 @@ TEST(Verdict, StrictFp32KernelsDeclaredTf32x3RaiseNoFalseAlarm) {
 }
 
 TEST(Verdict, SameContractDifferentPrecisionIsInconsistent) {
-  // Both allow TF32; one computes in strict fp32, the other in TF32 (the JAX seed's situation).
-  Declares strict("computes-fp32", Contract::fp32, Contract::tf32);
-  Declares loose("computes-tf32", Contract::tf32, Contract::tf32);
+  // Both allow TF32; one computes in strict fp32, the other in TF32 (the JAX seed's situation),
+  // as implementations of one API.
+  Declares strict("computes-fp32", Contract::fp32, Contract::tf32, "one.api");
+  Declares loose("computes-tf32", Contract::tf32, Contract::tf32, "one.api");
   const DiffReport r = run_differential(small_case(), {&strict, &loose}, default_oracles());
   bool found = false;
   for (const auto& f : r.findings) {
@@ -172,6 +174,32 @@ TEST(Verdict, SameContractDifferentPrecisionIsInconsistent) {
     found |= f.signature.cls == FindingClass::consistency && f.signature.backend == "computes-fp32~computes-tf32";
   }
   EXPECT_TRUE(found);
+  // Two libraries with no common API promise each other nothing beyond the contract, and
+  // implementations of different APIs neither.
+  Declares strict_alone("computes-fp32", Contract::fp32, Contract::tf32), other_api("computes-tf32", Contract::tf32, Contract::tf32, "another.api");
+  EXPECT_TRUE(run_differential(small_case(), {&strict_alone, &loose}, default_oracles()).findings.empty());
+  EXPECT_TRUE(run_differential(small_case(), {&strict, &other_api}, default_oracles()).findings.empty());
+}
+
+// Fingerprints of tensors measured on correct LibTorch CPU backends (NoFalseAlarms, before the
+// floors): a lucky fp32 rung (1e-18, the naive computation near exact) made torch.sdpa.cpu_flash's
+// ordinary fp32 error read as TF32; floored at the contract's model it reads as fp32 or finer.
+// Where every rung is the output's own rounding (bf16 storage), the spread says the ladder
+// tells nothing apart.
+TEST(Verdict, FingerprintRungsAreFlooredAndTheirSpreadReported) {
+  const std::vector<std::pair<Contract, double>> lucky{{Contract::fp32, 1.147e-18}, {Contract::tf32, 8.585e-05}, {Contract::bf16, 9.528e-04}};
+  EXPECT_EQ(fingerprint(4.023e-09, lucky, 8.0).label, "tf32") << "unfloored, as it was";
+  const double model_rms = 5.956e-08, kappa_min = 0.5;
+  const auto floored = floor_rungs(lucky, Contract::fp32, kappa_min * model_rms, 0.0);
+  const Fingerprint f = fingerprint(4.023e-09, floored, 8.0);
+  EXPECT_TRUE(f.label == "fp32" || f.label == "finer") << f.label;
+  EXPECT_GT(f.spread, 8.0);
+  // Rungs finer than the declared contract take the fp32 storage floor, not the contract's.
+  const auto tf32_declared = floor_rungs(lucky, Contract::tf32, 1e-3, 1e-9);
+  EXPECT_EQ(tf32_declared[0].second, 1e-9);
+  EXPECT_EQ(tf32_declared[1].second, 1e-3);
+  const std::vector<std::pair<Contract, double>> storage{{Contract::fp32, 2.623e-09}, {Contract::tf32, 2.623e-09}, {Contract::bf16, 2.621e-09}};
+  EXPECT_LT(fingerprint(1.406e-07, storage, 8.0).spread, 8.0);
 }
 
 class Noisy final : public Backend {

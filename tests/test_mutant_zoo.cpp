@@ -82,6 +82,42 @@ TEST(MutantZoo, RandomSampleFindsEveryBugWithItsClass) {
   }
 }
 
+// The JAX seed's situation as a pair: two kernels that each keep their contract (TF32 for fp32)
+// but compute at different precisions, one in fp32, the other its backward in TF32. Alone each
+// passes; together they are a consistency finding on the gradients (never on O or LSE, which
+// both compute in fp32), which minimizes to a small case that still shows it.
+TEST(MutantZoo, APairAtTwoPrecisionsOfOneContractIsInconsistent) {
+  auto strict = mutant("tf32_declared_strict");
+  auto loose = mutant("tf32_declared_tf32_backward");
+  const OracleSet oracles = default_oracles();
+  std::optional<Reproducer> found;
+  int cases = 0;
+  for (uint64_t seed = 0; seed < 200 && !found; ++seed) {
+    RandomCaseOptions opt;
+    opt.dtypes = {DType::f32};
+    const Case c = random_case(seed + 91, opt);
+    ++cases;
+    EXPECT_TRUE(found_classes(*strict, c).empty()) << write_case(c);
+    EXPECT_TRUE(found_classes(*loose, c).empty()) << write_case(c);
+    const DiffReport run = run_differential(c, {strict.get(), loose.get()}, oracles);
+    for (const auto& f : run.findings) {
+      EXPECT_EQ(f.signature.cls, FindingClass::consistency) << f.signature.to_string() << " " << f.detail;
+      EXPECT_EQ(f.signature.backend, "plugin.mutant_tf32_declared_strict~plugin.mutant_tf32_declared_tf32_backward");
+      EXPECT_TRUE(f.signature.tensor == "dQ" || f.signature.tensor == "dK" || f.signature.tensor == "dV") << f.signature.to_string();
+      if (!found) found = reproducer_of(c, {}, f, run, {});
+    }
+  }
+  ASSERT_TRUE(found) << "no consistency finding in " << cases << " random fp32 cases";
+  const Judge judge = in_process_judge({strict.get(), loose.get()}, oracles, false);
+  ShrinkReport rep;
+  const Reproducer m = minimize(*found, judge, shrink_candidates, case_size, &rep);
+  std::cout << "minimized the pair in " << rep.steps << " steps: " << describe_shape(m.c.shape) << " -> " << m.finding.signature.to_string()
+            << "\n";
+  EXPECT_EQ(m.finding.signature, found->finding.signature);
+  EXPECT_TRUE(signature_holds(judge, m.c, found->finding.signature));
+  EXPECT_LT(rep.size_after, rep.size_before);
+}
+
 // A kernel that reads outside its view (here its rows' padding, as a vector load wider than
 // the row would) is invisible while that memory holds zeros, and found once the case's
 // surround is NaN or the largest finite value; the minimizer keeps the surround that shows it.

@@ -95,7 +95,6 @@ TEST(ParallelJudging, ThreadedVerdictsAreTheSameBitsAsOneThread) {
   for (uint64_t k = 0; k < 40; ++k) {
     const Case c = campaign_case(23, k, gen);
     DiffOptions opt;
-    opt.fingerprint_all = k % 2 == 0;
     parallel_settings().min_elements = size_t{1} << 40;  // one thread
     const DiffReport serial = run_differential(c, backends, default_oracles(), opt);
     findings += serial.findings.size();

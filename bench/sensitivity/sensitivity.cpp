@@ -168,7 +168,6 @@ std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, 
   DiffOptions opt;
   opt.include_single = true;
   opt.check_determinism = false;
-  opt.fingerprint_all = true;
   opt.rule = rule;
   DifferentialSession session(c, oracles, opt);
   const Composition single{};

@@ -71,7 +71,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   State& st = state();
   const attnfuzz::Case c = attnfuzz::decode_case(data, size);
   attnfuzz::DiffOptions opt;
-  opt.fingerprint_all = false;
   opt.check_determinism = false;
   const attnfuzz::DiffReport r = attnfuzz::run_differential(c, st.backends, st.oracles, opt);
   if (st.counters) {

@@ -96,6 +96,15 @@ class Adapter:
     # reference every run, not reported by the determinism check. Names: O, LSE, dQ, dK, dV.
     nondeterministic_outputs = ()
     why_nondeterministic = ""    # said in the report beside them
+    # What campaigns aim at (docs/plugins.md, "Support envelope"; the same keys as a plugin's
+    # attnfuzz_plugin_envelope()), e.g. {"max_head_dim": 256, "head_dim_multiple": 8}: a key left
+    # out is unrestricted, None declares nothing. Narrowed to the dtypes of `contracts`;
+    # supports() keeps the last word on every call.
+    envelope = None
+    # The public function this adapter is one implementation of, when its implementations promise
+    # the same numerics (e.g. "jax.nn.dot_product_attention"): passing backends of one API and one
+    # contract at different precisions are a `consistency` finding. None: compared with no other.
+    api = None
 
     def __init__(self, **options):
         """Options come from the backend name: py:MODULE:CLASS?key=value&... (strings)."""

@@ -46,8 +46,19 @@ const char* const kNames[] = {"mutant_ok",
                               "mutant_gqa_backward_map",
                               "mutant_crash",
                               "mutant_hang",
-                              "mutant_reads_row_padding"};
-static_assert(MUTANT >= 0 && MUTANT < 10, "unknown mutant");
+                              "mutant_reads_row_padding",
+                              "mutant_tf32_declared_strict",
+                              "mutant_tf32_declared_tf32_backward"};
+static_assert(MUTANT >= 0 && MUTANT < 12, "unknown mutant");
+
+// MUTANT(10) and MUTANT(11), a pair: both declare TF32 for fp32 inputs, and each alone is within
+// it. 10 computes in strict fp32, 11 rounds its backward operands to TF32 (as MUTANT(2)): the
+// JAX seed's inconsistency, two implementations of one contract at different precisions.
+#if MUTANT == 10 || MUTANT == 11
+constexpr const char* kContract = R"({"fp32":"tf32","fp16":"fp16","bf16":"bf16"})";
+#else
+constexpr const char* kContract = R"({"fp32":"fp32","fp16":"fp16","bf16":"bf16"})";
+#endif
 
 int64_t index_of(const af_tensor& t, int64_t b, int64_t h, int64_t s, int64_t d) {
   return b * t.strides[0] + h * t.strides[1] + s * t.strides[2] + (t.ndim > 3 ? d * t.strides[3] : 0);
@@ -100,7 +111,7 @@ float to_operand(int32_t dtype, float x) {
 
 // Operands of backward matmuls (Q, K, V, dO for the recompute and products, P, dS).
 float bwd_operand(int32_t dtype, float x) {
-#if MUTANT == 2
+#if MUTANT == 2 || MUTANT == 11
   // MUTANT(2): fp32 backward matmuls silently run on TF32 tensor cores (the JAX seed bug).
   if (dtype == AF_F32) return attnfuzz::round_mantissa(x, 10);
 #endif
@@ -372,7 +383,7 @@ const af_plugin kPlugin = {
     kNames[MUTANT],
     "1",
     AF_BACKWARD_TAKES_DLSE | AF_MASKED_ROWS_ZERO,
-    R"({"fp32":"fp32","fp16":"fp16","bf16":"bf16"})",
+    kContract,
     supports_c,
     forward_c,
     backward_c,
@@ -383,4 +394,7 @@ const af_plugin kPlugin = {
 extern "C" {
 __attribute__((visibility("default"))) uint32_t attnfuzz_plugin_abi_version(void) { return ATTNFUZZ_PLUGIN_ABI_VERSION; }
 __attribute__((visibility("default"))) const af_plugin* attnfuzz_plugin_get(void) { return &kPlugin; }
+// Every build is one implementation of the zoo's tiled attention, so passing builds that compute
+// one contract at different precisions are a consistency finding (MUTANT(10) with MUTANT(11)).
+__attribute__((visibility("default"))) const char* attnfuzz_plugin_api(void) { return "attnfuzz.zoo.tiled_attention"; }
 }

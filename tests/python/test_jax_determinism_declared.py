@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""JaxSdpa?implementation=cudnn declares dQ nondeterministic unless XLA is asked for
-deterministic GPU ops (python/attnfuzz_py/adapters/jax_sdpa.py); xla declares nothing. Runs
-without JAX too: the declaration does not depend on it."""
+"""What the JAX adapters declare (python/attnfuzz_py/adapters/jax_sdpa.py): implementation=cudnn
+declares dQ nondeterministic unless XLA is asked for deterministic GPU ops, xla declares nothing;
+cudnn has contracts and an envelope for fp16 and bf16 only (head dims multiples of 8, Dqk == Dv);
+fp32 is "fp32" off the GPU. Runs without JAX too: the declarations do not depend on it."""
 import os
 import sys
 
@@ -21,6 +22,27 @@ for flag in ("--xla_gpu_deterministic_ops=true", "--xla_gpu_deterministic_ops"):
 os.environ["XLA_FLAGS"] = "--xla_gpu_deterministic_ops=false"
 if tuple(JaxSdpa("cudnn").nondeterministic_outputs) != ("dQ",):
     failures.append("cudnn under =false must declare dQ")
+cudnn = JaxSdpa("cudnn")
+if sorted(cudnn.contracts) != ["bf16", "fp16"]:
+    failures.append(f"cudnn must declare fp16 and bf16 only, declares {cudnn.contracts}")
+env = cudnn.envelope or {}
+if env.get("dtypes") != ["fp16", "bf16"] or env.get("head_dim_multiple") != 8 or env.get("distinct_head_dims") is not False:
+    failures.append(f"cudnn's envelope: {env}")
+try:
+    import jax
+    on_gpu = jax.default_backend() == "gpu"
+except ImportError:
+    on_gpu = False
+for precision, fp32 in (("default", "tf32" if on_gpu else "fp32"), ("highest", "fp32")):
+    got = JaxSdpa("xla", precision=precision).contracts.get("fp32")
+    if got != fp32:
+        failures.append(f"xla with precision={precision} must declare fp32 inputs as {fp32}, declares {got}")
+for bad in ({"implementation": "pallas"}, {"precision": "high"}):
+    try:
+        JaxSdpa(**bad)
+        failures.append(f"{bad} must be refused")
+    except ValueError:
+        pass
 for f in failures:
     print("FAIL:", f)
 print("ok" if not failures else f"{len(failures)} failure(s)")

@@ -1,7 +1,7 @@
 """FlexAttention (torch.nn.attention.flex_attention) as attnfuzz backends: eager and compiled.
 
-    py:attnfuzz_py.adapters.flex:FlexEager[?device=cuda]
-    py:attnfuzz_py.adapters.flex:FlexCompiled[?device=cuda]
+    py:attnfuzz_py.adapters.flex:FlexEager[?device=cuda][&matmul_precision=highest|high]
+    py:attnfuzz_py.adapters.flex:FlexCompiled[?device=cuda][&matmul_precision=highest|high]
 
 The case's mask expression becomes a mask_mod (attnfuzz_py.masks) and a BlockMask; a softcap
 becomes a score_mod; GQA uses enable_gqa; the LSE comes from return_aux=AuxRequest(lse=True).
@@ -23,6 +23,14 @@ an error), and watches every call for FlexAttention's "called without torch.comp
 a fallback is reported as an error of the call, never tested as "compiled". Compile time
 (attnfuzz_py.compile_time, from dynamo's compile callbacks) is counted apart from run time, in
 stats(), and the watchdogs do not count it. shapes=static: each shape compiled for itself.
+
+fp32: both declare the "fp32" contract. matmul_precision sets torch.set_float32_matmul_precision
+in the adapter's process before anything compiles: "highest" (the default, torch's own) keeps
+fp32 products; "high", the setting many training scripts make, lets Inductor's FlexAttention
+kernels run their fp32 dots as TF32 (FLOAT32_PRECISION 'tf32', torch 2.11's
+get_float32_precision). That is fp32 silently run on tensor cores, the first half of the
+FlexAttention seed report, and the harness reports it as a contract_violation
+(docs/python-backends.md, "The seeds on the H200").
 """
 import contextlib
 import sys
@@ -58,14 +66,19 @@ def _cpu_backward_allowed():
 
 class FlexEager(Adapter):
     name = "flex_eager"
+    api = "torch.nn.attention.flex_attention"  # eager and compiled: one function, one numerics
     contracts = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
     backward_takes_dlse = True
     masked_rows_zero = True
 
-    def __init__(self, device=None):
+    def __init__(self, device=None, matmul_precision="highest"):
+        if matmul_precision not in ("highest", "high"):
+            raise ValueError(f"matmul_precision={matmul_precision}: one of highest, high")
+        torch.set_float32_matmul_precision(matmul_precision)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.name = type(self).name + (".cuda" if self.device == "cuda" else "")
-        self.version = f"torch {torch.__version__}" + (", eager dense backward on CPU" if self.device == "cpu" else "")
+        self.name = type(self).name + (".cuda" if self.device == "cuda" else "") + (".tf32" if matmul_precision == "high" else "")
+        self.version = (f"torch {torch.__version__}" + (", eager dense backward on CPU" if self.device == "cpu" else "") +
+                        (", float32 matmul precision high" if matmul_precision == "high" else ""))
         self._fn = fa.flex_attention
 
     def supports(self, p):
@@ -139,12 +152,12 @@ class FlexCompiled(FlexEager):
     is, the mask as its expression, one compile per new shape, scale and mask."""
     name = "flex_compiled"
 
-    def __init__(self, device=None, shapes="bucketed"):
-        super().__init__(device)
+    def __init__(self, device=None, shapes="bucketed", matmul_precision="highest"):
+        super().__init__(device, matmul_precision)
         if shapes not in _SHAPES:
             raise ValueError(f"shapes={shapes}: one of {', '.join(_SHAPES)}")
         self.shapes = shapes
-        self.version = (f"torch {torch.__version__}, torch.compile(fullgraph, "
+        self.version = (self.version + ", torch.compile(fullgraph, "
                         + ("bucketed heads and head dims; forward: dynamic B and S; backward: bucketed B and S"
                            if shapes == "bucketed" else "static shapes") + ", recompile limit 2^20)")
         _raise_compile_limits()
