@@ -132,8 +132,14 @@ std::optional<std::string> torch_cuda_health() {
   try {
     // A copy back to the host synchronizes: an error left by any earlier kernel surfaces here.
     (void)at::ones({1}, at::TensorOptions().device(at::kCUDA)).sum().item<float>();
+  } catch (const c10::OutOfMemoryError&) {
+    return std::nullopt;  // memory is a resource (another process may hold it all), not a sticky fault
   } catch (const c10::Error& e) {
-    return std::string(e.what_without_backtrace());
+    const std::string what = e.what_without_backtrace();
+    // cudaErrorMemoryAllocation (a context that could not be created on a full GPU, say) is not
+    // sticky either: seen on the H200 while JAX processes held the memory, blamed on the backend.
+    if (what.find("CUDA error: out of memory") != std::string::npos) return std::nullopt;
+    return what;
   }
   return std::nullopt;
 }

@@ -38,6 +38,12 @@ import numpy as np
 
 from attnfuzz_py import Adapter
 
+# JAX preallocates 75% of the GPU's memory in every process that touches it. attnfuzz runs each
+# Python backend in a process of its own, beside its own GPU oracles and other backends: on the
+# H200, three JAX adapters and FlexAttention in one run failed with out-of-memory until JAX
+# allocated on demand. A value the user set is kept.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 try:
     import jax
     import jax.numpy as jnp
