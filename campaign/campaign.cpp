@@ -147,14 +147,23 @@ std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
 
 // One request to a worker: the findings of a case, or the crash/timeout it caused.
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& o,
-                                 Coverage* coverage) {
+                                 Coverage* coverage, bool* abandoned) {
   WorkerRequest req;
   req.c = c;
   req.check_determinism = check_determinism;
   WorkerCall call = call_worker(w, req, o.timeout_seconds);
+  if (call.status == WorkerProcess::Reply::Status::abandoned) {
+    if (abandoned) *abandoned = true;
+    return {};
+  }
   if (call.status == WorkerProcess::Reply::Status::timed_out && o.confirm_timeout_factor > 1) {
     WorkerProcess solo(o.worker_argv, worker_env(o, static_cast<size_t>(std::max<int64_t>(index, 0))));
+    solo.abandon_when(w.abandon_flag());
     WorkerCall again = call_worker(solo, req, o.confirm_timeout_factor * o.timeout_seconds);
+    if (again.status == WorkerProcess::Reply::Status::abandoned) {
+      if (abandoned) *abandoned = true;
+      return {};
+    }
     if (again.status != WorkerProcess::Reply::Status::timed_out) call = std::move(again);  // slow, not hung: judged as usual
   }
   // A dead worker (or one whose reply was unreadable): a crash/timeout finding, and the
@@ -379,10 +388,17 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   std::vector<std::thread> threads;
   std::mutex error_m;
   std::string worker_error;
+  // Raised when the campaign ends: the cases still in flight are abandoned, their workers
+  // killed, instead of holding the end of a campaign for up to a watchdog's --timeout each (a
+  // real-size case on the H200 held a 150 s campaign to 220 s). They are not judged and stay
+  // past the completed prefix, so --resume runs them, as after a SIGKILL.
+  std::atomic<bool> abandon{false};
+  std::atomic<uint64_t> abandoned_cases{0};
   for (size_t w = 0; w < workers; ++w)
     threads.emplace_back([&, w] {
       try {
         WorkerProcess proc(o.worker_argv, worker_env(o, w));
+        proc.abandon_when(&abandon);
         while (!stop) {
           if (elapsed() >= o.budget_seconds) break;
           uint64_t k;
@@ -401,7 +417,13 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           // the cost of a case, and a nondeterministic backend shows up on any sizable sample.
           const bool determinism = o.determinism_every <= 1 || g % static_cast<uint64_t>(o.determinism_every) == 0;
           std::map<std::string, uint64_t> case_known;
-          for (const auto& r : run_case(proc, c, static_cast<int64_t>(g), determinism, per_case, &case_coverage)) {
+          bool abandoned = false;
+          const std::vector<Reproducer> found = run_case(proc, c, static_cast<int64_t>(g), determinism, per_case, &case_coverage, &abandoned);
+          if (abandoned) {
+            ++abandoned_cases;
+            break;  // left in flight: not part of the completed prefix
+          }
+          for (const auto& r : found) {
             if (const KnownDeviation* known = o.known.covering(r))
               ++case_known[known->id];
             else
@@ -452,7 +474,11 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
     if (finished) break;
   }
   stop = true;
+  abandon = true;
   for (auto& t : threads) t.join();
+  if (!o.quiet && abandoned_cases > 0)
+    std::fprintf(stderr, "%s%llu case(s) in flight at the end were abandoned, not judged (--resume runs them)\n", tty ? "\r\033[K" : "",
+                 static_cast<unsigned long long>(abandoned_cases.load()));
   if (!worker_error.empty()) throw std::runtime_error(worker_error);
   CampaignSummary s;
   s.coverage = checkpoint();

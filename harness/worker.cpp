@@ -186,6 +186,12 @@ WorkerProcess::Reply WorkerProcess::request(const std::string& body, double time
   };
   for (;;) {
     if (take_reply()) return reply;
+    if (abandon_ && abandon_->load()) {
+      stop();  // the worker and its group; no fresh one: the caller is done with it
+      reply.status = Reply::Status::abandoned;
+      reply.detail = "abandoned: the caller stopped waiting";
+      return reply;
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) return died(Reply::Status::timed_out);
     pollfd pfd[2] = {{from_child_, POLLIN, 0}, {to_child_, POLLOUT, 0}};

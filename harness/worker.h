@@ -13,6 +13,7 @@
 // the reply pipe, so its watchdog always fires.
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,7 +45,9 @@ class WorkerProcess {
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
   struct Reply {
-    enum class Status { ok, crashed, timed_out } status = Status::ok;
+    // abandoned: the caller's abandon flag was raised while the worker worked (abandon_when):
+    // the worker was killed, and the request tells nothing about its case.
+    enum class Status { ok, crashed, timed_out, abandoned } status = Status::ok;
     std::string body;           // the reply's payload
     std::string last_progress;  // the last progress message before the reply or the death
     std::string detail;         // how it died (signal, exit status)
@@ -57,6 +60,10 @@ class WorkerProcess {
     start();
   }
   pid_t pid() const { return pid_; }
+  // From now on a request returns as soon as *flag is true (checked at least once a second),
+  // killing the worker: a campaign whose time is up does not wait for the cases in flight.
+  void abandon_when(const std::atomic<bool>* flag) { abandon_ = flag; }
+  const std::atomic<bool>* abandon_flag() const { return abandon_; }
 
  private:
   void start();
@@ -67,6 +74,7 @@ class WorkerProcess {
   int to_child_ = -1, from_child_ = -1;
   uint64_t seq_ = 0;
   FrameReader reader_;
+  const std::atomic<bool>* abandon_ = nullptr;
 };
 
 // The worker's side of the protocol, set up from kWorkerFdsEnv.

@@ -268,7 +268,17 @@ PY
   ids=$(seq -s, 0 299)
   af campaign --devices "$ids" --cases 1 --backends reference --out d1
   refused "300 device ids" "--devices"
-  check "no worker was started (nothing written)" "[ ! -e d1 ]" ;;
+  check "no worker was started (nothing written)" "[ ! -e d1 ]"
+  # The end of a campaign does not wait for the cases in flight: a case that hangs (the zoo's
+  # hang mutant, Sq % 5 == 2) under a 200 s watchdog is abandoned at the 3 s deadline.
+  hang="plugin:$(dirname "$bin")/mutants/libattnfuzz_mutant_hang.so"
+  t0=$(date +%s.%N)
+  af campaign --seconds 3 --timeout 200 --jobs 2 --seed 5 --no-minimize --backends "$hang" --out d2
+  t1=$(date +%s.%N)
+  wall=$(python3 -c "print(round($t1 - $t0, 1))")
+  check "a 3 s campaign with hung cases in flight ends within 15 s (took $wall s, exit $rc)" "python3 -c 'import sys; sys.exit(0 if $wall < 15 else 1)'"
+  check "the abandoned cases are said so" "grep -q 'abandoned, not judged' $tmp/err"
+  check "and are no timeout findings" "! ls d2/findings/*timeout* >/dev/null 2>&1" ;;
 15)  # other inputs that are refused
   "$bin" campaign --cases 2 --jobs 1 --no-minimize --quiet --tier toy --out shard --backends reference >/dev/null 2>&1
   af merge shard --out shard/merged
