@@ -12,6 +12,10 @@
 #   ci/gpu_run.sh aimed [SECONDS]            the support-envelope targets (docs/gpu.md, "Aimed cases on the
 #                                            GPU"): the default campaign, a real-tier one, the judged rates
 #                                            of bench_case_rate --aimed beside bench/plain_loop.py
+#   ci/gpu_run.sh seeds                      the two seeds (docs/python-backends.md, "The seeds on the H200"):
+#                                            corpus/jax-seed-*.json through the JAX adapters and torch.flash,
+#                                            JAX's cuDNN path under deterministic ops, FlexCompiled's fp32 at
+#                                            matmul_precision highest and high; one command at a time
 #   ci/gpu_run.sh zoo SECONDS [PARALLEL] [MUTANTS...]
 #                                            a real-tier campaign per GPU mutant (.carry/mutants/
 #                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
@@ -119,5 +123,24 @@ case "$mode" in
       echo "zoo $m: exit $rc, $n finding file(s), first within ${t:-no} s; $(grep -E "^done " "$out/zoo/$m.log" | tail -1)"
     ' _ {} "$secs" "$bin" "$root" "$OUT" | sort | tee "$OUT/zoo.log"
     (cd "$OUT" && tar czf zoo.tgz zoo && rm -rf zoo) ;;
-  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]|zoo SECONDS [PARALLEL] [MUTANTS...]" >&2; exit 2 ;;
+  seeds)
+    # One command at a time: JAX and FlexAttention compile on first use, and every Python
+    # backend is a process of its own on the one GPU.
+    export ATTNFUZZ_PYTHON=${ATTNFUZZ_PYTHON:-python3} ATTNFUZZ_PY_PACKAGE_DIR=$root/python
+    export ATTNFUZZ_PY_TIMEOUT_S=${ATTNFUZZ_PY_TIMEOUT_S:-900} ATTNFUZZ_PY_START_TIMEOUT_S=${ATTNFUZZ_PY_START_TIMEOUT_S:-600}
+    jax=attnfuzz_py.adapters.jax_sdpa flex=attnfuzz_py.adapters.flex
+    backends="py:$jax:JaxSdpa?implementation=xla,py:$jax:JaxSdpa?implementation=cudnn,py:$jax:JaxSdpa?implementation=xla&precision=highest,py:$jax:JaxF32Logits,torch.flash"
+    for d in bf16 fp16 fp32; do
+      echo "=== jax seed $d"
+      "$bin/attnfuzz" run "$root/corpus/jax-seed-$d.json" --reference cuda --no-determinism-check --backends "$backends" 2>&1 | grep -v "Source Location"
+    done >"$OUT/jax-seed.log"
+    XLA_FLAGS=--xla_gpu_deterministic_ops=true "$bin/attnfuzz" run "$root/corpus/jax-seed-bf16.json" --reference cuda \
+      --backends "py:$jax:JaxSdpa?implementation=cudnn" >"$OUT/jax-cudnn-deterministic.log" 2>&1
+    for p in highest high; do
+      echo "=== FlexCompiled matmul_precision=$p"
+      "$bin/attnfuzz" run "$root/corpus/jax-seed-fp32.json" --reference cuda --no-determinism-check \
+        --backends "py:$flex:FlexCompiled?device=cuda&shapes=static&matmul_precision=$p" 2>&1
+    done >"$OUT/flex-tf32.log"
+    grep -h "finding(s)" "$OUT"/jax-seed.log "$OUT"/jax-cudnn-deterministic.log "$OUT"/flex-tf32.log ;;
+  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]|seeds|zoo SECONDS [PARALLEL] [MUTANTS...]" >&2; exit 2 ;;
 esac
