@@ -152,19 +152,15 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
   req.c = c;
   req.check_determinism = check_determinism;
   WorkerCall call = call_worker(w, req, o.timeout_seconds);
-  if (call.status == WorkerProcess::Reply::Status::abandoned) {
-    if (abandoned) *abandoned = true;
-    return {};
-  }
   if (call.status == WorkerProcess::Reply::Status::timed_out && o.confirm_timeout_factor > 1) {
     WorkerProcess solo(o.worker_argv, worker_env(o, static_cast<size_t>(std::max<int64_t>(index, 0))));
     solo.abandon_when(w.abandon_flag());
     WorkerCall again = call_worker(solo, req, o.confirm_timeout_factor * o.timeout_seconds);
-    if (again.status == WorkerProcess::Reply::Status::abandoned) {
-      if (abandoned) *abandoned = true;
-      return {};
-    }
-    if (again.status != WorkerProcess::Reply::Status::timed_out) call = std::move(again);  // slow, not hung: judged as usual
+    if (again.status != WorkerProcess::Reply::Status::timed_out) call = std::move(again);  // slow, not hung (or abandoned)
+  }
+  if (call.status == WorkerProcess::Reply::Status::abandoned) {
+    if (abandoned) *abandoned = true;
+    return {};
   }
   // A dead worker (or one whose reply was unreadable): a crash/timeout finding, and the
   // backend it was running counted as errored.

@@ -290,10 +290,11 @@ class DifferentialSession::Impl {
     report_.findings.push_back(std::move(f));
   }
 
-  BackendRun describe_run(const Backend& be, const Composition& comp) {
-    declared_[be.name()] = {be.api(), be.lse_unit_roundoff(c_.dtype)};
+  BackendRun describe_run(const Backend& be, const Composition& comp) const {
     BackendRun run;
     run.backend = be.name();
+    run.api = be.api();
+    run.lse_unit_roundoff = be.lse_unit_roundoff(c_.dtype);
     run.version = be.version();
     run.composition = describe(comp);
     run.composition_class = composition_class(comp);
@@ -508,8 +509,7 @@ class DifferentialSession::Impl {
         if (x.skipped || y.skipped || x.contract != y.contract || x.composition != y.composition || x.backend == y.backend) continue;
         // Only implementations of one API promise each other their numerics (Backend::api); one
         // that declares a coarser LSE (a fast exp) promises less than its contract.
-        const auto &dx = declared_.at(x.backend), &dy = declared_.at(y.backend);
-        if (dx.first.empty() || dx != dy) continue;
+        if (x.api.empty() || x.api != y.api || x.lse_unit_roundoff != y.lse_unit_roundoff) continue;
         for (size_t i = 0; i < x.tensors.size() && i < y.tensors.size(); ++i) {
           const TensorVerdict &u = x.tensors[i], &v = y.tensors[i];
           if (!u.compared || !v.compared || !u.pass || !v.pass || !u.print.rung || !v.print.rung || u.print.rung == v.print.rung) continue;
@@ -541,7 +541,6 @@ class DifferentialSession::Impl {
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
   std::map<std::tuple<Contract, double, std::string>, Model> models_;
   std::map<std::string, CallTerms> call_terms_;
-  std::map<std::string, std::pair<std::string, double>> declared_;  // each backend's API and LSE accuracy
   std::map<std::tuple<std::string, bool, Output>, std::vector<std::pair<Contract, ErrorStats>>> rung_errors_;
   DiffReport report_;
 };

@@ -36,6 +36,8 @@ struct DiffOptions {
 struct BackendRun {
   std::string backend, version, composition, composition_class;
   std::string contract;
+  std::string api;               // Backend::api: consistency compares runs of one API only
+  double lse_unit_roundoff = 0;  // the backend's declared LSE accuracy for the case dtype
   bool skipped = false;
   std::string skip_reason;
   std::vector<std::string> notes;
