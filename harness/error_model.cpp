@@ -55,6 +55,7 @@ RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff) {
       break;
     case Contract::fp16:
       u.operand = unit_roundoff(DType::f16);
+      u.fp16_operands = true;
       break;
     case Contract::bf16:
       u.operand = unit_roundoff(DType::bf16);
@@ -77,8 +78,8 @@ namespace {
 
 // One element's variance, by how its errors are shared along the row (model_row_dof).
 struct VarianceParts {
-  double operand = 0, score = 0, via = 0, normalizer = 0, independent = 0;
-  double total() const { return operand + score + via + normalizer + independent; }
+  double operand = 0, score = 0, via = 0, normalizer = 0, independent = 0, subnormal = 0;
+  double total() const { return operand + score + via + normalizer + independent + subnormal; }
 };
 
 // The LSE's accumulation error, u_acc^2 L / 6: the log of a sum of L terms at u_acc. The O and dQ
@@ -114,6 +115,7 @@ VarianceParts element_variance(Output t, const TermTensors& terms, double ref, c
   v.normalizer = normalizer_variance(t, terms, u, row) * r * r;
   // Lost whole where the kernel flushes (a one-source part of the row, like the operand's).
   if (!terms.underflow.data.empty()) v.operand += terms.underflow.data[e] * terms.underflow.data[e];
+  if (u.fp16_operands && !terms.subnormal.data.empty()) v.subnormal = terms.subnormal.data[e] * terms.subnormal.data[e] / 3.0;
   if (!terms.via_op.data.empty()) {
     const double a = terms.via_op.data[e], b = terms.via_st.data[e], c = terms.via_acc.data[e], d = terms.via_sc.data[e];
     v.via = (u.operand * u.operand * a * a + u.store * u.store * b * b) / 3.0 + u.accumulate * u.accumulate * c * c + u_score2 * d * d;
@@ -219,6 +221,7 @@ ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const 
         sum.via += v.via;
         sum.normalizer += v.normalizer;
         sum.independent += v.independent;
+        sum.subnormal += v.subnormal;
       }
       // dQ receives D's error through the one number D_i; dK's via parts sum over the queries
       // that see the key, as its operand does.
@@ -232,12 +235,17 @@ ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const 
       double shared_denom = via * via + sum.normalizer * sum.normalizer;
       if (correlated > 0) shared_denom += correlated * correlated / std::max(1.0, op_sources);
       if (sum.score > 0) shared_denom += sum.score * sum.score / std::max(1.0, sc_sources);
+      if (sum.subnormal > 0) {
+        double sub_sources = terms.subnormal_sources.data.empty() ? op_sources : terms.subnormal_sources.data[row];
+        if (!terms.direction_sources.data.empty()) sub_sources = std::min(sub_sources, terms.direction_sources.data[row]);
+        shared_denom += sum.subnormal * sum.subnormal / std::max(1.0, sub_sources);
+      }
       // Every shared part moves the row inside the span of the same vectors (the normalizer along
       // the row, D's error along sum_j P_ij K_j for dQ), so together they cannot have more sources
       // than those vectors have directions: a query that sees one key errs along that key, however
       // its error splits into parts (torch.efficient's fp32 dQ row at 8.97 sigma' against the 7.66
       // of a 3.74-source row, Skv = 1: docs/findings/README.md, session 8).
-      const double shared = sum.operand + sum.score + sum.via + sum.normalizer;
+      const double shared = sum.operand + sum.score + sum.via + sum.normalizer + sum.subnormal;
       if (!terms.direction_sources.data.empty() && shared_denom > 0)
         shared_denom = std::max(shared_denom, shared * shared / std::max(1.0, terms.direction_sources.data[row]));
       // Elements with the same value are computed alike and round alike (a row of an exactly

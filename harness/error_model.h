@@ -26,7 +26,7 @@
 //            P by that relative amount (large logits); tf32 also rounds Q and K (u_in).
 //           + (u_op^2 * via_op^2 + u_st^2 * via_st^2) / 3 + u_acc^2 * via_acc^2 + u_sc^2 * via_sc^2
 //
-//           + underflow^2
+//           + underflow^2 + fp16_operands * subnormal^2 / 3
 //
 //   underflow  dK and dV only: the terms of the reduction whose P is below fp32's smallest
 //            normal number (2^-126), summed as magnitudes. Kernels compute P = exp(S - LSE) in
@@ -34,6 +34,21 @@
 //            those terms are lost whole, together: a key whose every probability is below
 //            2^-126 gets a dK and dV row of zero where the reference has 1e-37 (campaigns on
 //            the H200, H-4 in docs/findings). Not a rounding unit: no contract removes it.
+//   subnormal  fp16 operands only (the fp16 contract), O, dQ, dK and dV: below 2^-14 an fp16
+//            number is subnormal, and rounding to it errs by up to eta = 2^-25 absolutely, not by
+//            u_op relatively. P is then rounded that way (for P V, P^T dO, and, in kernels that
+//            form dS from the rounded P, dS = P (dP - D)), and so is dS. The part this adds to
+//            the relative rounding in `operand`, per term, is
+//              e(x)^2 = max(0, min(eta, |x|)^2 - (u_op x)^2)
+//            and the outputs' parts are sums of those terms' squares, as `operand` is:
+//              O: sum_j e(P_ij)^2 V_jd^2             dV: sum_group,i e(P_ij)^2 dO_id^2
+//              dQ: scale^2 sum_j f_ij K_jd^2          dK: scale^2 sum_group,i f_ij Q_id^2
+//            with f_ij = e(P_ij)^2 (dS_ij / P_ij)^2 + e(dS_ij)^2, each as a variance of / 3. An
+//            absolute magnitude (eta is fp16's): bf16's subnormals lie 2^109 times lower and
+//            fp32's are the underflow term's. A dK row dominated by two queries whose P were
+//            4.6e-7 and 2.9e-7 (fp16: 7.7 and 4.8 subnormal steps) erred by 4.4% along itself
+//            in torch.efficient, which forms dS from its rounded P (docs/findings, issue 29).
+//            Its own sources, per row, as the operand's (subnormal_sources).
 //   normalizer  O and dQ only, a part shared by the whole row: O = (sum_j e_ij V_j) / l_i, and
 //            the normalizer l_i (summed at u_acc over L keys) errs by the LSE's accumulation
 //            error, relative variance u_acc^2 L / 6, which scales every O_id of the row alike;
@@ -108,6 +123,9 @@ struct TermTensors {
   // dK and dV: the lost terms of P below 2^-126 (above); empty elsewhere, and where the oracle
   // does not supply them.
   Tensor underflow;
+  // O, dQ, dK, dV of an fp16 problem: the subnormal part (above, absolute), and its sources per
+  // row; empty for other dtypes and where the oracle does not supply them.
+  Tensor subnormal, subnormal_sources;
   // Per row ([B][H][S]), the effective number of independent sources of the operand and the
   // score parts (above); empty where the oracle does not supply them (every element then
   // counts as independent).
@@ -142,6 +160,7 @@ struct RoundingUnits {
   double accumulate = 0;  // u_acc: accumulation (fp32 below fp64)
   double input = 0;       // u_in: extra rounding of Q, K, V, dO (tf32)
   double lse = 0;         // u_lse: the LSE's declared accuracy
+  bool fp16_operands = false;  // the subnormal part applies (its eta is fp16's)
 };
 RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff);
 
@@ -182,6 +201,14 @@ struct ModelOfCall {
 void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, Tensor& row_var2_dof);
 // The whole output's sigma and row dof from those sums (dof clamped to [1, width]).
 void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tensor& row_var2_dof, Tensor* row_dof);
+
+// e(x)^2 of the subnormal part (above): what rounding x to fp16 adds, in the subnormal range, to
+// its relative rounding u_op |x| (2^-14 is fp16's smallest normal, 2^-25 half its subnormal step).
+inline constexpr double kFp16SubnormalHalfStep = 0x1p-25, kFp16UnitRoundoff = 0x1p-11;
+inline double fp16_subnormal_excess2(double x) {
+  const double a = x < 0 ? -x : x, floor = a < kFp16SubnormalHalfStep ? a : kFp16SubnormalHalfStep, rel = kFp16UnitRoundoff * a;
+  return floor > rel ? floor * floor - rel * rel : 0.0;
+}
 
 // The participation ratio (sum a)^2 / sum a^2 from the two sums; 0 where there are no terms.
 inline double participation(double sum, double sum_sq) { return sum_sq > 0 ? sum * sum / sum_sq : 0.0; }

@@ -90,6 +90,14 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
   e[Output::dV].underflow = Tensor(vv);
   out.underflow_dk = e[Output::dK].underflow.ptr();
   out.underflow_dv = e[Output::dV].underflow.ptr();
+  if (p.dtype == DType::f16)  // the subnormal part (harness/error_model.h)
+    for (Output o : {Output::O, Output::dQ, Output::dK, Output::dV}) {
+      const auto i = static_cast<size_t>(o);
+      e[o].subnormal = Tensor(e[o].operand.shape);
+      e[o].subnormal_sources = Tensor(e[o].operand_sources.shape);
+      out.subnormal[i] = e[o].subnormal.ptr();
+      out.subnormal_sources[i] = e[o].subnormal_sources.ptr();
+    }
   out.stored_dk = e[Output::dK].stored.ptr();
   out.stored_dv = e[Output::dV].stored.ptr();
   for (Output o : {Output::dQ, Output::dK}) {

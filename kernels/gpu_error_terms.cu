@@ -61,7 +61,14 @@ struct PairProduct {
 constexpr double kSmallestNormalF32 = 1.1754943508222875e-38;
 __device__ __forceinline__ bool flushed(double p) { return p > 0 && p < kSmallestNormalF32; }
 
-enum class Factor { p, p2, w2, pc, pc2, ds, ds2, wd2, p_flushed, abs_ds_flushed };
+// e(x)^2 of the subnormal part (harness/error_model.h, fp16_subnormal_excess2): what rounding x to
+// fp16 adds, below its smallest normal 2^-14, to the relative rounding 2^-11 |x|.
+__device__ __forceinline__ double fp16_subnormal_excess2(double x) {
+  const double a = fabs(x), floor = fmin(a, 0x1p-25), rel = 0x1p-11 * a;
+  return floor > rel ? floor * floor - rel * rel : 0.0;
+}
+
+enum class Factor { p, p2, w2, pc, pc2, ds, ds2, wd2, p_flushed, abs_ds_flushed, p_subnormal2, ds_subnormal2 };
 __device__ __forceinline__ double factor(const ScoreBuffers& s, Factor f, int64_t e) {
   switch (f) {
     case Factor::p:
@@ -82,6 +89,12 @@ __device__ __forceinline__ double factor(const ScoreBuffers& s, Factor f, int64_
       return flushed(s.p[e]) ? s.p[e] : 0.0;
     case Factor::abs_ds_flushed:
       return flushed(s.p[e]) ? fabs(s.ds[e]) : 0.0;
+    case Factor::p_subnormal2:
+      return fp16_subnormal_excess2(s.p[e]);
+    case Factor::ds_subnormal2: {  // e(P)^2 (dS / P)^2 + e(dS)^2
+      const double p = s.p[e], ds = s.ds[e];
+      return p > 0 ? fp16_subnormal_excess2(p) * sq(ds / p) + fp16_subnormal_excess2(ds) : 0.0;
+    }
     default:
       return sq(s.wd[e]);
   }
@@ -353,6 +366,7 @@ struct DeviceTerms {
   DeviceBuffer<double> operand[5], score[5], stored_dk, stored_dv, underflow_dk, underflow_dv, via_dq[4], via_dk[4];
   DeviceBuffer<double> d_minus_g, d_err;
   DeviceBuffer<double> operand_sources[5], score_sources[5];
+  DeviceBuffer<double> subnormal[5], subnormal_sources[5];
   DeviceBuffer<double> q_norm2, k_norm2, v_norm2, d_out_norm2;
 };
 
@@ -407,6 +421,18 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     d.operand_sources[x] = DeviceBuffer<double>(n(kv_rows));
     d.score_sources[x] = DeviceBuffer<double>(n(kv_rows));
   }
+  // The subnormal part (fp16 problems): computed where the caller asks for it.
+  const bool subnormal = out.subnormal[o_idx] != nullptr;
+  if (subnormal) {
+    for (int64_t x : {o_idx, dq_idx}) {
+      d.subnormal[x] = DeviceBuffer<double>(n(rows_q * (x == o_idx ? a.dim_v : a.dim_qk)));
+      d.subnormal_sources[x] = DeviceBuffer<double>(n(rows_q));
+    }
+    for (int64_t x : {dk_idx, dv_idx}) {
+      d.subnormal[x] = DeviceBuffer<double>(n(rows_kv * (x == dk_idx ? a.dim_qk : a.dim_v)));
+      d.subnormal_sources[x] = DeviceBuffer<double>(n(kv_rows));
+    }
+  }
   d.q_norm2 = DeviceBuffer<double>(n(rows_q));
   d.d_out_norm2 = DeviceBuffer<double>(n(rows_q));
   d.k_norm2 = DeviceBuffer<double>(n(kv_rows));
@@ -420,12 +446,12 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   d.d_err = DeviceBuffer<double>(n(4 * rows_q));
   double* via_dq[4] = {d.via_dq[0].get(), d.via_dq[1].get(), d.via_dq[2].get(), d.via_dq[3].get()};
   double* via_dk[4] = {d.via_dk[0].get(), d.via_dk[1].get(), d.via_dk[2].get(), d.via_dk[3].get()};
-  DeviceBuffer<double*> via_dq_d(4), via_dk_d(4), one_out_d(9);
+  DeviceBuffer<double*> via_dq_d(4), via_dk_d(4), one_out_d(11);
   via_dq_d.upload(via_dq);
   via_dk_d.upload(via_dk);
   // The single-array outputs of the column products: dK.operand, dK.score, dV.operand, dV.score, dK.stored, dV.stored,
-  // dK.underflow, dV.underflow.
-  double* const one_out[9] = {d.operand[dk_idx].get(),
+  // dK.underflow, dV.underflow, dK.subnormal, dV.subnormal.
+  double* const one_out[11] = {d.operand[dk_idx].get(),
                               d.score[dk_idx].get(),
                               d.operand[dv_idx].get(),
                               d.score[dv_idx].get(),
@@ -433,6 +459,8 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
                               d.stored_dv.get(),
                               d.underflow_dk.get(),
                               d.underflow_dv.get(),
+                              d.subnormal[dk_idx].get(),
+                              d.subnormal[dv_idx].get(),
                               nullptr};
   one_out_d.upload(one_out);
   AF_CUDA(cudaDeviceSynchronize());
@@ -507,6 +535,16 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     column(Factor::w2, d.d_out.get(), ColRhs::squared, a.dim_v, false, 1.0, outs + 3);
     column(Factor::abs_ds_flushed, d.q.get(), ColRhs::absolute, a.dim_qk, false, scale, outs + 6);
     column(Factor::p_flushed, d.d_out.get(), ColRhs::absolute, a.dim_v, false, 1.0, outs + 7);
+    if (subnormal) {
+      product(RowProduct{s, Factor::p_subnormal2, d.v.get(), RowRhs::squared, a.dim_v, RowOut::root, 1.0, d.subnormal[o_idx].get(),
+                         nullptr, nullptr, rows_q, m, h, a.seq_q, a.dim_v, a.seq_kv},
+              heads);
+      product(RowProduct{s, Factor::ds_subnormal2, d.k.get(), RowRhs::squared, a.dim_qk, RowOut::scaled_root, scale,
+                         d.subnormal[dq_idx].get(), nullptr, nullptr, rows_q, m, h, a.seq_q, a.dim_qk, a.seq_kv},
+              heads);
+      column(Factor::ds_subnormal2, d.q.get(), ColRhs::squared, a.dim_qk, false, scale2, outs + 8);
+      column(Factor::p_subnormal2, d.d_out.get(), ColRhs::squared, a.dim_v, false, 1.0, outs + 9);
+    }
     if (group > 1) {
       column(Factor::ds, d.q.get(), ColRhs::plain, a.dim_qk, true, scale2, outs + 4);
       column(Factor::p, d.d_out.get(), ColRhs::plain, a.dim_v, true, 1.0, outs + 5);
@@ -528,6 +566,12 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     key_rows(Factor::wd2, d.q_norm2.get(), d.score_sources[dk_idx]);
     key_rows(Factor::p2, d.d_out_norm2.get(), d.operand_sources[dv_idx]);
     key_rows(Factor::w2, d.d_out_norm2.get(), d.score_sources[dv_idx]);
+    if (subnormal) {
+      query_rows(Factor::p_subnormal2, d.v_norm2.get(), d.subnormal_sources[o_idx]);
+      query_rows(Factor::ds_subnormal2, d.k_norm2.get(), d.subnormal_sources[dq_idx]);
+      key_rows(Factor::ds_subnormal2, d.q_norm2.get(), d.subnormal_sources[dk_idx]);
+      key_rows(Factor::p_subnormal2, d.d_out_norm2.get(), d.subnormal_sources[dv_idx]);
+    }
   }
   AF_CUDA(cudaDeviceSynchronize());
   if (timing) timing->compute_ms = ms_since(t0);
@@ -544,6 +588,11 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     if (out.via_dq[k]) d.via_dq[k].download(out.via_dq[k]);
     if (out.via_dk[k]) d.via_dk[k].download(out.via_dk[k]);
   }
+  if (subnormal)
+    for (int x = 0; x < 5; ++x) {
+      if (out.subnormal[x] && d.subnormal[x].size()) d.subnormal[x].download(out.subnormal[x]);
+      if (out.subnormal_sources[x] && d.subnormal_sources[x].size()) d.subnormal_sources[x].download(out.subnormal_sources[x]);
+    }
   if (out.underflow_dk) d.underflow_dk.download(out.underflow_dk);
   if (out.underflow_dv) d.underflow_dv.download(out.underflow_dv);
   if (group > 1) {

@@ -18,6 +18,11 @@
 //   dV:  operand^2 = sum_group P^2^T dO^2, score^2 = sum_group w^2^T dO^2, stored^2 = sum_group (P^T dO)^2
 //   underflow (dK, dV), F the indicator of 0 < P < 2^-126 (flushed by FTZ kernels):
 //        dK = scale sum_group (|dS| F)^T |Q|,  dV = sum_group (P F)^T |dO|
+//   subnormal (fp16 problems), e(x)^2 what fp16's subnormal range adds to x's relative rounding
+//   and f = e(P)^2 (dS / P)^2 + e(dS)^2:
+//        O = sqrt(e(P)^2 V^2), dQ = scale sqrt(f K^2), dK^2 = scale^2 sum_group f^T Q^2,
+//        dV^2 = sum_group e(P)^2^T dO^2; sources with a_j = e(P)^2 |V_j|^2, f |K_j|^2, f |Q_i|^2,
+//        e(P)^2 |dO_i|^2
 // with e_k (k = op, st, acc, sc) the row errors of D = rowsum(dO O) from O's error parts:
 //   sqrt(rowsum(dO^2 X^2)) for X = O.operand, O, sqrt(L/3 (O^2/3 + O.operand^2/2)), O.score.
 // The rows' sources (participation ratios (sum a)^2 / sum a^2, harness/error_model.h), with
@@ -44,6 +49,9 @@ struct HostErrorTerms {
   double* underflow_dv = nullptr;
   double* operand_sources[5] = {};  // per row; LSE's not written
   double* score_sources[5] = {};
+  // The subnormal part and its sources (O, dQ, dK, dV): computed when subnormal[0] is set.
+  double* subnormal[5] = {};
+  double* subnormal_sources[5] = {};
 };
 
 // o, lse: the float64 reference forward of `a`; d_out: [B][Hq][Sq][Dv]; d_lse: [B][Hq][Sq].

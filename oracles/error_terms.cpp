@@ -67,12 +67,20 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   init(Output::dV, vv, reduction_length(Output::dV, s));
   t[Output::dK].underflow = Tensor(kk);
   t[Output::dV].underflow = Tensor(vv);
+  // The subnormal part exists for fp16 operands only (harness/error_model.h).
+  const bool fp16 = p.dtype == DType::f16;
+  if (fp16) {
+    t[Output::O].subnormal = Tensor(oq);
+    t[Output::dQ].subnormal = Tensor(qq);
+    t[Output::dK].subnormal = Tensor(kk);
+    t[Output::dV].subnormal = Tensor(vv);
+  }
   // dK and dV sum over a GQA group: squares accumulate here, roots are taken at the end.
   Tensor dk_partials(kk), dv_partials(vv);
   const std::vector<int64_t> q_rows{s.batch, s.heads_q, s.seq_q}, kv_rows{s.batch, s.heads_kv, s.seq_kv};
   std::array<SourceAccumulator, 5> op_sources{SourceAccumulator(q_rows), SourceAccumulator(q_rows), SourceAccumulator(q_rows),
                                               SourceAccumulator(kv_rows), SourceAccumulator(kv_rows)};
-  std::array<SourceAccumulator, 5> sc_sources = op_sources;
+  std::array<SourceAccumulator, 5> sc_sources = op_sources, sub_sources = op_sources;
   auto sources_of = [&](std::array<SourceAccumulator, 5>& a, Output o) -> SourceAccumulator& { return a[static_cast<size_t>(o)]; };
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h) {
@@ -170,6 +178,25 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
           hs.p.cwiseProduct(flushed).transpose() * d_o.cwiseAbs();
       MMap(t[Output::dV].operand.at(b, hk, 0), s.seq_kv, s.head_dim_v) += p2.transpose() * do2;
       MMap(t[Output::dV].score.at(b, hk, 0), s.seq_kv, s.head_dim_v) += w2.transpose() * do2;
+      if (fp16) {
+        // e(P)^2, and f = e(P)^2 (dS / P)^2 + e(dS)^2: P rounded in the subnormal range moves dS
+        // by the same fraction of itself.
+        const Mat ep2 = hs.p.unaryExpr(&fp16_subnormal_excess2);
+        Mat f(s.seq_q, s.seq_kv);
+        for (int64_t j = 0; j < s.seq_kv; ++j)
+          for (int64_t i = 0; i < s.seq_q; ++i) {
+            const double pij = hs.p(i, j), dsij = ds(i, j);
+            f(i, j) = pij > 0 ? ep2(i, j) * (dsij / pij) * (dsij / pij) + fp16_subnormal_excess2(dsij) : 0.0;
+          }
+        MMap(t[Output::O].subnormal.at(b, h, 0), s.seq_q, s.head_dim_v) = root(ep2 * v2);
+        MMap(t[Output::dQ].subnormal.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(f * k2);
+        MMap(t[Output::dK].subnormal.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (f.transpose() * q2);
+        MMap(t[Output::dV].subnormal.at(b, hk, 0), s.seq_kv, s.head_dim_v) += ep2.transpose() * do2;
+        sources_of(sub_sources, Output::O).add(b, h, source_sums(ep2, v_norm2));
+        sources_of(sub_sources, Output::dQ).add(b, h, source_sums(f, k_norm2));
+        sources_of(sub_sources, Output::dK).add(b, hk, source_sums(f.transpose(), q_norm2));
+        sources_of(sub_sources, Output::dV).add(b, hk, source_sums(ep2.transpose(), do_norm2));
+      }
       if (s.group() > 1) {
         MMap(dk_partials.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * squared(ds.transpose() * q);
         MMap(dv_partials.at(b, hk, 0), s.seq_kv, s.head_dim_v) += squared(hs.p.transpose() * d_o);
@@ -178,6 +205,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   for (Output out : {Output::O, Output::dQ, Output::dK, Output::dV}) {
     t[out].operand_sources = sources_of(op_sources, out).sources();
     t[out].score_sources = sources_of(sc_sources, out).sources();
+    if (fp16) t[out].subnormal_sources = sources_of(sub_sources, out).sources();
   }
   for (Output out : {Output::dK, Output::dV}) {
     TermTensors& tt = t[out];
@@ -186,6 +214,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       tt.operand.data[e] = std::sqrt(tt.operand.data[e]);
       tt.score.data[e] = std::sqrt(tt.score.data[e]);
       tt.stored.data[e] = std::sqrt(partials.data[e]);
+      if (fp16) tt.subnormal.data[e] = std::sqrt(tt.subnormal.data[e]);
       if (out == Output::dK)
         for (Tensor* via : {&tt.via_op, &tt.via_st, &tt.via_acc, &tt.via_sc}) via->data[e] = std::sqrt(via->data[e]);
     }

@@ -45,8 +45,26 @@ double relative_difference(const Tensor& got, const Tensor& want, double floor, 
   return scale == 0 ? (worst == 0 ? 0 : INFINITY) : worst / scale;
 }
 
+// The per-row `sources` kept where the row's part is at least 1e-3 of u_op times its operand
+// part (a millionth of the operand's variance), zeroed elsewhere.
+Tensor where_part_matters(const Tensor& sources, const Tensor& part, const Tensor& operand) {
+  Tensor kept = sources;
+  if (sources.data.empty() || part.shape != operand.shape || operand.shape.size() != 4) return kept;
+  const int64_t width = operand.shape[3];
+  for (size_t row = 0; row < kept.numel(); ++row) {
+    double p = 0, op = 0;
+    for (int64_t d = 0; d < width; ++d) {
+      p = std::max(p, part.data[row * static_cast<size_t>(width) + static_cast<size_t>(d)]);
+      op = std::max(op, operand.data[row * static_cast<size_t>(width) + static_cast<size_t>(d)]);
+    }
+    if (p < 1e-3 * kFp16UnitRoundoff * op) kept.data[row] = 0;
+  }
+  return kept;
+}
+
 struct Coverage {
-  int cases = 0, softcap = 0, gqa = 0, dims_differ = 0, dlse = 0, masked = 0, nonzero_stored = 0, nonzero_underflow = 0;
+  int cases = 0, softcap = 0, gqa = 0, dims_differ = 0, dlse = 0, masked = 0, nonzero_stored = 0, nonzero_underflow = 0,
+      nonzero_subnormal = 0;
   double worst = 0;
   std::string worst_where;
 };
@@ -64,14 +82,24 @@ void compare(const Case& c, Coverage& cov) {
         {"operand", {&g.operand, &w.operand}}, {"stored", {&g.stored, &w.stored}}, {"score", {&g.score, &w.score}},
         {"via_op", {&g.via_op, &w.via_op}},    {"via_st", {&g.via_st, &w.via_st}}, {"via_acc", {&g.via_acc, &w.via_acc}},
         {"via_sc", {&g.via_sc, &w.via_sc}},    {"underflow", {&g.underflow, &w.underflow}},
+        {"subnormal", {&g.subnormal, &w.subnormal}},          {"subnormal_sources", {&g.subnormal_sources, &w.subnormal_sources}},
         {"operand_sources", {&g.operand_sources, &w.operand_sources}},
         {"score_sources", {&g.score_sources, &w.score_sources}}};
     for (const auto& [part, tensors] : parts) {
       std::string problem;
+      const std::string name = part;
       // `stored` sums signed per-head partials (dS^T Q, P^T dO): where dS is rounding noise
       // (near-constant V, no dLSE) so is the partial; its terms are bounded by the operand's.
-      const double floor = std::string(part) == "stored" ? max_abs(w.operand.data) : 0.0;
-      const double rel = relative_difference(*tensors.first, *tensors.second, floor, &problem);
+      // `subnormal` takes dS alone, which is rounding noise where dP - D cancels (a row that sees
+      // one key): compared on the scale at which the model adds it, u_op times the operand's.
+      const double floor = name == "stored"      ? max_abs(w.operand.data)
+                           : name == "subnormal" ? kFp16UnitRoundoff * max_abs(w.operand.data)
+                                                 : 0.0;
+      // Its sources are a ratio of such terms: compared in the rows where the part matters.
+      const Tensor got_part = name == "subnormal_sources" ? where_part_matters(g.subnormal_sources, w.subnormal, w.operand) : Tensor{};
+      const Tensor want_part = name == "subnormal_sources" ? where_part_matters(w.subnormal_sources, w.subnormal, w.operand) : Tensor{};
+      const double rel = name == "subnormal_sources" ? relative_difference(got_part, want_part, 0.0, &problem)
+                                                     : relative_difference(*tensors.first, *tensors.second, floor, &problem);
       const std::string where = std::string(to_string(o)) + "." + part;
       EXPECT_TRUE(problem.empty()) << where << ": " << problem << "\n" << write_case(c);
       EXPECT_LE(rel, kTolerance) << where << " differs from oracles/error_terms.cpp\n" << write_case(c);
@@ -86,6 +114,9 @@ void compare(const Case& c, Coverage& cov) {
   cov.masked += c.mask.kind != MaskExpr::Kind::all;
   cov.nonzero_stored += max_abs(want[Output::dK].stored.data) > 0;
   cov.nonzero_underflow += max_abs(want[Output::dV].underflow.data) > 0 && max_abs(want[Output::dK].underflow.data) > 0;
+  bool subnormal = true;
+  for (Output o : {Output::O, Output::dQ, Output::dK, Output::dV}) subnormal = subnormal && max_abs(want[o].subnormal.data) > 0;
+  cov.nonzero_subnormal += subnormal;
 }
 
 void print(const Coverage& cov) {
@@ -145,6 +176,26 @@ TEST(GpuErrorTerms, MatchTheCpuTermsWhereProbabilitiesUnderflow) {
   compare(c, cov);
   print(cov);
   EXPECT_EQ(cov.nonzero_underflow, 1) << "the case must reach the underflow terms";
+}
+
+// fp16 with outliers: probabilities and dS in fp16's subnormal range (the `subnormal` part and
+// its sources, harness/error_model.h), over a GQA group, a softcap and a mask.
+TEST(GpuErrorTerms, MatchTheCpuTermsWhereFp16ProbabilitiesAreSubnormal) {
+  REQUIRE_GPU();
+  Coverage cov;
+  Case c;
+  c.seed = 5;
+  c.dtype = DType::f16;
+  c.shape = {1, 4, 2, 90, 140, 64, 40};
+  c.mask = MaskExpr::causal_mask(Align::bottom_right);
+  c.q = c.k = ValueDist{ValueDist::Kind::outliers, 0.0, 1.0, 0.05, 20.0};
+  c.d_lse = ValueDist{};
+  compare(c, cov);
+  c.seed = 6;
+  c.softcap = 30.0;
+  compare(c, cov);
+  print(cov);
+  EXPECT_EQ(cov.nonzero_subnormal, 2) << "the cases must reach the subnormal part of every output";
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // correct kernel (the mutant zoo's mutant_ok), per dtype, size, output and planted error.
 //
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
-//                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda]
+//                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
+//                                     [--outliers MAGNITUDE]
 //
 // --oracle-device cuda judges with the GPU oracle set (a gpu-preset build on a GPU machine):
 // the same reference, baselines and error terms (docs/gpu.md), minutes faster at S >= 1024.
@@ -48,6 +49,7 @@ int run(int argc, char** argv) {
   std::vector<long> seqs{16, 64, 256}, dims{16, 64, 128};
   std::string csv_path, plugin = ATTNFUZZ_CORRECT_PLUGIN, backend;
   bool causal = true;
+  double outliers = 0;
   OracleDevice oracle_device = OracleDevice::cpu;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
@@ -78,9 +80,12 @@ int run(int argc, char** argv) {
       oracle_device = *device;
     } else if (!std::strcmp(argv[i], "--no-mask")) {
       causal = false;
+    } else if (!std::strcmp(argv[i], "--outliers")) {
+      outliers = std::stod(next());
+      if (!(outliers >= 0 && outliers <= 1e4)) throw std::invalid_argument("--outliers takes a magnitude in [0, 1e4]");
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M]\n");
       return 2;
     }
   }
@@ -100,11 +105,13 @@ int run(int argc, char** argv) {
         cfg.seq = s;
         cfg.dim = dim;
         cfg.causal = causal;
+        cfg.outliers = outliers;
         const auto t0 = std::chrono::steady_clock::now();
         const auto points = measure_sensitivity(cfg, *correct, oracles);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("\n### %s, S=%ld, D=%ld, H=2, %s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
-                    std::string(to_string(d)).c_str(), s, dim, causal ? "causal" : "no mask", secs);
+        std::printf("\n### %s, S=%ld, D=%ld, H=2, %s%s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
+                    std::string(to_string(d)).c_str(), s, dim, causal ? "causal" : "no mask",
+                    outliers > 0 ? (", outliers of " + std::to_string(outliers).substr(0, 5)).c_str() : "", secs);
         for (const auto& p : points) {
           const std::string planted = p.threshold <= 0     ? "-"
                                       : p.moved.empty()       ? "(the threshold)"

@@ -46,6 +46,7 @@ Case sensitivity_case(const SensitivityConfig& cfg) {
   c.dtype = cfg.dtype;
   c.mask = cfg.causal ? MaskExpr::causal_mask(Align::bottom_right) : MaskExpr{};
   c.d_lse = ValueDist{};  // normal: the dLSE plant needs a dLSE term
+  if (cfg.outliers > 0) c.q = c.k = c.v = ValueDist{ValueDist::Kind::outliers, 0.0, 1.0, 0.05, cfg.outliers};
   return c;
 }
 

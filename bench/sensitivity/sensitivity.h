@@ -34,6 +34,9 @@ struct SensitivityConfig {
   int64_t seq = 64, dim = 64, heads = 2;
   bool causal = true;
   uint64_t seed = 1;
+  // Q, K and V with 5% outliers of this magnitude (0: normal values): logits of 50-70, whose
+  // probabilities reach fp16's subnormal range (harness/error_model.h, "subnormal").
+  double outliers = 0;
 };
 
 // The ratio compares the planted error with the natural error in the same units. For an
@@ -58,7 +61,8 @@ struct SensitivityPoint {
 std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, Backend& correct, const OracleSet& oracles,
                                                   const ToleranceRule& rule = {});
 
-// The case the configuration describes: B=1, causal (bottom-right) or not, normal values, dLSE normal.
+// The case the configuration describes: B=1, causal (bottom-right) or not, normal values (or
+// outliers), dLSE normal.
 Case sensitivity_case(const SensitivityConfig& cfg);
 
 }  // namespace attnfuzz
