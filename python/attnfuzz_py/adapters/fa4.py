@@ -47,7 +47,7 @@ import sys
 import torch
 
 from attnfuzz_py import Adapter, compile_time
-from attnfuzz_py.adapters.band_masks import BandCache, band_of_mask
+from attnfuzz_py.adapters.band_masks import Band, BandCache, band_of_mask
 
 
 def _one_line(e):
@@ -96,9 +96,10 @@ class FA4(Adapter):
     masked_rows_zero = True
     returns_lse = True
     api = "flash_attn.cute.flash_attn_func"
-    # What campaigns aim at: what FA4's checks accept on sm90 for sure (supports() has the last
-    # word: it also takes Dqk != Dv without GQA, and sliding windows, outside the envelope).
-    envelope = {"dtypes": ["fp16", "bf16"], "max_head_dim": 256, "head_dim_multiple": 8, "distinct_head_dims": False,
+    # What campaigns aim at: what FA4's checks accept on sm90 and its sm90 kernels compile
+    # (ci/thirdparty_fa4_probe.py, docs/python-backends.md). supports() has the last word: it
+    # declines GQA with Dqk != Dv, and takes sliding windows outside the envelope.
+    envelope = {"dtypes": ["fp16", "bf16"], "max_head_dim": 256, "head_dim_multiple": 8, "distinct_head_dims": True,
                 "grouped_heads": True, "softcap": True, "masks": "causal_or_none"}
 
     def __init__(self, deterministic="false", backward="autograd", cache="disk"):
@@ -156,7 +157,7 @@ class FA4(Adapter):
         bands, why = band_of_mask(p.mask)
         if why:  # supports() read the expression; the dense mask disagrees: the bridge's fault
             raise RuntimeError(f"attnfuzz_py: the dense mask is no band although its expression is ({why}): a bridge bug")
-        return bands[0]
+        return bands[0] if bands else Band(0, 0, None, None)  # B = 0
 
     def _timed(self, fn):
         out, split = compile_time.split(fn, torch.cuda.synchronize if torch.cuda.is_available() else None)
