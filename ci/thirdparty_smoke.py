@@ -111,8 +111,9 @@ def flashinfer():
     import flashinfer as fi
     print(f"SMOKE flashinfer import ok ({time.time() - t0:.1f} s), version {fi.__version__}", flush=True)
     torch.manual_seed(0)
+    # One JIT module each (minutes of nvcc the first time): the two that ci/gpu_run.sh thirdparty run needs first.
     for backend in ("fa2", "fa3"):
-        for dtype, hq, hkv, d, causal, wl in ((torch.bfloat16, 4, 4, 64, True, -1), (torch.float16, 8, 2, 128, False, 64)):
+        for dtype, hq, hkv, d, causal, wl in ((torch.bfloat16, 4, 4, 64, True, -1),):
             sq, skv = 256, 320
             q = torch.randn(sq, hq, d, device="cuda", dtype=dtype)
             k = torch.randn(skv, hkv, d, device="cuda", dtype=dtype)

@@ -1,7 +1,7 @@
 """FlashAttention-4 (PyPI flash-attn-4, the CuTe-DSL kernels of flash_attn.cute) as an attnfuzz
 backend, forward and backward, on Hopper (sm90) and newer.
 
-    py:attnfuzz_py.adapters.fa4:FA4[?deterministic=false|true][&backward=autograd|explicit][&cache=disk|memory]
+    py:attnfuzz_py.adapters.fa4:FA4[?deterministic=false|true][&backward=autograd|explicit][&cache=memory|disk]
 
 The public entry point flash_attn.cute.flash_attn_func(q, k, v, softmax_scale, causal,
 window_size, softcap, deterministic, return_lse=True): tensors in FA's [B][S][H][D] order
@@ -33,10 +33,11 @@ to bitwise repeatability.
 
 Compile time: every new kernel (dtype, head dims, GQA group, causal/window, softcap, ...;
 sequence lengths are dynamic) is compiled by cute.compile, which this adapter marks as compile
-time (attnfuzz_py.compiling). cache=disk (default) turns on FA4's own cache of compiled kernels
-(FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED; in $FLASH_ATTENTION_CUTE_DSL_CACHE_DIR, else
-/tmp/$USER/flash_attention_cute_dsl_cache), shared by every worker and kept across runs;
-cache=memory compiles in each process.
+time (attnfuzz_py.compiling). cache=memory (default, FA4's own default) compiles in each process;
+cache=disk turns on FA4's cache of compiled kernels on disk (FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED;
+in $FLASH_ATTENTION_CUTE_DSL_CACHE_DIR, else /tmp/$USER/flash_attention_cute_dsl_cache), shared by
+every worker and kept across runs: exported objects loaded back through the DSL's AOT runtime, a
+younger path than FA4's in-memory one.
 
 Where flash_attn.cute cannot be imported (this repository's CPU machines), every problem is
 declined with the import error, in one line.
@@ -102,13 +103,13 @@ class FA4(Adapter):
     envelope = {"dtypes": ["fp16", "bf16"], "max_head_dim": 256, "head_dim_multiple": 8, "distinct_head_dims": True,
                 "grouped_heads": True, "softcap": True, "masks": "causal_or_none"}
 
-    def __init__(self, deterministic="false", backward="autograd", cache="disk"):
+    def __init__(self, deterministic="false", backward="autograd", cache="memory"):
         if deterministic not in ("false", "true"):
             raise ValueError(f"deterministic={deterministic}: one of false, true")
         if backward not in ("autograd", "explicit"):
             raise ValueError(f"backward={backward}: one of autograd, explicit")
-        if cache not in ("disk", "memory"):
-            raise ValueError(f"cache={cache}: one of disk, memory")
+        if cache not in ("memory", "disk"):
+            raise ValueError(f"cache={cache}: one of memory, disk")
         self.deterministic = deterministic == "true"
         self.explicit = backward == "explicit"
         self.name = "fa4" + (".deterministic" if self.deterministic else "") + (".explicit_bwd" if self.explicit else "")
