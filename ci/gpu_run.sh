@@ -176,7 +176,7 @@ case "$mode" in
       for b in "$fa4" "$fi"; do
         n=$(echo "$b" | sed 's/.*://; s/[^A-Za-z0-9]/_/g')
         case "$which:$n" in both:*|fa4:FA4|flashinfer:FlashInfer) ;; *) continue ;; esac
-        timeout -k 5 $((secs + 240)) "$bin/attnfuzz" campaign --seconds "$secs" --seed 28 --tier real --max-seq 1024 --jobs 2 \
+        timeout -k 5 $((secs + 240)) "$bin/attnfuzz" campaign --seconds "$secs" --seed 28 --tier real --max-seq 1024 --jobs 2 --minimize-seconds 60 \
           --backends "$b" torch.flash --out "$OUT/3p-campaign-$n" > "$OUT/3p-campaign-$n.log" 2>&1
         echo "campaign $n: exit $?"; grep -E "^(done|coverage|aimed) |compiled" "$OUT/3p-campaign-$n.log" | tail -8
         (cd "$OUT" && tar czf "3p-campaign-$n.tgz" "3p-campaign-$n" && rm -rf "3p-campaign-$n")
