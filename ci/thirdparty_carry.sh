@@ -10,7 +10,7 @@
 #    of the CuTe-DSL libraries, static libraries, aarch64/QNX stubs, the iket profiler, every
 #    FlashInfer JIT source but the prefill ones (the #include closure of csrc/*prefill*),
 #    FlashInfer's CUDA sources of its other features, __pycache__, RECORD files.
-# 3. Packs it as "units" (one tar.xz each, xz -9e with the x86 filter for binaries), FA4's first,
+# 3. Packs it as "units" (one tar.xz each in .carry-3p-build/, xz -9e with the x86 filter for binaries), FA4's first,
 #    then fills parts of at most --limit-mib MiB with them in that order (first fit):
 #    .carry-3p/part-N.tar.xz is a concatenation of unit archives (tar -x --ignore-zeros reads
 #    them). Any order of unpacking works; ci/thirdparty_unpack.sh says what is complete.
@@ -33,8 +33,9 @@ tag=cp${py/./}
 pip=${PIP:-$root/.deps/pyenv/bin/pip}
 whl=$root/.whl/$tag
 out=$root/.carry-3p; [ "$py" = 3.12 ] || out=$root/.carry-3p-$tag
-stage=$out/stage
-mkdir -p "$whl" "$out"
+build=$out-build  # the staging site and the unit archives: never carried, only the parts in $out are
+stage=$build/stage
+mkdir -p "$whl" "$out" "$build"
 
 # group name==version. fa4: flash-attn-4 and what it imports; fi: FlashInfer's own additions
 # (it also needs the fa4 group: nvidia-cutlass-dsl >= 4.8.0, apache-tvm-ffi, einops).
@@ -88,9 +89,10 @@ echo "$wheels" | while read -r group spec; do
   unzip -q -o "$whl/$f" -d "$stage/$group"
 done
 
-python3 - "$stage" "$out" "$limit_mib" "$site_only" <<'EOF'
+python3 - "$stage" "$out" "$limit_mib" "$site_only" "$build" <<'EOF'
 import hashlib, os, pathlib, re, shutil, subprocess, sys
 stage, out, limit_mib, site_only = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
+build = pathlib.Path(sys.argv[5])
 fa4, fi = stage / "fa4", stage / "fi"
 
 def rm(p):
@@ -164,7 +166,7 @@ if fdir.exists():
     units.append(("fi-python", fi, [p for p in fi.rglob("*") if p.is_file() and data not in p.parents], False))
     units.append(("fi-data", fi, [p for p in data.rglob("*") if p.is_file()], False))
 
-udir = out / "units"
+udir = build / "units"
 rm(udir); udir.mkdir(parents=True)
 threads = str(max(1, min(4, os.cpu_count() or 1)))
 built = []
