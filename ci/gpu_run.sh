@@ -16,6 +16,14 @@
 #                                            corpus/jax-seed-*.json through the JAX adapters and torch.flash,
 #                                            JAX's cuDNN path under deterministic ops, FlexCompiled's fp32 at
 #                                            matmul_precision highest and high; one command at a time
+#   ci/gpu_run.sh thirdparty [smoke|run|campaign|all] [SECONDS] [fa4|flashinfer]
+#                                            FlashAttention-4 and FlashInfer (docs/python-backends.md,
+#                                            "Third-party kernels"), after the parts of ci/thirdparty_carry.sh
+#                                            were carried: unpacks what is there (ci/thirdparty_unpack.sh),
+#                                            smoke: ci/thirdparty_smoke.py; run: three corpus cases through
+#                                            every variant beside torch.flash; campaign: SECONDS (default 60)
+#                                            per adapter (both, or the one named), real tier up to S=1024,
+#                                            beside torch.flash
 #   ci/gpu_run.sh zoo SECONDS [PARALLEL] [MUTANTS...]
 #                                            a real-tier campaign per GPU mutant (.carry/mutants/
 #                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
@@ -142,5 +150,37 @@ case "$mode" in
         --backends "py:$flex:FlexCompiled?device=cuda&shapes=static&matmul_precision=$p" 2>&1
     done >"$OUT/flex-tf32.log"
     grep -h "finding(s)" "$OUT"/jax-seed.log "$OUT"/jax-cudnn-deterministic.log "$OUT"/flex-tf32.log ;;
-  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]|seeds|zoo SECONDS [PARALLEL] [MUTANTS...]" >&2; exit 2 ;;
+  thirdparty)
+    step=${1:-all} secs=${2:-60} which=${3:-both}
+    cd "$root" && . ci/thirdparty_unpack.sh > "$OUT/3p-unpack.log" 2>&1
+    cat "$OUT/3p-unpack.log"
+    # The JIT caches live in .site-3p (git-ignored): kept from call to call while the machine is held.
+    export ATTNFUZZ_PYTHON=${ATTNFUZZ_PYTHON:-python3} ATTNFUZZ_PY_PACKAGE_DIR=$root/python
+    export ATTNFUZZ_PY_TIMEOUT_S=${ATTNFUZZ_PY_TIMEOUT_S:-900} ATTNFUZZ_PY_START_TIMEOUT_S=${ATTNFUZZ_PY_START_TIMEOUT_S:-600}
+    fa4=py:attnfuzz_py.adapters.fa4:FA4 fi=py:attnfuzz_py.adapters.flashinfer:FlashInfer
+    if [ "$step" = smoke ] || [ "$step" = all ]; then
+      timeout 540 python3 ci/thirdparty_smoke.py > "$OUT/3p-smoke.log" 2>&1
+      echo "smoke: exit $?"; grep -E "^SMOKE|^  (cuda-bindings|flash|nvidia-cutlass|apache)|release" "$OUT/3p-smoke.log"
+    fi
+    if [ "$step" = run ] || [ "$step" = all ]; then
+      # bf16 cases through every variant (FlashInfer's modules: the smoke's two, and fa2 for Dqk=64, Dv=32);
+      # the fp16 one through FA4 only (each FlashInfer dtype is another nvcc module, minutes)
+      for c in jax-seed-bf16 gqa-bf16-kv-split jax-seed-fp16; do
+        b="$fa4,$fa4?deterministic=true&backward=explicit,$fi,$fi?backend=fa2&mask=custom,torch.flash"
+        [ "$c" = jax-seed-fp16 ] && b="$fa4,$fa4?deterministic=true&backward=explicit,torch.flash"
+        timeout 540 "$bin/attnfuzz" run "corpus/$c.json" --reference cuda --backends "$b" > "$OUT/3p-run-$c.log" 2>&1
+        echo "run $c: exit $?"; grep -E "^py\.|finding\(s\)" "$OUT/3p-run-$c.log" | grep -vE " ok +(row|element|tile|head)" | head -30
+      done
+    fi
+    if [ "$step" = campaign ] || [ "$step" = all ]; then
+      for b in "$fa4" "$fi"; do
+        n=$(echo "$b" | sed 's/.*://; s/[^A-Za-z0-9]/_/g')
+        case "$which:$n" in both:*|fa4:FA4|flashinfer:FlashInfer) ;; *) continue ;; esac
+        timeout -k 5 $((secs + 240)) "$bin/attnfuzz" campaign --seconds "$secs" --seed 28 --tier real --max-seq 1024 --jobs 2 --minimize-seconds 60 \
+          --backends "$b" torch.flash --out "$OUT/3p-campaign-$n" > "$OUT/3p-campaign-$n.log" 2>&1
+        echo "campaign $n: exit $?"; grep -E "^(done|coverage|aimed) |compiled" "$OUT/3p-campaign-$n.log" | tail -8
+        (cd "$OUT" && tar czf "3p-campaign-$n.tgz" "3p-campaign-$n" && rm -rf "3p-campaign-$n")
+      done
+    fi ;;
+  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]|seeds|thirdparty [smoke|run|campaign|all] [SECONDS] [fa4|flashinfer]|zoo SECONDS [PARALLEL] [MUTANTS...]" >&2; exit 2 ;;
 esac
