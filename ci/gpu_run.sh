@@ -37,6 +37,8 @@ torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))
 site=$(dirname "$torch_dir")
 export LD_LIBRARY_PATH="$torch_dir/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:$root/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$root/.carry/bin
+# Reproducers name plugins by file name (harness/plugin_path.h): the carried ones are looked up here.
+export ATTNFUZZ_PLUGIN_PATH="$root/.carry/plugins:$root/.carry/mutants${ATTNFUZZ_PLUGIN_PATH:+:$ATTNFUZZ_PLUGIN_PATH}"
 mode=${1:-env}; shift || true
 case "$mode" in
   env)

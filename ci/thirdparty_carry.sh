@@ -8,7 +8,7 @@
 # 1. Downloads the pinned wheels below into .whl/ (once; this machine only has PyPI).
 # 2. Unzips them into a staging site and drops what the kernels never load: the CUDA 12 flavour
 #    of the CuTe-DSL libraries, static libraries, aarch64/QNX stubs, the iket profiler, every
-#    FlashInfer JIT source but the prefill ones (the #include closure of csrc/*prefill*),
+#    FlashInfer JIT source but the prefill ones and packbits' (the #include closure of csrc/*prefill*, quantization*),
 #    FlashInfer's CUDA sources of its other features, __pycache__, RECORD files.
 # 3. Packs it as "units" (one tar.xz each in .carry-3p-build/, xz -9e with the x86 filter for binaries), FA4's first,
 #    then fills parts of at most --limit-mib MiB with them in that order (first fit):
@@ -128,7 +128,10 @@ if fdir.exists():
             drop(f)
     # The JIT sources of prefill: csrc/*prefill* (not msa) and their #include closure in csrc/.
     csrc = data / "csrc"
-    roots = [p.resolve() for p in csrc.iterdir() if p.is_file() and "prefill" in p.name and not p.name.startswith("msa")]
+    # quantization*: the custom mask is packed to bits by FlashInfer's packbits module before the
+    # prefill runs (the H200 run without it: "ninja: error: csrc/quantization.cu ... missing").
+    roots = [p.resolve() for p in csrc.iterdir()
+             if p.is_file() and ("prefill" in p.name or p.name.startswith("quantization")) and not p.name.startswith("msa")]
     inc = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
     dirs, seen, todo = [csrc.resolve(), (data / "include").resolve()], set(), list(roots)
     while todo:

@@ -40,6 +40,10 @@ class Backend {
   virtual std::string device() const { return "cpu"; }
   // Whether it computes on a GPU: its faults can outlive the call, and it runs isolated.
   bool on_gpu() const { return device() != "cpu"; }
+  // Whether a fault of its GPU code can break this process's CUDA context, so that no GPU backend
+  // of this process may run after it: in-process GPU code can; a backend that computes in a
+  // process of its own (a Python adapter) breaks only that process's.
+  virtual bool faults_reach_this_process() const { return on_gpu(); }
   // How the backend computes for inputs of this dtype; nothing when the dtype is unsupported.
   virtual std::optional<Contract> contract(DType d) const { return natural_contract(d); }
   // Whether fully masked rows follow the convention (O = 0, LSE = -inf, zero gradients).

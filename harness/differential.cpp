@@ -112,7 +112,7 @@ class DifferentialSession::Impl {
       // A run refused before any of the backend's code ran (its dtype, no LSE, an earlier GPU
       // error) launched nothing: there is nothing new on the device to look for.
       const bool backend_called = run_one(be, comp);
-      if (!backend_called || !be.on_gpu() || report_.gpu_error || !opt_.gpu_health) continue;
+      if (!backend_called || !be.faults_reach_this_process() || report_.gpu_error || !opt_.gpu_health) continue;
       if (auto err = opt_.gpu_health()) {
         add(be.name(), composition_class(comp), Signature::kNoTensor, FindingClass::backend_error,
             "the GPU is unusable after this backend ran: " + *err);
@@ -333,7 +333,7 @@ class DifferentialSession::Impl {
       throw;
     } catch (const std::exception& e) {
       add(run.backend, run.composition_class, Signature::kNoTensor, class_of(e), e.what());
-      report_.gpu_error = report_.gpu_error || be.on_gpu();
+      report_.gpu_error = report_.gpu_error || be.faults_reach_this_process();
       run.skipped = true;
       run.skip_reason = std::string("error: ") + e.what();
       report_.runs.push_back(std::move(run));
@@ -354,7 +354,8 @@ class DifferentialSession::Impl {
   std::optional<std::string> why_not_run(const Backend& be, const Composition& comp, const std::optional<Contract>& contract) const {
     // A CUDA error is sticky: whatever runs on the device after it fails too, and would be
     // blamed for the first one's fault.
-    if (be.on_gpu() && report_.gpu_error) return "not run: an earlier GPU error in this process may have left the device unusable";
+    if (be.faults_reach_this_process() && report_.gpu_error)
+      return "not run: an earlier GPU error in this process may have left the device unusable";
     if (!contract) return "dtype " + std::string(to_string(c_.dtype)) + " not supported";
     if (needs_lse(comp) && !be.returns_lse()) return "returns no LSE, so its parts cannot be merged";
     return std::nullopt;
@@ -381,7 +382,7 @@ class DifferentialSession::Impl {
       throw;  // as in run_one: never a finding
     } catch (const std::exception& e) {
       add(run.backend, run.composition_class, Signature::kNoTensor, class_of(e), std::string("second run: ") + e.what());
-      report_.gpu_error = report_.gpu_error || be.on_gpu();
+      report_.gpu_error = report_.gpu_error || be.faults_reach_this_process();
     }
   }
 

@@ -119,6 +119,8 @@ class PythonBackend final : public Backend {
     return out;
   }
   std::string device() const override { return info_.value("device", "cpu"); }
+  // The adapter computes in its own Python process: its CUDA faults stay there.
+  bool faults_reach_this_process() const override { return false; }
   std::optional<Contract> contract(DType d) const override {
     auto it = contracts_.find(d);
     return it == contracts_.end() ? std::nullopt : std::optional<Contract>(it->second);

@@ -302,9 +302,10 @@ TEST(Verdict, FullyMaskedRowsBreakingTheConventionAreSemantic) {
 // fault does, or counting its calls.
 class FakeGpu final : public Backend {
  public:
-  FakeGpu(std::string name, bool faults) : name_(std::move(name)), faults_(faults) {}
+  FakeGpu(std::string name, bool faults, bool own_process = false) : name_(std::move(name)), faults_(faults), own_process_(own_process) {}
   std::string name() const override { return name_; }
   std::string device() const override { return "cuda"; }
+  bool faults_reach_this_process() const override { return !own_process_; }
   Forward forward(const Problem& p) override {
     ++calls;
     if (faults_) throw std::runtime_error("CUDA error: misaligned address");
@@ -317,9 +318,21 @@ class FakeGpu final : public Backend {
 
  private:
   std::string name_;
-  bool faults_;
+  bool faults_, own_process_;
   ReferenceBackend ref_;
 };
+
+// A backend computing in a process of its own (a Python adapter on CUDA) cannot break this
+// process's context: its error is its finding, and the GPU backends after it still run (FlashInfer's
+// "Invalid configuration" RuntimeError on the H200 had skipped torch.flash).
+TEST(GpuFaults, AnErrorInABackendOfItsOwnProcessStopsNoOtherBackend) {
+  FakeGpu python("python-adapter", true, /*own_process=*/true), innocent("innocent", false);
+  const DiffReport r = run_differential(small_case(), {&python, &innocent}, default_oracles());
+  EXPECT_FALSE(r.gpu_error);
+  EXPECT_GT(innocent.calls, 0);
+  EXPECT_EQ(classes(r, "python-adapter"), std::vector<FindingClass>{FindingClass::backend_error});
+  EXPECT_TRUE(classes(r, "innocent").empty());
+}
 
 TEST(GpuFaults, NoGpuBackendRunsAfterAGpuErrorInTheSameProcess) {
   FakeGpu faulty("faulty", true), innocent("innocent", false);

@@ -236,7 +236,8 @@ def test_glue():
              {"kind": "prefix_lm", "prefix": 3, "align": "top_left"},
              {"kind": "document", "segments_q": [3, 13], "segments_kv": [3, 13]},
              {"kind": "random", "density": 0.5, "seed": 7}]
-    shapes = [(2, 4, 2, 16, 16, 16, 16), (1, 2, 2, 9, 16, 16, 16), (1, 2, 1, 16, 6, 16, 16), (2, 3, 3, 5, 5, 16, 32),
+    # Head dims 64 reach FlashInfer (which takes multiples of 64 only); 16, 32 and 8 reach FA4 alone.
+    shapes = [(2, 4, 2, 16, 16, 64, 64), (1, 2, 2, 9, 16, 64, 64), (1, 2, 1, 16, 6, 16, 16), (2, 3, 3, 5, 5, 16, 32),
               (1, 1, 1, 1, 1, 8, 8)]
     adapters = [("FA4", with_fake(FA4, FakeFA4(), deterministic=False, explicit=False)),
                 ("FA4 explicit", with_fake(FA4, FakeFA4(), deterministic=True, explicit=True)),
@@ -271,8 +272,11 @@ def test_glue():
     # what must be taken: FA4 the band masks; FlashInfer auto everything that is the same over heads
     for name, a in adapters:
         for m in masks[:5] if "native" not in name else masks[:4]:  # FlashInfer's own windows have no right bound but 0
-            p = problem(1, 2, 2, 16, 16, 16, 16, m)
+            p = problem(1, 2, 2, 16, 16, 64, 64, m)
             check(a.supports(p) is None, f"{name} declined {m}: {a.supports(p)}")
+    flashinfer = adapters[2][1]
+    check("#1048" in (flashinfer.supports(problem(1, 2, 2, 8, 8, 64, 32, {"kind": "none"})) or ""), "FlashInfer took Dv = 32")
+    check("#4299" in (flashinfer.supports(problem(1, 2, 2, 8, 8, 96, 96, {"kind": "none"})) or ""), "FlashInfer took D = 96")
     fa4 = adapters[0][1]
     check("GQA" in (fa4.supports(problem(1, 4, 2, 8, 8, 16, 32, {"kind": "none"})) or ""), "FA4 took GQA with Dqk != Dv")
     check("head dims" in (fa4.supports(problem(1, 1, 1, 8, 8, 12, 12, {"kind": "none"})) or ""), "FA4 took Dqk = 12")

@@ -107,7 +107,7 @@ class FlashInfer(Adapter):
                      + (".fp16qk" if self.fp16_qk else ""))
         # What campaigns aim at: the head dims FlashInfer instantiates on every path (64, 128, 256;
         # 192 too, through fa2 under auto), one head dim, no mask or causal (supports() also takes
-        # other multiples of 16 on fa2, windows and the custom mask, outside the envelope).
+        # windows and the custom mask, outside the envelope).
         self.envelope = {"dtypes": sorted(self.contracts), "max_head_dim": 256, "head_dim_multiple": 64,
                          "distinct_head_dims": False, "grouped_heads": True, "softcap": True, "masks": "causal_or_none"}
         self._why_not = None
@@ -149,9 +149,14 @@ class FlashInfer(Adapter):
         dims = (p.head_dim_qk, p.head_dim_v)
         if self.backend == "fa3" and dims not in _FA3_HEAD_DIMS:
             return "FlashInfer's fa3 prefill takes Dqk == Dv in {64, 128, 256} or (192, 128), got " + f"{dims}"
+        # Known upstream, so declined: FA2's prefill validates no head dim; multiples of 16 that are
+        # not of 64 fault (illegal memory access) and others return wrong values (flashinfer#4299,
+        # fix proposed in #4312); Dv = 32 raises "Invalid configuration" (flashinfer#1048; seen on
+        # the H200 at Dqk = 64, Dv = 32).
         for what, d in (("Dqk", p.head_dim_qk), ("Dv", p.head_dim_v)):
-            if not 16 <= d <= 256 or d % 16:
-                return f"FlashInfer's prefill takes head dims from 16 to 256 in steps of 16, got {what}={d}"
+            if not 64 <= d <= 256 or d % 64:
+                return (f"FlashInfer's prefill takes head dims 64, 128, 192, 256 (others fault or err: "
+                        f"flashinfer#4299, #1048), got {what}={d}")
         if min(p.batch, p.seq_q) == 0:
             return "FlashInfer's prefill needs at least one query"
         band, why = (None, None) if self.mask_mode == "custom" else self._bands.band(p)
