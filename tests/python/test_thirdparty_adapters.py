@@ -239,8 +239,9 @@ def test_glue():
     # Head dims 64 reach FlashInfer (which takes multiples of 64 only); 16, 32 and 8 reach FA4 alone.
     shapes = [(2, 4, 2, 16, 16, 64, 64), (1, 2, 2, 9, 16, 64, 64), (1, 2, 1, 16, 6, 16, 16), (2, 3, 3, 5, 5, 16, 32),
               (1, 1, 1, 1, 1, 8, 8)]
-    adapters = [("FA4", with_fake(FA4, FakeFA4(), deterministic=False, explicit=False)),
-                ("FA4 explicit", with_fake(FA4, FakeFA4(), deterministic=True, explicit=True)),
+    # The stand-ins have no FA4-1 (small head dims), so the adapter's glue is tested there too.
+    adapters = [("FA4", with_fake(FA4, FakeFA4(), deterministic=False, explicit=False, _decline_known=False)),
+                ("FA4 explicit", with_fake(FA4, FakeFA4(), deterministic=True, explicit=True, _decline_known=False)),
                 ("FlashInfer", with_fake(FlashInfer, FakeFlashInfer(), backend="auto", mask_mode="auto", fp16_qk=False,
                                          contracts={"fp16": "fp16", "bf16": "bf16"})),
                 ("FlashInfer native", with_fake(FlashInfer, FakeFlashInfer(), backend="fa2", mask_mode="native", fp16_qk=False,
@@ -280,6 +281,9 @@ def test_glue():
     fa4 = adapters[0][1]
     check("GQA" in (fa4.supports(problem(1, 4, 2, 8, 8, 16, 32, {"kind": "none"})) or ""), "FA4 took GQA with Dqk != Dv")
     check("head dims" in (fa4.supports(problem(1, 1, 1, 8, 8, 12, 12, {"kind": "none"})) or ""), "FA4 took Dqk = 12")
+    fa4_default = with_fake(FA4, FakeFA4(), deterministic=False, explicit=False)
+    check("FA4-1" in (fa4_default.supports(problem(1, 2, 2, 8, 8, 48, 48, {"kind": "none"})) or ""), "FA4 took D = 48 (FA4-1)")
+    check(fa4_default.supports(problem(1, 2, 2, 8, 8, 64, 64, {"kind": "none"})) is None, "FA4 declined D = 64")
 
 
 # 3. unavailable here, and the options --------------------------------------------------------------
