@@ -17,6 +17,7 @@ Compile seconds and compiles are counted here (`totals()`), so an adapter can re
 apart from run time.
 """
 import contextlib
+import sys
 import threading
 import time
 
@@ -164,3 +165,35 @@ def split(fn, sync=None):
     dt = time.perf_counter() - t0
     c1, n1 = totals()
     return out, {"compile_s": c1 - c0, "compiles": n1 - n0, "run_s": max(0.0, dt - (c1 - c0))}
+
+
+class CallTimes:
+    """What an adapter with compiling kernels reports: each call run through split() (compile
+    time apart from run time), the figures since the last reply (stats()) and over the whole run,
+    and a stderr line for every call that compiled (a campaign kills its workers at its end,
+    before the exit's stats line). Needs `name`; call CallTimes.__init__(self) in __init__."""
+
+    def __init__(self):
+        self._stats = {}  # since the last reply
+        self._totals = {"compile_s": 0.0, "compiles": 0, "run_s": 0.0, "calls": 0}
+
+    def _timed(self, fn):
+        sync = None
+        if getattr(self, "device", "cpu") == "cuda":  # CUDA launches return early: wait for them
+            import torch
+            if torch.cuda.is_available():  # (tests run CUDA adapters' glue on stand-ins, without one)
+                sync = torch.cuda.synchronize
+        out, parts = split(fn, sync)
+        for k, x in parts.items():
+            self._stats[k] = self._stats.get(k, 0) + x
+            self._totals[k] += x
+        self._totals["calls"] += 1
+        if parts["compiles"]:
+            t = self._totals
+            print(f"py.{self.name}: compiled ({parts['compile_s']:.1f} s); so far compile_s={t['compile_s']:.1f} "
+                  f"compiles={t['compiles']} run_s={t['run_s']:.1f} calls={t['calls']}", file=sys.stderr, flush=True)
+        return out
+
+    def stats(self):
+        out, self._stats = self._stats, {}
+        return out

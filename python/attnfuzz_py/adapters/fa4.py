@@ -90,7 +90,7 @@ def import_fa4(cache):
     return fi, f"flash-attn-4 {fa_version}, nvidia-cutlass-dsl {cutlass.__version__}"
 
 
-class FA4(Adapter):
+class FA4(compile_time.CallTimes, Adapter):
     device = "cuda"
     contracts = {"fp16": "fp16", "bf16": "bf16"}
     backward_takes_dlse = True
@@ -127,8 +127,7 @@ class FA4(Adapter):
         self._why_not = None
         self._fi = None
         self._bands = BandCache()
-        self._stats = {}
-        self._totals = {"compile_s": 0.0, "compiles": 0, "run_s": 0.0, "calls": 0}
+        compile_time.CallTimes.__init__(self)
         try:
             self._fi, lib = import_fa4(cache)
         except Exception as e:  # noqa: BLE001 - any import failure (missing wheel, missing CUDA library) declines
@@ -174,21 +173,6 @@ class FA4(Adapter):
             raise RuntimeError(f"attnfuzz_py: the dense mask is no band although its expression is ({why}): a bridge bug")
         return bands[0] if bands else Band(0, 0, None, None)  # B = 0
 
-    def _timed(self, fn):
-        out, split = compile_time.split(fn, torch.cuda.synchronize if torch.cuda.is_available() else None)
-        for k, x in split.items():
-            self._stats[k] = self._stats.get(k, 0) + x
-            self._totals[k] += x
-        self._totals["calls"] += 1
-        if split["compiles"]:  # a campaign's workers are killed at its end, before the stats line: a line per compile
-            t = self._totals
-            print(f"py.{self.name}: compiled ({split['compile_s']:.1f} s); so far compile_s={t['compile_s']:.1f} "
-                  f"compiles={t['compiles']} run_s={t['run_s']:.1f} calls={t['calls']}", file=sys.stderr, flush=True)
-        return out
-
-    def stats(self):
-        out, self._stats = self._stats, {}
-        return out
 
     def _kwargs(self, p, band):
         causal = band.kind == "causal"

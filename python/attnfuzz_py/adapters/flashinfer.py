@@ -80,7 +80,7 @@ def _readable(t):
     return t if ok else t.contiguous()
 
 
-class FlashInfer(Adapter):
+class FlashInfer(compile_time.CallTimes, Adapter):
     device = "cuda"
     contracts = {"fp16": "fp16", "bf16": "bf16"}
     backward_takes_dlse = True
@@ -112,8 +112,7 @@ class FlashInfer(Adapter):
                          "distinct_head_dims": False, "grouped_heads": True, "softcap": True, "masks": "causal_or_none"}
         self._why_not = None
         self._bands = BandCache()
-        self._stats = {}
-        self._totals = {"compile_s": 0.0, "compiles": 0, "run_s": 0.0, "calls": 0}
+        compile_time.CallTimes.__init__(self)
         try:
             self._fi, lib = import_flashinfer()
         except Exception as e:  # noqa: BLE001 - any import failure declines
@@ -175,21 +174,6 @@ class FlashInfer(Adapter):
             return "a random mask differs between heads; FlashInfer's custom mask is one per request, shared by its heads"
         return None
 
-    def _timed(self, fn):
-        out, split = compile_time.split(fn, torch.cuda.synchronize if torch.cuda.is_available() else None)
-        for k, x in split.items():
-            self._stats[k] = self._stats.get(k, 0) + x
-            self._totals[k] += x
-        self._totals["calls"] += 1
-        if split["compiles"]:
-            t = self._totals
-            print(f"py.{self.name}: compiled ({split['compile_s']:.1f} s); so far compile_s={t['compile_s']:.1f} "
-                  f"compiles={t['compiles']} run_s={t['run_s']:.1f} calls={t['calls']}", file=sys.stderr, flush=True)
-        return out
-
-    def stats(self):
-        out, self._stats = self._stats, {}
-        return out
 
     def forward(self, p, q, k, v):
         mask = p.mask

@@ -44,7 +44,7 @@ def _block(d):
     return max(16, 1 << (int(d) - 1).bit_length())
 
 
-class TritonFlash(Adapter):
+class TritonFlash(compile_time.CallTimes, Adapter):
     contracts = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
     backward_takes_dlse = True
     masked_rows_zero = True
@@ -66,25 +66,8 @@ class TritonFlash(Adapter):
             self._fwd, self._bwd_kv, self._bwd_q = k._fwd, k._bwd_kv, k._bwd_q
             if device != "cpu":  # the interpreter compiles nothing
                 compile_time.watch_triton_compile()
-        self._stats = {}  # since the last reply
-        self._totals = {"compile_s": 0.0, "compiles": 0, "run_s": 0.0, "calls": 0}
+        compile_time.CallTimes.__init__(self)
 
-    def _timed(self, launch):
-        """Runs the launches, compile time (Triton's compile hooks) apart from run time."""
-        out, split = compile_time.split(launch, torch.cuda.synchronize if self.device == "cuda" else None)
-        for k, x in split.items():
-            self._stats[k] = self._stats.get(k, 0) + x
-            self._totals[k] += x
-        self._totals["calls"] += 1
-        if split["compiles"]:  # a campaign's workers are killed at its end, before the stats line: a line per compile
-            t = self._totals
-            print(f"py.{self.name}: compiled ({split['compile_s']:.1f} s); so far compile_s={t['compile_s']:.1f} "
-                  f"compiles={t['compiles']} run_s={t['run_s']:.1f} calls={t['calls']}", file=sys.stderr, flush=True)
-        return out
-
-    def stats(self):
-        out, self._stats = self._stats, {}
-        return out
 
     def supports(self, p):
         if self._why_not:
