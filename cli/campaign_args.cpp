@@ -12,6 +12,7 @@
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "cli/coverage_output.h"
+#include "cli/visible_gpus.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
 #include "harness/errors.h"
@@ -111,6 +112,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
   if (o.devices.size() > static_cast<size_t>(kMaxJobs))
     throw std::invalid_argument("--devices: " + std::to_string(o.devices.size()) + " ids, one worker each: more than the " +
                                 std::to_string(kMaxJobs) + " workers --jobs allows");
+  // Each id names a GPU here, once: otherwise its worker starts and fails every case.
+  if (!o.devices.empty()) check_device_ids(o.devices);
   o.timeout_seconds = a.timeout;
   o.minimize = !a.no_minimize;
   // Minimizing after a short campaign on a GPU judges each candidate in a fresh worker: without a

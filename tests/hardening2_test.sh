@@ -264,11 +264,27 @@ PY
   echo '{"format": "attnfuzz-summary/1", "cases": 3, "known_findings": {"K": -2}}' >s2/summary.json
   af merge s2 --out m3
   refused "merge: a negative known count" "known_findings.K" ;;
-14)  # --devices counts against the --jobs cap
+14)  # --devices counts against the --jobs cap and names GPUs that are here, once each
   ids=$(seq -s, 0 299)
   af campaign --devices "$ids" --cases 1 --backends reference --out d1
   refused "300 device ids" "--devices"
   check "no worker was started (nothing written)" "[ ! -e d1 ]"
+  af campaign --devices 0,1,0 --cases 1 --backends reference --out d3
+  refused "an id given twice" "'0' is given twice"
+  af campaign --devices 4096 --cases 1 --backends reference --out d3
+  refused "an id past the GPUs here" "--devices 4096"
+  af campaign --devices GPU-00000000-0000-0000-0000-000000000000 --cases 1 --backends reference --out d3
+  refused "a UUID no GPU here has" "--devices GPU-00000000"
+  af check --devices bogus --cases 1 --backends reference --out d3
+  refused "check: an id that is no GPU id" "--devices takes GPU ids"
+  check "no worker was started for any of them (nothing written)" "[ ! -e d3 ]"
+  if "$bin" gpus | grep -q '^GPU-'; then
+    echo "skipped: --devices 0 on a machine without a GPU (this one has one)"
+  else
+    CUDA_VISIBLE_DEVICES=0 af campaign --devices 0 --cases 1 --backends reference --out d3
+    refused "--devices 0 without a GPU, whatever CUDA_VISIBLE_DEVICES says" "--devices 0: no GPU here"
+    check "  no worker was started (nothing written)" "[ ! -e d3 ]"
+  fi
   # The end of a campaign does not wait for the cases in flight: a case that hangs (the zoo's
   # hang mutant, Sq % 5 == 2) under a 200 s watchdog is abandoned at the 3 s deadline.
   hang="plugin:$(dirname "$bin")/mutants/libattnfuzz_mutant_hang.so"
