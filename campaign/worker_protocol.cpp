@@ -1,5 +1,6 @@
 #include "campaign/worker_protocol.h"
 
+#include <new>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -52,6 +53,7 @@ std::string encode(const WorkerReply& r) {
   for (const auto& f : r.findings) j["findings"].push_back(repro_to_json(f));
   j["runs"] = to_json(r.runs);
   if (r.restart) j["restart"] = true;
+  if (r.out_of_memory) j["out_of_memory"] = true;
   j["environment"] = r.environment;
   return j.dump();
 }
@@ -83,6 +85,7 @@ WorkerReply decode_reply(const std::string& body) {
     for (const auto& f : j.at("findings")) r.findings.push_back(repro_from_json(f));
     if (j.contains("runs")) r.runs = run_outcomes_from_json(j.at("runs"));
     r.restart = j.value("restart", false);
+    r.out_of_memory = j.value("out_of_memory", false);
     if (j.contains("environment")) r.environment = j.at("environment").get<std::map<std::string, std::string>>();
     return r;
   } catch (const std::exception& e) {
@@ -150,6 +153,11 @@ void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backen
         reply.runs = run_outcomes(r);
         reply.restart = r.gpu_error;  // the parent starts a fresh worker (DiffReport::gpu_error)
       }
+    } catch (const std::bad_alloc&) {
+      // This process's limit, not a backend's fault: never a finding (harness/differential.cpp).
+      reply = WorkerReply{};
+      reply.error = "out of host memory while judging the case (std::bad_alloc): its memory estimate was too low; nothing was judged";
+      reply.out_of_memory = true;
     } catch (const std::exception& e) {
       reply = WorkerReply{};
       reply.error = e.what();

@@ -107,7 +107,15 @@ int run_isolated(const RunOptions& opt, const Case& c, const std::vector<std::st
   fmt::print("isolated  in a worker process, watchdog {:g} s\n", opt.timeout);
   std::fflush(stdout);
   Coverage coverage;
-  const std::vector<Reproducer> found = run_case(w, c, -1, !opt.no_determinism, o, &coverage);
+  bool out_of_memory = false;
+  const std::vector<Reproducer> found = run_case(w, c, -1, !opt.no_determinism, o, &coverage, nullptr, &out_of_memory);
+  if (out_of_memory) {  // never a finding (harness/differential.h): an internal error, as without --isolate
+    fmt::print(
+        stderr,
+        "attnfuzz: internal error: the worker ran out of memory while running {} (its memory estimate was too low); nothing was judged\n",
+        printable(opt.case_path));
+    return kExitInternal;
+  }
   for (const auto& [backend, comps] : coverage.compositions())
     for (const auto& [comp, counts] : comps) {
       std::string why;
