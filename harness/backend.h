@@ -40,6 +40,10 @@ class Backend {
   virtual std::string device() const { return "cpu"; }
   // Whether it computes on a GPU: its faults can outlive the call, and it runs isolated.
   bool on_gpu() const { return device() != "cpu"; }
+  // What it keeps in this process's memory per (q, kv) pair while it runs, for the memory
+  // estimate (harness/case.h, HostWork): by default nothing (a tiled kernel, a GPU backend, a
+  // Python adapter in its own process; a plugin's own allocations are its own to bound).
+  virtual HostScores host_scores() const { return HostScores::none; }
   // How the backend computes for inputs of this dtype; nothing when the dtype is unsupported.
   virtual std::optional<Contract> contract(DType d) const { return natural_contract(d); }
   // Whether fully masked rows follow the convention (O = 0, LSE = -inf, zero gradients).

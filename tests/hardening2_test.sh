@@ -222,6 +222,38 @@ PY
   check "a mismatch replayed without its backend: UNTESTED, exit 4 (got $rc)" "[ $rc -eq 4 ] && grep -q '^UNTESTED' $tmp/out"
   af replay "$mismatch"
   check "the same with its backend: FAILING, exit 1 (got $rc)" "[ $rc -eq 1 ] && grep -q '^FAILING' $tmp/out" ;;
+10)  # running out of memory is exit 3 and one line, never a finding, in `run` and in a worker
+  # A case that needs about 60 GB (2 GiB a Sq x Skv float64 matrix), under a 4 GiB address-space
+  # limit with a budget large enough to let it start: the first large allocation fails.
+  python3 -c 'import json; print(json.dumps({"format": "attnfuzz-case/1", "seed": 1, "shape": {"heads_q": 1, "seq_q": 16384,
+    "seq_kv": 16384, "head_dim_qk": 1, "head_dim_v": 1}, "mask": {"kind": "causal", "align": "top_left"}}))' >big.json
+  starved() {  # attnfuzz under the limit; rc, and the output in $tmp/out and $tmp/err
+    (ulimit -v 4194304 && exec timeout -k 2 120 "$bin" "$@" --memory-budget-mib 1048576 >"$tmp/out" 2>"$tmp/err" </dev/null)
+    rc=$?
+  }
+  cp "$src/corpus/seed-flex-lse-merge.json" small.json
+  for b in reference torch.f64; do
+    starved run small.json --backends "$b" --no-determinism-check
+    if [ $rc -ne 0 ]; then  # a build whose libraries reserve more address space (CUDA's) than the limit leaves
+      echo "SKIP: a small case does not run under a 4 GiB address-space limit here (exit $rc): $(head -c 300 "$tmp/err")"
+      exit 77
+    fi
+  done
+  for b in reference torch.f64; do
+    starved run big.json --backends "$b" --no-determinism-check
+    check "run --backends $b out of memory: exit 3 (got $rc)" "[ $rc -eq 3 ]"
+    check "  one line on stderr ($(wc -l <"$tmp/err"))" "[ \$(wc -l <$tmp/err) -eq 1 ]"
+    check "  that says so" "grep -q 'out of memory' $tmp/err"
+    check "  no finding" "! grep -q 'finding(s)' $tmp/out"
+    head -c 300 "$tmp/err"
+    # In a worker (run --isolate runs the case as a campaign does: campaign/campaign.h, run_case).
+    starved run big.json --backends "$b" --no-determinism-check --isolate --timeout 120
+    check "run --isolate --backends $b out of memory: exit 3 (got $rc)" "[ $rc -eq 3 ]"
+    check "  one line on stderr ($(wc -l <"$tmp/err"))" "[ \$(wc -l <$tmp/err) -eq 1 ]"
+    check "  that says so" "grep -q 'out of memory' $tmp/err"
+    check "  no crash finding blamed on $b" "! grep -q 'crash' $tmp/out"
+    head -c 300 "$tmp/err"
+  done ;;
 12)  # time budgets and watchdogs have sane bounds
   cp "$src/corpus/seed-flex-lse-merge.json" case.json
   af campaign --seconds 0.001 --backends reference --out c1
