@@ -147,7 +147,7 @@ std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
 
 // One request to a worker: the findings of a case, or the crash/timeout it caused.
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& o,
-                                 Coverage* coverage, bool* abandoned) {
+                                 Coverage* coverage, bool* abandoned, bool* out_of_memory) {
   WorkerRequest req;
   req.c = c;
   req.check_determinism = check_determinism;
@@ -176,6 +176,7 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
     return {d};
   }
   const WorkerReply& reply = call.reply;
+  if (reply.out_of_memory && out_of_memory) *out_of_memory = true;
   if (coverage) {
     if (reply.error)
       coverage->add_case_error(*reply.error);

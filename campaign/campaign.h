@@ -100,9 +100,11 @@ void minimize_findings(const CampaignOptions& opt);
 // One case in the isolated worker `w` (restarted after a crash, a hang or a GPU error, so a fault
 // cannot leak into the next case's verdict): its findings, or the death it caused. When
 // `coverage` is given, the case's outcomes per backend are added to it. A request abandoned
-// (WorkerProcess::abandon_when) gives no findings, adds nothing and sets *abandoned.
+// (WorkerProcess::abandon_when) gives no findings, adds nothing and sets *abandoned. A worker
+// that ran out of memory on the case judged nothing: no findings, the case counted unjudged
+// with the reason, and *out_of_memory set.
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& opt,
-                                 Coverage* coverage = nullptr, bool* abandoned = nullptr);
+                                 Coverage* coverage = nullptr, bool* abandoned = nullptr, bool* out_of_memory = nullptr);
 // The judge (campaign/minimize.h) that runs each case in the isolated worker `w`, with this watchdog.
 Judge isolated_judge(WorkerProcess& w, const CampaignOptions& opt, bool check_determinism, double timeout_seconds);
 Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& opt, ShrinkReport* report = nullptr,

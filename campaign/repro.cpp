@@ -147,7 +147,9 @@ Reproducer repro_from_json(const json& j) {
   for (const char* key : {"case", "finding", "input_checksum"})
     if (!j.contains(key)) throw CaseError(key, "is required");
   Reproducer r;
-  r.c = case_from_json(j.at("case"));
+  // A reproducer's case ran where it was found, perhaps with its scores on a GPU: its memory is
+  // checked wherever it runs again (a worker, `run`, the in-process minimizer).
+  r.c = case_from_json(j.at("case"), kNoMemoryBudget);
   std::string input_hex;
   // Each part is read under its own name, so a bad environment is not reported as the finding,
   // and the JSON library's own wording ("[json.exception.type_error.302] ...") is not shown.

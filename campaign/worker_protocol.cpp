@@ -1,5 +1,6 @@
 #include "campaign/worker_protocol.h"
 
+#include <new>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -13,6 +14,25 @@ using nlohmann::json;
 namespace {
 constexpr const char* kProbe = "probe";
 constexpr const char* kRun = "run";
+
+const char* host_scores_name(HostScores h) {
+  switch (h) {
+    case HostScores::none:
+      return "none";
+    case HostScores::one_head:
+      return "one_head";
+    case HostScores::every_head:
+      return "every_head";
+  }
+  return "every_head";
+}
+// An older worker says nothing: everything counts.
+HostScores host_scores_from(const json& profile) {
+  const std::string n = profile.value("host_scores", std::string("every_head"));
+  for (HostScores h : {HostScores::none, HostScores::one_head, HostScores::every_head})
+    if (n == host_scores_name(h)) return h;
+  throw std::runtime_error("profiles: unknown host_scores '" + n + "'");
+}
 }  // namespace
 
 std::string encode(const WorkerRequest& r) {
@@ -30,7 +50,8 @@ WorkerRequest decode_request(const std::string& body) {
       return r;
     }
     if (op != kRun) throw std::runtime_error("unknown op '" + op + "'");
-    r.c = case_from_json(j.at("case"));
+    // Its memory is checked where it runs (serve_worker), for the work of the backends there.
+    r.c = case_from_json(j.at("case"), kNoMemoryBudget);
     r.check_determinism = j.at("determinism").get<bool>();
     return r;
   } catch (const std::runtime_error&) {
@@ -46,12 +67,15 @@ std::string encode(const WorkerReply& r) {
   if (!r.backends.empty()) j["backends"] = r.backends;
   if (!r.profiles.empty()) {
     j["profiles"] = json::array();
-    for (const auto& b : r.profiles) j["profiles"].push_back(json{{"device", b.device}, {"envelope", to_json(b.envelope)}});
+    for (const auto& b : r.profiles)
+      j["profiles"].push_back(
+          json{{"device", b.device}, {"envelope", to_json(b.envelope)}, {"host_scores", host_scores_name(b.host_scores)}});
   }
   j["findings"] = json::array();
   for (const auto& f : r.findings) j["findings"].push_back(repro_to_json(f));
   j["runs"] = to_json(r.runs);
   if (r.restart) j["restart"] = true;
+  if (r.out_of_memory) j["out_of_memory"] = true;
   j["environment"] = r.environment;
   return j.dump();
 }
@@ -78,11 +102,13 @@ WorkerReply decode_reply(const std::string& body) {
       const json& ps = j.at("profiles");
       if (!ps.is_array() || ps.size() != r.backends.size()) throw std::runtime_error("profiles: one per backend expected");
       for (size_t i = 0; i < ps.size(); ++i)
-        r.profiles.push_back({r.backends[i], ps[i].at("device").get<std::string>(), envelope_from_json(ps[i].at("envelope"))});
+        r.profiles.push_back(
+            {r.backends[i], ps[i].at("device").get<std::string>(), envelope_from_json(ps[i].at("envelope")), host_scores_from(ps[i])});
     }
     for (const auto& f : j.at("findings")) r.findings.push_back(repro_from_json(f));
     if (j.contains("runs")) r.runs = run_outcomes_from_json(j.at("runs"));
     r.restart = j.value("restart", false);
+    r.out_of_memory = j.value("out_of_memory", false);
     if (j.contains("environment")) r.environment = j.at("environment").get<std::map<std::string, std::string>>();
     return r;
   } catch (const std::exception& e) {
@@ -137,10 +163,12 @@ void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backen
         reply.error = load_error;
         for (const Backend* b : backends) {
           reply.backends.push_back(b->name());
-          reply.profiles.push_back({b->name(), b->device(), b->envelope()});
+          reply.profiles.push_back({b->name(), b->device(), b->envelope(), b->host_scores()});
         }
       } else {
         if (load_error) throw std::runtime_error(*load_error);
+        check_memory_budget(req.c,
+                            Limits{services.memory_budget_bytes, services.host_work ? services.host_work(backends, req.c) : HostWork{}});
         DiffOptions opt;
         opt.check_determinism = req.check_determinism;
         opt.gpu_health = services.gpu_health;
@@ -150,6 +178,11 @@ void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backen
         reply.runs = run_outcomes(r);
         reply.restart = r.gpu_error;  // the parent starts a fresh worker (DiffReport::gpu_error)
       }
+    } catch (const std::bad_alloc&) {
+      // This process's limit, not a backend's fault: never a finding (harness/differential.cpp).
+      reply = WorkerReply{};
+      reply.error = "out of host memory while judging the case (std::bad_alloc): its memory estimate was too low; nothing was judged";
+      reply.out_of_memory = true;
     } catch (const std::exception& e) {
       reply = WorkerReply{};
       reply.error = e.what();

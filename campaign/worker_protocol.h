@@ -6,8 +6,8 @@
 //
 //   request  {"op": "probe"}                                  load every backend, say which
 //            {"op": "run", "case": {...}, "determinism": b}   the differential of one case
-//   reply    {"error"?: "...", "backends"?: [...], "profiles"?: [{"device", "envelope"}, ...],
-//             "findings": [repro, ...], "runs": [...], "restart"?: true, "environment": {...}}
+//   reply    {"error"?: "...", "backends"?: [...], "profiles"?: [{"device", "envelope", "host_scores"}, ...],
+//             "findings": [repro, ...], "runs": [...], "restart"?: true, "out_of_memory"?: true, "environment": {...}}
 //
 // A finding travels as the reproducer's JSON object (campaign/repro.h), encoded once.
 #include <functional>
@@ -32,10 +32,12 @@ struct WorkerRequest {
   bool check_determinism = true;  // run: every backend twice, compared bitwise
 };
 
-// What the probe learns of a loaded backend: where it computes and what it accepts.
+// What the probe learns of a loaded backend: where it computes, what it accepts and what it
+// keeps in host memory (Backend::host_scores; the memory estimate of the cases aimed at it).
 struct BackendProfile {
   std::string name, device;
   SupportEnvelope envelope;
+  HostScores host_scores = HostScores::every_head;
   bool on_gpu() const { return device != "cpu"; }
 };
 
@@ -46,6 +48,7 @@ struct WorkerReply {
   std::vector<Reproducer> findings;   // run
   std::vector<RunOutcome> runs;       // run: what ran, was skipped or errored
   bool restart = false;               // the GPU is unusable after this case: start a fresh worker
+  bool out_of_memory = false;         // run: the worker ran out of host memory (error says so); nothing was judged
   std::map<std::string, std::string> environment;
 };
 
@@ -79,6 +82,10 @@ struct WorkerServices {
   std::function<std::unique_ptr<Backend>(const std::string& name)> make_backend;
   // The oracle set for a case through these backends (the GPU set for GPU backends, say).
   std::function<OracleSet(const std::vector<Backend*>& backends, const Case& c)> oracles;
+  // What a run of the case through them keeps in host memory: the case is refused over the
+  // memory budget for that, not for work that runs elsewhere. Unset: everything counts.
+  std::function<HostWork(const std::vector<Backend*>& backends, const Case& c)> host_work;
+  uint64_t memory_budget_bytes = Limits{}.memory_budget_bytes;
   std::function<std::map<std::string, std::string>()> environment;
   std::function<std::optional<std::string>()> gpu_health;
 };

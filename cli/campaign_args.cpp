@@ -12,6 +12,7 @@
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
 #include "cli/coverage_output.h"
+#include "cli/visible_gpus.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
 #include "harness/errors.h"
@@ -51,6 +52,9 @@ std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfil
     mix.gen = tier_options(tier, gpu, max_seq, max_dim);
     mix.edge_share = share;
     mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
+    // The GPU real tier shrinks for what its workers keep on the host, not for the CPU set's
+    // per-head matrices, which it never builds there.
+    mix.host_work = [backends](const Shape& s) { return host_work_of(backends, s); };
     if (mix_name == "aimed" || (mix_name == "auto" && gpu))
       for (const auto& b : backends) mix.targets.push_back({b.name, b.envelope, b.on_gpu()});
     return [seed, mix](uint64_t g) { return aimed_campaign_case(seed, g, mix); };
@@ -80,6 +84,15 @@ void resume_known(const CampaignArgs& a, CampaignOptions& o) {
 }
 
 }  // namespace
+
+HostWork host_work_of(const std::vector<BackendProfile>& backends, const Shape& shape) {
+  const bool gpu = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.on_gpu(); });
+  HostWork w;
+  w.oracles = expected_oracle_device(gpu, shape) == OracleDevice::cpu ? HostWork::Oracles::host : HostWork::Oracles::device;
+  w.backends = HostScores::none;
+  for (const auto& b : backends) w.backends = std::max(w.backends, b.host_scores);
+  return w;
+}
 
 CampaignOptions to_options(const CampaignArgs& a) {
   CampaignOptions o;
@@ -111,6 +124,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
   if (o.devices.size() > static_cast<size_t>(kMaxJobs))
     throw std::invalid_argument("--devices: " + std::to_string(o.devices.size()) + " ids, one worker each: more than the " +
                                 std::to_string(kMaxJobs) + " workers --jobs allows");
+  // Each id names a GPU here, once: otherwise its worker starts and fails every case.
+  if (!o.devices.empty()) check_device_ids(o.devices);
   o.timeout_seconds = a.timeout;
   o.minimize = !a.no_minimize;
   // Minimizing after a short campaign on a GPU judges each candidate in a fresh worker: without a

@@ -39,6 +39,11 @@ struct CampaignArgs {
   std::vector<std::string> known;  // reproducers of known deviations (files or directories)
 };
 
+// What a worker's run of a case of `shape` through these backends keeps in host memory, for the
+// memory budget of the cases aimed at them: the oracle set a worker would choose
+// (expected_oracle_device) and the most any of them keeps.
+HostWork host_work_of(const std::vector<BackendProfile>& backends, const Shape& shape);
+
 void add_campaign_flags(CLI::App* cmd, CampaignArgs& a);
 // Throws std::invalid_argument / std::runtime_error on a bad flag or an unreadable --known.
 CampaignOptions to_options(const CampaignArgs& a);

@@ -5,6 +5,7 @@
 #include "campaign/output_file.h"
 #include "campaign/repro.h"
 #include "cli/arg_checks.h"
+#include "cli/campaign_args.h"
 #include "cli/commands.h"
 #include "generators/envelope_cases.h"
 #include "generators/random_case.h"
@@ -50,7 +51,13 @@ void add_generate_command(CLI::App& app, int& exit_code) {
     }
     opt->mix.edge_share = opt->edge_share;
     try {
-      for (const auto& b : make_backends(opt->backends).owned) opt->mix.targets.push_back({b->name(), b->envelope(), b->on_gpu()});
+      std::vector<BackendProfile> profiles;
+      for (const auto& b : make_backends(opt->backends).owned) {
+        opt->mix.targets.push_back({b->name(), b->envelope(), b->on_gpu()});
+        profiles.push_back({b->name(), b->device(), b->envelope(), b->host_scores()});
+      }
+      // The memory budget for the work these backends do on the host (without --backends: all of it).
+      if (!profiles.empty()) opt->mix.host_work = [profiles](const Shape& s) { return host_work_of(profiles, s); };
     } catch (const std::exception& e) {
       fmt::print(stderr, "attnfuzz: --backends: {}\n", e.what());
       exit_code = kExitBadInput;

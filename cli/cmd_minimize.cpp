@@ -115,7 +115,15 @@ int minimize_command(const MinimizeOptions& opt) {
     const double timeout = opt.timeout > 0 ? opt.timeout : sig.cls == FindingClass::timeout ? 2.0 : 120.0;
     judge = isolated_judge(*proc, isolation, needs_determinism(sig), timeout);
   } else {
-    judge = in_process_judge(backends, oracles_for(backends, r.c.shape), needs_determinism(sig));
+    OracleDevice oracle_device = OracleDevice::cpu;
+    OracleSet oracles = oracles_for(backends, r.c.shape, &oracle_device);
+    try {  // the reproducer was read without the budget: here it runs in this process
+      check_memory_budget(r.c, Limits{Limits{}.memory_budget_bytes, host_work(backends, oracle_device)});
+    } catch (const CaseError& e) {
+      fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.path), message_safe(e.what(), 600));
+      return kExitBadInput;
+    }
+    judge = in_process_judge(backends, oracles, needs_determinism(sig));
   }
   if (!signature_holds(judge, r.c, sig)) {
     fmt::print("the signature does not reproduce on the original case: nothing to minimize\n");

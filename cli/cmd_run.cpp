@@ -24,6 +24,7 @@
 #include "campaign/repro.h"
 #include "campaign/worker_protocol.h"
 #include "cli/arg_checks.h"
+#include "cli/campaign_args.h"
 #include "cli/commands.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
@@ -95,19 +96,35 @@ int run_isolated(const RunOptions& opt, const Case& c, const std::vector<std::st
   CampaignOptions o;
   o.backends = names;
   o.worker_argv = worker_argv(names);
+  o.worker_argv.insert(o.worker_argv.end(), {"--memory-budget-mib", std::to_string(opt.memory_budget_mib)});  // the run's budget
   o.timeout_seconds = opt.timeout;
   WorkerProcess w(o.worker_argv, {});
+  std::vector<BackendProfile> profiles;
   try {
-    probe_backends(w, o);
+    profiles = probe_backends(w, o);
   } catch (const BackendLoadError& e) {
     fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(e.what(), 600));
+    return kExitBadInput;
+  }
+  try {
+    check_memory_budget(c, Limits{opt.memory_budget_mib << 20, host_work_of(profiles, c.shape)});
+  } catch (const CaseError& e) {
+    fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.case_path), message_safe(e.what(), 600));
     return kExitBadInput;
   }
   fmt::print("case      {}\n", opt.case_path);
   fmt::print("isolated  in a worker process, watchdog {:g} s\n", opt.timeout);
   std::fflush(stdout);
   Coverage coverage;
-  const std::vector<Reproducer> found = run_case(w, c, -1, !opt.no_determinism, o, &coverage);
+  bool out_of_memory = false;
+  const std::vector<Reproducer> found = run_case(w, c, -1, !opt.no_determinism, o, &coverage, nullptr, &out_of_memory);
+  if (out_of_memory) {  // never a finding (harness/differential.h): an internal error, as without --isolate
+    fmt::print(
+        stderr,
+        "attnfuzz: internal error: the worker ran out of memory while running {} (its memory estimate was too low); nothing was judged\n",
+        printable(opt.case_path));
+    return kExitInternal;
+  }
   for (const auto& [backend, comps] : coverage.compositions())
     for (const auto& [comp, counts] : comps) {
       std::string why;
@@ -175,7 +192,8 @@ void print_report(const Case& c, const DiffReport& r, OracleDevice reference, co
 int run(const RunOptions& opt) {
   Case c;
   try {
-    c = load_case_file(opt.case_path, Limits{opt.memory_budget_mib << 20});
+    // Its memory is checked once the backends and the oracle set say where the work runs.
+    c = load_case_file(opt.case_path, kNoMemoryBudget);
   } catch (const CaseError& e) {
     fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.case_path), message_safe(e.what(), 600));
     return kExitBadInput;
@@ -214,6 +232,12 @@ int run(const RunOptions& opt) {
     oracles = oracles_for(backends, c.shape, &oracle_device, &why_device);
   } catch (const std::runtime_error& e) {
     fmt::print(stderr, "attnfuzz: --oracle-device: {}\n", message_safe(e.what(), 600));
+    return kExitBadInput;
+  }
+  try {
+    check_memory_budget(c, Limits{opt.memory_budget_mib << 20, host_work(backends, oracle_device)});
+  } catch (const CaseError& e) {
+    fmt::print(stderr, "attnfuzz: {}: {}\n", printable(opt.case_path), message_safe(e.what(), 600));
     return kExitBadInput;
   }
   DiffOptions dopt;

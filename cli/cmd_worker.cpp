@@ -14,7 +14,7 @@
 namespace attnfuzz::cli {
 namespace {
 
-int worker_command(const std::vector<std::string>& names) {
+int worker_command(const std::vector<std::string>& names, uint64_t memory_budget_mib) {
   // The protocol runs over the descriptors WorkerProcess set up; stdout is already stderr.
   set_backend_threads(1);
   std::optional<WorkerChannel> channel;
@@ -28,6 +28,10 @@ int worker_command(const std::vector<std::string>& names) {
   services.make_backend = [](const std::string& name) { return make_backend(name); };
   // Per case: the GPU set for GPU backends at sizes where it pays (oracles/registry.h, choose_oracle_device).
   services.oracles = [](const std::vector<Backend*>& backends, const Case& c) { return oracles_for(backends, c.shape); };
+  services.host_work = [](const std::vector<Backend*>& backends, const Case& c) {
+    return host_work(backends, choose_oracle_device(backends, c.shape, oracle_device_override()));
+  };
+  services.memory_budget_bytes = memory_budget_mib << 20;
   services.environment = environment;
   services.gpu_health = gpu_health;
   serve_worker(*channel, names, services);
@@ -38,9 +42,11 @@ int worker_command(const std::vector<std::string>& names) {
 
 void add_worker_command(CLI::App& app, int& exit_code) {
   auto names = std::make_shared<std::vector<std::string>>();
+  auto budget_mib = std::make_shared<uint64_t>(Limits{}.memory_budget_bytes >> 20);
   CLI::App* worker = app.add_subcommand("worker", "")->group("");  // hidden: spawned by campaign/replay/minimize
   worker->add_option("--backends", *names)->delimiter(',');
-  worker->callback([names, &exit_code] { exit_code = worker_command(*names); });
+  worker->add_option("--memory-budget-mib", *budget_mib)->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));  // run --isolate's
+  worker->callback([names, budget_mib, &exit_code] { exit_code = worker_command(*names, *budget_mib); });
 }
 
 }  // namespace attnfuzz::cli

@@ -5,6 +5,7 @@
 
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
+#include "cli/visible_gpus.h"
 #include "harness/errors.h"
 
 int main(int argc, char** argv) {
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   attnfuzz::cli::add_merge_command(app, exit_code);
   attnfuzz::cli::add_worker_command(app, exit_code);
   attnfuzz::cli::add_report_command(app, exit_code);
+  attnfuzz::cli::add_gpus_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

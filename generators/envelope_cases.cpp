@@ -176,9 +176,9 @@ Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const
   return c;
 }
 
-Case fit_budget(Case c, uint64_t budget_bytes) {
+Case fit_budget(Case c, uint64_t budget_bytes, const HostWorkOf& host_work) {
   Shape& s = c.shape;
-  while (estimate_host_bytes(c) > budget_bytes) {
+  while (estimate_host_bytes(c, host_work ? host_work(s) : HostWork{}) > budget_bytes) {
     if (s.batch > 1) {
       s.batch = (s.batch + 1) / 2;
     } else if (s.heads_kv > 1) {
@@ -216,7 +216,7 @@ AimedCase aim_case(Case drawn, uint64_t index, const CaseMix& mix) {
       out.c = fit_inside(std::move(out.c), t.envelope, mix.gen, r);
     }
   }
-  out.c = fit_budget(std::move(out.c), mix.memory_budget_bytes);
+  out.c = fit_budget(std::move(out.c), mix.memory_budget_bytes, mix.host_work);
   return out;
 }
 

@@ -20,6 +20,7 @@
 // LSE is packed. Every call of the fitted case's composition is inside the envelope
 // (tests/test_envelope.cpp holds that on random cases).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,11 +36,16 @@ struct CaseTarget {
   bool on_gpu = false;
 };
 
+// What a run of a case of this shape keeps in host memory (harness/case.h, HostWork): where the
+// campaign's workers will judge it. Unset: everything counts (HostWork{}).
+using HostWorkOf = std::function<HostWork(const Shape&)>;
+
 struct CaseMix {
   RandomCaseOptions gen;
   std::vector<CaseTarget> targets;  // empty: every case blind
   double edge_share = 0.12;
   uint64_t memory_budget_bytes = uint64_t{8} << 30;
+  HostWorkOf host_work;
 };
 
 // The default share of cases just outside an envelope.
@@ -51,8 +57,9 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
 std::vector<EnvelopeClause> breakable_clauses(const SupportEnvelope& e);
 // fit_inside, then `clause` broken just past its edge (the clause must be breakable).
 Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const RandomCaseOptions& opt, SplitMix& r);
-// Halves B, then Hkv, then the group, while the host estimate is over the budget.
-Case fit_budget(Case c, uint64_t budget_bytes);
+// Halves B, then Hkv, then the group, while the host estimate for the work of its shape
+// (host_work; unset: everything) is over the budget.
+Case fit_budget(Case c, uint64_t budget_bytes, const HostWorkOf& host_work = {});
 
 // A drawn case, the index-th of its stream, aimed as the mix says (formula above).
 AimedCase aim_case(Case drawn, uint64_t index, const CaseMix& mix);

@@ -44,6 +44,10 @@ class Backend {
   // of this process may run after it: in-process GPU code can; a backend that computes in a
   // process of its own (a Python adapter) breaks only that process's.
   virtual bool faults_reach_this_process() const { return on_gpu(); }
+  // What it keeps in this process's memory per (q, kv) pair while it runs, for the memory
+  // estimate (harness/case.h, HostWork): by default nothing (a tiled kernel, a GPU backend, a
+  // Python adapter in its own process; a plugin's own allocations are its own to bound).
+  virtual HostScores host_scores() const { return HostScores::none; }
   // How the backend computes for inputs of this dtype; nothing when the dtype is unsupported.
   virtual std::optional<Contract> contract(DType d) const { return natural_contract(d); }
   // Whether fully masked rows follow the convention (O = 0, LSE = -inf, zero gradients).

@@ -14,6 +14,19 @@ namespace {
 constexpr int64_t kMaxDim = int64_t{1} << 31;
 constexpr int64_t kMaxLayoutPad = 4096;  // row/head padding and base offset, in elements
 
+// The constants of estimate_host_bytes (case.h), from the peak resident memory measured over a
+// grid of shapes (docs/campaigns.md, "Memory").
+constexpr uint64_t kTensorCopies = 24;    // float64 copies of E kept through a case
+constexpr uint64_t kComposedCopies = 12;  // the composition's baselines and models
+constexpr uint64_t kCallCopies = 7;       // a call's inputs, outputs and error terms
+constexpr uint64_t kMaskBytes = 4;        // the dense masks alive at once
+constexpr uint64_t kCallPairBytes = 16;   // a call's mask and what its graph leaves in the heap
+constexpr uint64_t kHeadPairBytes = 176;  // the error terms of one head
+// torch.f64's graph per pair, its blocks from the heap (under kMmapThreshold) or mapped.
+constexpr uint64_t kEveryHeadPairBytes = 104, kEveryHeadPairBytesMapped = 48;
+// glibc's largest dynamic mmap threshold (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit).
+constexpr uint64_t kMmapThreshold = uint64_t{32} << 20;
+
 uint64_t sat_mul(uint64_t a, uint64_t b) {
   unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
   return p > std::numeric_limits<uint64_t>::max() ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(p);
@@ -125,6 +138,14 @@ uint64_t leaf_calls(const Composition& c) {
   return n;
 }
 
+// E of estimate_host_bytes for a call over `rows` queries and `cols` keys: Q, O, LSE, dQ and
+// K, V, dK, dV.
+uint64_t tensor_elements(const Shape& s, uint64_t rows, uint64_t cols) {
+  const uint64_t q_side = sat_mul(prod({s.batch, s.heads_q, s.head_dim_qk + s.head_dim_v + 1}), rows);
+  const uint64_t kv_side = sat_mul(prod({s.batch, s.heads_kv, s.head_dim_qk + s.head_dim_v}), cols);
+  return sat_add(q_side, kv_side);
+}
+
 // Walks the evaluated tree the way the composition engine cuts it (harness/compose.cpp:
 // bounds clamped to the region, mask partitions over the whole region twice).
 void walk_cost(const Case& cs, const Composition& c, int64_t q0, int64_t q1, int64_t k0, int64_t k1, CompositionCost& cost) {
@@ -141,6 +162,8 @@ void walk_cost(const Case& cs, const Composition& c, int64_t q0, int64_t q1, int
     const uint64_t in_elems = sat_add(sat_mul(heads, sat_mul(rows, static_cast<uint64_t>(s.head_dim_qk))),
                                       prod({s.batch, s.heads_kv, static_cast<int64_t>(cols), s.head_dim_qk + s.head_dim_v}));
     cost.bytes = sat_add(cost.bytes, sat_add(sat_mul(in_elems, 8), scores));  // inputs (float64) and the dense mask
+    cost.call_elements = sat_add(cost.call_elements, tensor_elements(s, rows, cols));
+    cost.call_pairs = sat_add(cost.call_pairs, scores);
     return;
   }
   auto child = [&](size_t i) -> const Composition& {
@@ -173,7 +196,7 @@ CompositionCost composition_cost(const Case& c, const Composition& comp) {
   CompositionCost cost;
   cost.leaf_calls = leaf_calls(comp);
   if (cost.leaf_calls > kMaxLeafCalls) {
-    cost.work = cost.bytes = std::numeric_limits<uint64_t>::max();
+    cost.work = cost.bytes = cost.call_elements = cost.call_pairs = std::numeric_limits<uint64_t>::max();
     return cost;
   }
   walk_cost(c, comp, 0, c.shape.seq_q, 0, c.shape.seq_kv, cost);
@@ -182,20 +205,25 @@ CompositionCost composition_cost(const Case& c, const Composition& comp) {
 
 double Case::effective_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(shape.head_dim_qk)); }
 
-uint64_t estimate_host_bytes(const Case& c) {
+uint64_t estimate_host_bytes(const Case& c, const HostWork& work) {
+  // The formula of case.h, term by term.
   const Shape& s = c.shape;
-  // float64 tensors: Q, dQ, O, dO (x a few copies across backends), K, V, dK, dV, LSE, dLSE.
-  constexpr uint64_t kCopies = 8;
-  uint64_t elems = 0;
-  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_q, s.seq_q, s.head_dim_qk})));
-  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_q, s.seq_q, s.head_dim_v})));
-  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk})));
-  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})));
-  elems = sat_add(elems, sat_mul(2, prod({s.batch, s.heads_q, s.seq_q})));
-  uint64_t bytes = sat_mul(sat_mul(elems, 8), kCopies);
-  bytes = sat_add(bytes, prod({s.batch, s.heads_q, s.seq_q, s.seq_kv}));  // dense mask, 1 byte each
-  bytes = sat_add(bytes, sat_mul(4 * 8, prod({s.seq_q, s.seq_kv})));      // S, P, dP, dS of one head
-  bytes = sat_add(bytes, composition_cost(c, c.composition).bytes);       // the composition's parts
+  const uint64_t sq = static_cast<uint64_t>(s.seq_q), skv = static_cast<uint64_t>(s.seq_kv);
+  const uint64_t elements = tensor_elements(s, sq, skv);
+  const uint64_t head = sat_mul(sq, skv);
+  const uint64_t pairs = sat_mul(prod({s.batch, s.heads_q}), head);
+  const bool composed = !(c.composition == Composition{});
+  const CompositionCost calls = composed ? composition_cost(c, c.composition) : CompositionCost{};
+  uint64_t bytes = sat_mul(sat_mul(8, elements), kTensorCopies + (composed ? kComposedCopies : 0));
+  bytes = sat_add(bytes, sat_mul(kMaskBytes, pairs));
+  bytes = sat_add(bytes, sat_add(sat_mul(8 * kCallCopies, calls.call_elements), sat_mul(kCallPairBytes, calls.call_pairs)));
+  bytes = sat_add(bytes, calls.bytes);
+  const bool one_head = work.oracles == HostWork::Oracles::host || work.backends >= HostScores::one_head;
+  const bool every_head = work.backends == HostScores::every_head;
+  const uint64_t one = one_head ? sat_mul(kHeadPairBytes, head) : 0;
+  const uint64_t every =
+      every_head ? sat_mul(sat_mul(8, pairs) < kMmapThreshold ? kEveryHeadPairBytes : kEveryHeadPairBytesMapped, pairs) : 0;
+  bytes = sat_add(bytes, sat_mul(8, head) < kMmapThreshold ? sat_add(one, every) : std::max(one, every));
   // Laid-out copies a backend gets, at most 8 bytes an element. place()'s extent is at most
   // offset + 3 * B * H * S * (w + row_padding + head_padding) (3: a packed group); bounded
   // here with saturating arithmetic, since place() itself assumes sizes that fit.
@@ -207,6 +235,13 @@ uint64_t estimate_host_bytes(const Case& c) {
     bytes = sat_add(bytes, sat_mul(8, sat_add(extent, 2 * static_cast<uint64_t>(std::max<int64_t>(c.layouts.surround.guard, 0)))));
   }
   return bytes;
+}
+
+void check_memory_budget(const Case& c, const Limits& limits) {
+  const uint64_t need = estimate_host_bytes(c, limits.work);
+  if (need > limits.memory_budget_bytes)
+    throw CaseError("shape", "needs about " + std::to_string(need >> 20) + " MiB on the host, over the memory budget of " +
+                                 std::to_string(limits.memory_budget_bytes >> 20) + " MiB");
 }
 
 void validate(const Case& c, const Limits& limits) {
@@ -254,10 +289,7 @@ void validate(const Case& c, const Limits& limits) {
   }
   if (c.layouts.surround.guard < 0 || c.layouts.surround.guard > kMaxSurroundGuard)
     throw CaseError("layouts.surround.guard", "must be in [0, " + std::to_string(kMaxSurroundGuard) + "]");
-  const uint64_t need = estimate_host_bytes(c);
-  if (need > limits.memory_budget_bytes)
-    throw CaseError("shape", "needs about " + std::to_string(need >> 20) + " MiB on the host, over the memory budget of " +
-                                 std::to_string(limits.memory_budget_bytes >> 20) + " MiB");
+  check_memory_budget(c, limits);
   if (c.scale && !(std::isfinite(*c.scale) && *c.scale > 0)) throw CaseError("scale", "must be finite and > 0");
   if (c.softcap && !(std::isfinite(*c.softcap) && *c.softcap > 0)) throw CaseError("softcap", "must be finite and > 0");
   validate_mask(c.mask, s.seq_q, s.seq_kv, "mask");

@@ -3,6 +3,7 @@
 // (docs/semantics.md, "The problem space"). Everything a backend computes, and every
 // input value, follows from a Case alone.
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,11 +71,37 @@ struct Case {
   double effective_scale() const;
 };
 
-struct Limits {
-  // Upper bound on the bytes a run of this case may allocate on the host
-  // (float64 tensors, the dense mask, per-head score matrices, all backends' outputs).
-  uint64_t memory_budget_bytes = uint64_t{8} << 30;
+// What a run keeps in host memory per (q, kv) pair, beyond the dense masks every run has:
+// nothing (a tiled kernel, or one computing on a GPU), one head's Sq x Skv matrices at a time
+// (the float64 reference, the contract baselines, the error terms), or every head's at once
+// (LibTorch's math graphs on the CPU: scores, softmax and their gradients as B x Hq x Sq x Skv
+// tensors). Ordered: each holds at least what the one before holds.
+enum class HostScores { none, one_head, every_head };
+
+// Where a run's work lands, for the memory estimate: where the oracle set computes (the CPU set
+// keeps one head's float64 matrices in host memory, the GPU set keeps them in device memory)
+// and the most any backend under test keeps (Backend::host_scores). The default is the most a
+// run can keep: the CPU oracle set and a LibTorch math backend on the CPU.
+struct HostWork {
+  enum class Oracles { host, device };
+  Oracles oracles = Oracles::host;
+  HostScores backends = HostScores::every_head;
+
+  // The least any run keeps: its tensors and masks alone (the GPU oracle set, fused backends).
+  static constexpr HostWork least() { return {Oracles::device, HostScores::none}; }
+  bool operator==(const HostWork&) const = default;
 };
+
+struct Limits {
+  // Upper bound on the bytes a run of this case may need on the host beyond what the process
+  // holds before it, as estimate_host_bytes counts them for `work`.
+  uint64_t memory_budget_bytes = uint64_t{8} << 30;
+  HostWork work;
+};
+// Every limit but the memory budget: for reading a case that is checked against the budget
+// where it runs, once the backends and the oracle set say where its work lands
+// (check_memory_budget: `run`, a worker, the in-process minimizer).
+inline constexpr Limits kNoMemoryBudget{std::numeric_limits<uint64_t>::max(), HostWork{}};
 
 // Fixed limits on what one case may ask for (docs/case-format.md, "Limits"), so that a small
 // file cannot demand unbounded time: the mask is evaluated at every (q, kv) of every call, and
@@ -89,18 +116,51 @@ inline constexpr uint64_t kCompositionWorkFloor = uint64_t{1} << 26;  // or this
 // multiply-adds: sum over calls of B Hq rows cols (Dqk + Dv), plus B Hq rows (Dv + 1) for every
 // node (each part's O and LSE are allocated, merged or placed, even for an empty part). Bytes
 // are what the evaluation keeps alive at once: every node's O and LSE, every call's inputs and
-// dense mask. leaf_calls saturates at UINT64_MAX; work and bytes are only walked when
+// dense mask. call_elements and call_pairs are the sums over calls of E and pairs of the call
+// (estimate_host_bytes). leaf_calls saturates at UINT64_MAX; the others are only walked when
 // leaf_calls <= kMaxLeafCalls (UINT64_MAX otherwise).
 struct CompositionCost {
-  uint64_t leaf_calls = 0, work = 0, bytes = 0;
+  uint64_t leaf_calls = 0, work = 0, bytes = 0, call_elements = 0, call_pairs = 0;
 };
 CompositionCost composition_cost(const Case& c, const Composition& comp);
 
 // Throws CaseError (one line: field and reason) when the case cannot run. Checks the limits
 // above and the memory estimate before anything is allocated.
 void validate(const Case& c, const Limits& limits = {});
-// Bytes a run needs on the host (the composition's included), saturating at UINT64_MAX.
-uint64_t estimate_host_bytes(const Case& c);
+// The memory estimate against the budget alone (validate's last check, for a run that learns
+// where it computes after the case was read).
+void check_memory_budget(const Case& c, const Limits& limits);
+
+// The host memory a run needs beyond what the process holds before its first case (LibTorch and
+// the backends loaded: about 130 MiB for `attnfuzz run`): an upper bound of the peak resident
+// memory measured over a grid of shapes (docs/campaigns.md, "Memory"; the memory_bound test
+// keeps it). With
+//   E     = B Hq Sq (Dqk + Dv + 1) + B Hkv Skv (Dqk + Dv)   elements of Q, O, LSE, dQ and K, V, dK, dV
+//   pairs = B Hq Sq Skv,  head = Sq Skv
+//   calls = the composition's backend calls (none for a single call), E_call and pairs_call each one's
+// it is
+//   8 E (kTensorCopies + kComposedCopies if composed)   float64 tensors kept through the case: inputs,
+//                                                     the reference, the baselines of the fingerprint
+//                                                     ladder, error terms and models (the composition's too)
+//   + kMaskBytes pairs                                the dense masks (the problem's, the error terms', a
+//                                                     backend's copy or bias)
+//   + sum over calls (8 kCallCopies E_call + kCallPairBytes pairs_call) + CompositionCost::bytes
+//                                                     each call kept with its error terms; the parts' O and
+//                                                     LSE, the calls' inputs and masks
+//   + scores                                          the per-pair matrices, below
+//   + 8 x every tensor's laid-out extent              the copies handed to backends (padding, offsets,
+//                                                     packed groups and guards included)
+// saturating at UINT64_MAX, where scores comes from two phases that run one after the other:
+//   one   = kHeadPairBytes head           where the oracles run on the host or a backend keeps one head's
+//                                         matrices (HostScores::one_head): the error terms' ~20 float64
+//                                         Sq x Skv matrices
+//   every = kEveryHeadPairBytes pairs     where a backend keeps every head's (every_head): LibTorch's
+//                                         graphs, torch.f64's the largest
+//   scores = one + every, or max(one, every) when one head's matrix is over glibc's largest mmap
+//   threshold (kMmapThreshold): blocks under it come from the heap and stay resident after their phase
+//   (fragmented, which also makes kEveryHeadPairBytes larger below it), blocks over it are unmapped
+//   when freed. The constants (harness/case.cpp) are the measured bytes, rounded up.
+uint64_t estimate_host_bytes(const Case& c, const HostWork& work = {});
 
 std::string to_string(Composition::Kind k);
 std::string to_string(ValueDist::Kind k);

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -39,6 +41,30 @@ inline size_t parallel_threads() {
   return t ? t : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
 }
 
+// Runs every job, jobs[1..] on threads of their own and jobs[0] on this one, and rethrows the
+// first exception any of them threw once all are done: one that left a thread would end the
+// process (std::terminate), and an out-of-memory there would look like a crash of whatever ran.
+inline void run_jobs(const std::vector<std::function<void()>>& jobs) {
+  std::vector<std::exception_ptr> errors(jobs.size());
+  auto guarded = [&](size_t i) {
+    try {
+      jobs[i]();
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  try {
+    for (size_t i = 1; i < jobs.size(); ++i) pool.emplace_back(guarded, i);
+  } catch (...) {  // no thread could start: what did not start runs here
+    for (size_t i = pool.size() + 1; i < jobs.size(); ++i) guarded(i);
+  }
+  if (!jobs.empty()) guarded(0);
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 // Calls f(begin, end) over disjoint ranges covering [0, n) of items that each cost about
 // `elements_per_item` elements' work (a row of `width` elements: width), so that only work of
 // kParallelMinElements or more starts threads.
@@ -50,10 +76,9 @@ void parallel_for(size_t n, size_t elements_per_item, F&& f) {
     return;
   }
   const size_t chunk = (n + threads - 1) / threads;
-  std::vector<std::thread> pool;
-  for (size_t begin = chunk; begin < n; begin += chunk) pool.emplace_back([&f, begin, n, chunk] { f(begin, std::min(n, begin + chunk)); });
-  f(size_t{0}, std::min(n, chunk));
-  for (auto& t : pool) t.join();
+  std::vector<std::function<void()>> jobs;
+  for (size_t begin = 0; begin < n; begin += chunk) jobs.push_back([&f, begin, n, chunk] { f(begin, std::min(n, begin + chunk)); });
+  run_jobs(jobs);
 }
 
 // Calls f(begin, end) over disjoint ranges covering [0, n) of single elements.
@@ -70,10 +95,9 @@ void parallel_tasks(size_t n, bool parallel, F&& f) {
     for (size_t i = 0; i < n; ++i) f(i);
     return;
   }
-  std::vector<std::thread> pool;
-  for (size_t i = 1; i < n; ++i) pool.emplace_back([&f, i] { f(i); });
-  f(size_t{0});
-  for (auto& t : pool) t.join();
+  std::vector<std::function<void()>> jobs;
+  for (size_t i = 0; i < n; ++i) jobs.push_back([&f, i] { f(i); });
+  run_jobs(jobs);
 }
 
 }  // namespace attnfuzz

@@ -14,6 +14,7 @@ class EmulatedBackend final : public Backend {
   EmulatedBackend(Contract contract, bool reversed_order) : contract_(contract), reversed_(reversed_order) {}
   std::string name() const override;
   std::optional<Contract> contract(DType) const override { return contract_; }
+  HostScores host_scores() const override { return HostScores::one_head; }  // HeadState: Sq x Skv scores of one head
   Forward forward(const Problem& p) override;
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override;
 

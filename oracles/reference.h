@@ -25,6 +25,7 @@ HeadScores head_scores(const Problem& p, int64_t b, int64_t h);
 class ReferenceBackend final : public Backend {
  public:
   std::string name() const override { return "reference"; }
+  HostScores host_scores() const override { return HostScores::one_head; }  // head_scores: Sq x Skv float64 matrices
   std::string version() const override;
   Forward forward(const Problem& p) override { return reference_forward(p); }
   Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {

@@ -262,6 +262,15 @@ std::optional<OracleDevice> oracle_device_override() {
   return v ? oracle_device_from_string(v) : std::nullopt;
 }
 
+namespace {
+// Below kGpuOracleMinWork the CPU set is the faster.
+bool small_for_gpu_oracles(const Shape& shape) {
+  const double work = static_cast<double>(shape.batch * shape.heads_q) * static_cast<double>(shape.seq_q * shape.seq_kv) *
+                      static_cast<double>(std::max(shape.head_dim_qk, shape.head_dim_v));
+  return work < kGpuOracleMinWork;
+}
+}  // namespace
+
 OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, const Shape& shape, std::optional<OracleDevice> forced,
                                   std::string* why) {
   auto say = [why](std::string s) {
@@ -276,9 +285,7 @@ OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, const S
     say("every backend runs on the CPU");
     return OracleDevice::cpu;
   }
-  const double work = static_cast<double>(shape.batch * shape.heads_q) * static_cast<double>(shape.seq_q * shape.seq_kv) *
-                      static_cast<double>(std::max(shape.head_dim_qk, shape.head_dim_v));
-  if (work < kGpuOracleMinWork) {
+  if (small_for_gpu_oracles(shape)) {
     say((*on_gpu)->name() + " runs on " + (*on_gpu)->device() + ", but the case is small: the CPU set judges it faster");
     return OracleDevice::cpu;
   }
@@ -299,6 +306,25 @@ OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape,
   const OracleDevice d = choose_oracle_device(backends, shape, oracle_device_override(), why);
   if (chosen) *chosen = d;
   return make_oracles(d);
+}
+
+HostWork host_work(const std::vector<Backend*>& backends, OracleDevice oracles) {
+  HostWork w;
+  w.oracles = oracles == OracleDevice::cpu ? HostWork::Oracles::host : HostWork::Oracles::device;
+  w.backends = HostScores::none;
+  for (const Backend* b : backends) w.backends = std::max(w.backends, b->host_scores());
+  return w;
+}
+
+OracleDevice expected_oracle_device(bool gpu_backend, const Shape& shape) {
+  if (const auto forced = oracle_device_override()) return *forced;
+#if ATTNFUZZ_HAVE_CUDA_KERNELS
+  if (gpu_backend && !small_for_gpu_oracles(shape)) return OracleDevice::cuda;
+#else
+  (void)gpu_backend;
+  (void)shape;
+#endif
+  return OracleDevice::cpu;
 }
 
 #if ATTNFUZZ_HAVE_CUDA_KERNELS

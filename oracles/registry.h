@@ -68,6 +68,15 @@ std::optional<OracleDevice> oracle_device_override();
 // choose_oracle_device with the override, then make_oracles: what every command judges with.
 OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, OracleDevice* chosen = nullptr,
                       std::string* why = nullptr);
+// What a run of `backends` judged by the oracle set on `oracles` keeps in host memory, for
+// estimate_host_bytes (harness/case.h): the CPU set keeps one head's matrices there, and the
+// backends what they declare (Backend::host_scores).
+HostWork host_work(const std::vector<Backend*>& backends, OracleDevice oracles);
+// The set choose_oracle_device picks for a case of `shape` in a worker, from what a campaign's
+// parent knows of its backends: whether one runs on a GPU. The GPU set counts as able to run
+// wherever this build has it (a GPU backend that loaded means a usable GPU), so the parent never
+// touches the device itself.
+OracleDevice expected_oracle_device(bool gpu_backend, const Shape& shape);
 // Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
 // use 1: the parallelism is one worker process per core.
 void set_backend_threads(int n);

@@ -4,7 +4,9 @@
 
 #include <limits>
 #include <map>
+#include <new>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include "harness/parallel.h"
@@ -13,12 +15,19 @@
 
 namespace attnfuzz::torch_detail {
 
-// LibTorch errors carry a C++ backtrace in what(); findings keep the message only.
+// LibTorch's CPU allocator failed: this process is out of host memory.
+inline bool host_out_of_memory(const c10::Error& e) {
+  return std::string_view(e.what_without_backtrace()).find("DefaultCPUAllocator") != std::string_view::npos;
+}
+
+// LibTorch errors carry a C++ backtrace in what(); findings keep the message only. Out of host
+// memory becomes std::bad_alloc: the process's limit, never a finding (harness/differential.cpp).
 template <class F>
 auto rethrow_plain(F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const c10::Error& e) {
+    if (host_out_of_memory(e)) throw std::bad_alloc();
     throw std::runtime_error(e.what_without_backtrace());
   }
 }

@@ -24,6 +24,8 @@ class TorchComposedBackend final : public Backend {
   }
   std::string version() const override { return "libtorch-" + torch_version(); }
   std::string device() const override { return dev_ == TorchDevice::cuda ? "cuda" : "cpu"; }
+  // The graph holds B x Hq x Sq x Skv scores, probabilities and their gradients.
+  HostScores host_scores() const override { return dev_ == TorchDevice::cpu ? HostScores::every_head : HostScores::none; }
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     std::string why;
     if (!torch_device_available(dev_, &why)) return why;

@@ -23,6 +23,11 @@ class TorchSdpaBackend final : public Backend {
   }
   std::string version() const override { return "libtorch-" + torch_version(); }
   std::string device() const override { return dev_ == TorchDevice::cuda ? "cuda" : "cpu"; }
+  // The math path materializes B x Hq x Sq x Skv attention weights and their gradients; the CPU
+  // flash kernel works in tiles.
+  HostScores host_scores() const override {
+    return kind_ == SdpaKind::math && dev_ == TorchDevice::cpu ? HostScores::every_head : HostScores::none;
+  }
   bool backward_takes_dlse() const override { return false; }
   bool returns_lse() const override { return kind_ != SdpaKind::math; }
   // Measured with LibTorch 2.11 on the CPU: the flash kernel gives fully masked rows O = 0

@@ -222,6 +222,38 @@ PY
   check "a mismatch replayed without its backend: UNTESTED, exit 4 (got $rc)" "[ $rc -eq 4 ] && grep -q '^UNTESTED' $tmp/out"
   af replay "$mismatch"
   check "the same with its backend: FAILING, exit 1 (got $rc)" "[ $rc -eq 1 ] && grep -q '^FAILING' $tmp/out" ;;
+10)  # running out of memory is exit 3 and one line, never a finding, in `run` and in a worker
+  # A case that needs about 60 GB (2 GiB a Sq x Skv float64 matrix), under a 4 GiB address-space
+  # limit with a budget large enough to let it start: the first large allocation fails.
+  python3 -c 'import json; print(json.dumps({"format": "attnfuzz-case/1", "seed": 1, "shape": {"heads_q": 1, "seq_q": 16384,
+    "seq_kv": 16384, "head_dim_qk": 1, "head_dim_v": 1}, "mask": {"kind": "causal", "align": "top_left"}}))' >big.json
+  starved() {  # attnfuzz under the limit; rc, and the output in $tmp/out and $tmp/err
+    (ulimit -v 4194304 && exec timeout -k 2 120 "$bin" "$@" --memory-budget-mib 1048576 >"$tmp/out" 2>"$tmp/err" </dev/null)
+    rc=$?
+  }
+  cp "$src/corpus/seed-flex-lse-merge.json" small.json
+  for b in reference torch.f64; do
+    starved run small.json --backends "$b" --no-determinism-check
+    if [ $rc -ne 0 ]; then  # a build whose libraries reserve more address space (CUDA's) than the limit leaves
+      echo "SKIP: a small case does not run under a 4 GiB address-space limit here (exit $rc): $(head -c 300 "$tmp/err")"
+      exit 77
+    fi
+  done
+  for b in reference torch.f64; do
+    starved run big.json --backends "$b" --no-determinism-check
+    check "run --backends $b out of memory: exit 3 (got $rc)" "[ $rc -eq 3 ]"
+    check "  one line on stderr ($(wc -l <"$tmp/err"))" "[ \$(wc -l <$tmp/err) -eq 1 ]"
+    check "  that says so" "grep -q 'out of memory' $tmp/err"
+    check "  no finding" "! grep -q 'finding(s)' $tmp/out"
+    head -c 300 "$tmp/err"
+    # In a worker (run --isolate runs the case as a campaign does: campaign/campaign.h, run_case).
+    starved run big.json --backends "$b" --no-determinism-check --isolate --timeout 120
+    check "run --isolate --backends $b out of memory: exit 3 (got $rc)" "[ $rc -eq 3 ]"
+    check "  one line on stderr ($(wc -l <"$tmp/err"))" "[ \$(wc -l <$tmp/err) -eq 1 ]"
+    check "  that says so" "grep -q 'out of memory' $tmp/err"
+    check "  no crash finding blamed on $b" "! grep -q 'crash' $tmp/out"
+    head -c 300 "$tmp/err"
+  done ;;
 12)  # time budgets and watchdogs have sane bounds
   cp "$src/corpus/seed-flex-lse-merge.json" case.json
   af campaign --seconds 0.001 --backends reference --out c1
@@ -264,11 +296,27 @@ PY
   echo '{"format": "attnfuzz-summary/1", "cases": 3, "known_findings": {"K": -2}}' >s2/summary.json
   af merge s2 --out m3
   refused "merge: a negative known count" "known_findings.K" ;;
-14)  # --devices counts against the --jobs cap
+14)  # --devices counts against the --jobs cap and names GPUs that are here, once each
   ids=$(seq -s, 0 299)
   af campaign --devices "$ids" --cases 1 --backends reference --out d1
   refused "300 device ids" "--devices"
   check "no worker was started (nothing written)" "[ ! -e d1 ]"
+  af campaign --devices 0,1,0 --cases 1 --backends reference --out d3
+  refused "an id given twice" "'0' is given twice"
+  af campaign --devices 4096 --cases 1 --backends reference --out d3
+  refused "an id past the GPUs here" "--devices 4096"
+  af campaign --devices GPU-00000000-0000-0000-0000-000000000000 --cases 1 --backends reference --out d3
+  refused "a UUID no GPU here has" "--devices GPU-00000000"
+  af check --devices bogus --cases 1 --backends reference --out d3
+  refused "check: an id that is no GPU id" "--devices takes GPU ids"
+  check "no worker was started for any of them (nothing written)" "[ ! -e d3 ]"
+  if "$bin" gpus | grep -q '^GPU-'; then
+    echo "skipped: --devices 0 on a machine without a GPU (this one has one)"
+  else
+    CUDA_VISIBLE_DEVICES=0 af campaign --devices 0 --cases 1 --backends reference --out d3
+    refused "--devices 0 without a GPU, whatever CUDA_VISIBLE_DEVICES says" "--devices 0: no GPU here"
+    check "  no worker was started (nothing written)" "[ ! -e d3 ]"
+  fi
   # The end of a campaign does not wait for the cases in flight: a case that hangs (the zoo's
   # hang mutant, Sq % 5 == 2) under a 200 s watchdog is abandoned at the 3 s deadline.
   hang="plugin:$(dirname "$bin")/mutants/libattnfuzz_mutant_hang.so"

@@ -121,7 +121,7 @@ TEST(CaseJson, RejectsHugeCasesBeforeAllocating) {
   // A budget can be chosen: the same case passes with a large enough one.
   const std::string mid = R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":1,"seq_q":4096,"head_dim_qk":64}})";
   EXPECT_THROW(case_from_string(mid, Limits{64 << 20}), CaseError);
-  EXPECT_NO_THROW(case_from_string(mid, Limits{uint64_t{2} << 30}));
+  EXPECT_NO_THROW(case_from_string(mid, Limits{uint64_t{4} << 30}));
 }
 
 TEST(CaseJson, ReadsTheCaseInsideAReproducer) {
@@ -215,6 +215,51 @@ TEST(Limits, TheCompositionCountsInTheMemoryEstimate) {
   const uint64_t single = estimate_host_bytes(c);
   c.composition = nested_kv_split(2, 40);  // 41^2 parts, each keeping the full rows' O and LSE
   EXPECT_GT(estimate_host_bytes(c), single + 41 * 41 * 8 * c.shape.seq_q * c.shape.heads_q);
+}
+
+// Issue 26, item 10: the estimate counts what runs on the host, and nothing else. The CPU oracle
+// set keeps one head's Sq x Skv float64 matrices there, LibTorch's math backends every head's;
+// the GPU set and fused backends leave the tensors and masks alone (docs/campaigns.md, "Memory").
+TEST(Limits, TheEstimateCountsOnlyTheWorkOnTheHost) {
+  Case c = small_case();
+  c.shape = {1, 8, 8, 2048, 2048, 64, 64};
+  const uint64_t head = 2048 * 2048, pairs = 8 * head;
+  const HostWork gpu = HostWork::least();
+  const HostWork cpu_oracles{HostWork::Oracles::host, HostScores::none};
+  const HostWork reference_backend{HostWork::Oracles::device, HostScores::one_head};
+  const HostWork torch_math{HostWork::Oracles::device, HostScores::every_head};
+  EXPECT_EQ(estimate_host_bytes(c), estimate_host_bytes(c, HostWork{}));  // the default counts everything
+  const uint64_t least = estimate_host_bytes(c, gpu);
+  EXPECT_GE(estimate_host_bytes(c, cpu_oracles) - least, 150 * head);  // ~20 float64 matrices of one head
+  EXPECT_EQ(estimate_host_bytes(c, reference_backend), estimate_host_bytes(c, cpu_oracles));
+  EXPECT_GE(estimate_host_bytes(c, torch_math) - least, 40 * pairs);  // torch.f64's graph of every head
+  EXPECT_GE(estimate_host_bytes(c), estimate_host_bytes(c, cpu_oracles));
+  EXPECT_GE(estimate_host_bytes(c), estimate_host_bytes(c, torch_math));
+  EXPECT_LT(least, estimate_host_bytes(c) / 2);
+  // The float64 tensors and the masks count wherever the oracles run.
+  EXPECT_GE(least, 8 * 20 * (8 * 2048 * 129 + 8 * 2048 * 128) + pairs);
+}
+
+// A reproducer is read without the budget (found with its scores on a GPU, perhaps), and
+// checked where it runs for the work done there: the same budget that the GPU set's work fits
+// refuses the CPU set's.
+TEST(Limits, ACaseIsCheckedForTheWorkWhereItRuns) {
+  const std::string text = R"({"format":"attnfuzz-case/1","seed":1,"shape":{"heads_q":8,"seq_q":2048,"head_dim_qk":64}})";
+  Case c;
+  ASSERT_NO_THROW(c = case_from_string(text, kNoMemoryBudget));
+  EXPECT_THROW(case_from_string(text, Limits{uint64_t{2} << 30}), CaseError);  // read as for every kind of work
+  EXPECT_NO_THROW(check_memory_budget(c, Limits{uint64_t{2} << 30, HostWork::least()}));
+  try {
+    check_memory_budget(c, Limits{uint64_t{2} << 30, HostWork{}});
+    FAIL() << "accepted";
+  } catch (const CaseError& e) {
+    EXPECT_EQ(e.field(), "shape");
+    EXPECT_NE(std::string(e.what()).find("over the memory budget of 2048 MiB"), std::string::npos) << e.what();
+  }
+  // A shape whose estimate saturates is read, and refused by any budget where it runs.
+  Case huge = c;
+  huge.shape = {1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30};
+  EXPECT_THROW(check_memory_budget(huge, Limits{uint64_t{1} << 60, HostWork::least()}), CaseError);
 }
 
 TEST(Limits, MaskExpressionSize) {

@@ -177,6 +177,29 @@ TEST(Envelope, BudgetShrinksBatchAndHeadsOnly) {
   EXPECT_NO_THROW(validate(fitted));
 }
 
+// Issue 26, item 10: a GPU campaign's real tier is judged by the GPU oracle set, so the CPU set's
+// per-head matrices and LibTorch's CPU graphs never shrink it; what its workers keep on the host
+// (the float64 tensors, the masks) still does.
+TEST(Envelope, TheBudgetCountsOnlyTheHostWorkOfTheCase) {
+  Case c;
+  c.shape = {1, 16, 4, 4096, 4096, 128, 128};
+  c.dtype = DType::bf16;
+  const HostWorkOf on_gpu = [](const Shape&) { return HostWork::least(); };
+  ASSERT_LE(estimate_host_bytes(c, HostWork::least()), uint64_t{8} << 30);
+  EXPECT_EQ(fit_budget(c, uint64_t{8} << 30, on_gpu).shape, c.shape);
+  EXPECT_NE(fit_budget(c, uint64_t{8} << 30).shape, c.shape);  // everything on the host: it shrinks
+  // The work may depend on the shape (the CPU set below kGpuOracleMinWork): asked for each one tried.
+  std::vector<Shape> asked;
+  const HostWorkOf recording = [&asked](const Shape& s) {
+    asked.push_back(s);
+    return HostWork{};
+  };
+  const Case fitted = fit_budget(c, uint64_t{8} << 30, recording);
+  ASSERT_GE(asked.size(), 2u);
+  EXPECT_EQ(asked.front(), c.shape);
+  EXPECT_EQ(asked.back(), fitted.shape);
+}
+
 TEST(Envelope, RefusalNamesTheEnforcedClauseOnly) {
   Case c;
   c.shape = {1, 4, 2, 8, 8, 12, 12};

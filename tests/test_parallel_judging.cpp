@@ -4,7 +4,10 @@
 // over 1, 2, 3 and 7 threads, and every number a verdict reports must be identical.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -84,6 +87,29 @@ class Declares final : public Backend {
   EmulatedBackend impl_;
   Contract declared_;
 };
+
+// An exception in a thread of the loops reaches their caller (std::terminate would end the
+// process): an out-of-memory there is the caller's to report, never a crash of the backend.
+TEST(ParallelJudging, AnExceptionInAThreadReachesTheCaller) {
+  ParallelOverride restore;
+  parallel_settings().min_elements = 1;
+  parallel_settings().threads = 4;
+  EXPECT_THROW(parallel_for(100,
+                            [](size_t begin, size_t) {
+                              if (begin > 0) throw std::bad_alloc();
+                            }),
+               std::bad_alloc);
+  EXPECT_THROW(parallel_tasks(3, true,
+                              [](size_t i) {
+                                if (i == 2) throw std::runtime_error("task 2");
+                              }),
+               std::runtime_error);
+  std::vector<int> seen(100, 0);
+  parallel_for(100, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) seen[i] += 1;
+  });
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 100);  // every element once, whatever the split
+}
 
 TEST(ParallelJudging, ThreadedVerdictsAreTheSameBitsAsOneThread) {
   ParallelOverride restore;

@@ -77,6 +77,9 @@ TEST(WorkerProtocol, RepliesRoundTripWithFindingsAsObjects) {
   r.findings = {f};
   r.runs = {{"scaled_output", "single", Outcome::ran, ""}};
   r.restart = true;
+  r.out_of_memory = true;
+  r.profiles = {{"scaled_output", "cpu", SupportEnvelope{}, HostScores::one_head}};
+  r.backends = {"scaled_output"};
   r.environment = {{"gpu", "none"}};
   const std::string body = encode(r);
   const json j = json::parse(body);
@@ -89,6 +92,9 @@ TEST(WorkerProtocol, RepliesRoundTripWithFindingsAsObjects) {
   ASSERT_EQ(back.runs.size(), 1u);
   EXPECT_EQ(back.runs[0].backend, "scaled_output");
   EXPECT_TRUE(back.restart);
+  EXPECT_TRUE(back.out_of_memory);
+  ASSERT_EQ(back.profiles.size(), 1u);
+  EXPECT_EQ(back.profiles[0].host_scores, HostScores::one_head);
   EXPECT_FALSE(back.error);
   EXPECT_EQ(back.environment.at("gpu"), "none");
   EXPECT_THROW(decode_reply(R"({"error": "x"})"), std::runtime_error);  // no findings array
