@@ -183,8 +183,8 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
         // by the same fraction of itself.
         const Mat ep2 = hs.p.unaryExpr(&fp16_subnormal_excess2);
         Mat f(s.seq_q, s.seq_kv);
-        for (int64_t j = 0; j < s.seq_kv; ++j)
-          for (int64_t i = 0; i < s.seq_q; ++i) {
+        for (int64_t i = 0; i < s.seq_q; ++i)  // row by row: the matrices are row-major
+          for (int64_t j = 0; j < s.seq_kv; ++j) {
             const double pij = hs.p(i, j), dsij = ds(i, j);
             f(i, j) = pij > 0 ? ep2(i, j) * (dsij / pij) * (dsij / pij) + fp16_subnormal_excess2(dsij) : 0.0;
           }
