@@ -27,8 +27,8 @@
 #include "generators/envelope_cases.h"
 #include "generators/random_case.h"
 #include "harness/differential.h"
-#include "oracles/provenance.h"
-#include "oracles/registry.h"
+#include "backends/provenance.h"
+#include "backends/registry.h"
 
 namespace {
 

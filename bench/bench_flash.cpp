@@ -1,5 +1,5 @@
 // Speed of the project's fused kernels (cuda.flash, kernels/flash/) against cuDNN (through our
-// cuDNN frontend graphs, oracles/cudnn_graph.h) and LibTorch's flash kernel, in one process,
+// cuDNN frontend graphs, backends/cudnn_graph.h) and LibTorch's flash kernel, in one process,
 // on the same shapes (llm.c dev/cuda style: one program, a table out).
 //
 //   bench_flash [--quick] [--iters N] [--dim D] [--seq S] [--causal 0|1]
@@ -23,7 +23,7 @@
 
 #include "harness/dtype.h"
 #include "kernels/flash/flash.h"
-#include "oracles/cudnn_graph.h"
+#include "backends/cudnn_graph.h"
 #if ATTNFUZZ_BENCH_TORCH
 #include <ATen/ATen.h>
 

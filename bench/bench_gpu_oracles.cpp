@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "harness/inputs.h"
-#include "kernels/cuda_backends.h"
+#include "oracles/gpu_oracles.h"
 #include "oracles/error_terms.h"
 #include "oracles/reference.h"
 

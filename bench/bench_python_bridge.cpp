@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "harness/inputs.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace {
 

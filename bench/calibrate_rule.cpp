@@ -16,7 +16,7 @@
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 int main(int argc, char** argv) {
   using namespace attnfuzz;

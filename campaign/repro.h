@@ -29,7 +29,7 @@ struct Reproducer {
   uint64_t input_checksum = 0;
   std::string minimized_from;  // the file it was shrunk from, if any
   int64_t case_index = -1;     // position in a campaign's case stream, if it came from one
-  // Where it was found: GPU, driver, CUDA, cuDNN, LibTorch, harness commit (oracles/registry.h).
+  // Where it was found: GPU, driver, CUDA, cuDNN, LibTorch, harness commit (backends/registry.h).
   std::map<std::string, std::string> environment;
   // Where the code of each of the user's backends came from (Backend::provenance), by its name
   // in `backends`: a plugin's file name and content hash, an adapter's module, class and library

@@ -11,7 +11,7 @@
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/errors.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz::cli {
 

@@ -12,8 +12,8 @@
 #include "harness/case_json.h"
 #include "harness/differential.h"
 #include "harness/json_input.h"
-#include "oracles/provenance.h"
-#include "oracles/registry.h"
+#include "backends/provenance.h"
+#include "backends/registry.h"
 
 namespace attnfuzz::cli {
 

@@ -18,7 +18,7 @@
 #include "harness/errors.h"
 #include "harness/plugin_path.h"
 #include "harness/worker.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz::cli {
 namespace {

@@ -23,7 +23,7 @@
 #include "harness/inputs.h"
 #include "harness/json_input.h"
 #include "harness/plugin_path.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz::cli {
 namespace fs = std::filesystem;

@@ -14,7 +14,7 @@
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "oracles/reference.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz::cli {
 

@@ -8,8 +8,8 @@
 #include "campaign/worker_protocol.h"
 #include "cli/commands.h"
 #include "harness/errors.h"
-#include "oracles/provenance.h"
-#include "oracles/registry.h"
+#include "backends/provenance.h"
+#include "backends/registry.h"
 
 namespace attnfuzz::cli {
 namespace {
@@ -26,7 +26,7 @@ int worker_command(const std::vector<std::string>& names, uint64_t memory_budget
   }
   WorkerServices services;
   services.make_backend = [](const std::string& name) { return make_backend(name); };
-  // Per case: the GPU set for GPU backends at sizes where it pays (oracles/registry.h, choose_oracle_device).
+  // Per case: the GPU set for GPU backends at sizes where it pays (backends/registry.h, choose_oracle_device).
   services.oracles = [](const std::vector<Backend*>& backends, const Case& c) { return oracles_for(backends, c.shape); };
   services.host_work = [](const std::vector<Backend*>& backends, const Case& c) {
     return host_work(backends, choose_oracle_device(backends, c.shape, oracle_device_override()));

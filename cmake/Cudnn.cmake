@@ -1,4 +1,4 @@
-# The `cudnn` backend (oracles/cudnn_sdpa.cpp): cuDNN's SDPA through the cuDNN frontend's
+# The `cudnn` backend (backends/cudnn_sdpa.cpp): cuDNN's SDPA through the cuDNN frontend's
 # header-only C++ graph API. Included by the top-level CMakeLists when ATTNFUZZ_WITH_CUDA=ON;
 # defines the static library attnfuzz_cudnn. Compiles and links without a GPU. Needs:
 #  - the CUDA toolkit: cudart is linked statically, so the binary does not pin a libcudart;
@@ -45,10 +45,10 @@ if(NOT EXISTS "${ATTNFUZZ_CUDNN_FRONTEND_INCLUDE}/cudnn_frontend.h")
                       "(it unpacks them from the nvidia-cudnn-frontend wheel), or set -DATTNFUZZ_CUDNN_FRONTEND_INCLUDE=<dir>")
 endif()
 
-add_library(attnfuzz_cudnn STATIC "${_attnfuzz_root}/oracles/cudnn_sdpa.cpp" "${_attnfuzz_root}/oracles/cudnn_graph.cpp")
+add_library(attnfuzz_cudnn STATIC "${_attnfuzz_root}/backends/cudnn_sdpa.cpp" "${_attnfuzz_root}/backends/cudnn_graph.cpp")
 target_include_directories(attnfuzz_cudnn SYSTEM PRIVATE "${ATTNFUZZ_CUDNN_FRONTEND_INCLUDE}" "${ATTNFUZZ_CUDNN_INCLUDE_DIR}")
 # A static library's private dependencies still reach the final link: cudart, libcudnn, the rpath.
-# NVRTC is not linked: oracles/cudnn_graph.cpp opens it on first use (see there why).
+# NVRTC is not linked: backends/cudnn_graph.cpp opens it on first use (see there why).
 target_link_libraries(attnfuzz_cudnn PUBLIC attnfuzz_core
                       PRIVATE CUDA::cudart_static "${ATTNFUZZ_CUDNN_LIBRARY}" "-Wl,-rpath,${_cudnn_libdir}" ${CMAKE_DL_LIBS}
                               attnfuzz_warnings)

@@ -94,7 +94,7 @@ class Backend {
 };
 
 // A backend that is unknown or cannot load here: one line saying which and why. Thrown before
-// any case runs (oracles/registry.h make_backends, the campaign's probe of its workers). The
+// any case runs (backends/registry.h make_backends, the campaign's probe of its workers). The
 // line quotes user input (a name, a path, a plugin's or adapter's own message): it is escaped
 // and cut (harness/errors.h), so a 1 MB name or an ESC in it never reaches the terminal raw.
 struct BackendLoadError : std::runtime_error {

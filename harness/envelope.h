@@ -96,7 +96,7 @@ DenseMaskShape dense_mask_shape(const Problem& p);
 // For summaries, `attnfuzz list` and the worker protocol.
 nlohmann::json to_json(const SupportEnvelope& e);
 // A key left out is unrestricted (its default); an unknown key throws, as a bad value does
-// (std::invalid_argument). Plugins declare theirs this way (oracles/attnfuzz_plugin.h).
+// (std::invalid_argument). Plugins declare theirs this way (backends/attnfuzz_plugin.h).
 SupportEnvelope envelope_from_json(const nlohmann::json& j);
 // What user code (a plugin, a Python adapter) declares it accepts: its envelope JSON, or none
 // (null: unrestricted), narrowed to the dtypes it has a contract for. That clause is enforced;

@@ -75,7 +75,7 @@ std::optional<Packing> packing_from_name(std::string_view name);
 // reads outside them (an unaligned vector load, a tile past the last row) reads them, and reads
 // the same thing on every replay, so a bug that depends on that memory fails again from its
 // reproducer instead of on whatever an allocator left there. Output buffers keep their poison
-// (oracles/typed_buffers.h) and get the same guard.
+// (backends/typed_buffers.h) and get the same guard.
 struct Surround {
   enum class Fill { zero, nan, large };  // large: the element type's largest finite value
   Fill fill = Fill::zero;

@@ -1,6 +1,6 @@
 #pragma once
 // The oracles a verdict needs, supplied by the caller: the harness depends on interfaces only
-// (oracles/registry.h builds them on the CPU or the GPU).
+// (backends/registry.h builds them on the CPU or the GPU).
 #include <functional>
 #include <memory>
 

@@ -1,7 +1,7 @@
 #pragma once
 // An isolated worker process, the transport under the campaign's workers (the attnfuzz binary
 // itself, started with the hidden `worker` subcommand, speaking campaign/worker_protocol.h) and
-// the Python bridge's workers (oracles/python_backend.h): framed messages over two pipes. A
+// the Python bridge's workers (backends/python_backend.h): framed messages over two pipes. A
 // crash (signal, abort, exit, a CUDA sticky error ending the process) or a hang (watchdog) is
 // reported to the caller, which records it as a finding and restarts the worker; the campaign
 // goes on.

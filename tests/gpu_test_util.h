@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "kernels/cuda_backends.h"
+#include "oracles/gpu_oracles.h"
 
 #define REQUIRE_GPU()                                                                 \
   do {                                                                                \

@@ -14,9 +14,9 @@
 #include "harness/case_json.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
-#include "oracles/cudnn_sdpa.h"
+#include "backends/cudnn_sdpa.h"
 #include "oracles/reference.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

@@ -14,7 +14,7 @@
 #include "harness/inputs.h"
 #include "oracles/emulated.h"
 #include "oracles/reference.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

@@ -11,7 +11,7 @@
 #include "harness/backend.h"
 #include "harness/compose.h"
 #include "harness/inputs.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {
@@ -47,7 +47,7 @@ std::vector<std::optional<EnvelopeClause>> broken_in_calls(const Case& c, const 
 }
 
 // Envelopes that restrict every clause a case can break, alone and together, in the shapes the
-// project's backends declare (kernels/flash_backends.cpp, oracles/cudnn_sdpa.cpp, oracles/torch_sdpa_cuda.cpp).
+// project's backends declare (backends/flash_backends.cpp, backends/cudnn_sdpa.cpp, backends/torch_sdpa_cuda.cpp).
 std::map<std::string, SupportEnvelope> sample_envelopes() {
   std::map<std::string, SupportEnvelope> out;
   SupportEnvelope flash;

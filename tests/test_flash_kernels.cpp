@@ -16,11 +16,11 @@
 #include "harness/differential.h"
 #include "harness/inputs.h"
 #include "harness/merge.h"
-#include "kernels/cuda_backends.h"
+#include "oracles/gpu_oracles.h"
 #include "tests/gpu_test_util.h"
-#include "kernels/flash_backends.h"
+#include "backends/flash_backends.h"
 #include "oracles/reference.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

@@ -10,7 +10,7 @@
 #include "harness/case_json.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

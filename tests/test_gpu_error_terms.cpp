@@ -1,4 +1,4 @@
-// The error model's magnitudes on the GPU (kernels/gpu_error_terms.cu, label gpu) against
+// The error model's magnitudes on the GPU (oracles/gpu_error_terms.cu, label gpu) against
 // oracles/error_terms.cpp on random cases: every TermTensors tensor within 1e-10 of the CPU
 // one, relative to the tensor's largest element. Without a usable GPU the tests report
 // themselves skipped, with the reason.
@@ -13,7 +13,7 @@
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/inputs.h"
-#include "kernels/cuda_backends.h"
+#include "oracles/gpu_oracles.h"
 #include "tests/gpu_test_util.h"
 #include "oracles/error_terms.h"
 #include "oracles/reference.h"

@@ -10,7 +10,7 @@
 
 #include "harness/differential.h"
 #include "oracles/reference.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

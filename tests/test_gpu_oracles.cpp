@@ -16,11 +16,11 @@
 #include "harness/case_json.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
-#include "kernels/cuda_backends.h"
+#include "oracles/gpu_oracles.h"
 #include "tests/gpu_test_util.h"
 #include "oracles/emulated.h"
 #include "oracles/reference.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

@@ -14,8 +14,8 @@
 #include "generators/shrink.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
-#include "oracles/plugin.h"
-#include "oracles/registry.h"
+#include "backends/plugin.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

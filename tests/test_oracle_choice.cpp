@@ -1,4 +1,4 @@
-// Which oracle set judges a case (oracles/registry.h, choose_oracle_device): the override
+// Which oracle set judges a case (backends/registry.h, choose_oracle_device): the override
 // wins, CPU backends get the CPU set, GPU backends the GPU set from kGpuOracleMinWork up and
 // where the GPU set can run. The GPU half of the rule is checked wherever this runs: without a
 // usable GPU (CI) a large case must fall back to the CPU set and say why.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "oracles/reference.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

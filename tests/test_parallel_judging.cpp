@@ -15,7 +15,7 @@
 #include "harness/differential.h"
 #include "harness/parallel.h"
 #include "oracles/emulated.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "bench/sensitivity/sensitivity.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

@@ -10,9 +10,9 @@
 #include "harness/compose.h"
 #include "harness/differential.h"
 #include "oracles/reference.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 #include "oracles/torch_oracle.h"
-#include "oracles/torch_sdpa.h"
+#include "backends/torch_sdpa.h"
 
 namespace attnfuzz {
 namespace {

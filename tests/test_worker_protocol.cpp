@@ -11,7 +11,7 @@
 #include "campaign/worker_protocol.h"
 #include "harness/worker_frame.h"
 #include "oracles/reference.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace attnfuzz {
 namespace {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "bench/sensitivity/sensitivity.h"
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 namespace {
 

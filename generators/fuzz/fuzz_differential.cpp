@@ -22,8 +22,8 @@
 #include "campaign/repro.h"
 #include "generators/fuzz_decode.h"
 #include "harness/differential.h"
-#include "oracles/provenance.h"
-#include "oracles/registry.h"
+#include "backends/provenance.h"
+#include "backends/registry.h"
 
 namespace {
 

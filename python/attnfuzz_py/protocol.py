@@ -1,4 +1,4 @@
-"""The worker's side of the bridge protocol (oracles/python_bridge_protocol.h).
+"""The worker's side of the bridge protocol (backends/python_bridge_protocol.h).
 
 Frames are those of harness/worker_frame.h:
 
@@ -28,11 +28,11 @@ import threading
 
 import numpy as np
 
-# Bumped on any change of the messages' meaning; oracles/python_bridge_protocol.h has the same number.
+# Bumped on any change of the messages' meaning; backends/python_bridge_protocol.h has the same number.
 # 3: requests other than hello binary (2: JSON lines).
 PROTOCOL_VERSION = 3
 
-# The binary requests (oracles/python_bridge_protocol.h).
+# The binary requests (backends/python_bridge_protocol.h).
 HEADER = struct.Struct("<5q")  # protocol, op, shm_size, tensor count, extra's length
 OPS = {1: "supports", 2: "forward", 3: "backward"}
 PROBLEM = struct.Struct("<8q2d4q")
@@ -181,7 +181,7 @@ class SharedMemory:
     def torch_view(self, offset: int, dtype: str, shape, strides):
         """The same view as a torch tensor, straight from one typed tensor over the whole mapping
         (cheaper than numpy's view and torch.from_numpy of it). Offsets are multiples of the
-        element size (oracles/shared_tensors.h aligns buffers to 64 bytes)."""
+        element size (backends/shared_tensors.h aligns buffers to 64 bytes)."""
         base = self._torch_bases.get(dtype)
         if base is None:
             import torch
@@ -247,7 +247,7 @@ def tensor_entry(entry: bytes):
 
 
 def encode_request(op: str, shm_size: int, fields: dict, tensors, mask_expr=None, restrictions=()):
-    """A binary request as attnfuzz writes it (oracles/python_bridge_protocol.cpp), for tests and
+    """A binary request as attnfuzz writes it (backends/python_bridge_protocol.cpp), for tests and
     benchmarks of the worker without attnfuzz. tensors: (name, offset, type, shape, strides)."""
     import json
     extra = json.dumps({"mask": mask_expr or {"kind": "none"}, "restrictions": list(restrictions)}).encode()

@@ -1,4 +1,4 @@
-"""The Python worker behind a py: backend (oracles/python_backend.h): started once by attnfuzz,
+"""The Python worker behind a py: backend (backends/python_backend.h): started once by attnfuzz,
 it loads one adapter and answers hello, supports, forward and backward until attnfuzz closes
 the pipe. An exception is answered as an error with the traceback's last lines; the worker
 goes on with the next request.

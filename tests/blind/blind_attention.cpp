@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "oracles/attnfuzz_plugin.h"
+#include "backends/attnfuzz_plugin.h"
 
 #ifndef BLIND_BUG
 #error "BLIND_BUG must be defined (0 = no bug)"

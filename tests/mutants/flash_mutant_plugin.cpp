@@ -1,4 +1,4 @@
-// The GPU mutant zoo: cuda.flash (kernels/flash_backends.cpp) built with one planted bug
+// The GPU mutant zoo: cuda.flash (backends/flash_backends.cpp) built with one planted bug
 // (tests/mutants/flash_planted.cuh, which lists them; ATTNFUZZ_FLASH_MUTANT), behind the plugin
 // C ABI, so that a GPU campaign shows the harness finds each, at the sizes where each fires.
 // A host-memory plugin: it reads the strided host tensors into a Problem and runs the
@@ -16,7 +16,7 @@
 #include "harness/case_json.h"
 #include "harness/dtype.h"
 #include "harness/envelope.h"
-#include "kernels/flash_backends.h"
+#include "backends/flash_backends.h"
 
 namespace {
 

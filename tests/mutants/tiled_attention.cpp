@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "harness/dtype.h"
-#include "oracles/attnfuzz_plugin.h"
+#include "backends/attnfuzz_plugin.h"
 
 #ifndef ATTNFUZZ_MUTANT
 #error "ATTNFUZZ_MUTANT must be defined (0 = no bug)"

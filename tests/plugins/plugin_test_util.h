@@ -1,7 +1,7 @@
 #pragma once
 // Test-only helpers for plugins: a tiny dlopen loader and the conversion between the
 // harness's float64 Tensors and the strided, case-dtype buffers of the C ABI. The real
-// loader is oracles/plugin.cpp; these tests deliberately do not depend on it, so the
+// loader is backends/plugin.cpp; these tests deliberately do not depend on it, so the
 // plugins are checked against the ABI header alone.
 #include <dlfcn.h>
 
@@ -17,7 +17,7 @@
 #include "harness/case_json.h"
 #include "harness/dtype.h"
 #include "harness/inputs.h"
-#include "oracles/attnfuzz_plugin.h"
+#include "backends/attnfuzz_plugin.h"
 #include "oracles/reference.h"
 
 namespace attnfuzz::plugin_test {

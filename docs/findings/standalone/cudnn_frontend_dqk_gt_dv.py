@@ -4,7 +4,7 @@ Two campaign findings of the `cudnn` backend (cuDNN 9.19.0, frontend 1.32.0, H20
 Dqk=136, Dv=128, a shape cuDNN's own support check accepts:
   (a) lab/triage/cudnn---backend_error-85289c90.json: execute fails with err 700 (illegal address),
       bf16, B=2, Hq=6, Hkv=3, Sq=3712, Skv=29, a block-sparse mask passed as an additive bias
-      [1,1,Sq,Skv] (-1e30 where masked, 0 where visible: oracles/cudnn_sdpa.cpp masked_bias());
+      [1,1,Sq,Skv] (-1e30 where masked, 0 where visible: backends/cudnn_sdpa.cpp masked_bias());
   (b) lab/triage/cudnn-dK-mismatch-9036b483.json: dK wrong (~70x the bound), forward fine, bf16,
       B=1, Hq=16, Hkv=4, Sq=895, Skv=3071, a document mask (no native cuDNN mask reproduces it, so
       the backend passes it as the same additive bias [1,1,Sq,Skv]).
@@ -13,7 +13,7 @@ Standalone: the cuDNN frontend Python API (`import cudnn`) builds and runs the g
 allocates tensors and computes a float64 reference; nothing from attnfuzz. Every tensor is a fresh
 contiguous BHSD tensor (rules out the layouts of the campaign cases), bf16 in, fp32 Stats, scale
 1/sqrt(Dqk), GQA by fewer heads on K/V, a deterministic backward (as the backend asks), and the
-graph attributes oracles/cudnn_graph.cpp sets. The frontend's Python graph may rank a python
+graph attributes backends/cudnn_graph.cpp sets. The frontend's Python graph may rank a python
 ("FROST") engine first on sm90; the C++ backend never runs one, so by default this script pins the
 first *backend* plan of the ranked list (`--any-engine` lets the frontend choose and reports which).
 
@@ -69,7 +69,7 @@ CONFIGS = {
     "d192x128_s256": (1, 2, 2, 256, 256, 192, 128, "none", "11"),
 }
 
-MASKED_BIAS = -1e30  # oracles/cudnn_sdpa.cpp masked_bias() for bf16 (rounded to bf16 on upload)
+MASKED_BIAS = -1e30  # backends/cudnn_sdpa.cpp masked_bias() for bf16 (rounded to bf16 on upload)
 UID = dict(q=1, k=2, v=3, o=4, stats=5, bias=6, dO=7, dQ=8, dK=9, dV=10)
 
 
@@ -187,7 +187,7 @@ def backend_plan_index(cudnn, g, any_engine):
 
 def build(cudnn, g, any_engine):
     """validate -> build_operation_graph -> create_execution_plans([A, FALLBACK]) -> (pin a backend plan)
-    -> check_support -> build_plans, like oracles/cudnn_graph.cpp build(). Returns the plan's name."""
+    -> check_support -> build_plans, like backends/cudnn_graph.cpp build(). Returns the plan's name."""
     not_supported = getattr(cudnn, "cudnnGraphNotSupportedError", ())
 
     def step(stage, fn, refusal_status="support_refused"):

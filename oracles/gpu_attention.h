@@ -1,5 +1,5 @@
 #pragma once
-// The GPU oracle computations (kernels/gpu_attention.cu), behind a plain C++ interface so
+// The GPU oracle computations (oracles/gpu_attention.cu), behind a plain C++ interface so
 // that code compiled by the C++ compiler never sees CUDA headers:
 //  - the float64 reference: docs/semantics.md ("Forward", "Backward") in float64 with fused multiply-adds;
 //  - the contract baselines: oracles/emulated.cpp's naive computation under a contract,
@@ -46,7 +46,7 @@ struct Numerics {
 
 // Where the time of the last call went (milliseconds, host clock around synchronous steps):
 // host (the Problem turned into kernel inputs: the mask's plane check, the output tensors;
-// filled by kernels/cuda_backends.cpp), upload (allocations, copies, mask tiles), compute
+// filled by oracles/gpu_oracles.cpp), upload (allocations, copies, mask tiles), compute
 // (the kernels), download, release (freeing device memory).
 struct Timing {
   double host_ms = 0, upload_ms = 0, compute_ms = 0, download_ms = 0, release_ms = 0;

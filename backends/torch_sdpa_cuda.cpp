@@ -4,7 +4,7 @@
 // into an additive bias: -inf with an aligned stride for efficient, -65504 for cuDNN), so the
 // two differ only in the LSE they return. Backward is LibTorch's autograd through the same call: the LSE output is not
 // differentiable, so no backend here takes dLSE and the composition engine adds that term.
-#include "oracles/torch_sdpa_cuda.h"
+#include "backends/torch_sdpa_cuda.h"
 
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>

@@ -12,8 +12,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "kernels/device_common.cuh"
-#include "kernels/gpu_error_terms.h"
+#include "oracles/device_common.cuh"
+#include "oracles/gpu_error_terms.h"
 
 namespace attnfuzz::gpu {
 namespace {

@@ -8,7 +8,7 @@
 //    gets their strides; pointers not 16-byte aligned and a non-packed LSE are declined;
 //  - conventions: fp32 Stats are the natural-log LSE; cuDNN's backward takes no dLSE, and
 //    fully masked rows follow cuDNN's own convention, both of which the harness handles.
-#include "oracles/cudnn_sdpa.h"
+#include "backends/cudnn_sdpa.h"
 
 #include <algorithm>
 #include <bit>
@@ -17,7 +17,7 @@
 
 #include "harness/dtype.h"
 #include "harness/parallel.h"
-#include "oracles/cudnn_graph.h"
+#include "backends/cudnn_graph.h"
 
 namespace attnfuzz {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Loads a backend from a shared library that exports the plugin C ABI
-// (oracles/attnfuzz_plugin.h). Another ABI version is refused with a clear error.
+// (backends/attnfuzz_plugin.h). Another ABI version is refused with a clear error.
 #include <memory>
 #include <string>
 

@@ -1,6 +1,6 @@
 // cuDNN frontend SDPA graphs for the `cudnn` backend, and the CUDA plumbing under them.
 // This is the only file that sees the frontend's (header-only, heavy) headers.
-#include "oracles/cudnn_graph.h"
+#include "backends/cudnn_graph.h"
 
 #include <cuda_runtime.h>
 #include <cudnn.h>

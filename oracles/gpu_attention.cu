@@ -27,8 +27,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/device_common.cuh"
-#include "kernels/gpu_attention.h"
+#include "oracles/device_common.cuh"
+#include "oracles/gpu_attention.h"
 
 namespace attnfuzz::gpu {
 namespace {

@@ -1,9 +1,9 @@
-#include "kernels/cuda_backends.h"
+#include "oracles/gpu_oracles.h"
 
 #include <chrono>
 #include <cstring>
 
-#include "kernels/gpu_error_terms.h"
+#include "oracles/gpu_error_terms.h"
 
 namespace attnfuzz {
 namespace {

@@ -1,4 +1,4 @@
-#include "oracles/typed_buffers.h"
+#include "backends/typed_buffers.h"
 
 #include <bit>
 #include <cstring>

@@ -1,5 +1,5 @@
 #pragma once
-// What a plugin's flags (oracles/attnfuzz_plugin.h) declare about its outputs: one table from
+// What a plugin's flags (backends/attnfuzz_plugin.h) declare about its outputs: one table from
 // the AF_NONDETERMINISTIC_* bits to the outputs they name.
 #include <array>
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "harness/error_model.h"
-#include "oracles/attnfuzz_plugin.h"
+#include "backends/attnfuzz_plugin.h"
 
 namespace attnfuzz {
 

@@ -1,7 +1,7 @@
 #pragma once
 // The Python bridge's protocol (docs/python-backends.md): what attnfuzz and its Python worker
 // (python/attnfuzz_py/worker.py) say to each other, in the worker frames of
-// harness/worker_frame.h. Tensor data lies in shared memory (oracles/shared_tensors.h) and a
+// harness/worker_frame.h. Tensor data lies in shared memory (backends/shared_tensors.h) and a
 // message only says where.
 //
 //   hello     -> {protocol, name, version, device, contracts, backward_takes_dlse,
@@ -36,7 +36,7 @@
 #include <string>
 
 #include "harness/problem.h"
-#include "oracles/shared_tensors.h"
+#include "backends/shared_tensors.h"
 
 namespace attnfuzz {
 

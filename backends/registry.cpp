@@ -1,4 +1,4 @@
-#include "oracles/registry.h"
+#include "backends/registry.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,22 +12,22 @@
 #include "harness/errors.h"
 #include "oracles/emulated.h"
 #include "oracles/error_terms.h"
-#include "oracles/plugin.h"
-#include "oracles/plugin_cuda.h"
-#include "oracles/python_backend.h"
+#include "backends/plugin.h"
+#include "backends/plugin_cuda.h"
+#include "backends/python_backend.h"
 #include "oracles/reference.h"
 #if ATTNFUZZ_HAVE_TORCH
 #include "oracles/torch_cuda_loader.h"
 #include "oracles/torch_oracle.h"
-#include "oracles/torch_sdpa.h"
-#include "oracles/torch_sdpa_cuda.h"
+#include "backends/torch_sdpa.h"
+#include "backends/torch_sdpa_cuda.h"
 #endif
 #if ATTNFUZZ_HAVE_CUDNN
-#include "oracles/cudnn_sdpa.h"
+#include "backends/cudnn_sdpa.h"
 #endif
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
-#include "kernels/cuda_backends.h"
-#include "kernels/flash_backends.h"
+#include "oracles/gpu_oracles.h"
+#include "backends/flash_backends.h"
 #endif
 
 namespace attnfuzz {

@@ -1,5 +1,5 @@
 #pragma once
-// GPU memory for plugins that declare AF_DEVICE_IS_CUDA (oracles/plugin.cpp). Only the gpu
+// GPU memory for plugins that declare AF_DEVICE_IS_CUDA (backends/plugin.cpp). Only the gpu
 // build (ATTNFUZZ_WITH_CUDA) has the CUDA runtime; in any other build, and on a machine
 // without a usable GPU, cuda_plugins_unavailable() says why and such plugins are skipped.
 //

@@ -1,4 +1,4 @@
-#include "kernels/flash_backends.h"
+#include "backends/flash_backends.h"
 
 #include <cuda_runtime_api.h>
 

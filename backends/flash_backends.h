@@ -3,7 +3,7 @@
 //  - cuda.flash: the fused forward and the deterministic fused backward, which honours dLSE;
 //  - cuda.merge: the same leaves, with every LSE merge of a composition run by the fused
 //    merge kernel on the GPU instead of the harness's float64 merge (harness/merge.h).
-// Compiled only by the gpu preset (ATTNFUZZ_WITH_CUDA); oracles/registry.cpp registers them.
+// Compiled only by the gpu preset (ATTNFUZZ_WITH_CUDA); backends/registry.cpp registers them.
 #include <memory>
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "oracles/provenance.h"
+#include "backends/provenance.h"
 
 #include <cstdio>
 
@@ -6,7 +6,7 @@
 #include "oracles/torch_oracle.h"
 #endif
 #if ATTNFUZZ_HAVE_CUDNN
-#include "oracles/cudnn_sdpa.h"
+#include "backends/cudnn_sdpa.h"
 #endif
 
 namespace attnfuzz {

@@ -42,7 +42,7 @@ BackendSet make_backends(const std::vector<std::string>& names, WhenUnavailable 
 OracleSet default_oracles();
 // Where the float64 reference, the contract baselines and the error model's magnitudes run:
 // the CPU (Eigen, oracles/emulated.cpp, oracles/error_terms.cpp) or the GPU (kernels/:
-// cuda.reference64, cuda.emulated.*, kernels/gpu_error_terms.cu). Throws std::runtime_error,
+// cuda.reference64, cuda.emulated.*, oracles/gpu_error_terms.cu). Throws std::runtime_error,
 // with the reason, when the GPU set cannot run here.
 enum class OracleDevice { cpu, cuda };
 std::optional<OracleDevice> oracle_device_from_string(std::string_view s);

@@ -1,19 +1,19 @@
 #pragma once
 // The GPU oracle set as Backends (device "cuda"): the float64 reference and the contract
-// baselines, computed by kernels/gpu_attention.cu. Compiled only by the gpu preset
-// (ATTNFUZZ_WITH_CUDA); oracles/registry.cpp registers them.
+// baselines, computed by oracles/gpu_attention.cu. Compiled only by the gpu preset
+// (ATTNFUZZ_WITH_CUDA); backends/registry.cpp registers them.
 #include <string>
 
 #include "harness/backend.h"
 #include "harness/error_model.h"
-#include "kernels/gpu_attention.h"
+#include "oracles/gpu_attention.h"
 
 namespace attnfuzz {
 
 // Whether a CUDA device can run the project's kernels here, or why not.
 bool cuda_kernels_available(std::string* why);
 
-// The error model's magnitudes on the GPU (kernels/gpu_error_terms.h): the same TermTensors
+// The error model's magnitudes on the GPU (oracles/gpu_error_terms.h): the same TermTensors
 // as oracles/error_terms.cpp's reference_error_terms, for OracleSet::error_terms. `t` gets
 // where the time went (host: the output tensors and the mask's plane check).
 ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse, gpu::Timing* t = nullptr);

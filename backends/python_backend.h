@@ -3,8 +3,8 @@
 // docs/python-backends.md). `py:MODULE:CLASS[?key=value&...]` names an adapter class of the
 // attnfuzz_py package (python/attnfuzz_py/); the backend runs it in a persistent Python worker
 // process, started once per backend instance (so once per campaign worker) and reused for every
-// case. Control messages go over pipes (oracles/python_bridge_protocol.h), tensors through shared
-// memory (oracles/shared_tensors.h), with the C plugin ABI's semantics: the problem, the mask as
+// case. Control messages go over pipes (backends/python_bridge_protocol.h), tensors through shared
+// memory (backends/shared_tensors.h), with the C plugin ABI's semantics: the problem, the mask as
 // expression and dense, offsets and restrictions, strided layouts, poisoned outputs, the contract,
 // dLSE and masked-row flags, supports with a reason.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Internal to the `cudnn` backend (oracles/cudnn_sdpa.cpp): cuDNN frontend SDPA graphs,
+// Internal to the `cudnn` backend (backends/cudnn_sdpa.cpp): cuDNN frontend SDPA graphs,
 // built once per configuration and cached, and the device memory they run on. The
 // frontend's headers stay inside cudnn_graph.cpp (they are heavy); this header needs
 // no CUDA or cuDNN header.

@@ -1,4 +1,4 @@
-#include "oracles/plugin_cuda.h"
+#include "backends/plugin_cuda.h"
 
 #include <atomic>
 #include <stdexcept>

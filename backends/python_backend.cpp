@@ -1,4 +1,4 @@
-#include "oracles/python_backend.h"
+#include "backends/python_backend.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,8 +15,8 @@
 #include "harness/errors.h"
 #include "harness/isolated_call.h"
 #include "harness/worker.h"
-#include "oracles/python_bridge_protocol.h"
-#include "oracles/shared_tensors.h"
+#include "backends/python_bridge_protocol.h"
+#include "backends/shared_tensors.h"
 
 #ifndef ATTNFUZZ_PYTHON_DEFAULT
 #define ATTNFUZZ_PYTHON_DEFAULT "python3"

@@ -1,4 +1,4 @@
-#include "oracles/plugin.h"
+#include "backends/plugin.h"
 
 #include <dlfcn.h>
 
@@ -14,10 +14,10 @@
 
 #include "harness/case_json.h"
 #include "harness/plugin_path.h"
-#include "oracles/attnfuzz_plugin.h"
-#include "oracles/plugin_cuda.h"
-#include "oracles/plugin_flags.h"
-#include "oracles/typed_buffers.h"
+#include "backends/attnfuzz_plugin.h"
+#include "backends/plugin_cuda.h"
+#include "backends/plugin_flags.h"
+#include "backends/typed_buffers.h"
 
 namespace attnfuzz {
 namespace {
@@ -36,7 +36,7 @@ int32_t af_dtype_of(DType d) {
 
 size_t element_size(int32_t dt) { return dt == AF_F32 ? 4 : dt == AF_F64 ? 8 : 2; }
 
-// The plugin's dtype as the element type of oracles/typed_buffers.h (which holds the poison).
+// The plugin's dtype as the element type of backends/typed_buffers.h (which holds the poison).
 ElementType element_type(int32_t dt) { return dt == AF_F32 ? ElementType::f32 : dt == AF_F16 ? ElementType::f16 : ElementType::bf16; }
 
 // The memory of one plugin call: one allocation per buffer, shared by the members of a

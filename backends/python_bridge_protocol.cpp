@@ -1,4 +1,4 @@
-#include "oracles/python_bridge_protocol.h"
+#include "backends/python_bridge_protocol.h"
 
 #include <algorithm>
 #include <bit>

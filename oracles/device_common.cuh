@@ -1,5 +1,5 @@
 #pragma once
-// What the project's CUDA kernels share (kernels/gpu_attention.cu, kernels/gpu_error_terms.cu):
+// What the project's CUDA kernels share (oracles/gpu_attention.cu, oracles/gpu_error_terms.cu):
 // device buffers, the Sq x Skv scratch kept between calls, the mask's 64 x 64 tile map and the
 // one tiled matrix-product kernel every product goes through. Included by .cu files only; its
 // definitions have internal linkage (one copy per kernel file).
@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/gpu_attention.h"
+#include "oracles/gpu_attention.h"
 
 namespace attnfuzz::gpu {
 namespace {

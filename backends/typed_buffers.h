@@ -1,6 +1,6 @@
 #pragma once
-// Host memory handed to a backend out of process or through a C ABI (oracles/plugin.cpp's
-// buffers, the Python bridge's shared memory, oracles/shared_tensors.h): tensors stored in the
+// Host memory handed to a backend out of process or through a C ABI (backends/plugin.cpp's
+// buffers, the Python bridge's shared memory, backends/shared_tensors.h): tensors stored in the
 // case dtype at their placement (harness/layout.h), outputs poisoned before the call and read
 // back after it, counting the elements the backend left poisoned. One table of the poison, one
 // copy each way, for every such backend.

@@ -1,4 +1,4 @@
-#include "oracles/shared_tensors.h"
+#include "backends/shared_tensors.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,8 +1,8 @@
 #pragma once
 // The error model's magnitudes (harness/error_model.h) on the GPU, in float64: the formulas of
 // oracles/error_terms.cpp, term for term, computed per chunk of query heads over Sq x Skv
-// device buffers with the tiled product of kernels/device_common.cuh. Plain C++ interface, as
-// kernels/gpu_attention.h (no CUDA header reaches the harness).
+// device buffers with the tiled product of oracles/device_common.cuh. Plain C++ interface, as
+// oracles/gpu_attention.h (no CUDA header reaches the harness).
 //
 // Per query head, with P the reference probabilities, s_ij the score sensitivity and
 // P_c = P (1 - tanh^2) under a softcap (P without):
@@ -30,7 +30,7 @@
 //   O:  a_j = P_ij^2 |V_j|^2 (operand), w_ij^2 |V_j|^2 (score)
 //   dQ: a_j = dS2_ij |K_j|^2, wd_ij^2 |K_j|^2;   dK: a_(o,i) = dS2_ij |Q_i|^2, wd_ij^2 |Q_i|^2
 //   dV: a_(o,i) = P_ij^2 |dO_i|^2, w_ij^2 |dO_i|^2 (o over the group's heads)
-#include "kernels/gpu_attention.h"
+#include "oracles/gpu_attention.h"
 
 namespace attnfuzz::gpu {
 

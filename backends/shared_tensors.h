@@ -1,9 +1,9 @@
 #pragma once
 // Tensors in shared memory, for backends that run in another process (the Python bridge,
-// oracles/python_backend.h). One memfd per backend: the other process maps it once, and each
+// backends/python_backend.h). One memfd per backend: the other process maps it once, and each
 // call lays its tensors out in it afresh, so tensor data never travels through a pipe.
 //
-// A tensor sits in the memory exactly as a plugin receives it (oracles/attnfuzz_plugin.h): in
+// A tensor sits in the memory exactly as a plugin receives it (backends/attnfuzz_plugin.h): in
 // the case dtype (LSE and dLSE in float32), at its placement (harness/layout.h: any order,
 // padded rows and heads, an offset, packed views of one buffer), outputs poisoned before the
 // call. Storing is the one copy in (float64 to the case dtype), loading the one copy out.
@@ -14,7 +14,7 @@
 
 #include "harness/layout.h"
 #include "harness/tensor.h"
-#include "oracles/typed_buffers.h"
+#include "backends/typed_buffers.h"
 
 namespace attnfuzz {
 

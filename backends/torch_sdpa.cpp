@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "oracles/torch_common.h"
-#include "oracles/torch_sdpa.h"
+#include "backends/torch_sdpa.h"
 
 namespace attnfuzz {
 namespace {
