@@ -6,7 +6,7 @@
  * no atomics, so the result is deterministic. Sums run in double. fp32, fp16 and bf16; GQA,
  * Dqk != Dv, Sq != Skv, softcap, any mask, strided layouts, dLSE, fully masked rows.
  *
- *   nvcc -O2 -shared -Xcompiler -fPIC -arch=sm_90 -I<attnfuzz>/oracles \
+ *   nvcc -O2 -shared -Xcompiler -fPIC -arch=sm_90 -I<attnfuzz>/backends \
  *        minimal_cuda_plugin.cu -o libminimal_cuda.so
  */
 #include <cuda_bf16.h>

@@ -4,7 +4,7 @@
  * forward stored. Sums run in double: simple, and well inside the "fp32" contract.
  * Handles GQA, Dqk != Dv, Sq != Skv, softcap, any mask, strided layouts and dLSE.
  *
- *   cc -std=c11 -O2 -fPIC -shared -I<attnfuzz>/oracles minimal_plugin.c -o libminimal.so -lm
+ *   cc -std=c11 -O2 -fPIC -shared -I<attnfuzz>/backends minimal_plugin.c -o libminimal.so -lm
  */
 #include <math.h>
 #include <stdio.h>
