@@ -167,7 +167,7 @@ class TorchCudaSdpaBackend final : public Backend {
     // for fp32 on sm80 and newer are CUTLASS's 3xTF32 (`DefaultGemmType<ArchTag, float>` is
     // `OpMultiplyAddFastF32` on tensor cores in LibTorch's mem_eff_attention; SIMT fp32 only
     // before sm80, which is finer, so the declaration only loosens bounds there): where dP - D
-    // cancels it errs 2.6-3.2x more than strict fp32 (docs/findings, session 8). Held to 3xTF32,
+    // cancels it errs 2.6-3.2x more than strict fp32 (docs/findings). Held to 3xTF32,
     // a kernel that quietly used plain TF32 still shows as a contract violation.
     if (d == DType::f32) return kernel_ == CudaSdpaKernel::efficient ? std::optional<Contract>(Contract::tf32x3) : std::nullopt;
     return natural_contract(d);

@@ -226,8 +226,8 @@ class Engine {
     const Tensor& d_out = zeroed_out ? *zeroed_out : d_out_in;
     const Tensor& d_lse = zeroed_lse ? *zeroed_lse : d_lse_in;
     // A backend without dLSE gets zeros, whatever it would do with it: the term is added here
-    // once. (The baselines run as such a backend through this same engine: until session 8
-    // their backward took dLSE as well and the term came twice.)
+    // once. (The baselines run as such a backend through this same engine, so the term is never
+    // counted twice.)
     const bool takes_dlse = be_.backward_takes_dlse();
     Gradients g = be_.backward(p, f, d_out, takes_dlse ? d_lse : Tensor(d_lse.shape));
     ++calls_;

@@ -50,9 +50,9 @@ size_t convention_breaks(const Tensor& t, const std::vector<uint8_t>& rows, bool
 
 // A naive baseline as the backend under test runs it: without dLSE in the backward, the
 // composition engine adds that term with extra calls, and their rounding belongs to the
-// baseline too (the engine hands such a backend no dLSE: harness/compose.cpp; until session 8
-// the baselines' backward took it as well, the term came twice, and the bounds on dQ and dK of
-// LibTorch's and cuDNN's backends were 50-300 times their natural error: docs/verdicts.md).
+// baseline too (the engine hands such a backend no dLSE: harness/compose.cpp). A baseline whose
+// backward took dLSE as well would count the term twice, and its bounds on dQ and dK would sit
+// 50-300 times above the natural error of LibTorch's and cuDNN's backends (docs/verdicts.md).
 class BaselineAs final : public Backend {
  public:
   BaselineAs(std::unique_ptr<Backend> inner, bool takes_dlse) : inner_(std::move(inner)), takes_dlse_(takes_dlse) {}

@@ -244,7 +244,7 @@ ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const 
       // the row, D's error along sum_j P_ij K_j for dQ), so together they cannot have more sources
       // than those vectors have directions: a query that sees one key errs along that key, however
       // its error splits into parts (torch.efficient's fp32 dQ row at 8.97 sigma' against the 7.66
-      // of a 3.74-source row, Skv = 1: docs/findings/README.md, session 8).
+      // of a 3.74-source row, Skv = 1: docs/findings/README.md).
       const double shared = sum.operand + sum.score + sum.via + sum.normalizer + sum.subnormal;
       if (!terms.direction_sources.data.empty() && shared_denom > 0)
         shared_denom = std::max(shared_denom, shared * shared / std::max(1.0, terms.direction_sources.data[row]));

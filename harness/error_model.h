@@ -91,7 +91,7 @@
 // C = sum_k var_k X_k X_k^T: with a common mean of energy fraction f, any spread of weights
 // gives lambda_max of about f trace(C)). Every shared part (operand, score, via, normalizer)
 // moves the row inside the span of those same vectors, so the cap holds for the shared parts
-// together too (session 8): their combined sources, (sum V)^2 / sum V^2 / sources, are at most
+// together too: their combined sources, (sum V)^2 / sum V^2 / sources, are at most
 // directions. A query that sees one key errs along that key however its error splits into parts.
 //
 // LSE (fp32 for every dtype, on an absolute scale) has its own form:

@@ -49,7 +49,7 @@ TEST(KnownPredicate, UnalignedRowsLooksAtEveryCallsLayoutNotOnlyTheWholeCases) {
   const CasePredicate unaligned = parse_case_predicate("unaligned_rows(16)");
   // Q, K, V packed into one buffer (aligned); V's own layout has an 8-byte offset, unused while
   // the packing fits. A key split gives parts with Sq != Skv, where a qkv packing cannot apply:
-  // those calls get V at its own, unaligned, offset (docs/findings/README.md, session 6).
+  // those calls get V at its own, unaligned, offset (docs/findings/README.md).
   const std::string shape = R"("seq_q":10,"seq_kv":10,"head_dim_qk":16,"head_dim_v":16)";
   const std::string layouts = R"("layouts":{"packing":{"inputs":"qkv","grads":"none"},"v":{"order":"bshd","offset":2}})";
   EXPECT_FALSE(unaligned(json_case(shape, layouts)));

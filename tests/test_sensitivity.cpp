@@ -64,9 +64,9 @@ INSTANTIATE_TEST_SUITE_P(SmallGrid, Sensitivity,
                          });
 
 // LibTorch's SDPA ops take no dLSE: the composition engine adds the dLSE term with two extra
-// calls, and the baselines go through the same adapter. Until session 8 the baselines counted
-// the term twice, and a dQ or dK scaled by 1.14 (torch.sdpa.cpu_flash, bf16, S = D = 64: 79x its
-// natural error) or a dLSE term dropped whole still passed. The LSE plants are left out where
+// calls, and the baselines go through the same adapter. Baselines that counted the term twice
+// would let a dQ or dK scaled by 1.14 (torch.sdpa.cpu_flash, bf16, S = D = 64: 79x its
+// natural error) or a dLSE term dropped whole pass. The LSE plants are left out where
 // the backend declares its LSE coarser than fp32 (cpu_flash: 2^-12 in fp16 and bf16), and with
 // them the softmax scale, which moves the LSE most. Rows are held as above (fp32 rows to kRow).
 struct NoDlseGrid {

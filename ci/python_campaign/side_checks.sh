@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two small checks beside the campaign (helper pyflex's triage, one core each, a few compiles):
 # which (Dqk, Dv = 256) head dims compiled flex lowers in fp32 and fp16 (bf16 was measured), and
-# session 5's NoValidChoicesError case (GQA 8/2, strided K) through FlexCompiled's bucketed
+# the NoValidChoicesError case (GQA 8/2, strided K) through FlexCompiled's bucketed
 # shapes (static shapes reproduced the error on 2026-11-30).
 #   side_checks.sh LOGDIR SECONDS
 set -uo pipefail
