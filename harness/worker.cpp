@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -134,99 +133,121 @@ void WorkerProcess::stop() {
   from_child_ = -1;
 }
 
-WorkerProcess::Reply WorkerProcess::request(const std::string& body, double timeout_s) {
+struct WorkerProcess::InFlight {
+  using Clock = std::chrono::steady_clock;
+  InFlight(uint64_t seq, const std::string& body, double timeout)
+      : seq(seq),
+        msg(encode_frame('Q', seq, body)),
+        timeout_s(timeout),
+        first_deadline(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout))),
+        deadline(first_deadline),
+        compile_deadline(first_deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(compile_limit_seconds()))) {}
+  bool written() const { return off == msg.size(); }
+  const uint64_t seq;
+  const std::string msg;
+  size_t off = 0;
+  const double timeout_s;
+  const Clock::time_point first_deadline;
+  Clock::time_point deadline;  // moved on by compiling notices, up to compile_deadline
+  const Clock::time_point compile_deadline;
   Reply reply;
-  const auto first_deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  auto deadline = first_deadline;
-  const auto compile_deadline = first_deadline + std::chrono::duration<double>(compile_limit_seconds());
-  // `reaped`: the worker's status, where the watchdog loop already collected it.
-  auto died = [&](Reply::Status st, std::optional<int> reaped = std::nullopt) {
-    int status = reaped.value_or(0);
-    if (st == Reply::Status::timed_out) ::kill(-pid_, SIGKILL), ::kill(pid_, SIGKILL);
-    if (!reaped) ::waitpid(pid_, &status, 0);
-    group_ = pid_;  // stop() kills what is left of the group
-    pid_ = -1;
-    if (st == Reply::Status::timed_out) {
-      reply.detail = "no reply within " + std::to_string(timeout_s) + " s; killed";
-      if (deadline > first_deadline)
-        reply.detail += " (waited " + std::to_string(std::chrono::duration<double>(deadline - first_deadline).count()) +
-                        " s more for compiling notices, ATTNFUZZ_COMPILE_LIMIT_S)";
-    } else {
-      reply.detail = describe_exit(status);
+};
+
+bool WorkerProcess::take_reply(InFlight& r) {
+  while (auto f = reader_.next()) {
+    if (f->seq != r.seq) continue;
+    if (f->kind == 'P' && is_compiling(f->payload)) {  // compile time: the watchdog waits (kCompilingProgress)
+      const auto wanted = InFlight::Clock::now() + std::chrono::duration_cast<InFlight::Clock::duration>(std::chrono::duration<double>(r.timeout_s));
+      r.deadline = std::max(r.deadline, std::min(wanted, r.compile_deadline));
+      WorkerChannel::relay_compiling(f->payload);
+      continue;
     }
-    reply.status = st;
-    stop();
-    start();  // a fresh worker for the next request
-    return reply;
-  };
+    if (f->kind == 'P') r.reply.last_progress = f->payload;
+    if (f->kind == 'R' && r.written()) {
+      r.reply.body = std::move(f->payload);
+      return true;
+    }
+  }
+  return false;
+}
+
+WorkerProcess::Drained WorkerProcess::drain(InFlight& r) {
+  // A bounded amount, then the caller looks at the watchdog again: a worker flooding the pipe
+  // never blocks on it, and never keeps the watchdog from firing.
+  char buf[65536];
+  for (int chunk = 0; chunk < 16; ++chunk) {
+    const ssize_t n = ::read(from_child_, buf, sizeof buf);
+    if (n > 0) {
+      reader_.append(buf, static_cast<size_t>(n));
+      if (take_reply(r)) return Drained::replied;
+      continue;
+    }
+    if (n == 0) return Drained::closed;  // the worker closed its end: it exited
+    if (errno == EINTR) continue;
+    break;  // EAGAIN: drained
+  }
+  return Drained::more;
+}
+
+WorkerProcess::Reply WorkerProcess::died(InFlight& r, Reply::Status st, const int* reaped) {
+  int status = reaped ? *reaped : 0;
+  if (st == Reply::Status::timed_out) ::kill(-pid_, SIGKILL), ::kill(pid_, SIGKILL);
+  if (!reaped) ::waitpid(pid_, &status, 0);
+  group_ = pid_;  // stop() kills what is left of the group
+  pid_ = -1;
+  Reply& reply = r.reply;
+  if (st == Reply::Status::timed_out) {
+    reply.detail = "no reply within " + std::to_string(r.timeout_s) + " s; killed";
+    if (r.deadline > r.first_deadline)
+      reply.detail += " (waited " + std::to_string(std::chrono::duration<double>(r.deadline - r.first_deadline).count()) +
+                      " s more for compiling notices, ATTNFUZZ_COMPILE_LIMIT_S)";
+  } else {
+    reply.detail = describe_exit(status);
+  }
+  reply.status = st;
+  stop();
+  start();  // a fresh worker for the next request
+  return reply;
+}
+
+WorkerProcess::Reply WorkerProcess::request(const std::string& body, double timeout_s) {
   // A worker that died must not kill us through a write to its pipe. Set once: one syscall
   // fewer per request (the Python bridge makes one request per backend call).
   static const bool sigpipe_ignored = (::signal(SIGPIPE, SIG_IGN), true);
   (void)sigpipe_ignored;
-  const uint64_t seq = ++seq_;
-  const std::string msg = encode_frame('Q', seq, body);
-  size_t off = 0;
-  // Frames read so far: progress and the reply of this request; anything else is stale.
-  auto take_reply = [&]() {
-    while (auto f = reader_.next()) {
-      if (f->seq != seq) continue;
-      if (f->kind == 'P' && is_compiling(f->payload)) {  // compile time: the watchdog waits (kCompilingProgress)
-        const auto wanted = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-        deadline = std::max(deadline, std::min(wanted, compile_deadline));
-        WorkerChannel::relay_compiling(f->payload);
-        continue;
-      }
-      if (f->kind == 'P') reply.last_progress = f->payload;
-      if (f->kind == 'R' && off == msg.size()) {
-        reply.body = std::move(f->payload);
-        return true;
-      }
-    }
-    return false;
-  };
+  InFlight r(++seq_, body, timeout_s);
   for (;;) {
-    if (take_reply()) return reply;
+    if (take_reply(r)) return r.reply;
     if (abandon_ && abandon_->load()) {
       stop();  // the worker and its group; no fresh one: the caller is done with it
-      reply.status = Reply::Status::abandoned;
-      reply.detail = "abandoned: the caller stopped waiting";
-      return reply;
+      r.reply.status = Reply::Status::abandoned;
+      r.reply.detail = "abandoned: the caller stopped waiting";
+      return r.reply;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) return died(Reply::Status::timed_out);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(r.deadline - InFlight::Clock::now()).count();
+    if (left <= 0) return died(r, Reply::Status::timed_out);
     pollfd pfd[2] = {{from_child_, POLLIN, 0}, {to_child_, POLLOUT, 0}};
-    const int pr = ::poll(pfd, off < msg.size() ? 2 : 1, static_cast<int>(std::min<long long>(left, 1000)));
+    const int pr = ::poll(pfd, r.written() ? 1 : 2, static_cast<int>(std::min<long long>(left, 1000)));
     if (pr < 0 && errno == EINTR) continue;
-    if (pr < 0) return died(Reply::Status::crashed);
+    if (pr < 0) return died(r, Reply::Status::crashed);
     if (pr == 0) {
       // No byte and no hang-up for a second: a process the worker forked may hold its pipe
       // open after the worker itself died. The worker's own exit decides.
       int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) return died(Reply::Status::crashed, status);
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) return died(r, Reply::Status::crashed, &status);
       continue;
     }
-    if (off < msg.size() && (pfd[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
-      const ssize_t n = ::write(to_child_, msg.data() + off, msg.size() - off);
+    if (!r.written() && (pfd[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      const ssize_t n = ::write(to_child_, r.msg.data() + r.off, r.msg.size() - r.off);
       if (n > 0)
-        off += static_cast<size_t>(n);
+        r.off += static_cast<size_t>(n);
       else if (n < 0 && errno != EAGAIN && errno != EINTR)
-        return died(Reply::Status::crashed);
+        return died(r, Reply::Status::crashed);
     }
     if (pfd[0].revents & (POLLIN | POLLERR | POLLHUP)) {
-      // Drain a bounded amount, then look at the frames and the watchdog again: a worker
-      // flooding the pipe never blocks on it, and never keeps the watchdog from firing.
-      char buf[65536];
-      for (int chunk = 0; chunk < 16; ++chunk) {
-        const ssize_t n = ::read(from_child_, buf, sizeof buf);
-        if (n > 0) {
-          reader_.append(buf, static_cast<size_t>(n));
-          if (take_reply()) return reply;
-          continue;
-        }
-        if (n == 0) return died(Reply::Status::crashed);  // the worker closed its end: it exited
-        if (errno == EINTR) continue;
-        break;  // EAGAIN: drained
-      }
+      const Drained d = drain(r);
+      if (d == Drained::replied) return r.reply;
+      if (d == Drained::closed) return died(r, Reply::Status::crashed);
     }
   }
 }

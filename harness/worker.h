@@ -68,6 +68,16 @@ class WorkerProcess {
  private:
   void start();
   void stop();
+  // One request on its way: its frame, how much of it is written, its watchdog, its reply.
+  struct InFlight;
+  // Takes the frames read so far: progress and this request's reply; anything else is stale.
+  bool take_reply(InFlight& r);
+  // Reads a bounded amount of what the worker sent: replied, closed (it exited), or neither.
+  enum class Drained { more, replied, closed };
+  Drained drain(InFlight& r);
+  // The worker is dead or killed: reaps it (`reaped`: its status, where already collected),
+  // says how it died, and starts a fresh one for the next request.
+  Reply died(InFlight& r, Reply::Status st, const int* reaped = nullptr);
   std::vector<std::string> argv_, env_;
   pid_t pid_ = -1;
   pid_t group_ = -1;  // a dead worker's process group, killed by stop()
