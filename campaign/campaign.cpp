@@ -18,6 +18,7 @@
 #include "campaign/finding_store.h"
 #include "campaign/minimize.h"
 #include "campaign/output_file.h"
+#include "campaign/run_dir.h"
 #include "campaign/worker_protocol.h"
 #include "harness/case_json.h"
 #include "harness/errors.h"
@@ -31,22 +32,14 @@ using nlohmann::json;
 
 namespace {
 
-struct SavedState {
-  uint64_t next_k = 0;
-  Coverage coverage;                      // of the cases before next_k
-  std::map<std::string, uint64_t> known;  // known findings of the cases before next_k
-  double seconds = 0;                     // the campaign's running time so far, every invocation summed
-};
-
-std::string state_path(const CampaignOptions& o) { return o.out_dir + "/state.json"; }
 // The most running time a state may record (about 30 000 years; --seconds is at most 1e9 a run).
 constexpr double kMaxStateSeconds = 1e12;
 // The campaign's copy of its --known set (KnownFindings::snapshot_json), named in state.json.
-constexpr const char* kKnownSetFile = "known.json";
+using rundir::kKnownSetFile;
 
 void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& coverage, const std::map<std::string, uint64_t>& known,
                 double seconds) {
-  json j{{"format", "attnfuzz-campaign-state/1"},
+  json j{{"format", rundir::kStateFormat},
          {"seed", o.seed},
          {"shard", o.shard},
          {"shards", o.shards},
@@ -57,52 +50,76 @@ void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& cover
          {"seconds", seconds}};  // for the report's rate (summary.json has no times: it is reproducible)
   // The known deviations themselves are in their own file, written once (known_path).
   if (!o.known.empty()) j["known_set"] = kKnownSetFile;
-  write_file_atomic(state_path(o), j.dump(2) + "\n");
+  rundir::write_state(o.out_dir, j);
 }
 
-json read_state(const std::string& path) {
+RecordedKnown known_of_state(const json& j, const std::string& out_dir) {
+  RecordedKnown r;
+  const auto set = j.find("known_set");
+  if (set == j.end()) {
+    const auto counts = j.find("known");
+    r.counted_without_set = counts != j.end() && counts->is_object() && !counts->empty();
+    return r;
+  }
+  if (!set->is_string() || set->get<std::string>() != kKnownSetFile)
+    throw std::invalid_argument(std::string("known_set: expected \"") + kKnownSetFile + "\"");
+  const std::string snapshot = rundir::known_set_path(out_dir);
   try {
-    const json j = parse_strict_json(read_input_file(path));
-    const auto f = j.is_object() ? j.find("format") : j.end();
-    if (f == j.end() || !f->is_string() || f->get<std::string>() != "attnfuzz-campaign-state/1")
-      throw std::runtime_error("not an attnfuzz-campaign-state/1 file");
-    return j;
+    r.set = KnownFindings::from_snapshot(read_input_file(snapshot, kMaxKnownSetBytes));
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--resume: " + snapshot + " (the campaign's --known deviations): " + e.what());
+  }
+  r.recorded = true;
+  return r;
+}
+
+SavedCampaign saved_campaign_of(const json& j, const std::string& out_dir) {
+  SavedCampaign s;
+  s.seed = j.value("seed", uint64_t{0});
+  s.shard = j.value("shard", -1);
+  s.shards = j.value("shards", -1);
+  if (j.contains("backends")) {
+    try {
+      s.backends = j.at("backends").get<std::vector<std::string>>();
+    } catch (const json::exception& e) {
+      throw std::invalid_argument(std::string("backends: ") + e.what());
+    }
+  }
+  // Range-checked, never wrapped: a next_k of -5 would resume at case 2^64 - 5.
+  s.next_k = count_at(j, "next_k", "");
+  if (j.contains("seconds")) {
+    const json& secs = j.at("seconds");
+    if (!secs.is_number() || !(secs.get<double>() >= 0 && secs.get<double>() <= kMaxStateSeconds))
+      throw std::invalid_argument("seconds: expected the campaign's running time, in [0, 1e12], got " + message_safe(secs.dump(), 60));
+    s.seconds = secs.get<double>();
+  }
+  if (j.contains("coverage")) s.coverage = Coverage::from_json(j.at("coverage"));
+  if (j.contains("known")) {
+    if (!j.at("known").is_object()) throw std::invalid_argument("known: expected an object of counts");
+    for (const auto& [id, n] : j.at("known").items()) s.known_counts[id] = count_at(j.at("known"), id, "known");
+  }
+  s.known = known_of_state(j, out_dir);
+  return s;
+}
+
+// The campaign continues the state the CLI read (o.resume): the same seed, shard and backends,
+// and the file unchanged since (another campaign could have finished there before our lock).
+void check_resumable(const CampaignOptions& o) {
+  const SavedCampaign& s = *o.resume;
+  const std::string path = rundir::state_path(o.out_dir);
+  if (s.seed != o.seed || s.shard != o.shard || s.shards != o.shards)
+    throw std::runtime_error("--resume: " + path + " belongs to another campaign (seed/shard differ)");
+  // The findings store deduplicates per backend: another set of backends is another campaign.
+  if (s.backends && *s.backends != o.backends)
+    throw std::runtime_error("--resume: " + path + " was run with --backends " + json(*s.backends).dump() +
+                             ": resume without --backends, or use another --out");
+  std::string now;
+  try {
+    now = read_input_file(path);
   } catch (const std::exception& e) {
     throw std::runtime_error("--resume: " + path + ": " + e.what());
   }
-}
-
-SavedState load_state(const CampaignOptions& o) {
-  SavedState s;
-  if (!fs::exists(state_path(o)))
-    throw std::runtime_error("--resume: " + o.out_dir + " holds no campaign to continue (no state.json): run without --resume");
-  const json j = read_state(state_path(o));
-  try {
-    if (j.value("seed", uint64_t{0}) != o.seed || j.value("shard", -1) != o.shard || j.value("shards", -1) != o.shards)
-      throw std::runtime_error("--resume: " + state_path(o) + " belongs to another campaign (seed/shard differ)");
-    // The findings store deduplicates per backend: another set of backends is another campaign.
-    if (j.contains("backends") && j.at("backends").get<std::vector<std::string>>() != o.backends)
-      throw std::runtime_error("--resume: " + state_path(o) + " was run with --backends " + j.at("backends").dump() +
-                               ": resume without --backends, or use another --out");
-    // Range-checked, never wrapped: a next_k of -5 would resume at case 2^64 - 5.
-    s.next_k = count_at(j, "next_k", "");
-    if (j.contains("seconds")) {
-      const json& secs = j.at("seconds");
-      if (!secs.is_number() || !(secs.get<double>() >= 0 && secs.get<double>() <= kMaxStateSeconds))
-        throw std::invalid_argument("seconds: expected the campaign's running time, in [0, 1e12], got " + message_safe(secs.dump(), 60));
-      s.seconds = secs.get<double>();
-    }
-    if (j.contains("coverage")) s.coverage = Coverage::from_json(j.at("coverage"));
-    if (j.contains("known")) {
-      if (!j.at("known").is_object()) throw std::invalid_argument("known: expected an object of counts");
-      for (const auto& [id, n] : j.at("known").items()) s.known[id] = count_at(j.at("known"), id, "known");
-    }
-  } catch (const json::exception& e) {
-    throw std::runtime_error("--resume: " + state_path(o) + ": " + e.what());
-  } catch (const std::invalid_argument& e) {  // a count out of range, a coverage outcome it does not know
-    throw std::runtime_error("--resume: " + state_path(o) + ": " + e.what());
-  }
-  return s;
+  if (now != s.bytes) throw std::runtime_error("--resume: " + path + " changed since it was read (another campaign ran there): run again");
 }
 
 // The environment of the last worker reply (a dead worker cannot report its own).
@@ -242,38 +259,20 @@ std::string rate_line(uint64_t cases, uint64_t judged, double secs, const Campai
 
 }  // namespace
 
-std::vector<std::string> recorded_backends(const std::string& out_dir) {
-  const std::string path = out_dir + "/state.json";
-  if (!fs::exists(path)) return {};
-  const json j = read_state(path);
+SavedCampaign read_saved_campaign(const std::string& out_dir) {
+  const std::string path = rundir::state_path(out_dir);
+  if (!fs::exists(path))
+    throw std::runtime_error("--resume: " + out_dir + " holds no campaign to continue (no state.json): run without --resume");
+  const rundir::StateFile state = rundir::read_state(out_dir);
   try {
-    return j.contains("backends") ? j.at("backends").get<std::vector<std::string>>() : std::vector<std::string>{};
+    SavedCampaign s = saved_campaign_of(state.json, out_dir);
+    s.bytes = state.bytes;
+    return s;
   } catch (const json::exception& e) {
-    throw std::runtime_error("--resume: " + path + ": backends: " + e.what());
+    throw std::runtime_error("--resume: " + path + ": " + e.what());
+  } catch (const std::invalid_argument& e) {  // a count out of range, a coverage outcome it does not know
+    throw std::runtime_error("--resume: " + path + ": " + e.what());
   }
-}
-
-RecordedKnown recorded_known(const std::string& out_dir) {
-  RecordedKnown r;
-  const std::string path = out_dir + "/state.json";
-  if (!fs::exists(path)) return r;
-  const json j = read_state(path);
-  const auto set = j.find("known_set");
-  if (set == j.end()) {
-    const auto counts = j.find("known");
-    r.counted_without_set = counts != j.end() && counts->is_object() && !counts->empty();
-    return r;
-  }
-  if (!set->is_string() || set->get<std::string>() != kKnownSetFile)
-    throw std::runtime_error("--resume: " + path + ": known_set: expected \"" + kKnownSetFile + "\"");
-  const std::string snapshot = out_dir + "/" + kKnownSetFile;
-  try {
-    r.set = KnownFindings::from_snapshot(read_input_file(snapshot, kMaxKnownSetBytes));
-  } catch (const std::exception& e) {
-    throw std::runtime_error("--resume: " + snapshot + " (the campaign's --known deviations): " + e.what());
-  }
-  r.recorded = true;
-  return r;
 }
 
 std::vector<BackendProfile> probe_backends(const CampaignOptions& o) {
@@ -320,10 +319,11 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
     if (!fs::is_directory(o.out_dir, ec)) throw std::runtime_error("--out " + o.out_dir + ": not a directory");
   }
   const DirLock lock(o.out_dir);  // held until the summary is written: one campaign per directory
-  const SavedState saved = o.resume ? load_state(o) : SavedState{};
-  if (!o.resume && fs::exists(state_path(o)))
+  if (o.resume) check_resumable(o);
+  const SavedCampaign saved = o.resume ? *o.resume : SavedCampaign{};
+  if (!o.resume && fs::exists(rundir::state_path(o.out_dir)))
     throw std::runtime_error(o.out_dir + " holds a campaign already: use --resume, or another --out");
-  FindingStore store(o.out_dir + "/findings");
+  FindingStore store(rundir::findings_dir(o.out_dir));
   // The known deviations go with the campaign's state: a --resume counts what this run counts.
   if (!o.known.empty()) {
     const std::string snapshot = o.known.snapshot_json();
@@ -331,7 +331,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
       throw std::runtime_error("--known: the " + std::to_string(o.known.all().size()) + " known deviations are " +
                                std::to_string(snapshot.size() >> 20) + " MiB together, over the " +
                                std::to_string(kMaxKnownSetBytes >> 20) + " MiB a campaign can record and resume (" + kKnownSetFile + ")");
-    write_file_atomic(o.out_dir + "/" + kKnownSetFile, snapshot);
+    rundir::write(rundir::known_set_path(o.out_dir), snapshot);
   }
 
   std::atomic<uint64_t> next_k{saved.next_k};
@@ -344,7 +344,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   for (const auto& b : backend_names) prefix_coverage.add_backend(b);
   std::map<uint64_t, Coverage> pending_coverage;
   // The same for findings a known deviation covers (--known), per deviation id.
-  std::map<std::string, uint64_t> prefix_known = saved.known;
+  std::map<std::string, uint64_t> prefix_known = saved.known_counts;
   std::map<uint64_t, std::map<std::string, uint64_t>> pending_known;
   std::atomic<bool> stop{false};
   const auto t0 = std::chrono::steady_clock::now();
@@ -495,22 +495,15 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   s.signatures = store.signatures();
   s.known = prefix_known;
   std::sort(s.signatures.begin(), s.signatures.end());
-  write_file_atomic(o.out_dir + "/summary.json", summary_json(s, o));
+  rundir::write_summary(o.out_dir, summary_of(s, o));
   return s;
 }
 
 void minimize_findings(const CampaignOptions& o) {
   if (!o.candidates || !o.size) return;
-  const std::string dir = o.out_dir + "/findings";
-  if (!fs::exists(dir)) return;
   std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string p = e.path().string();
-    if (e.path().extension() == ".json" && p.find(".min.json") == std::string::npos && p.find(".tmp.") == std::string::npos &&
-        !fs::exists(p.substr(0, p.size() - 5) + ".min.json"))
-      files.push_back(p);
-  }
-  std::sort(files.begin(), files.end());
+  for (const auto& f : rundir::finding_files(rundir::findings_dir(o.out_dir)))
+    if (!fs::exists(rundir::minimized_name(f))) files.push_back(f);
   // Findings are independent: one worker per job takes the next file, until the time is spent.
   std::atomic<size_t> next{0};
   const auto start = std::chrono::steady_clock::now();
@@ -527,7 +520,7 @@ void minimize_findings(const CampaignOptions& o) {
     }
     Reproducer m = minimize_isolated(proc, r, o, nullptr, out_of_time);
     m.minimized_from = fs::path(path).filename().string();
-    write_file_atomic(path.substr(0, path.size() - 5) + ".min.json", write_repro(m));
+    rundir::write(rundir::minimized_name(path), write_repro(m));
   };
   const size_t workers = std::min(files.size(), std::max<size_t>(static_cast<size_t>(std::max(o.jobs, 1)), o.devices.size()));
   std::vector<std::thread> threads;
@@ -550,24 +543,20 @@ void minimize_findings(const CampaignOptions& o) {
   if (!error.empty()) throw std::runtime_error(error);
 }
 
-std::string summary_json(const CampaignSummary& s, const CampaignOptions& o) {
-  json j;
-  j["format"] = "attnfuzz-summary/1";
-  j["seed"] = o.seed;
-  j["shard"] = std::to_string(o.shard) + "/" + std::to_string(o.shards);
-  j["backends"] = o.backends;
-  j["cases"] = s.cases_total;
-  // Of the completed prefix: judged (some backend compared, or a crash/timeout verdict) and not.
-  j["cases_judged"] = s.coverage.judged_cases();
-  j["cases_unjudged"] = s.coverage.unjudged_cases();
-  j["findings_by_class"] = s.findings_by_class;
-  j["signatures"] = s.signatures;
-  j["coverage"] = s.coverage.to_json();
+rundir::Summary summary_of(const CampaignSummary& s, const CampaignOptions& o) {
+  rundir::Summary r;
+  r.seed = o.seed;
+  r.shard = std::to_string(o.shard) + "/" + std::to_string(o.shards);
+  r.backends = o.backends;
+  r.cases = s.cases_total;
+  r.findings_by_class = s.findings_by_class;
+  r.signatures = s.signatures;
+  r.coverage = s.coverage;
   if (!o.known.empty()) {
-    j["known_findings"] = s.known;
-    j["known_deviations"] = o.known.all().size();
+    r.known_findings = s.known;
+    r.known_deviations = o.known.all().size();
   }
-  return j.dump(2) + "\n";
+  return r;
 }
 
 }  // namespace attnfuzz

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "campaign/known.h"
 #include "campaign/minimize.h"
 #include "campaign/repro.h"
+#include "campaign/run_dir.h"
 #include "campaign/worker_protocol.h"
 #include "harness/case.h"
 #include "harness/worker.h"
@@ -23,6 +25,31 @@ namespace attnfuzz {
 // H200, a real-tier cudnn case that outlived 30 s among 12 workers took 40.6 s alone.
 inline constexpr double kGpuConfirmTimeoutFactor = 4;
 
+// The known deviations (--known) a campaign recorded with its state, for --resume.
+struct RecordedKnown {
+  bool recorded = false;  // the state names a known set, and `set` holds it
+  KnownFindings set;
+  // A state written before known sets were recorded, which counted known findings all the same.
+  bool counted_without_set = false;
+};
+
+// What a campaign directory's state.json records (campaign/run_dir.h). A --resume reads and
+// checks it once, before the campaign starts (read_saved_campaign); the campaign continues it.
+struct SavedCampaign {
+  uint64_t seed = 0;
+  int shard = 0, shards = 1;
+  std::optional<std::vector<std::string>> backends;  // absent in a state that did not record them
+  uint64_t next_k = 0;                               // the first case index not completed
+  Coverage coverage;                                 // of the cases before next_k
+  std::map<std::string, uint64_t> known_counts;      // known findings of the cases before next_k
+  double seconds = 0;                                // the campaign's running time so far, every invocation summed
+  RecordedKnown known;
+  std::string bytes;  // state.json as read: the campaign refuses it if it changed before the lock
+};
+// Throws std::runtime_error "--resume: PATH: why" when there is no state, or it is damaged, or
+// the known set it names is missing or damaged.
+SavedCampaign read_saved_campaign(const std::string& out_dir);
+
 struct CampaignOptions {
   uint64_t seed = 1;
   double budget_seconds = 60;  // stop claiming new cases after this long
@@ -30,7 +57,7 @@ struct CampaignOptions {
   int shard = 0, shards = 1;   // this process runs global case indexes g with g % shards == shard
   std::vector<std::string> backends;
   std::string out_dir = "attnfuzz-out";
-  bool resume = false;
+  std::optional<SavedCampaign> resume;  // --resume: the state to continue
   int jobs = 1;                      // worker processes
   std::vector<std::string> devices;  // one worker per entry, CUDA_VISIBLE_DEVICES=<entry>
   double timeout_seconds = 30;       // watchdog per case
@@ -83,17 +110,6 @@ std::vector<BackendProfile> probe_backends(WorkerProcess& proc, const CampaignOp
 // out_dir/lock (campaign/dir_lock.h) throughout. Throws std::runtime_error with one line when
 // the directory is in use, belongs to another campaign, or cannot be written (a full disk).
 CampaignSummary run_campaign(const CampaignOptions& opt);
-// The backends recorded in out_dir/state.json (empty when there is none), for --resume.
-std::vector<std::string> recorded_backends(const std::string& out_dir);
-// The known deviations (--known) a campaign in out_dir recorded with its state, for --resume.
-struct RecordedKnown {
-  bool recorded = false;  // the state names a known set, and `set` holds it
-  KnownFindings set;
-  // A state written before known sets were recorded, which counted known findings all the same.
-  bool counted_without_set = false;
-};
-// Throws std::runtime_error when the state names a known set that is missing or damaged.
-RecordedKnown recorded_known(const std::string& out_dir);
 // Minimizes every recorded finding without a .min.json yet (through a worker).
 // minimize_isolated: the minimizer (campaign/minimize.h) over isolated_judge.
 void minimize_findings(const CampaignOptions& opt);
@@ -114,7 +130,7 @@ inline uint64_t global_case_index(uint64_t k, int shard, int shards) {
   return k * static_cast<uint64_t>(shards) + static_cast<uint64_t>(shard);
 }
 
-// Summary as JSON (sorted, no timestamps: two identical runs give identical bytes).
-std::string summary_json(const CampaignSummary& s, const CampaignOptions& opt);
+// What summary.json records of a campaign (campaign/run_dir.h writes it).
+rundir::Summary summary_of(const CampaignSummary& s, const CampaignOptions& opt);
 
 }  // namespace attnfuzz

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "campaign/run_dir.h"
 #include "harness/errors.h"
 
 namespace attnfuzz {
@@ -37,7 +38,7 @@ std::map<LockId, std::unique_ptr<DirLock::Held>>& held_locks() {
 }  // namespace
 
 DirLock::DirLock(const std::string& dir) {
-  const std::string path = dir + "/lock";
+  const std::string path = dir + "/" + rundir::kLockFile;
   const std::string shown = message_safe(path);
   // O_CLOEXEC: worker processes must not inherit (and so keep holding) the lock. O_NOFOLLOW and
   // the check below: a symbolic link, FIFO or device planted as `lock` is not opened as one.
@@ -80,7 +81,7 @@ std::optional<std::string> campaign_directory_of(const std::string& path) {
   fs::path dir = fs::absolute(path, ec).parent_path();
   if (ec) return std::nullopt;
   for (int up = 0; up < 2 && !dir.empty(); ++up, dir = dir.parent_path()) {
-    if (fs::exists(dir / "state.json", ec) || fs::exists(fs::symlink_status(dir / "lock", ec))) return dir.string();
+    if (fs::exists(dir / rundir::kStateFile, ec) || fs::exists(fs::symlink_status(dir / rundir::kLockFile, ec))) return dir.string();
     if (dir.parent_path() == dir) break;
   }
   return std::nullopt;

@@ -1,5 +1,6 @@
 #include "campaign/finding_store.h"
 #include "campaign/output_file.h"
+#include "campaign/run_dir.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -7,15 +8,13 @@
 namespace attnfuzz {
 namespace fs = std::filesystem;
 
-namespace {
-std::string minimized_name(const std::string& file) { return file.substr(0, file.size() - 5) + ".min.json"; }
-}  // namespace
+using rundir::minimized_name;
 
 FindingStore::FindingStore(std::string dir) : dir_(std::move(dir)) {
   fs::create_directories(dir_);
   for (const auto& e : fs::directory_iterator(dir_)) {
     const std::string name = e.path().filename().string();
-    if (e.path().extension() != ".json" || name.size() < 9 || name.find(".min.json") != std::string::npos) continue;
+    if (e.path().extension() != ".json" || name.size() < 9 || rundir::is_minimized(name)) continue;
     try {
       const Reproducer r = load_repro(e.path().string());
       known_[bucket_of(r.finding.signature)] = {r.case_index, r.finding.signature};

@@ -16,6 +16,7 @@
 #include "campaign/dir_lock.h"
 #include "campaign/known.h"
 #include "campaign/output_file.h"
+#include "campaign/run_dir.h"
 #include "harness/case_json.h"
 #include "harness/compose.h"
 #include "harness/error_model.h"
@@ -267,7 +268,7 @@ std::string judged_rows(const nlohmann::json& summary, const std::string& run_di
   std::ostringstream h;
   h << "<tr><th>&nbsp;&nbsp;judged</th><td>" << judged;
   try {
-    const nlohmann::json state = parse_strict_json(read_input_file(run_dir + "/state.json"));
+    const nlohmann::json state = parse_strict_json(read_input_file(rundir::state_path(run_dir)));
     const double seconds = state.value("seconds", 0.0);
     char rate[96];
     std::snprintf(rate, sizeof rate, " (%.1f judged cases/s over %.0f s)", static_cast<double>(judged) / seconds, seconds);
@@ -334,28 +335,22 @@ std::string root_causes_html(const std::vector<std::pair<std::string, Reproducer
 std::string write_report(const std::string& run_dir, const ReportServices& services, std::vector<std::string>* left_out) {
   nlohmann::json summary = nlohmann::json::object();
   std::error_code ec;
-  if (!fs::exists(run_dir + "/summary.json", ec) && !fs::is_directory(run_dir + "/findings", ec))
+  const std::string summary_file = rundir::summary_path(run_dir);
+  if (!fs::exists(summary_file, ec) && !fs::is_directory(rundir::findings_dir(run_dir), ec))
     throw std::runtime_error(run_dir + ": not a campaign output directory (no summary.json, no findings/)");
-  if (fs::exists(run_dir + "/summary.json", ec)) {
+  if (fs::exists(summary_file, ec)) {
     try {
-      summary = parse_strict_json(read_input_file(run_dir + "/summary.json"));
+      summary = parse_strict_json(read_input_file(summary_file));
     } catch (const std::exception& e) {
-      throw std::runtime_error(run_dir + "/summary.json: " + e.what());
+      throw std::runtime_error(summary_file + ": " + e.what());
     }
-    if (!summary.is_object() || summary.value("format", "") != "attnfuzz-summary/1")
-      throw std::runtime_error(run_dir + "/summary.json: not an attnfuzz-summary/1 file");
+    if (!summary.is_object() || summary.value("format", "") != rundir::kSummaryFormat)
+      throw std::runtime_error(summary_file + ": not an " + rundir::kSummaryFormat + " file");
   }
   // The report is written into the campaign's directory: never while another process's campaign
   // runs there (a campaign's own final report joins the lock it holds, campaign/dir_lock.h).
   const DirLock lock(run_dir);
-  std::vector<std::string> files;
-  if (fs::exists(run_dir + "/findings"))
-    for (const auto& e : fs::directory_iterator(run_dir + "/findings")) {
-      const std::string p = e.path().string();
-      if (e.path().extension() == ".json" && p.find(".min.json") == std::string::npos && p.find(".tmp.") == std::string::npos)
-        files.push_back(p);
-    }
-  std::sort(files.begin(), files.end());
+  const std::vector<std::string> files = rundir::finding_files(rundir::findings_dir(run_dir));
 
   std::ostringstream h;
   h << "<!doctype html><html><head><meta charset='utf-8'><title>attnfuzz report: " << esc(run_dir) << "</title><style>"
@@ -389,7 +384,7 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
   std::vector<std::pair<std::string, Reproducer>> shown;
   std::vector<std::string> unreadable;
   for (const auto& f : files) {
-    const std::string min = f.substr(0, f.size() - 5) + ".min.json";
+    const std::string min = rundir::minimized_name(f);
     const std::string path = fs::exists(min) ? min : f;
     try {
       shown.emplace_back(path, load_repro(path));
@@ -425,8 +420,8 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
     h << "<details><summary>minimized case</summary><pre>" << esc(write_case(r.c)) << "</pre></details></div>";
   }
   h << "</body></html>\n";
-  const std::string out = run_dir + "/report.html";
-  write_file_atomic(out, h.str());  // whole or not at all, even on a full disk
+  const std::string out = run_dir + "/" + rundir::kReportFile;
+  rundir::write(out, h.str());  // whole or not at all, even on a full disk
   return out;
 }
 

@@ -9,8 +9,10 @@
 #include <filesystem>
 
 #include "campaign/report.h"
+#include "campaign/run_dir.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/coverage_output.h"
 #include "cli/visible_gpus.h"
 #include "generators/random_case.h"
@@ -64,7 +66,7 @@ std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfil
 // --resume keeps the known deviations the campaign recorded (OUT/known.json); an explicit
 // --known replaces them, and says so.
 void resume_known(const CampaignArgs& a, CampaignOptions& o) {
-  const RecordedKnown recorded = recorded_known(o.out_dir);
+  const RecordedKnown& recorded = o.resume->known;
   if (a.known.empty()) {
     if (recorded.recorded) o.known = recorded.set;
     if (recorded.counted_without_set)
@@ -103,20 +105,20 @@ CampaignOptions to_options(const CampaignArgs& a) {
   refuse_repeated_backends(a.backends);
   o.out_dir = a.out;
   if (a.resume && a.out.empty()) throw std::invalid_argument("--resume needs --out, the directory of the campaign to continue");
-  if (a.resume && !std::filesystem::exists(a.out + "/state.json"))
+  if (a.resume && !std::filesystem::exists(rundir::state_path(a.out)))
     throw std::invalid_argument("--resume: " + a.out + " holds no campaign to continue (no state.json): run without --resume");
+  // The one read of the campaign's state.json, checked whole before any worker starts.
+  if (a.resume) o.resume = read_saved_campaign(a.out);
   // --resume continues with the backends the campaign recorded, unless others are named
   // (and then run_campaign refuses them if they differ).
-  const std::vector<std::string> recorded =
-      a.resume && !a.out.empty() && a.backends.empty() ? recorded_backends(a.out) : std::vector<std::string>{};
-  o.backends = recorded.empty() ? resolve_backends(a.backends) : recorded;
+  const bool recorded = o.resume && a.backends.empty() && o.resume->backends && !o.resume->backends->empty();
+  o.backends = recorded ? *o.resume->backends : resolve_backends(a.backends);
   if (o.out_dir.empty()) {
     char stamp[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
     o.out_dir = std::string("attnfuzz-runs/") + stamp;
   }
-  o.resume = a.resume;
   o.jobs = a.jobs;
   o.devices = parse_devices(a.devices);
   // One worker per id: the ids count against the same cap as --jobs, or 300 ids would start 300
@@ -147,40 +149,30 @@ CampaignOptions to_options(const CampaignArgs& a) {
 }
 
 void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
-  cmd->add_option("--seed", a.seed, "campaign seed (the case stream is a function of it)")->check(strict_unsigned());
-  cmd->add_option("--backends", a.backends, "backends (default: the fused GPU backends where a GPU is usable, else every CPU backend)")
-      ->delimiter(',');
-  cmd->add_option("--out", a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)")
-      ->check(non_empty_path());
+  add_shared_option(cmd, Flag::seed, a.seed, "campaign seed (the case stream is a function of it)");
+  add_shared_option(cmd, Flag::backends, a.backends, "to test (default: the fused GPU backends where a GPU is usable, else every CPU backend)");
+  add_shared_option(cmd, Flag::out, a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)");
   cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams");
   cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, kMaxJobs));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
-  cmd->add_option("--timeout", a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)")
-      ->check(seconds_in(kMinTimeoutSeconds, kMaxTimeoutSeconds));
-  cmd->add_option("--tier", a.tier,
-                  "size tier of generated cases: toy, small, real, or auto (default: real when a backend under test runs on a GPU, "
-                  "else small; docs/fuzzing.md)");
+  add_shared_option(cmd, Flag::timeout, a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");
+  add_shared_option(cmd, Flag::tier, a.tier, "toy, small, real, or auto (default: real when a backend under test runs on a GPU, else small)");
   cmd->add_option("--case-mix", a.case_mix,
                   "blind (random cases of every kind), aimed (inside each backend's support envelope in turn, a share just outside), "
                   "or auto (default: aimed when a backend under test runs on a GPU)");
   cmd->add_option("--edge-share", a.edge_share, "share of aimed cases put just outside one clause of an envelope (default 0.12)");
-  cmd->add_option("--max-seq", a.max_seq, "largest Sq and Skv of generated cases (default: the tier's)")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--max-dim", a.max_dim, "largest head dimension of generated cases (default: the tier's)")->check(CLI::Range(1, 1024));
+  // A campaign's cases are judged against the float64 reference: longer rows than 2^16 are refused.
+  add_shared_option(cmd, Flag::max_seq, a.max_seq)->check(CLI::Range(1, 1 << 16));
+  add_shared_option(cmd, Flag::max_dim, a.max_dim);
   cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
   cmd->add_option("--minimize-seconds", a.minimize_seconds,
                   "time for minimizing the findings after the cases, all together (default: max(--seconds, 60); 0: no limit); "
                   "when it is spent each keeps the smallest case found so far")
       ->check(CLI::Range(0.0, kMaxBudgetSeconds));
   cmd->add_flag("--quiet", a.quiet, "no progress lines");
-  cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option_function<std::string>("--plugin-path", add_plugin_path,
-                                        "colon-separated folders where plugin:FILE.so names are looked up (docs/plugins.md)");
-  cmd->add_option("--known", a.known,
-                  "reproducers of known deviations (files or directories, e.g. docs/findings/repro): findings they cover are "
-                  "counted as known, not recorded")
-      ->delimiter(',')
-      ->check(non_empty_path());
+  add_oracle_device_option(cmd);
+  add_plugin_path_option(cmd);
+  add_shared_option(cmd, Flag::known, a.known);
 }
 
 int campaign_command(const CampaignArgs& a, bool* untested) {

@@ -2,6 +2,7 @@
 // starts from nothing and writes JUnit and JSON.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,9 +15,11 @@
 #include "campaign/junit.h"
 #include "campaign/output_file.h"
 #include "campaign/repro.h"
+#include "campaign/run_dir.h"
 #include "cli/arg_checks.h"
 #include "cli/campaign_args.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/coverage_output.h"
 #include "harness/errors.h"
 #include "harness/json_input.h"
@@ -29,9 +32,8 @@ namespace {
 
 // What a check or campaign writes into its directory: the only entries a check deletes.
 bool campaign_output_entry(const std::string& name) {
-  for (const char* ours : {"state.json", "lock", "findings", "summary.json", "report.html", "junit.xml", "known.json"})
-    if (name == ours) return true;
-  return false;
+  const std::vector<std::string>& ours = rundir::own_names();
+  return std::find(ours.begin(), ours.end(), name) != ours.end();
 }
 
 // Empties a previous check's directory under its lock (`lock`), which the caller holds from
@@ -57,7 +59,7 @@ std::optional<std::string> clear_check_output(const std::string& out, std::optio
   if (!fs::is_directory(st)) return "--out " + printable(out) + ": exists and is not a directory";
   // A campaign's directory is locked before it is looked at: a live one is refused as in use,
   // whatever temporary files it holds at the moment.
-  if (fs::exists(fs::symlink_status(out + "/lock", ec)))
+  if (fs::exists(fs::symlink_status(out + "/" + rundir::kLockFile, ec)))
     if (const auto why = take_lock()) return why;
   for (auto it = fs::directory_iterator(out, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
     if (!campaign_output_entry(it->path().filename().string()))
@@ -137,7 +139,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
   CLI::App* check = app.add_subcommand("check", "Pre-merge check: fixed seed and case budget, deterministic, JUnit + JSON, exit code");
   add_campaign_flags(check, ch->c);
   check->add_option("--cases", ch->c.cases, "case budget")->check(strict_unsigned())->check(CLI::Range(uint64_t{1}, UINT64_MAX));
-  check->add_option("--junit", ch->junit, "JUnit XML file (default: OUT/junit.xml)")->check(non_empty_path());
+  add_shared_option(check, Flag::junit, ch->junit, "(default: OUT/junit.xml)");
   check->add_option("--json", ch->json_out, "JSON summary file (default: OUT/summary.json)")->check(non_empty_path());
   check->callback([ch, &exit_code] {
     std::optional<std::string> bad;
@@ -156,7 +158,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
     std::vector<JUnitCase> cases;
     std::ifstream in(ch->c.out + "/summary.json");
     const json s = json::parse(in);
-    const std::map<std::string, std::string> bodies = failure_bodies(ch->c.out + "/findings");
+    const std::map<std::string, std::string> bodies = failure_bodies(rundir::findings_dir(ch->c.out));
     for (const auto& sig : s.at("signatures")) {
       const auto it = bodies.find(sig.get<std::string>());
       cases.push_back({"attnfuzz.check", sig.get<std::string>(),
@@ -171,7 +173,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
     if (untested) exit_code = kExitUntested;
     try {
       if (!lock) lock.emplace(ch->c.out);  // the campaign made the directory: held for the JUnit and JSON files
-      write_file_atomic(ch->junit.empty() ? ch->c.out + "/junit.xml" : ch->junit, junit_xml("attnfuzz.check", cases));
+      write_file_atomic(ch->junit.empty() ? ch->c.out + "/" + rundir::kJUnitFile : ch->junit, junit_xml("attnfuzz.check", cases));
       if (!ch->json_out.empty()) write_file_atomic(ch->json_out, read_input_file(ch->c.out + "/summary.json"));
     } catch (const std::exception& e) {  // a full disk, say
       fmt::print(stderr, "attnfuzz: check: {}\n", message_safe(e.what(), 600));

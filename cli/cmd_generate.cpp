@@ -7,6 +7,7 @@
 #include "cli/arg_checks.h"
 #include "cli/campaign_args.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "generators/envelope_cases.h"
 #include "generators/random_case.h"
 #include "harness/case_json.h"
@@ -28,16 +29,14 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("generate", "Write random valid cases (deterministic for a seed)");
-  cmd->add_option("--seed", opt->seed, "first generator seed; case i uses seed + i")->check(strict_unsigned());
+  add_shared_option(cmd, Flag::seed, opt->seed, "first generator seed; case i uses seed + i");
   cmd->add_option("--count", opt->count, "number of cases (more than one needs --out)")->check(CLI::Range(1, 1000000));
-  cmd->add_option("--out", opt->out_dir, "directory for case-<seed>.json files (default: print the case)")->check(non_empty_path());
-  cmd->add_option("--tier", opt->tier, "size tier: toy, small (default) or real (docs/fuzzing.md)")
-      ->check(CLI::IsMember({"toy", "small", "real"}));
-  cmd->add_option("--max-seq", opt->max_seq, "largest Sq and Skv (default: the tier's)")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-dim", opt->max_dim, "largest head dimension (default: the tier's)")->check(CLI::Range(1, 1024));
-  cmd->add_option("--backends", opt->backends,
-                  "aim case i inside the support envelope of the (i mod n)-th of these backends (docs/fuzzing.md, \"Aimed cases\")")
-      ->delimiter(',');
+  add_shared_option(cmd, Flag::out, opt->out_dir, "directory for case-<seed>.json files (default: print the case)");
+  add_shared_option(cmd, Flag::tier, opt->tier, "toy, small (default) or real")->check(CLI::IsMember({"toy", "small", "real"}));
+  add_shared_option(cmd, Flag::max_seq, opt->max_seq);
+  add_shared_option(cmd, Flag::max_dim, opt->max_dim);
+  add_shared_option(cmd, Flag::backends, opt->backends,
+                    "to aim at: case i lies inside the support envelope of the (i mod n)-th (docs/fuzzing.md, \"Aimed cases\")");
   cmd->add_option("--edge-share", opt->edge_share, "with --backends: share of cases just outside one clause of an envelope (default 0.12)");
   cmd->callback([opt, &exit_code] {
     RandomCaseOptions& gen = opt->mix.gen;

@@ -8,6 +8,7 @@
 #include "campaign/repro.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "generators/fuzz_decode.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
@@ -25,8 +26,8 @@ void add_import_command(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("import", "Turn a fuzz_differential artifact into a reproducer JSON");
   cmd->add_option("artifact", opt->artifact, "libFuzzer input (crash-*, or any corpus file)")->required();
-  cmd->add_option("--backends", opt->backends, "backends the fuzzer ran (ATTNFUZZ_FUZZ_BACKENDS)")->delimiter(',')->required();
-  cmd->add_option("--out", opt->out, "output file (default: ARTIFACT.json)")->check(non_empty_path());
+  add_shared_option(cmd, Flag::backends, opt->backends, "that the fuzzer ran (ATTNFUZZ_FUZZ_BACKENDS)")->required();
+  add_shared_option(cmd, Flag::out, opt->out, "output file (default: ARTIFACT.json)");
   cmd->callback([opt, &exit_code] {
     auto refuse = [&exit_code](const std::string& line) {
       fmt::print(stderr, "attnfuzz: {}\n", line);

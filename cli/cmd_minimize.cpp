@@ -12,8 +12,10 @@
 #include "campaign/dir_lock.h"
 #include "campaign/minimize.h"
 #include "campaign/output_file.h"
+#include "campaign/run_dir.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "generators/shrink.h"
 #include "harness/errors.h"
 #include "harness/plugin_path.h"
@@ -50,7 +52,7 @@ int minimize_command(const MinimizeOptions& opt) {
   std::string dest = opt.out;
   if (dest.empty()) {
     std::filesystem::path p(opt.path);
-    dest = (p.parent_path() / (p.stem().string() + ".min.json")).string();
+    dest = (p.parent_path() / (p.stem().string() + rundir::kMinimizedSuffix)).string();
   }
   // Checked before the minimization, which may take minutes.
   const std::string dest_flag = opt.out.empty() ? "minimize (FINDING.min.json)" : "--out";
@@ -154,17 +156,14 @@ void add_minimize_command(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<MinimizeOptions>();
   CLI::App* cmd = app.add_subcommand("minimize", "Shrink a reproducer while its divergence signature holds");
   cmd->add_option("finding", opt->path, "reproducer JSON (attnfuzz-repro/1)")->required();
-  cmd->add_option("--out", opt->out, "where to write the minimized reproducer (default: FINDING.min.json)")->check(non_empty_path());
-  cmd->add_option("--backends", opt->backends, "backends to load (default: those recorded in the finding)")->delimiter(',');
-  cmd->add_option_function<std::string>("--oracle-device", set_oracle_device_override, "oracles: auto (default), cpu or cuda (docs/gpu.md)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option_function<std::string>("--plugin-path", add_plugin_path,
-                                        "colon-separated folders where the reproducer's plugins are looked up by file name");
+  add_shared_option(cmd, Flag::out, opt->out, "where to write the minimized reproducer (default: FINDING.min.json)");
+  add_shared_option(cmd, Flag::backends, opt->backends, "to load (default: those recorded in the finding)");
+  add_oracle_device_option(cmd);
+  add_plugin_path_option(cmd, "(the reproducer's plugins)");
   cmd->add_flag("--any-plugin-build", opt->any_plugin_build, "minimize with a plugin whose library is not the one recorded");
-  cmd->add_option("--timeout", opt->timeout,
-                  "watchdog per candidate, seconds: every candidate then runs in an isolated worker (default: isolated with 120 s "
-                  "where a backend runs on a GPU or the finding is a crash or a hang (2 s), in this process otherwise)")
-      ->check(seconds_in(kMinTimeoutSeconds, kMaxTimeoutSeconds));
+  add_shared_option(cmd, Flag::timeout, opt->timeout,
+                    "watchdog per candidate, seconds: every candidate then runs in an isolated worker (default: isolated with 120 s "
+                    "where a backend runs on a GPU or the finding is a crash or a hang (2 s), in this process otherwise)");
   cmd->callback([opt, &exit_code] { exit_code = minimize_command(*opt); });
 }
 

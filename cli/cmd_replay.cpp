@@ -15,9 +15,11 @@
 #include "campaign/known.h"
 #include "campaign/minimize.h"
 #include "campaign/output_file.h"
+#include "campaign/run_dir.h"
 #include "campaign/worker_protocol.h"
 #include "cli/arg_checks.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "harness/case_json.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
@@ -74,7 +76,7 @@ bool other_known_format(const std::string& text) {
     const auto f = j.is_object() ? j.find("format") : j.end();
     if (f == j.end() || !f->is_string()) return false;
     const std::string format = f->get<std::string>();
-    return format == kCaseFormat || format == "attnfuzz-summary/1" || format == "attnfuzz-campaign-state/1" || format == kKnownSetFormat;
+    return format == kCaseFormat || format == rundir::kSummaryFormat || format == rundir::kStateFormat || format == kKnownSetFormat;
   } catch (const json::exception&) {
     return false;
   }
@@ -278,17 +280,11 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   auto ra = std::make_shared<ReplayArgs>();
   CLI::App* replay = app.add_subcommand("replay", "Re-run reproducers: still failing / fixed; non-zero exit on any divergence");
   replay->add_option("paths", ra->paths, "reproducer files or directories")->required();
-  replay->add_option("--backends", ra->backends, "override the recorded backends")->delimiter(',');
-  replay->add_option("--junit", ra->junit, "JUnit XML output")->check(non_empty_path());
-  replay->add_option("--timeout", ra->timeout, "watchdog per reproducer, seconds")
-      ->check(seconds_in(kMinTimeoutSeconds, kMaxTimeoutSeconds));
-  replay
-      ->add_option_function<std::string>("--oracle-device", set_oracle_device_override,
-                                         "oracles: auto (default), cpu or cuda (docs/gpu.md)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  replay->add_option_function<std::string>("--plugin-path", add_plugin_path,
-                                           "colon-separated folders where a reproducer's plugins are looked up by file name, before "
-                                           "ATTNFUZZ_PLUGIN_PATH and the build's plugin folders");
+  add_shared_option(replay, Flag::backends, ra->backends, "to run instead of the recorded ones");
+  add_shared_option(replay, Flag::junit, ra->junit);
+  add_shared_option(replay, Flag::timeout, ra->timeout, "watchdog per reproducer, seconds");
+  add_oracle_device_option(replay);
+  add_plugin_path_option(replay, "(a reproducer's plugins)");
   replay->add_flag("--any-plugin-build", ra->any_plugin_build,
                    "replay a plugin whose library is not the one recorded (another content hash), e.g. a fixed build");
   replay->add_flag("--runnable-only", ra->runnable_only,

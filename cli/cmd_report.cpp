@@ -10,6 +10,7 @@
 
 #include "campaign/report.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "harness/compose.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
@@ -35,13 +36,8 @@ void add_report_command(CLI::App& app, int& exit_code) {
   auto timeout = std::make_shared<double>(300);
   CLI::App* cmd = app.add_subcommand("report", "Write RUN_DIR/report.html: summary, findings, pictures");
   cmd->add_option("run_dir", *dir, "campaign or merged output directory")->required()->check(CLI::ExistingDirectory);
-  cmd->add_option("--timeout", *timeout, "seconds each finding's re-run (for its pictures) may take, in its own process (default 300)");
+  add_shared_option(cmd, Flag::timeout, *timeout, "seconds each finding's re-run (for its pictures) may take, in its own process (default 300)");
   cmd->callback([dir, timeout, &exit_code] {
-    if (!(*timeout >= 0.1 && *timeout <= 86400)) {
-      fmt::print(stderr, "attnfuzz: report: --timeout takes seconds in [0.1, 86400], got {}\n", *timeout);
-      exit_code = kExitBadInput;
-      return;
-    }
     try {
       std::vector<std::string> left_out;
       ReportServices services = report_services();

@@ -26,6 +26,7 @@
 #include "cli/arg_checks.h"
 #include "cli/campaign_args.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
 #include "harness/errors.h"
@@ -287,23 +288,18 @@ void add_run_command(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run one case through backends and judge every tensor against float64");
   cmd->add_option("case", opt->case_path, "case or reproducer JSON file")->required();
-  cmd->add_option("--backends", opt->backends, "comma-separated backend names or plugin:/path/lib.so (default: every CPU backend)")
-      ->delimiter(',');
+  add_shared_option(cmd, Flag::backends, opt->backends, "to run (default: every CPU backend)");
   cmd->add_option("--memory-budget-mib", opt->memory_budget_mib, "refuse cases that need more host memory than this")
       ->check(strict_unsigned())
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));  // MiB: 1 PiB at most, so the bytes fit in 64 bits
   cmd->add_flag("--no-determinism-check", opt->no_determinism, "run each backend once instead of twice");
-  for (const char* flag : {"--oracle-device", "--reference"})  // --reference: the earlier name
-    cmd->add_option_function<std::string>(flag, set_oracle_device_override,
-                                          "where the float64 reference, the baselines and the error terms run: auto (default: cuda when a "
-                                          "backend runs on a GPU), cpu or cuda (docs/gpu.md)")
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_oracle_device_option(cmd, "--reference");  // --reference: the earlier name
   cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory")
       ->check(non_empty_path());
   cmd->add_flag("--isolate", opt->isolate,
                 "run the case in a worker process with a watchdog, as campaigns do: a backend that crashes, exits or hangs is a finding "
                 "(prints findings and what ran, not the per-tensor table)");
-  cmd->add_option("--timeout", opt->timeout, "--isolate's watchdog, seconds (default 300)")->check(CLI::Range(0.1, 86400.0));
+  add_shared_option(cmd, Flag::timeout, opt->timeout, "--isolate's watchdog, seconds (default 300)");
   cmd->callback([opt, &exit_code] { exit_code = run(*opt); });
 }
 

@@ -7,6 +7,7 @@
 
 #include "campaign/worker_protocol.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "harness/errors.h"
 #include "backends/provenance.h"
 #include "backends/registry.h"
@@ -44,7 +45,7 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   auto names = std::make_shared<std::vector<std::string>>();
   auto budget_mib = std::make_shared<uint64_t>(Limits{}.memory_budget_bytes >> 20);
   CLI::App* worker = app.add_subcommand("worker", "")->group("");  // hidden: spawned by campaign/replay/minimize
-  worker->add_option("--backends", *names)->delimiter(',');
+  add_shared_option(worker, Flag::backends, *names);
   worker->add_option("--memory-budget-mib", *budget_mib)->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));  // run --isolate's
   worker->callback([names, budget_mib, &exit_code] { exit_code = worker_command(*names, *budget_mib); });
 }

@@ -1,0 +1,94 @@
+#include "campaign/run_dir.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include "campaign/output_file.h"
+#include "harness/json_input.h"
+
+namespace attnfuzz::rundir {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+}  // namespace
+
+const std::vector<std::string>& own_names() {
+  static const std::vector<std::string> names{kStateFile, kLockFile,  kFindingsDir, kSummaryFile,
+                                              kReportFile, kJUnitFile, kKnownSetFile};
+  return names;
+}
+
+std::string findings_dir(const std::string& dir) { return dir + "/" + kFindingsDir; }
+std::string state_path(const std::string& dir) { return dir + "/" + kStateFile; }
+std::string summary_path(const std::string& dir) { return dir + "/" + kSummaryFile; }
+std::string known_set_path(const std::string& dir) { return dir + "/" + kKnownSetFile; }
+
+std::string minimized_name(const std::string& finding) { return finding.substr(0, finding.size() - 5) + kMinimizedSuffix; }
+std::string finding_of_minimized(const std::string& minimized) {
+  return minimized.substr(0, minimized.size() - std::string(kMinimizedSuffix).size()) + ".json";
+}
+bool is_minimized(const std::string& path) { return path.find(kMinimizedSuffix) != std::string::npos; }
+bool is_temporary(const std::string& path) { return path.find(".tmp.") != std::string::npos; }
+bool is_finding_file(const std::string& path) { return ends_with(path, ".json") && !is_minimized(path) && !is_temporary(path); }
+
+std::vector<std::string> finding_files(const std::string& findings) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (!fs::exists(findings, ec)) return files;
+  for (const auto& e : fs::directory_iterator(findings)) {
+    const std::string p = e.path().string();
+    if (e.path().extension() == ".json" && is_finding_file(p)) files.push_back(p);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+void write(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
+
+std::string summary_text(const Summary& s) {
+  json j;
+  j["format"] = kSummaryFormat;
+  if (s.seed) j["seed"] = *s.seed;
+  if (s.shard) j["shard"] = *s.shard;
+  if (s.merged_shards) j["merged_shards"] = *s.merged_shards;
+  if (s.backends) j["backends"] = *s.backends;
+  j["cases"] = s.cases;
+  // Of the completed prefix: judged (some backend compared, or a crash/timeout verdict) and not.
+  j["cases_judged"] = s.coverage.judged_cases();
+  j["cases_unjudged"] = s.coverage.unjudged_cases();
+  j["findings_by_class"] = s.findings_by_class;
+  j["signatures"] = s.signatures;
+  j["coverage"] = s.coverage.to_json();
+  if (s.known_findings) j["known_findings"] = *s.known_findings;
+  if (s.known_deviations) j["known_deviations"] = *s.known_deviations;
+  return j.dump(2) + "\n";
+}
+
+void write_summary(const std::string& dir, const Summary& s) { write(summary_path(dir), summary_text(s)); }
+
+bool has_format(const json& j, const char* format) {
+  const auto f = j.is_object() ? j.find("format") : j.end();
+  return f != j.end() && f->is_string() && f->get<std::string>() == format;
+}
+
+StateFile read_state(const std::string& dir) {
+  const std::string path = state_path(dir);
+  try {
+    StateFile f;
+    f.bytes = read_input_file(path);
+    f.json = parse_strict_json(f.bytes);
+    if (!has_format(f.json, kStateFormat)) throw std::runtime_error(std::string("not an ") + kStateFormat + " file");
+    return f;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--resume: " + path + ": " + e.what());
+  }
+}
+
+void write_state(const std::string& dir, const json& state) { write(state_path(dir), state.dump(2) + "\n"); }
+
+}  // namespace attnfuzz::rundir
