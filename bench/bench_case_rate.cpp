@@ -12,6 +12,7 @@
 // the share of the cases aimed inside its envelope that it ran.
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -72,13 +73,15 @@ struct Digest {
         add(t.baseline);
         for (double x : {t.bound_rms, t.bound_max, t.kappa, t.model_rms, t.tensor_ratio, t.worst.ratio, t.worst.limit, t.worst.n, t.worst.dof})
           add(x);
-        add(t.worst.granularity);
+        add(std::string(t.worst.granularity_name()));
         add(t.worst.where);
-        for (const auto& [k, v] : t.margin) {
+        std::map<std::string, double> margin_by_name;  // the digest's order: by name
+        for (const auto& [g, v] : t.margin) margin_by_name[std::string(to_string(g))] = v;
+        for (const auto& [k, v] : margin_by_name) {
           add(k);
           add(v);
         }
-        add(t.print.label);
+        add(t.print.name());
         add(static_cast<uint64_t>(t.compared) * 2 + static_cast<uint64_t>(t.pass));
       }
     }

@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
       if (run.skipped) continue;
       ++runs;
       for (const auto& t : run.tensors)
-        for (const auto& [g, m] : t.margin)
-          if (m > margin[g]) {
+        for (const auto& [granularity, m] : t.margin)
+          if (const std::string g(to_string(granularity)); m > margin[g]) {
             margin[g] = m;
             worst[g] = {m, run.backend + " " + run.composition_class + " " + t.tensor + " " + std::string(to_string(c.dtype)) + " case " +
                                std::to_string(seed * 1000003 + n)};

@@ -19,7 +19,7 @@ enum class Contract {
   // Triton's `input_precision="tf32x3"`): each operand carried as big = tf32(x) plus
   // small = tf32(x - big), about 21 mantissa bits, fp32 accumulation. Its operand unit is 2^-22,
   // four times fp32's; where products cancel (dP - D) it shows: LibTorch's efficient kernel errs
-  // 2.6-3.2x its strict fp32 math path there (docs/findings/README.md, sessions 8 and 9).
+  // 2.6-3.2x its strict fp32 math path there (docs/findings/README.md).
   tf32x3,
   fp16,  // fp16 operands, fp32 accumulation, P and dS rounded to fp16 before their matmuls
   bf16,  // bf16 operands, fp32 accumulation, P and dS rounded to bf16 before their matmuls

@@ -152,82 +152,38 @@ class DifferentialSession::Impl {
   }
 
   // The error model under a contract (and LSE accuracy) for a run through `comp`: each
-  // output's sigma and its rows' dof. A composition's is evaluated per call of the float64
-  // reference through it and combined (harness/error_model.h, ModelOfCall).
-  struct Model {
-    std::array<Tensor, 5> sigma, row_dof;
-  };
-  const Model* model(Contract k, double lse_unit, const Composition& comp) {
+  // output's sigma and its rows' dof (harness/error_model.h, model_of_call and composed_model).
+  const OutputsModel* model(Contract k, double lse_unit, const Composition& comp) {
     if (!terms_) return nullptr;
     auto key = std::make_tuple(k, lse_unit, describe(comp));
     auto it = models_.find(key);
     if (it == models_.end()) {
       const RoundingUnits u = rounding_units(k, c_.dtype, lse_unit);
-      Model m;
+      const OutputTensors ref = outputs_of(ref_);
       if (comp == Composition{}) {
-        for (Output t : kOutputs) {
-          ModelOfOutput o = model_sigma_and_row_dof(t, (*terms_)[t], ref_[t], u);
-          m.sigma[static_cast<size_t>(t)] = std::move(o.sigma);
-          m.row_dof[static_cast<size_t>(t)] = std::move(o.row_dof);
-        }
+        it = models_.emplace(key, model_of_call(*terms_, ref, u)).first;
       } else {
-        // The per-call model does not carry every path of a merge (the parts' LSE errors moving
-        // the merged O through w_k, the merged forward's errors reaching the parts' upstream
-        // gradients), which the whole problem's model covers through its score and via terms:
-        // each element gets the larger of the two sigmas, each row the smaller dof.
-        const Model& whole = *model(k, lse_unit, Composition{});  // cached: the single call's
-        m = composed_model(comp, u);
-        for (size_t i = 0; i < kOutputs.size(); ++i) {
-          for (size_t e = 0; e < whole.sigma[i].numel(); ++e) m.sigma[i].data[e] = std::max(m.sigma[i].data[e], whole.sigma[i].data[e]);
-          if (m.row_dof[i].data.empty() || whole.row_dof[i].data.empty()) continue;
-          for (size_t r = 0; r < whole.row_dof[i].numel(); ++r) m.row_dof[i].data[r] = std::min(m.row_dof[i].data[r], whole.row_dof[i].data[r]);
+        const OutputsModel& whole = *model(k, lse_unit, Composition{});  // cached: the single call's
+        const CallTerms& calls = call_terms(comp);
+        std::vector<CallOfComposition> parts;
+        for (size_t c = 0; c < calls.records.size(); ++c) {
+          const CallRecord& call = calls.records[c];
+          parts.push_back({&calls.terms[c],
+                           {&call.fwd.o, &call.fwd.lse, &call.grads.dq, &call.grads.dk, &call.grads.dv},
+                           &calls.weights[c],
+                           call.problem.q_offset,
+                           call.problem.kv_offset});
         }
+        it = models_.emplace(key, composed_model(parts, ref, whole, u)).first;
       }
-      it = models_.emplace(key, std::move(m)).first;
     }
     return &it->second;
   }
 
-  Model composed_model(const Composition& comp, const RoundingUnits& u) {
-    const CallTerms& calls = call_terms(comp);
-    Model m;
-    for (Output t : kOutputs) {
-      const size_t i = static_cast<size_t>(t);
-      Tensor sum_sigma2(ref_[t].shape), row_var(ref_[Output::LSE].shape), row_var2_dof(ref_[Output::LSE].shape);
-      if (t == Output::dK || t == Output::dV) {
-        const auto& kv = ref_[t].shape;
-        row_var = Tensor({kv[0], kv[1], kv[2]});
-        row_var2_dof = row_var;
-      }
-      for (size_t c = 0; c < calls.records.size(); ++c) {
-        const CallRecord& call = calls.records[c];
-        const Tensor& out = t == Output::O     ? call.fwd.o
-                            : t == Output::LSE ? call.fwd.lse
-                            : t == Output::dQ  ? call.grads.dq
-                            : t == Output::dK  ? call.grads.dk
-                                               : call.grads.dv;
-        const bool q_rows = t == Output::O || t == Output::LSE || t == Output::dQ;
-        ModelOfOutput o = model_sigma_and_row_dof(t, calls.terms[c][t], out, u);
-        add_call_model({t, std::move(o.sigma), std::move(o.row_dof),
-                        t == Output::O || t == Output::LSE ? &calls.weights[c] : nullptr,
-                        q_rows ? call.problem.q_offset : call.problem.kv_offset},
-                       sum_sigma2, row_var, row_var2_dof);
-      }
-      // The combined output is stored once more (a GPU merge writes fp32, the parts' sums the
-      // case dtype): its own storage rounding, independent per element.
-      const Tensor& whole = ref_[t];
-      const int64_t width = whole.shape.size() > 3 ? whole.shape[3] : 1;
-      for (size_t e = 0; e < whole.numel(); ++e) {
-        const double r = std::isfinite(whole.data[e]) ? whole.data[e] : 0.0;
-        const double v = storage_variance(t, r, u);
-        sum_sigma2.data[e] += v;
-        row_var.data[e / static_cast<size_t>(width)] += v;
-        row_var2_dof.data[e / static_cast<size_t>(width)] += v * v;
-      }
-      finish_combined_model(sum_sigma2, row_var, row_var2_dof, t == Output::LSE ? nullptr : &m.row_dof[i]);
-      m.sigma[i] = std::move(sum_sigma2);
-    }
-    return m;
+  static OutputTensors outputs_of(const ComposedResult& r) {
+    OutputTensors t{};
+    for (Output o : kOutputs) t[static_cast<size_t>(o)] = &r[o];
+    return t;
   }
 
   // The float64 reference through a composition, every call kept with its error terms and the
@@ -417,7 +373,7 @@ class DifferentialSession::Impl {
     const bool takes_dlse = be.backward_takes_dlse();
     const ComposedResult& base_fwd = emulation(contract, false, comp, takes_dlse);
     const ComposedResult& base_rev = emulation(contract, true, comp, takes_dlse);
-    const Model* error_model = model(contract, be.lse_unit_roundoff(c_.dtype), comp);
+    const OutputsModel* error_model = model(contract, be.lse_unit_roundoff(c_.dtype), comp);
     for (Output t : kOutputs) {
       const size_t i = static_cast<size_t>(t);
       const std::string name = to_string(t);
@@ -443,57 +399,10 @@ class DifferentialSession::Impl {
       in.tiny = t == Output::LSE ? 0.0 : std::max(smallest_subnormal(c_.dtype), kSmallestNormalF32 * reduction_length(t, c_.shape));
       const double u_acc = rounding_units(contract, c_.dtype, 0.0).accumulate;
       in.row_scale_variance = u_acc * u_acc * reduction_length(t, c_.shape);
+      in.rungs = &rung_errors(comp, takes_dlse, t);
+      in.declared = contract;
       TensorVerdict v = judge_tensor(name, in, opt_.rule);
-      // Every tensor is fingerprinted, passing or not: consistency compares passing ones.
-      double rung_max = 0;  // the max error of the fingerprinted rung's emulation
-      {
-        std::vector<std::pair<Contract, double>> rungs;
-        std::map<Contract, double> maxes;
-        for (const auto& [k, e] : rung_errors(comp, takes_dlse, t)) {
-          rungs.emplace_back(k, e.rms);
-          maxes[k] = e.max_abs;
-        }
-        const double fp32_storage = unit_roundoff(DType::f32) * v.err.ref_rms / std::sqrt(3.0);
-        rungs = floor_rungs(std::move(rungs), contract, opt_.rule.kappa_min * v.model_rms, fp32_storage);
-        v.print = fingerprint(v.err.rms, rungs, opt_.rule.fingerprint_band);
-        if (v.print.rung) rung_max = maxes[*v.print.rung];
-        // Far beyond the coarsest contract and beyond the expected error is a wrong result.
-        // (Beyond the coarsest rung alone is not: where every rung is near exact, through
-        // cancellation, or the backend declares a coarser LSE, a tiny error looks coarser.)
-        if (v.print.label == "coarser" && v.tensor_ratio > 1.0) v.pass = false;
-      }
-      if (!v.pass) {
-        std::map<std::string, double> m{{"rms", v.err.rms},
-                                        {"max_abs", v.err.max_abs},
-                                        {"bound_rms", v.bound_rms},
-                                        {"bound_max", v.bound_max},
-                                        {"baseline_rms", v.baseline.rms},
-                                        {"baseline_max", v.baseline.max_abs},
-                                        {"worst_ratio", v.worst.ratio},
-                                        {"worst_limit", v.worst.limit},
-                                        {"kappa", v.kappa}};
-        const std::string where = v.worst.granularity + " " + v.worst.where + ": " + fmt_double(v.worst.ratio) + " sigma' (limit " +
-                                  fmt_double(v.worst.limit) +
-                                  (v.worst.dof < v.worst.n ? " at " + fmt_double(v.worst.dof) + " independent errors of " + fmt_double(v.worst.n) : "") +
-                                  ")";
-        if (v.err.nonfinite_mismatch) {
-          add(run.backend, comp_class, name, FindingClass::nan_inf,
-              std::to_string(v.err.nonfinite_mismatch) + " NaN/Inf elements where the reference is finite", m);
-        } else if (v.print.rung && operand_mantissa_bits(*v.print.rung) < operand_mantissa_bits(contract) &&
-                   v.err.max_abs <= opt_.rule.fingerprint_band * rung_max) {
-          // Coarser rounding spreads its error like the coarser rung does, in RMS and in max;
-          // a localized bug (one row, one tile) with a similar RMS has a far larger max.
-          add(run.backend, comp_class, name, FindingClass::contract_violation,
-              "declares " + run.contract + ", computes like " + v.print.label + " (rms " + fmt_double(v.err.rms) + ", bound " +
-                  fmt_double(v.bound_rms) + "; " + where + ")",
-              m);
-        } else {
-          add(run.backend, comp_class, name, FindingClass::mismatch,
-              "rms " + fmt_double(v.err.rms) + " (bound " + fmt_double(v.bound_rms) + "), max " + fmt_double(v.err.max_abs) + "; worst " +
-                  where + "; fingerprint " + v.print.label,
-              m);
-        }
-      }
+      if (!v.pass) add(run.backend, comp_class, name, *v.failure, failure_detail(v, contract), failure_metrics(v));
       run.tensors.push_back(v);
     }
   }
@@ -518,17 +427,11 @@ class DifferentialSession::Impl {
           if (apart(u.print.rung_rms, v.print.rung_rms) < opt_.rule.fingerprint_band) continue;
           if (apart(u.err.rms, v.err.rms) < opt_.rule.fingerprint_band) continue;
           add(Signature::pair(x.backend, y.backend), x.composition_class, u.tensor, FindingClass::consistency,
-              "both declare " + x.contract + "; " + x.backend + " computes like " + u.print.label + ", " + y.backend + " like " +
-                  v.print.label,
+              "both declare " + x.contract + "; " + x.backend + " computes like " + u.print.name() + ", " + y.backend + " like " +
+                  v.print.name(),
               {{"rms_a", u.err.rms}, {"rms_b", v.err.rms}});
         }
       }
-  }
-
-  static std::string fmt_double(double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3e", x);
-    return buf;
   }
 
   const Case& c_;
@@ -540,7 +443,7 @@ class DifferentialSession::Impl {
   std::vector<uint8_t> skip_;
   std::optional<ErrorTerms> terms_;
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
-  std::map<std::tuple<Contract, double, std::string>, Model> models_;
+  std::map<std::tuple<Contract, double, std::string>, OutputsModel> models_;
   std::map<std::string, CallTerms> call_terms_;
   std::map<std::tuple<std::string, bool, Output>, std::vector<std::pair<Contract, ErrorStats>>> rung_errors_;
   DiffReport report_;

@@ -297,4 +297,59 @@ void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tens
   }
 }
 
+OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u) {
+  OutputsModel m;
+  for (Output t : kOutputs) {
+    const size_t i = static_cast<size_t>(t);
+    ModelOfOutput o = model_sigma_and_row_dof(t, terms[t], *ref[i], u);
+    m.sigma[i] = std::move(o.sigma);
+    m.row_dof[i] = std::move(o.row_dof);
+  }
+  return m;
+}
+
+namespace {
+
+bool indexed_by_queries(Output t) { return t == Output::O || t == Output::LSE || t == Output::dQ; }
+
+// The composition's model of output t before the whole problem's bounds it (composed_model).
+void combine_calls(Output t, const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const RoundingUnits& u,
+                   Tensor& sigma, Tensor& row_dof) {
+  const Tensor& whole = *ref[static_cast<size_t>(t)];
+  const std::vector<int64_t> row_shape = indexed_by_queries(t) ? ref[static_cast<size_t>(Output::LSE)]->shape
+                                                               : std::vector<int64_t>{whole.shape[0], whole.shape[1], whole.shape[2]};
+  Tensor sum_sigma2(whole.shape), row_var(row_shape), row_var2_dof(row_shape);
+  for (const CallOfComposition& call : calls) {
+    ModelOfOutput o = model_sigma_and_row_dof(t, (*call.terms)[t], *call.outputs[static_cast<size_t>(t)], u);
+    add_call_model({t, std::move(o.sigma), std::move(o.row_dof), t == Output::O || t == Output::LSE ? call.weight : nullptr,
+                    indexed_by_queries(t) ? call.q_offset : call.kv_offset},
+                   sum_sigma2, row_var, row_var2_dof);
+  }
+  const int64_t width = whole.shape.size() > 3 ? whole.shape[3] : 1;
+  for (size_t e = 0; e < whole.numel(); ++e) {
+    const double r = std::isfinite(whole.data[e]) ? whole.data[e] : 0.0;
+    const double v = storage_variance(t, r, u);
+    sum_sigma2.data[e] += v;
+    row_var.data[e / static_cast<size_t>(width)] += v;
+    row_var2_dof.data[e / static_cast<size_t>(width)] += v * v;
+  }
+  finish_combined_model(sum_sigma2, row_var, row_var2_dof, t == Output::LSE ? nullptr : &row_dof);
+  sigma = std::move(sum_sigma2);
+}
+
+}  // namespace
+
+OutputsModel composed_model(const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const OutputsModel& whole,
+                            const RoundingUnits& u) {
+  OutputsModel m;
+  for (Output t : kOutputs) {
+    const size_t i = static_cast<size_t>(t);
+    combine_calls(t, calls, ref, u, m.sigma[i], m.row_dof[i]);
+    for (size_t e = 0; e < whole.sigma[i].numel(); ++e) m.sigma[i].data[e] = std::max(m.sigma[i].data[e], whole.sigma[i].data[e]);
+    if (m.row_dof[i].data.empty() || whole.row_dof[i].data.empty()) continue;
+    for (size_t r = 0; r < whole.row_dof[i].numel(); ++r) m.row_dof[i].data[r] = std::min(m.row_dof[i].data[r], whole.row_dof[i].data[r]);
+  }
+  return m;
+}
+
 }  // namespace attnfuzz

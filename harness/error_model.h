@@ -202,6 +202,36 @@ void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, T
 // The whole output's sigma and row dof from those sums (dof clamped to [1, width]).
 void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tensor& row_var2_dof, Tensor* row_dof);
 
+// The model of every output of one run: sigma per element and the dof of each row, indexed by
+// Output (row_dof empty where every element counts as independent).
+struct OutputsModel {
+  std::array<Tensor, 5> sigma, row_dof;
+};
+using OutputTensors = std::array<const Tensor*, 5>;  // one tensor per Output, indexed by it
+
+// The whole problem run as one call: model_sigma_and_row_dof of each output.
+OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u);
+
+// One call of a composition as its model needs it: its terms and float64 outputs, the weight
+// w_k = exp(LSE_k - LSE) with which its O and LSE reach the whole output, and where its query
+// and key rows sit in the whole problem.
+struct CallOfComposition {
+  const ErrorTerms* terms = nullptr;
+  OutputTensors outputs{};
+  const Tensor* weight = nullptr;  // [B][H][Sq_k]
+  int64_t q_offset = 0, kv_offset = 0;
+};
+// The model of a run through a composition. Per output:
+//   sum over calls (add_call_model), plus the combined output's own storage rounding
+//   (storage_variance: a GPU merge writes fp32, the parts' sums the case dtype), finished
+//   (finish_combined_model);
+//   then sigma = max(sigma, sigma_whole) per element and dof = min(dof, dof_whole) per row.
+// The per-call model does not carry every path of a merge (the parts' LSE errors moving the
+// merged O through w_k, the merged forward's errors reaching the parts' upstream gradients);
+// `whole`, the whole problem's model (model_of_call), covers them through its score and via terms.
+OutputsModel composed_model(const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const OutputsModel& whole,
+                            const RoundingUnits& u);
+
 // e(x)^2 of the subnormal part (above): what rounding x to fp16 adds, in the subnormal range, to
 // its relative rounding u_op |x| (2^-14 is fp16's smallest normal, 2^-25 half its subnormal step).
 inline constexpr double kFp16SubnormalHalfStep = 0x1p-25, kFp16UnitRoundoff = 0x1p-11;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "harness/dtype.h"
 #include "harness/parallel.h"
 
 namespace attnfuzz {
@@ -67,13 +69,49 @@ std::vector<std::pair<Contract, double>> floor_rungs(std::vector<std::pair<Contr
   return rung_errors;
 }
 
+std::string Fingerprint::name() const {
+  switch (label) {
+    case FingerprintLabel::none:
+      return "";
+    case FingerprintLabel::unknown:
+      return "?";
+    case FingerprintLabel::exact:
+      return "exact";
+    case FingerprintLabel::finer:
+      return "finer";
+    case FingerprintLabel::rung:
+      return rung ? std::string(to_string(*rung)) : "?";
+    case FingerprintLabel::coarser:
+      return "coarser";
+  }
+  return "?";
+}
+
+std::string_view to_string(Granularity g) {
+  switch (g) {
+    case Granularity::element:
+      return "element";
+    case Granularity::row:
+      return "row";
+    case Granularity::row_along_itself:
+      return "row along itself";
+    case Granularity::tile:
+      return "tile";
+    case Granularity::head:
+      return "head";
+    case Granularity::tensor:
+      return "tensor";
+  }
+  return "?";
+}
+
 Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, double>>& rung_errors, double band) {
-  if (rung_errors.empty()) return {"?", std::nullopt};
+  if (rung_errors.empty()) return {FingerprintLabel::unknown, std::nullopt};
   const double finest = rung_errors.front().second, coarsest = rung_errors.back().second;
   const double spread = finest > 0 ? coarsest / finest : 1.0;
-  if (impl_rms == 0.0 && finest == 0.0) return {"exact", std::nullopt, 0, spread};
-  if (coarsest > 0 && impl_rms > band * coarsest) return {"coarser", std::nullopt, 0, spread};
-  if (finest > 0 && impl_rms * band < finest) return {"finer", std::nullopt, 0, spread};
+  if (impl_rms == 0.0 && finest == 0.0) return {FingerprintLabel::exact, std::nullopt, 0, spread};
+  if (coarsest > 0 && impl_rms > band * coarsest) return {FingerprintLabel::coarser, std::nullopt, 0, spread};
+  if (finest > 0 && impl_rms * band < finest) return {FingerprintLabel::finer, std::nullopt, 0, spread};
   // Nearest rung in log space.
   double best = std::numeric_limits<double>::infinity(), rung_rms = 0;
   std::optional<Contract> rung;
@@ -86,7 +124,7 @@ Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, d
       rung_rms = e;
     }
   }
-  return {std::string(to_string(*rung)), rung, rung_rms, spread};
+  return {FingerprintLabel::rung, rung, rung_rms, spread};
 }
 
 namespace {
@@ -265,7 +303,7 @@ double ratio_of(const BlockSum& b) {
 // merged in head order (judge_tensor).
 struct HeadJudgement {
   bool pass = true;
-  std::map<std::string, double> margin;
+  std::map<Granularity, double> margin;
   double worst_score = -1;
   WorstBlock worst;
   double max_err2 = -1, bound_max = 0;
@@ -276,7 +314,7 @@ struct HeadJudgement {
 HeadJudgement judge_head(const Elementwise& w, const JudgeInput& in, const ToleranceRule& rule, int64_t h, int64_t b_heads) {
   HeadJudgement j;
   auto head_name = [&] { return "b" + std::to_string(h / b_heads) + " h" + std::to_string(h % b_heads); };
-  auto consider = [&](const char* granularity, const BlockSum& b, const std::function<std::string()>& where) {
+  auto consider = [&](Granularity granularity, const BlockSum& b, const std::function<std::string()>& where) {
     if (b.n == 0) return;
     const double ratio = ratio_of(b), limit = rule.limit(std::max(1.0, b.dof));
     if (ratio > limit) j.pass = false;
@@ -299,25 +337,63 @@ HeadJudgement judge_head(const Elementwise& w, const JudgeInput& in, const Toler
       }
       // The finest block is a row: one element of a row is not judged alone (its error
       // and its sigma' are too noisy), except where a row is one element (LSE, D = 1).
-      if (w.width == 1) consider("element", {w.err2[e], w.allow2[e], 1, 1}, [&] { return head_name() + " s" + std::to_string(s); });
+      if (w.width == 1) consider(Granularity::element, {w.err2[e], w.allow2[e], 1, 1}, [&] { return head_name() + " s" + std::to_string(s); });
     }
   if (w.width > 1)
     for (int64_t s = 0; s < w.seq; ++s) {
-      consider("row", sum_box(w, h, s, s + 1, 0, w.width), [&] { return head_name() + " s" + std::to_string(s); });
-      consider("row along itself", row_projection(w, static_cast<size_t>(h * w.seq + s), in.row_scale_variance),
+      consider(Granularity::row, sum_box(w, h, s, s + 1, 0, w.width), [&] { return head_name() + " s" + std::to_string(s); });
+      consider(Granularity::row_along_itself, row_projection(w, static_cast<size_t>(h * w.seq + s), in.row_scale_variance),
                [&] { return head_name() + " s" + std::to_string(s); });
     }
   for (int64_t s0 = 0; s0 < w.seq; s0 += tile)
     for (int64_t d0 = 0; d0 < w.width; d0 += tile) {
       const int64_t s1 = std::min(w.seq, s0 + tile), d1 = std::min(w.width, d0 + tile);
-      consider("tile", sum_box(w, h, s0, s1, d0, d1), [&] {
+      consider(Granularity::tile, sum_box(w, h, s0, s1, d0, d1), [&] {
         return head_name() + " s" + std::to_string(s0) + "-" + std::to_string(s1 - 1) +
                (w.width > 1 ? " d" + std::to_string(d0) + "-" + std::to_string(d1 - 1) : "");
       });
     }
   j.head = sum_box(w, h, 0, w.seq, 0, w.width, &j.head_rows);
-  consider("head", j.head, [&] { return head_name(); });
+  consider(Granularity::head, j.head, [&] { return head_name(); });
   return j;
+}
+
+std::string sci(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3e", x);
+  return buf;
+}
+
+// Every tensor is fingerprinted, passing or not (the consistency check compares passing ones),
+// and a failing one gets its class (judge_tensor in verdict.h).
+void fingerprint_and_class(TensorVerdict& v, const JudgeInput& in, const ToleranceRule& rule) {
+  double rung_max = 0;  // the max error of the fingerprinted rung's emulation
+  if (in.rungs) {
+    std::vector<std::pair<Contract, double>> rungs;
+    std::map<Contract, double> maxes;
+    for (const auto& [k, e] : *in.rungs) {
+      rungs.emplace_back(k, e.rms);
+      maxes[k] = e.max_abs;
+    }
+    const double fp32_storage = unit_roundoff(DType::f32) * v.err.ref_rms / std::sqrt(3.0);
+    rungs = floor_rungs(std::move(rungs), in.declared, rule.kappa_min * v.model_rms, fp32_storage);
+    v.print = fingerprint(v.err.rms, rungs, rule.fingerprint_band);
+    if (v.print.rung) rung_max = maxes[*v.print.rung];
+    // Far beyond the coarsest contract and beyond the expected error is a wrong result.
+    // (Beyond the coarsest rung alone is not: where every rung is near exact, through
+    // cancellation, or the backend declares a coarser LSE, a tiny error looks coarser.)
+    if (v.print.label == FingerprintLabel::coarser && v.tensor_ratio > 1.0) v.pass = false;
+  }
+  if (v.pass) return;
+  if (v.err.nonfinite_mismatch)
+    v.failure = FindingClass::nan_inf;
+  else if (v.print.rung && operand_mantissa_bits(*v.print.rung) < operand_mantissa_bits(in.declared) &&
+           v.err.max_abs <= rule.fingerprint_band * rung_max)
+    // Coarser rounding spreads its error like the coarser rung does, in RMS and in max;
+    // a localized bug (one row, one tile) with a similar RMS has a far larger max.
+    v.failure = FindingClass::contract_violation;
+  else
+    v.failure = FindingClass::mismatch;
 }
 
 }  // namespace
@@ -377,14 +453,37 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
   if (all.n > 0) {
     const double ratio = ratio_of(all), limit = rule.limit(std::max(1.0, all.dof));
     if (ratio > limit) v.pass = false;
-    double& m = v.margin["tensor"];
+    double& m = v.margin[Granularity::tensor];
     m = std::max(m, ratio / limit);
-    if (ratio / limit > worst_score) v.worst = {"tensor", "all", ratio, limit, all.n, all.dof};
+    if (ratio / limit > worst_score) v.worst = {Granularity::tensor, "all", ratio, limit, all.n, all.dof};
   }
   v.tensor_ratio = all.n > 0 ? ratio_of(all) : 0.0;
   v.bound_rms = all.n > 0 ? rule.limit(std::max(1.0, all.dof)) * std::sqrt(all.allow2 / all.n) : 0.0;
   if (v.err.nonfinite_mismatch) v.pass = false;
+  fingerprint_and_class(v, in, rule);
   return v;
+}
+
+std::map<std::string, double> failure_metrics(const TensorVerdict& v) {
+  return {{"rms", v.err.rms},           {"max_abs", v.err.max_abs},          {"bound_rms", v.bound_rms},
+          {"bound_max", v.bound_max},   {"baseline_rms", v.baseline.rms},    {"baseline_max", v.baseline.max_abs},
+          {"worst_ratio", v.worst.ratio}, {"worst_limit", v.worst.limit},    {"kappa", v.kappa}};
+}
+
+std::string failure_detail(const TensorVerdict& v, Contract declared) {
+  const WorstBlock& w = v.worst;
+  const std::string where = std::string(w.granularity_name()) + " " + w.where + ": " + sci(w.ratio) + " sigma' (limit " +
+                            sci(w.limit) + (w.dof < w.n ? " at " + sci(w.dof) + " independent errors of " + sci(w.n) : "") + ")";
+  switch (v.failure.value_or(FindingClass::mismatch)) {
+    case FindingClass::nan_inf:
+      return std::to_string(v.err.nonfinite_mismatch) + " NaN/Inf elements where the reference is finite";
+    case FindingClass::contract_violation:
+      return "declares " + std::string(to_string(declared)) + ", computes like " + v.print.name() + " (rms " + sci(v.err.rms) +
+             ", bound " + sci(v.bound_rms) + "; " + where + ")";
+    default:
+      return "rms " + sci(v.err.rms) + " (bound " + sci(v.bound_rms) + "), max " + sci(v.err.max_abs) + "; worst " + where +
+             "; fingerprint " + v.print.name();
+  }
 }
 
 }  // namespace attnfuzz

@@ -5,6 +5,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "harness/contract.h"
@@ -55,14 +57,24 @@ struct Finding {
 };
 
 // Precision fingerprint: which contract of the ladder an error looks like.
+enum class FingerprintLabel {
+  none,     // not fingerprinted (a tensor not compared, or judged without a ladder)
+  unknown,  // no ladder to compare with
+  exact,    // no error, and none on the finest rung
+  finer,    // finer than the finest rung
+  rung,     // like `rung`
+  coarser,  // coarser than any rung
+};
 struct Fingerprint {
-  std::string label;  // a contract name, "exact", "finer" (than the finest rung) or "coarser" (than any)
-  std::optional<Contract> rung;
+  FingerprintLabel label = FingerprintLabel::none;
+  std::optional<Contract> rung;  // with FingerprintLabel::rung
   double rung_rms = 0;  // the (floored) error of that rung
   // The coarsest rung's error over the finest's: how far apart this tensor's ladder puts the
   // precisions at all. Below the band the rungs cannot be told apart here (a bf16 output's own
   // rounding can dominate every rung), and a label is a coin toss between near-equal numbers.
   double spread = 1;
+  // For reports: the rung's contract name, "exact", "finer", "coarser", "?" (no ladder) or "" (none).
+  std::string name() const;
 };
 // `rung_errors`: RMS error of the emulation under each ladder contract, finest first, floored
 // by floor_rungs.
@@ -80,10 +92,22 @@ Fingerprint fingerprint(double impl_rms, const std::vector<std::pair<Contract, d
 std::vector<std::pair<Contract, double>> floor_rungs(std::vector<std::pair<Contract, double>> rung_errors, Contract declared,
                                                      double contract_floor, double storage_floor);
 
+// The blocks a tensor is judged in (harness/tolerance.h), finest first.
+enum class Granularity {
+  element,           // one element, where a row is one element (LSE, D = 1)
+  row,               // a row's RMS statistic
+  row_along_itself,  // a row's error projected on the row itself (verdict.cpp, row_projection)
+  tile,
+  head,
+  tensor,
+};
+std::string_view to_string(Granularity g);  // "element", "row", "row along itself", "tile", "head", "tensor"
+
 // The block of a tensor whose error statistic came closest to (or went furthest past)
 // its limit (harness/tolerance.h).
 struct WorstBlock {
-  std::string granularity;  // "element", "row", "tile", "head" or "tensor"
+  std::optional<Granularity> granularity;  // none: no block was judged (no element to compare)
+  std::string_view granularity_name() const { return granularity ? to_string(*granularity) : std::string_view(); }
   std::string where;        // e.g. "b0 h1 s37" or "b0 h1 s16-31 d0-15"
   double ratio = 0;         // sqrt(sum err^2 / sum sigma'^2) over the block
   double limit = 0;         // c * (1 + k / sqrt(dof))
@@ -100,12 +124,15 @@ struct TensorVerdict {
   double model_rms = 0;     // rms of the error model's sigma (unscaled) over the judged elements
   double tensor_ratio = 0;  // sqrt(sum err^2 / sum sigma'^2) over the whole tensor
   WorstBlock worst;
-  // The largest ratio / limit per granularity (element, row, tile, head, tensor): the
-  // margin a correct backend leaves, for calibration (bench/calibrate_rule).
-  std::map<std::string, double> margin;
+  // The largest ratio / limit per granularity: the margin a correct backend leaves, for
+  // calibration (bench/calibrate_rule).
+  std::map<Granularity, double> margin;
   Fingerprint print;
   bool compared = true;  // false: not produced by this backend (LSE without one)
   bool pass = true;
+  // A failing tensor's class: nan_inf, contract_violation (its error spreads like a coarser
+  // rung's than its contract, in RMS and in max) or mismatch. Absent while it passes.
+  std::optional<FindingClass> failure;
 };
 
 // What judging one tensor needs, all shaped alike ([B][H][S][D] or [B][H][S]).
@@ -121,8 +148,23 @@ struct JudgeInput {
   // The relative variance of a scale error shared by a whole row from its fp32 (accumulation
   // precision) quantities, u_acc^2 L: the row projection's floor (verdict.cpp, row_projection).
   double row_scale_variance = 0;
+  // The fingerprint ladder: the error of each rung's emulation, finest first (none: no
+  // fingerprint, and no contract_violation), and the contract the backend declares.
+  const std::vector<std::pair<Contract, ErrorStats>>* rungs = nullptr;
+  Contract declared = Contract::fp32;
 };
-// Applies the rule of harness/tolerance.h.
+// The verdict of one tensor, all of it (docs/verdicts.md):
+//   pass   = every block within the rule of harness/tolerance.h, every element finite where the
+//            reference is, and not fingerprinted coarser than every rung while beyond the
+//            expected error (tensor_ratio > 1);
+//   failure = nan_inf        where NaN/Inf elements appear,
+//             contract_violation where the fingerprint is a rung coarser than `declared` and
+//                            max|err| <= band * that rung's max (coarser rounding spreads its
+//                            error like the rung, a localized bug has a far larger max),
+//             mismatch       otherwise.
 TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const ToleranceRule& rule);
+// A failing tensor's finding: its one-line detail and its metrics (rms, bounds, the worst block).
+std::string failure_detail(const TensorVerdict& v, Contract declared);
+std::map<std::string, double> failure_metrics(const TensorVerdict& v);
 
 }  // namespace attnfuzz

@@ -80,7 +80,7 @@ TEST(Verdict, Tf32WhereFp32IsPromisedIsAContractViolationFingerprintedTf32) {
     EXPECT_EQ(f.signature.cls, FindingClass::contract_violation) << f.signature.to_string() << " " << f.detail;
     EXPECT_NE(f.detail.find("computes like tf32"), std::string::npos) << f.detail;
   }
-  for (const auto& t : r.runs[0].tensors) EXPECT_EQ(t.print.label, "tf32") << t.tensor;
+  for (const auto& t : r.runs[0].tensors) EXPECT_EQ(t.print.name(), "tf32") << t.tensor;
 }
 
 TEST(Verdict, HonestContractsPass) {
@@ -234,11 +234,11 @@ TEST(Verdict, ConsistencySensitivityByStorage) {
 // tells nothing apart.
 TEST(Verdict, FingerprintRungsAreFlooredAndTheirSpreadReported) {
   const std::vector<std::pair<Contract, double>> lucky{{Contract::fp32, 1.147e-18}, {Contract::tf32, 8.585e-05}, {Contract::bf16, 9.528e-04}};
-  EXPECT_EQ(fingerprint(4.023e-09, lucky, 8.0).label, "tf32") << "unfloored, as it was";
+  EXPECT_EQ(fingerprint(4.023e-09, lucky, 8.0).name(), "tf32") << "unfloored, as it was";
   const double model_rms = 5.956e-08, kappa_min = 0.5;
   const auto floored = floor_rungs(lucky, Contract::fp32, kappa_min * model_rms, 0.0);
   const Fingerprint f = fingerprint(4.023e-09, floored, 8.0);
-  EXPECT_TRUE(f.label == "fp32" || f.label == "finer") << f.label;
+  EXPECT_TRUE(f.name() == "fp32" || f.name() == "finer") << f.name();
   EXPECT_GT(f.spread, 8.0);
   // Rungs finer than the declared contract take the fp32 storage floor, not the contract's.
   const auto tf32_declared = floor_rungs(lucky, Contract::tf32, 1e-3, 1e-9);
@@ -437,7 +437,7 @@ TEST(RowDof, OneSharedSourceWidensTheRowLimitAndIndependentElementsDoNot) {
   Tensor dof({1, 1, 2}, 1.0);
   in.row_dof = &dof;
   const TensorVerdict one_source = judge_tensor("dK", in, rule);
-  EXPECT_TRUE(one_source.pass) << one_source.worst.granularity << " " << one_source.worst.ratio << " > " << one_source.worst.limit;
+  EXPECT_TRUE(one_source.pass) << one_source.worst.granularity_name() << " " << one_source.worst.ratio << " > " << one_source.worst.limit;
   EXPECT_DOUBLE_EQ(one_source.worst.dof, 1.0);
 }
 

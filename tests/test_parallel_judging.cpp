@@ -49,7 +49,7 @@ void expect_same(const DiffReport& a, const DiffReport& b, const std::string& la
       EXPECT_EQ(u.worst.granularity, v.worst.granularity) << where;
       EXPECT_EQ(u.worst.where, v.worst.where) << where;
       ASSERT_EQ(u.margin.size(), v.margin.size()) << where;
-      for (const auto& [g, m] : u.margin) EXPECT_TRUE(v.margin.count(g) && same_bits(m, v.margin.at(g))) << where << " margin " << g;
+      for (const auto& [g, m] : u.margin) EXPECT_TRUE(v.margin.count(g) && same_bits(m, v.margin.at(g))) << where << " margin " << to_string(g);
       EXPECT_EQ(u.print.label, v.print.label) << where;
       EXPECT_EQ(u.pass, v.pass) << where;
     }
