@@ -233,7 +233,7 @@ double from_bits(DType d, uint16_t bits) { return d == DType::f16 ? half_bits_to
 
 // The placement of a tensor of the call (harness/layout.h): its strides for the graph,
 // its offset into its buffer, its buffer's extent.
-Placement placement(const Problem& p, TensorRole r) { return place(p.layouts, r, p.shape); }
+Placement placement(const Problem& p, TensorId r) { return place(p.layouts, r, p.shape); }
 Strides strides_of(const Placement& pl) { return {pl.strides[0], pl.strides[1], pl.strides[2], pl.strides[3]}; }
 
 // Why the backend cannot hand cuDNN this call's layouts, or nothing. cuDNN's graph takes
@@ -261,8 +261,8 @@ class DeviceTensors {
 
   // Uploads the tensors, each at its placement, every other element of the buffer holding the
   // case's surround (harness/layout.h).
-  void upload(std::initializer_list<std::pair<TensorRole, const Tensor*>> tensors) {
-    std::map<TensorRole, std::vector<uint16_t>> host;
+  void upload(std::initializer_list<std::pair<TensorId, const Tensor*>> tensors) {
+    std::map<TensorId, std::vector<uint16_t>> host;
     const uint16_t around = to_bits(p_.dtype, surround_value(p_.layouts.surround.fill, p_.dtype));
     for (auto [r, t] : tensors) {
       const Placement pl = placement(p_, r);
@@ -278,20 +278,20 @@ class DeviceTensors {
   }
 
   // Zero-filled room for outputs.
-  void allocate(std::initializer_list<TensorRole> roles) {
-    for (TensorRole r : roles) {
+  void allocate(std::initializer_list<TensorId> roles) {
+    for (TensorId r : roles) {
       const Placement pl = placement(p_, r);
       if (!buffers_.count(pl.buffer)) buffers_[pl.buffer] = DeviceBuffer(static_cast<size_t>(pl.extent) * sizeof(uint16_t));
     }
   }
 
   // Element (0, 0, 0, 0) of the tensor on the device.
-  void* ptr(TensorRole r) const {
+  void* ptr(TensorId r) const {
     const Placement pl = placement(p_, r);
     return static_cast<uint16_t*>(buffers_.at(pl.buffer).get()) + pl.offset;
   }
 
-  Tensor download(TensorRole r) const {
+  Tensor download(TensorId r) const {
     const Placement pl = placement(p_, r);
     std::vector<uint16_t> h(static_cast<size_t>(pl.extent));
     buffers_.at(pl.buffer).download(h.data(), h.size() * sizeof(uint16_t));
@@ -302,7 +302,7 @@ class DeviceTensors {
 
  private:
   const Problem& p_;
-  std::map<TensorRole, DeviceBuffer> buffers_;  // by the tensor that owns the buffer
+  std::map<TensorId, DeviceBuffer> buffers_;  // by the tensor that owns the buffer
 };
 
 GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan) {
@@ -316,15 +316,15 @@ GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan) {
   g.seq_kv = s.seq_kv;
   g.dim_qk = s.head_dim_qk;
   g.dim_v = s.head_dim_v;
-  using R = TensorRole;
-  g.q_stride = strides_of(placement(p, R::q));
-  g.k_stride = strides_of(placement(p, R::k));
-  g.v_stride = strides_of(placement(p, R::v));
-  g.o_stride = strides_of(placement(p, R::o));
-  g.d_o_stride = strides_of(placement(p, R::d_out));
-  g.d_q_stride = strides_of(placement(p, R::d_q));
-  g.d_k_stride = strides_of(placement(p, R::d_k));
-  g.d_v_stride = strides_of(placement(p, R::d_v));
+  using R = TensorId;
+  g.q_stride = strides_of(placement(p, R::Q));
+  g.k_stride = strides_of(placement(p, R::K));
+  g.v_stride = strides_of(placement(p, R::V));
+  g.o_stride = strides_of(placement(p, R::O));
+  g.d_o_stride = strides_of(placement(p, R::dO));
+  g.d_q_stride = strides_of(placement(p, R::dQ));
+  g.d_k_stride = strides_of(placement(p, R::dK));
+  g.d_v_stride = strides_of(placement(p, R::dV));
   g.scale_bits = std::bit_cast<uint32_t>(static_cast<float>(p.scale));  // cuDNN takes an fp32 scale
   g.padding = plan.padding();
   g.left_bound = plan.left_bound;
@@ -347,9 +347,9 @@ class DeviceCall {
  public:
   DeviceCall(const Problem& p, const Selection& sel)
       : p_(p), sel_(sel), io_(p), stats_(static_cast<size_t>(p.shape.batch * p.shape.heads_q * p.shape.seq_q) * sizeof(float)) {
-    using R = TensorRole;
-    io_.upload({{R::q, &p.q}, {R::k, &p.k}, {R::v, &p.v}});
-    io_.allocate({R::o});
+    using R = TensorId;
+    io_.upload({{R::Q, &p.q}, {R::K, &p.k}, {R::V, &p.v}});
+    io_.allocate({R::O});
     const CudnnMaskPlan& plan = sel.plan;
     if (plan.padding()) {
       const size_t bytes = plan.seq_len_q.size() * sizeof(int32_t);
@@ -364,10 +364,10 @@ class DeviceCall {
   // cuDNN's forward into O and Stats.
   void forward(GraphCache& graphs) {
     // With padding cuDNN writes no padded row: zeros there, not a previous call's values.
-    io_.allocate({TensorRole::o});
+    io_.allocate({TensorId::O});
     stats_.zero();
     DevicePointers ptrs = inputs();
-    ptrs.o = io_.ptr(TensorRole::o);
+    ptrs.o = io_.ptr(TensorId::O);
     ptrs.stats = stats_.get();
     graphs.execute(sel_.spec, Pass::forward, ptrs);
   }
@@ -375,7 +375,7 @@ class DeviceCall {
   Forward forward_result() const {
     const Shape& s = p_.shape;
     Forward f;
-    f.o = io_.download(TensorRole::o);
+    f.o = io_.download(TensorId::O);
     f.lse = Tensor({s.batch, s.heads_q, s.seq_q});
     std::vector<float> stats(f.lse.numel());
     stats_.download(stats.data(), stats.size() * sizeof(float));
@@ -385,26 +385,26 @@ class DeviceCall {
 
   // cuDNN's backward from the O and Stats of forward().
   Gradients backward(GraphCache& graphs, const Tensor& d_out) {
-    using R = TensorRole;
-    io_.upload({{R::d_out, &d_out}});
-    io_.allocate({R::d_q, R::d_k, R::d_v});  // zero-filled: padded rows and keys are not written
+    using R = TensorId;
+    io_.upload({{R::dO, &d_out}});
+    io_.allocate({R::dQ, R::dK, R::dV});  // zero-filled: padded rows and keys are not written
     DevicePointers ptrs = inputs();
-    ptrs.o = io_.ptr(R::o);
+    ptrs.o = io_.ptr(R::O);
     ptrs.stats = stats_.get();
-    ptrs.d_o = io_.ptr(R::d_out);
-    ptrs.d_q = io_.ptr(R::d_q);
-    ptrs.d_k = io_.ptr(R::d_k);
-    ptrs.d_v = io_.ptr(R::d_v);
+    ptrs.d_o = io_.ptr(R::dO);
+    ptrs.d_q = io_.ptr(R::dQ);
+    ptrs.d_k = io_.ptr(R::dK);
+    ptrs.d_v = io_.ptr(R::dV);
     graphs.execute(sel_.spec, Pass::backward, ptrs);
-    return Gradients{io_.download(R::d_q), io_.download(R::d_k), io_.download(R::d_v), {}};
+    return Gradients{io_.download(R::dQ), io_.download(R::dK), io_.download(R::dV), {}};
   }
 
  private:
   DevicePointers inputs() const {
     DevicePointers ptrs;
-    ptrs.q = io_.ptr(TensorRole::q);
-    ptrs.k = io_.ptr(TensorRole::k);
-    ptrs.v = io_.ptr(TensorRole::v);
+    ptrs.q = io_.ptr(TensorId::Q);
+    ptrs.k = io_.ptr(TensorId::K);
+    ptrs.v = io_.ptr(TensorId::V);
     ptrs.bias = bias_.get();
     ptrs.seq_len_q = seq_len_q_.get();
     ptrs.seq_len_kv = seq_len_kv_.get();

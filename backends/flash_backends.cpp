@@ -75,7 +75,7 @@ struct Placed16 {
   DeviceMemory dev;
   void* ptr = nullptr;  // element (0, 0, 0, 0)
 
-  Placed16(const Problem& p, TensorRole role, int kdim, bool output) {
+  Placed16(const Problem& p, TensorId role, int kdim, bool output) {
     pl = place(p.layouts, role, p.shape);
     dim = pl.sizes[3];
     const bool native = dim == kdim && pl.offset % 8 == 0 && pl.strides[0] % 8 == 0 && pl.strides[1] % 8 == 0 && pl.strides[2] % 8 == 0;
@@ -120,7 +120,7 @@ struct Placed32 {
   DeviceMemory dev;
   float* ptr = nullptr;
 
-  Placed32(const Problem& p, bool output) : pl(place(p.layouts, TensorRole::lse, p.shape)) {
+  Placed32(const Problem& p, bool output) : pl(place(p.layouts, TensorId::LSE, p.shape)) {
     strides = {pl.strides[0], pl.strides[1], pl.strides[2]};
     float poison;
     std::memcpy(&poison, &kPoison32, 4);
@@ -231,9 +231,9 @@ struct DeviceInputs {
   explicit DeviceInputs(const Problem& p)
       : kdim(kernel_dim(p.shape)),
         elem(elem_of(p.dtype)),
-        q(p, TensorRole::q, kdim, false),
-        k(p, TensorRole::k, kdim, false),
-        v(p, TensorRole::v, kdim, false),
+        q(p, TensorId::Q, kdim, false),
+        k(p, TensorId::K, kdim, false),
+        v(p, TensorId::V, kdim, false),
         mask(p, kdim) {
     q.upload(p.q, elem), k.upload(p.k, elem), v.upload(p.v, elem);
     const Shape& s = p.shape;
@@ -282,7 +282,7 @@ std::optional<std::string> FlashBackend::unsupported_reason(const Problem& p) co
 Forward FlashBackend::forward(const Problem& p) {
   if (auto why = unsupported_reason(p)) throw std::invalid_argument("cuda.flash: " + *why);
   DeviceInputs in(p);
-  Placed16 o(p, TensorRole::o, in.kdim, true);
+  Placed16 o(p, TensorId::O, in.kdim, true);
   Placed32 lse(p, true);
   o.upload_poison(), lse.upload_poison();
   flash::ForwardArgs a;
@@ -290,18 +290,18 @@ Forward FlashBackend::forward(const Problem& p) {
   flash::forward(in.fp, a);
   check(cudaDeviceSynchronize(), "forward");
   Forward f;
-  f.o = o.download(in.elem, &f.unwritten["O"]);
-  f.lse = lse.download(&f.unwritten["LSE"]);
+  f.o = o.download(in.elem, &f.unwritten[name_of(TensorId::O)]);
+  f.lse = lse.download(&f.unwritten[name_of(TensorId::LSE)]);
   return f;
 }
 
 Gradients FlashBackend::backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
   if (auto why = unsupported_reason(p)) throw std::invalid_argument("cuda.flash: " + *why);
   DeviceInputs in(p);
-  Placed16 o(p, TensorRole::o, in.kdim, false), dout(p, TensorRole::d_out, in.kdim, false);
+  Placed16 o(p, TensorId::O, in.kdim, false), dout(p, TensorId::dO, in.kdim, false);
   Placed32 lse(p, false), dlse(p, false);
   o.upload(fwd.o, in.elem), dout.upload(d_out, in.elem), lse.upload(fwd.lse), dlse.upload(d_lse);
-  Placed16 dq(p, TensorRole::d_q, in.kdim, true), dk(p, TensorRole::d_k, in.kdim, true), dv(p, TensorRole::d_v, in.kdim, true);
+  Placed16 dq(p, TensorId::dQ, in.kdim, true), dk(p, TensorId::dK, in.kdim, true), dv(p, TensorId::dV, in.kdim, true);
   dq.upload_poison(), dk.upload_poison(), dv.upload_poison();
   DeviceMemory ws(flash::backward_workspace_bytes(in.fp));
   flash::BackwardArgs a;
@@ -312,9 +312,9 @@ Gradients FlashBackend::backward(const Problem& p, const Forward& fwd, const Ten
   flash::backward(in.fp, a);
   check(cudaDeviceSynchronize(), "backward");
   Gradients g;
-  g.dq = dq.download(in.elem, &g.unwritten["dQ"]);
-  g.dk = dk.download(in.elem, &g.unwritten["dK"]);
-  g.dv = dv.download(in.elem, &g.unwritten["dV"]);
+  g.dq = dq.download(in.elem, &g.unwritten[name_of(TensorId::dQ)]);
+  g.dk = dk.download(in.elem, &g.unwritten[name_of(TensorId::dK)]);
+  g.dv = dv.download(in.elem, &g.unwritten[name_of(TensorId::dV)]);
   return g;
 }
 

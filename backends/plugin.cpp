@@ -43,7 +43,7 @@ ElementType element_type(int32_t dt) { return dt == AF_F32 ? ElementType::f32 : 
 // packed group, each holding the case's surround (inputs) or poisoned whole, padding included (outputs).
 class Arena {
  public:
-  unsigned char* buffer(TensorRole role, const Placement& pl, int32_t dtype, bool poisoned, Surround::Fill fill) {
+  unsigned char* buffer(TensorId role, const Placement& pl, int32_t dtype, bool poisoned, Surround::Fill fill) {
     const bool shared = pl.buffer != role;
     if (shared)
       if (auto it = shared_.find(pl.buffer); it != shared_.end()) return it->second;
@@ -58,18 +58,18 @@ class Arena {
 
  private:
   std::list<std::vector<unsigned char>> blocks_;  // a list: addresses stay put
-  std::map<TensorRole, unsigned char*> shared_;
+  std::map<TensorId, unsigned char*> shared_;
 };
 
 // A tensor in plugin memory: the case dtype, at its placement (harness/layout.h): any order,
 // padded rows and heads, a base offset (16-byte aligned or not), packed views.
 struct Buffer {
-  TensorRole role;
+  TensorId role;
   Placement pl;
   unsigned char* base = nullptr;  // the buffer's start; t.data points pl.offset elements in
   af_tensor t{};
 
-  Buffer(Arena& arena, const Problem& p, TensorRole role, int32_t dtype, bool output)
+  Buffer(Arena& arena, const Problem& p, TensorId role, int32_t dtype, bool output)
       : role(role), pl(place(p.layouts, role, p.shape)), base(arena.buffer(role, pl, dtype, output, p.layouts.surround.fill)) {
     t.dtype = dtype;
     t.device = AF_CPU;
@@ -121,7 +121,7 @@ class InputGuard {
       if (gpu) to_host(*gpu, *b);
       const std::vector<unsigned char>& before = saved_.at(b->base);
       if (std::memcmp(before.data(), b->base, before.size()) != 0)
-        throw OutOfBoundsWrite(who + " wrote into its input " + role_name(b->role) + " (the harness's memory, read-only to a backend)");
+        throw OutOfBoundsWrite(who + " wrote into its input " + case_key(b->role) + " (the harness's memory, read-only to a backend)");
     }
   }
 
@@ -142,7 +142,7 @@ void check_written_outside(const std::string& who, std::initializer_list<const B
     std::string names;
     for (const Buffer* b : group) {
       placements.push_back(b->pl);
-      names += (names.empty() ? "" : "/") + std::string(role_name(b->role));
+      names += (names.empty() ? "" : "/") + std::string(case_key(b->role));
     }
     const size_t n = written_outside(base, group[0]->pl.extent, placements, element_type(group[0]->t.dtype));
     if (n)
@@ -190,7 +190,7 @@ class PluginBackend final : public Backend {
   }
   bool masked_rows_zero() const override { return pl_->flags & AF_MASKED_ROWS_ZERO; }
   bool backward_takes_dlse() const override { return pl_->flags & AF_BACKWARD_TAKES_DLSE; }
-  std::vector<Output> nondeterministic_outputs() const override { return nondeterministic_outputs_of(pl_->flags); }
+  std::vector<TensorId> nondeterministic_outputs() const override { return nondeterministic_outputs_of(pl_->flags); }
   std::string why_nondeterministic() const override { return "the plugin's AF_NONDETERMINISTIC_* flags"; }
   bool cuda() const { return pl_->flags & AF_DEVICE_IS_CUDA; }
 
@@ -212,11 +212,11 @@ class PluginBackend final : public Backend {
   Forward forward(const Problem& p) override {
     Call call(p);
     const int32_t dt = af_dtype_of(p.dtype);
-    using R = TensorRole;
+    using R = TensorId;
     Arena mem;
-    Buffer q(mem, p, R::q, dt, false), k(mem, p, R::k, dt, false), v(mem, p, R::v, dt, false);
+    Buffer q(mem, p, R::Q, dt, false), k(mem, p, R::K, dt, false), v(mem, p, R::V, dt, false);
     q.store(p.q), k.store(p.k), v.store(p.v);
-    Buffer o(mem, p, R::o, dt, true), lse(mem, p, R::lse, AF_F32, true);
+    Buffer o(mem, p, R::O, dt, true), lse(mem, p, R::LSE, AF_F32, true);
     char msg[1024] = {0};
     std::optional<DeviceArena> gpu;
     if (cuda()) {
@@ -232,21 +232,21 @@ class PluginBackend final : public Backend {
     inputs.check(name() + " forward", gpu ? &*gpu : nullptr);
     check_written_outside(name() + " forward", {&o, &lse});
     Forward f;
-    f.o = o.load(&f.unwritten["O"]);
-    f.lse = lse.load(&f.unwritten["LSE"]);
+    f.o = o.load(&f.unwritten[name_of(TensorId::O)]);
+    f.lse = lse.load(&f.unwritten[name_of(TensorId::LSE)]);
     return f;
   }
 
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override {
     Call call(p);
     const int32_t dt = af_dtype_of(p.dtype);
-    using R = TensorRole;
+    using R = TensorId;
     Arena mem;
-    Buffer q(mem, p, R::q, dt, false), k(mem, p, R::k, dt, false), v(mem, p, R::v, dt, false);
-    Buffer o(mem, p, R::o, dt, false), lse(mem, p, R::lse, AF_F32, false), d_o(mem, p, R::d_out, dt, false);
-    Buffer g(mem, p, R::lse, AF_F32, false);  // dLSE is laid out as LSE
+    Buffer q(mem, p, R::Q, dt, false), k(mem, p, R::K, dt, false), v(mem, p, R::V, dt, false);
+    Buffer o(mem, p, R::O, dt, false), lse(mem, p, R::LSE, AF_F32, false), d_o(mem, p, R::dO, dt, false);
+    Buffer g(mem, p, R::LSE, AF_F32, false);  // dLSE is laid out as LSE
     q.store(p.q), k.store(p.k), v.store(p.v), o.store(fwd.o), lse.store(fwd.lse), d_o.store(d_out), g.store(d_lse);
-    Buffer dq(mem, p, R::d_q, dt, true), dk(mem, p, R::d_k, dt, true), dv(mem, p, R::d_v, dt, true);
+    Buffer dq(mem, p, R::dQ, dt, true), dk(mem, p, R::dK, dt, true), dv(mem, p, R::dV, dt, true);
     char msg[1024] = {0};
     std::optional<DeviceArena> gpu;
     if (cuda()) {
@@ -263,9 +263,9 @@ class PluginBackend final : public Backend {
     inputs.check(name() + " backward", gpu ? &*gpu : nullptr);
     check_written_outside(name() + " backward", {&dq, &dk, &dv});
     Gradients out;
-    out.dq = dq.load(&out.unwritten["dQ"]);
-    out.dk = dk.load(&out.unwritten["dK"]);
-    out.dv = dv.load(&out.unwritten["dV"]);
+    out.dq = dq.load(&out.unwritten[name_of(TensorId::dQ)]);
+    out.dk = dk.load(&out.unwritten[name_of(TensorId::dK)]);
+    out.dv = dv.load(&out.unwritten[name_of(TensorId::dV)]);
     return out;
   }
 

@@ -133,7 +133,7 @@ class PythonBackend final : public Backend {
   bool masked_rows_zero() const override { return info_.value("masked_rows_zero", true); }
   bool returns_lse() const override { return info_.value("returns_lse", true); }
   bool backward_takes_dlse() const override { return info_.value("backward_takes_dlse", true); }
-  std::vector<Output> nondeterministic_outputs() const override { return nondeterministic_; }
+  std::vector<TensorId> nondeterministic_outputs() const override { return nondeterministic_; }
   std::string why_nondeterministic() const override {
     const std::string why = info_.value("why_nondeterministic", std::string());
     return why.empty() ? "the adapter's nondeterministic_outputs" : why;
@@ -149,14 +149,14 @@ class PythonBackend final : public Backend {
   }
 
   Forward forward(const Problem& p) override {
-    using R = TensorRole;
+    using R = TensorId;
     const ShmType dt = shm_type(p.dtype);
     ShmLayout mem(arena_);
-    const ShmTensor q = mem.add("q", R::q, place(p.layouts, R::q, p.shape), dt);
-    const ShmTensor k = mem.add("k", R::k, place(p.layouts, R::k, p.shape), dt);
-    const ShmTensor v = mem.add("v", R::v, place(p.layouts, R::v, p.shape), dt);
-    const ShmTensor o = mem.add("o", R::o, place(p.layouts, R::o, p.shape), dt);
-    const ShmTensor lse = mem.add("lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
+    const ShmTensor q = mem.add(R::Q, place(p.layouts, R::Q, p.shape), dt);
+    const ShmTensor k = mem.add(R::K, place(p.layouts, R::K, p.shape), dt);
+    const ShmTensor v = mem.add(R::V, place(p.layouts, R::V, p.shape), dt);
+    const ShmTensor o = mem.add(R::O, place(p.layouts, R::O, p.shape), dt);
+    const ShmTensor lse = mem.add(R::LSE, place(p.layouts, R::LSE, p.shape), ShmType::f32);
     const ShmTensor mask = add_mask(mem, p);
     for (const ShmTensor* t : {&q, &k, &v}) shm_surround(arena_, *t, p.layouts.surround.fill);
     shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
@@ -164,30 +164,30 @@ class PythonBackend final : public Backend {
     copy_mask(mask, p);
     add_stats(call(request_payload(BridgeOp::forward, arena_.size(), p, &mem), "forward"));
     Forward f;
-    f.o = shm_load(arena_, o, &f.unwritten["O"]);
+    f.o = shm_load(arena_, o, &f.unwritten[name_of(TensorId::O)]);
     // Without returns_lse the LSE is not compared (harness/backend.h): not read back either.
-    f.lse = returns_lse() ? shm_load(arena_, lse, &f.unwritten["LSE"]) : Tensor({p.shape.batch, p.shape.heads_q, p.shape.seq_q});
+    f.lse = returns_lse() ? shm_load(arena_, lse, &f.unwritten[name_of(TensorId::LSE)]) : Tensor({p.shape.batch, p.shape.heads_q, p.shape.seq_q});
     return f;
   }
 
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override {
-    using R = TensorRole;
+    using R = TensorId;
     const ShmType dt = shm_type(p.dtype);
     ShmLayout mem(arena_);
-    const ShmTensor q = mem.add("q", R::q, place(p.layouts, R::q, p.shape), dt);
-    const ShmTensor k = mem.add("k", R::k, place(p.layouts, R::k, p.shape), dt);
-    const ShmTensor v = mem.add("v", R::v, place(p.layouts, R::v, p.shape), dt);
-    const ShmTensor o = mem.add("o", R::o, place(p.layouts, R::o, p.shape), dt);
-    const ShmTensor lse = mem.add("lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
+    const ShmTensor q = mem.add(R::Q, place(p.layouts, R::Q, p.shape), dt);
+    const ShmTensor k = mem.add(R::K, place(p.layouts, R::K, p.shape), dt);
+    const ShmTensor v = mem.add(R::V, place(p.layouts, R::V, p.shape), dt);
+    const ShmTensor o = mem.add(R::O, place(p.layouts, R::O, p.shape), dt);
+    const ShmTensor lse = mem.add(R::LSE, place(p.layouts, R::LSE, p.shape), ShmType::f32);
     // The forward's tensors first, in its order: at the forward's offsets, so the worker's views
     // of them (kept by their table entries) serve the backward too.
     const ShmTensor mask = add_mask(mem, p);
-    const ShmTensor d_o = mem.add("d_out", R::d_out, place(p.layouts, R::d_out, p.shape), dt);
+    const ShmTensor d_o = mem.add(R::dO, place(p.layouts, R::dO, p.shape), dt);
     std::optional<ShmTensor> g;  // dLSE, laid out as LSE; only for adapters that honour it (as in the C ABI)
-    if (backward_takes_dlse()) g = mem.add("d_lse", R::lse, place(p.layouts, R::lse, p.shape), ShmType::f32);
-    const ShmTensor dq = mem.add("d_q", R::d_q, place(p.layouts, R::d_q, p.shape), dt);
-    const ShmTensor dk = mem.add("d_k", R::d_k, place(p.layouts, R::d_k, p.shape), dt);
-    const ShmTensor dv = mem.add("d_v", R::d_v, place(p.layouts, R::d_v, p.shape), dt);
+    if (backward_takes_dlse()) g = mem.add(R::dLSE, place(p.layouts, R::LSE, p.shape), ShmType::f32);
+    const ShmTensor dq = mem.add(R::dQ, place(p.layouts, R::dQ, p.shape), dt);
+    const ShmTensor dk = mem.add(R::dK, place(p.layouts, R::dK, p.shape), dt);
+    const ShmTensor dv = mem.add(R::dV, place(p.layouts, R::dV, p.shape), dt);
     for (const ShmTensor* t : {&q, &k, &v, &o, &lse, &d_o}) shm_surround(arena_, *t, p.layouts.surround.fill);
     if (g) shm_surround(arena_, *g, p.layouts.surround.fill);
     shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
@@ -197,9 +197,9 @@ class PythonBackend final : public Backend {
     copy_mask(mask, p);
     add_stats(call(request_payload(BridgeOp::backward, arena_.size(), p, &mem), "backward"));
     Gradients out;
-    out.dq = shm_load(arena_, dq, &out.unwritten["dQ"]);
-    out.dk = shm_load(arena_, dk, &out.unwritten["dK"]);
-    out.dv = shm_load(arena_, dv, &out.unwritten["dV"]);
+    out.dq = shm_load(arena_, dq, &out.unwritten[name_of(TensorId::dQ)]);
+    out.dk = shm_load(arena_, dk, &out.unwritten[name_of(TensorId::dK)]);
+    out.dv = shm_load(arena_, dv, &out.unwritten[name_of(TensorId::dV)]);
     return out;
   }
 
@@ -213,8 +213,8 @@ class PythonBackend final : public Backend {
     pl.sizes = {p.shape.batch, p.shape.heads_q, p.shape.seq_q, p.shape.seq_kv};
     pl.strides = {p.shape.heads_q * p.shape.seq_q * p.shape.seq_kv, p.shape.seq_q * p.shape.seq_kv, p.shape.seq_kv, 1};
     pl.extent = static_cast<int64_t>(p.mask.size());
-    pl.buffer = TensorRole::q;
-    return mem.add("mask", TensorRole::q, pl, ShmType::u8);
+    pl.buffer = TensorId::mask;
+    return mem.add(TensorId::mask, pl, ShmType::u8);
   }
   void copy_mask(const ShmTensor& m, const Problem& p) {
     if (!p.mask.empty()) std::memcpy(arena_.at(m.buffer), p.mask.data(), p.mask.size());
@@ -249,7 +249,7 @@ class PythonBackend final : public Backend {
     }
     nondeterministic_.clear();
     for (const auto& t : r.value("nondeterministic_outputs", nlohmann::json::array())) {
-      const auto o = t.is_string() ? output_from_string(t.get<std::string>()) : std::nullopt;
+      const auto o = t.is_string() ? output_from_name(t.get<std::string>()) : std::nullopt;
       if (!o) throw std::runtime_error("python backend 'py:" + spec_.text + "': nondeterministic_outputs: unknown output " + t.dump());
       nondeterministic_.push_back(*o);
     }
@@ -306,7 +306,7 @@ class PythonBackend final : public Backend {
   std::optional<WorkerProcess> worker_;
   pid_t hello_pid_ = -1;
   nlohmann::json info_;
-  std::vector<Output> nondeterministic_;  // declared by the adapter (hello)
+  std::vector<TensorId> nondeterministic_;  // declared by the adapter (hello)
   std::map<DType, Contract> contracts_;
   SupportEnvelope envelope_;  // what campaigns aim at: the adapter's declared envelope (hello)
   std::map<std::string, double> stats_;

@@ -59,13 +59,6 @@ static_assert(std::endian::native == std::endian::little, "the binary requests a
 void put(std::string& out, int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
 void put(std::string& out, double v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
 
-int64_t tensor_name_code(const std::string& name) {
-  const auto* names = std::begin(kBridgeTensorNames);
-  const auto* it = std::find_if(names, std::end(kBridgeTensorNames), [&](const char* n) { return name == n; });
-  if (it == std::end(kBridgeTensorNames)) throw std::logic_error("python bridge: no code for tensor '" + name + "'");
-  return it - names;
-}
-
 }  // namespace
 
 std::string request_payload(BridgeOp op, size_t shm_size, const Problem& p, const ShmLayout* layout) {
@@ -82,8 +75,8 @@ std::string request_payload(BridgeOp op, size_t shm_size, const Problem& p, cons
   put(out, p.softcap ? *p.softcap : std::numeric_limits<double>::quiet_NaN());
   for (int64_t w : {p.q_offset, p.kv_offset, p.full_seq_q, p.full_seq_kv}) put(out, w);
   if (layout)
-    for (const auto& [name, t] : layout->tensors()) {
-      for (int64_t w : {tensor_name_code(name), static_cast<int64_t>(t.type), int64_t{t.pl.ndim}, static_cast<int64_t>(t.first_element())})
+    for (const auto& [tensor, t] : layout->tensors()) {
+      for (int64_t w : {wire_code(tensor), static_cast<int64_t>(t.type), int64_t{t.pl.ndim}, static_cast<int64_t>(t.first_element())})
         put(out, w);
       for (int i = 0; i < 4; ++i) put(out, i < t.pl.ndim ? t.pl.sizes[static_cast<size_t>(i)] : int64_t{0});
       for (int i = 0; i < 4; ++i) put(out, i < t.pl.ndim ? t.pl.strides[static_cast<size_t>(i)] : int64_t{0});

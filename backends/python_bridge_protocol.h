@@ -24,7 +24,7 @@
 //   problem  batch, heads_q, heads_kv, seq_q, seq_kv, head_dim_qk, head_dim_v,
 //            dtype (DType: 0 fp32, 1 fp16, 2 bf16), scale (float64), softcap (float64, NaN: none),
 //            q_offset, kv_offset, full_seq_q, full_seq_kv
-//   tensors  each: name (index in kBridgeTensorNames), type (ShmType: 0 fp32, 1 fp16, 2 bf16,
+//   tensors  each: name (wire_code, harness/tensors.def), type (ShmType: 0 fp32, 1 fp16, 2 bf16,
 //            3 u8), ndim, offset (bytes, of element 0), sizes[4], strides[4] (elements)
 //   extra    JSON {"mask": the mask expression, "restrictions": [band, ...]}, parsed only if the
 //            adapter reads them (the dense mask is a tensor)
@@ -46,9 +46,6 @@ namespace attnfuzz {
 inline constexpr int kPythonBridgeProtocol = 3;
 
 enum class BridgeOp : int64_t { supports = 1, forward = 2, backward = 3 };
-// The tensors a request can name; a tensor's name is its index here.
-inline constexpr const char* kBridgeTensorNames[] = {"q", "k", "v", "o", "lse", "mask", "d_out", "d_lse", "d_q", "d_k", "d_v"};
-
 // "MODULE:CLASS[?key=value&key=value]" (the part after "py:"): the adapter class and the
 // keyword arguments (strings) its constructor gets.
 struct AdapterSpec {

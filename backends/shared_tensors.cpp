@@ -57,10 +57,10 @@ size_t SharedArena::reserve(size_t bytes) {
   return at;
 }
 
-const ShmTensor& ShmLayout::add(const std::string& as, TensorRole role, const Placement& pl, ShmType type) {
+const ShmTensor& ShmLayout::add(TensorId as, const Placement& pl, ShmType type) {
   ShmTensor t{pl, type, 0};
   const size_t bytes = static_cast<size_t>(pl.extent) * shm_type_size(type);
-  if (pl.buffer != role) {
+  if (pl.buffer != layout_of(as)) {
     auto it = shared_.find(pl.buffer);
     t.buffer = it != shared_.end() ? it->second : (shared_[pl.buffer] = arena_.reserve(bytes));
   } else {

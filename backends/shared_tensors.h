@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "harness/layout.h"
 #include "harness/tensor.h"
+#include "harness/tensors.h"
 #include "backends/typed_buffers.h"
 
 namespace attnfuzz {
@@ -58,16 +60,23 @@ struct ShmTensor {
 // Lays out the tensors of one call: one buffer per tensor, or per packed group.
 class ShmLayout {
  public:
+  // The request's tensor table lists the tensors by wire name (harness/tensors.def), the
+  // order it has always had.
+  struct ByWireName {
+    bool operator()(TensorId a, TensorId b) const { return std::string_view(wire_name(a)) < wire_name(b); }
+  };
+  using Tensors = std::map<TensorId, ShmTensor, ByWireName>;
+
   explicit ShmLayout(SharedArena& arena) : arena_(arena) { arena_.reset(); }
-  // A tensor of `role` at its placement, named `as` in the request (dLSE: role lse, as "d_lse").
-  // Members of a packed group (pl.buffer != role) share their group's one buffer.
-  const ShmTensor& add(const std::string& as, TensorRole role, const Placement& pl, ShmType type);
-  const std::map<std::string, ShmTensor>& tensors() const { return tensors_; }
+  // Tensor `t` at its placement (dLSE at LSE's: layout_of). Members of a packed group
+  // (pl.buffer != layout_of(t)) share their group's one buffer.
+  const ShmTensor& add(TensorId t, const Placement& pl, ShmType type);
+  const Tensors& tensors() const { return tensors_; }
 
  private:
   SharedArena& arena_;
-  std::map<std::string, ShmTensor> tensors_;
-  std::map<TensorRole, size_t> shared_;  // a packed group's buffer, by its first member
+  Tensors tensors_;
+  std::map<TensorId, size_t> shared_;  // a packed group's buffer, by its first member
 };
 
 // float64 values to the arena in the tensor's type, at its placement (the one copy in).

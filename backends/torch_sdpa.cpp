@@ -73,7 +73,7 @@ class TorchSdpaBackend final : public Backend {
   Gradients backward_impl(const Problem& p, const Forward&, const Tensor& d_out, const Tensor&) {
     const at::Device dev = device_of(dev_);
     Call call = run(p, kind_ == SdpaKind::math);
-    at::Tensor d_o = laid_out(p, TensorRole::d_out, d_out, call.out.scalar_type(), dev);
+    at::Tensor d_o = laid_out(p, TensorId::dO, d_out, call.out.scalar_type(), dev);
     at::Tensor dq, dk, dv;
     if (kind_ == SdpaKind::math) {
       auto g = torch::autograd::grad({call.out}, {call.q, call.k, call.v}, {d_o}, false, false, true);

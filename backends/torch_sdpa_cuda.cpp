@@ -177,7 +177,7 @@ class TorchCudaSdpaBackend final : public Backend {
   // differs bitwise between identical backward calls (FlashAttention-2 and the CUTLASS
   // memory-efficient backward add each key block's dQ with atomics; LibTorch warns "cuDNN SDPA
   // is not deterministic"). dK, dV and the forward repeat bit for bit, and stay checked.
-  std::vector<Output> nondeterministic_outputs() const override { return {Output::dQ}; }
+  std::vector<TensorId> nondeterministic_outputs() const override { return {TensorId::dQ}; }
   std::string why_nondeterministic() const override { return "dQ is accumulated over key blocks in no fixed order"; }
   bool returns_lse() const override { return entry_ == CudaSdpaEntry::op; }
   // Rows with no visible key get an all -inf bias row: what the kernels make of it is not
@@ -242,7 +242,7 @@ class TorchCudaSdpaBackend final : public Backend {
   Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor&) override {
     return rethrow_plain([&] {
       Call c = run(p, true);
-      at::Tensor d_o = laid_out(p, TensorRole::d_out, d_out, c.out.scalar_type(), c.out.device());
+      at::Tensor d_o = laid_out(p, TensorId::dO, d_out, c.out.scalar_type(), c.out.device());
       auto g = torch::autograd::grad({c.out}, {c.q, c.k, c.v}, {d_o}, false, false, true);
       auto out = [](const at::Tensor& t, const at::Tensor& like) { return from_torch(t.defined() ? t : at::zeros_like(like)); };
       return Gradients{out(g[0], c.q), out(g[1], c.k), out(g[2], c.v)};
@@ -265,9 +265,9 @@ class TorchCudaSdpaBackend final : public Backend {
     // they do for a caller. They look at nothing else (sizes, strides, offsets, dtypes, device,
     // whether a mask is given): unfilled tensors, so asking costs no kernel and no copy (a case
     // the kernel declines, most of a toy campaign, then never waits on the GPU for it).
-    using R = TensorRole;
-    auto views = laid_out_views(p, {R::q, R::k, R::v}, opts, false);
-    at::Tensor q = views[R::q], k = views[R::k], v = views[R::v];
+    using R = TensorId;
+    auto views = laid_out_views(p, {R::Q, R::K, R::V}, opts, false);
+    at::Tensor q = views[R::Q], k = views[R::K], v = views[R::V];
     q.set_requires_grad(true);  // the choice differs for training: backward must be supported
     const MaskArg m = mask_arg(p, dev, false);
     WarningCollector warnings;

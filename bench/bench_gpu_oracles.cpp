@@ -131,9 +131,9 @@ void bench_case(int64_t heads, int64_t seq, bool causal, int reps, int64_t eigen
   const double cpu_terms_ms = ms_since(t0);
   const ErrorTerms gpu_terms = cuda_error_terms(sp, ef, sin.d_out, sin.d_lse);
   double worst = 0;
-  for (Output o : kOutputs)
+  for (TensorId o : kOutputs)
     for (auto part : {&TermTensors::operand, &TermTensors::score, &TermTensors::stored})
-      if (!(o == Output::O && part == &TermTensors::score)) worst = std::max(worst, rel_diff(gpu_terms[o].*part, cpu_terms[o].*part));
+      if (!(o == TensorId::O && part == &TermTensors::score)) worst = std::max(worst, rel_diff(gpu_terms[o].*part, cpu_terms[o].*part));
   std::printf(
       "  error terms on the CPU (oracles/error_terms.cpp), %lld head(s) %9.2f ms -> %.1f s for all heads; GPU vs CPU max rel. %.2e\n",
       static_cast<long long>(eigen_heads), cpu_terms_ms,

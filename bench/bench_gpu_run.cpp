@@ -49,7 +49,7 @@ class NullCalls final : public Backend {
   bool masked_rows_zero() const override { return declared_->masked_rows_zero(); }
   bool returns_lse() const override { return declared_->returns_lse(); }
   bool backward_takes_dlse() const override { return declared_->backward_takes_dlse(); }
-  std::vector<Output> nondeterministic_outputs() const override { return declared_->nondeterministic_outputs(); }
+  std::vector<TensorId> nondeterministic_outputs() const override { return declared_->nondeterministic_outputs(); }
   Forward forward(const Problem& p) override {
     const Shape& s = p.shape;
     return Forward{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
@@ -70,12 +70,12 @@ ErrorTerms null_error_terms(const Problem& p, const Forward& f) {
   const std::array<std::vector<int64_t>, 5> shapes{f.o.shape, f.lse.shape, std::vector<int64_t>{s.batch, s.heads_q, s.seq_q, s.head_dim_qk},
                                                    std::vector<int64_t>{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk},
                                                    std::vector<int64_t>{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}};
-  for (Output t : kOutputs) {
+  for (TensorId t : kOutputs) {
     TermTensors& tt = e[t];
-    const auto& shape = shapes[static_cast<size_t>(t)];
+    const auto& shape = shapes[output_index(t)];
     tt.operand = tt.stored = tt.score = Tensor(shape);
     tt.length = static_cast<double>(s.seq_kv);
-    if (t == Output::dQ || t == Output::dK) tt.via_op = tt.via_st = tt.via_acc = tt.via_sc = Tensor(shape);
+    if (t == TensorId::dQ || t == TensorId::dK) tt.via_op = tt.via_st = tt.via_acc = tt.via_sc = Tensor(shape);
     if (shape.size() == 4) tt.operand_sources = tt.score_sources = Tensor({shape[0], shape[1], shape[2]}, 1.0);
   }
   return e;

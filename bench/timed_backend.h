@@ -63,7 +63,7 @@ class Timed final : public Backend {
   double lse_unit_roundoff(DType d) const override { return inner_->lse_unit_roundoff(d); }
   SupportEnvelope envelope() const override { return inner_->envelope(); }
   std::optional<std::string> unsupported_reason(const Problem& p) const override { return inner_->unsupported_reason(p); }
-  std::vector<Output> nondeterministic_outputs() const override { return inner_->nondeterministic_outputs(); }
+  std::vector<TensorId> nondeterministic_outputs() const override { return inner_->nondeterministic_outputs(); }
   std::string why_nondeterministic() const override { return inner_->why_nondeterministic(); }
   bool backward_takes_dlse() const override { return inner_->backward_takes_dlse(); }
   const Merger* merger() const override { return inner_->merger(); }

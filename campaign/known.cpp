@@ -25,7 +25,7 @@ int64_t element_bytes(DType d) { return d == DType::f32 ? 4 : 2; }
 bool has_unaligned_rows(const Case& c, int64_t bytes) {
   const int64_t e = element_bytes(c.dtype);
   for (const CompositionCall& call : composition_calls(c))
-    for (TensorRole r : {TensorRole::q, TensorRole::k, TensorRole::v, TensorRole::d_out}) {
+    for (TensorId r : {TensorId::Q, TensorId::K, TensorId::V, TensorId::dO}) {
       const Placement p = place(c.layouts, r, call.shape);
       for (int64_t v : {p.strides[0], p.strides[1], p.strides[2], p.offset})
         if ((v * e) % bytes != 0) return true;

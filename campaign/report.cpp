@@ -194,7 +194,7 @@ ErrorProfile deserialize(const std::string& s) {
 
 std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServices& services, std::string* why) {
   const Signature& sig = r.finding.signature;
-  const std::optional<Output> output = output_from_string(sig.tensor);
+  const std::optional<TensorId> output = output_from_name(sig.tensor);
   if (sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout || !output) {
     *why = "the finding has no error tensor (a crash, a timeout, or a finding about no tensor)";
     return std::nullopt;

@@ -157,9 +157,9 @@ void print_report(const Case& c, const DiffReport& r, OracleDevice reference, co
   fmt::print("rule      {}\n", r.rule.describe());
   // Outputs a backend declares nondeterministic (AF_NONDETERMINISTIC_*, nondeterministic_outputs).
   for (const Backend* b : backends)
-    if (const std::vector<Output> may_differ = b->nondeterministic_outputs(); !may_differ.empty()) {
+    if (const std::vector<TensorId> may_differ = b->nondeterministic_outputs(); !may_differ.empty()) {
       std::vector<std::string> names;
-      for (Output t : may_differ) names.emplace_back(to_string(t));
+      for (TensorId t : may_differ) names.emplace_back(to_string(t));
       fmt::print("declared  {}: {} may differ run to run ({}): judged against the reference, not checked bitwise\n", b->name(),
                  fmt::join(names, ", "), b->why_nondeterministic());
     }

@@ -42,8 +42,8 @@ void redraw_for_lengths(Case& c, SplitMix& r) {
   c.composition = Composition{};
 }
 
-constexpr TensorRole kStridedRoles[] = {TensorRole::q,   TensorRole::k,   TensorRole::v,   TensorRole::d_out,
-                                        TensorRole::o,   TensorRole::d_q, TensorRole::d_k, TensorRole::d_v};
+constexpr TensorId kStridedRoles[] = {TensorId::Q,   TensorId::K,   TensorId::V,   TensorId::dO,
+                                        TensorId::O,   TensorId::dQ, TensorId::dK, TensorId::dV};
 
 }  // namespace
 
@@ -83,14 +83,14 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
     c.composition = Composition{};
   if (e.min_seq_kv > 1 && has_kind(c.composition, Composition::Kind::kv_split)) c.composition = Composition{};
   if (const int64_t a = align_elems(e, c.dtype); a > 1)
-    for (TensorRole role : kStridedRoles) {
+    for (TensorId role : kStridedRoles) {
       TensorLayout& l = c.layouts[role];
       l.offset = l.offset / a * a;
       l.row_padding = round_up(l.row_padding, a);
       l.head_padding = round_up(l.head_padding, a);
     }
   if (const int64_t a = align_elems(e, c.dtype); a > 1) c.layouts.surround.guard = round_up(c.layouts.surround.guard, a);
-  if (e.packed_lse) c.layouts[TensorRole::lse] = TensorLayout{};
+  if (e.packed_lse) c.layouts[TensorId::LSE] = TensorLayout{};
   return c;
 }
 
@@ -159,9 +159,9 @@ Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const
                                              : MaskExpr::op(MaskExpr::Kind::not_, {MaskExpr::causal_mask(Align::top_left)});
       break;
     case EnvelopeClause::alignment: {
-      const TensorRole role = kStridedRoles[r.range(0, 7)];
-      if (role == TensorRole::q || role == TensorRole::k || role == TensorRole::v) c.layouts.inputs = Packing::none;
-      if (role == TensorRole::d_q || role == TensorRole::d_k || role == TensorRole::d_v) c.layouts.grads = Packing::none;
+      const TensorId role = kStridedRoles[r.range(0, 7)];
+      if (role == TensorId::Q || role == TensorId::K || role == TensorId::V) c.layouts.inputs = Packing::none;
+      if (role == TensorId::dQ || role == TensorId::dK || role == TensorId::dV) c.layouts.grads = Packing::none;
       TensorLayout& l = c.layouts[role];
       if (r.chance(0.5))
         l.offset += 1;  // the base pointer one element past
@@ -170,7 +170,7 @@ Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const
       break;
     }
     case EnvelopeClause::lse:
-      c.layouts[TensorRole::lse].offset = r.range(1, 3);
+      c.layouts[TensorId::LSE].offset = r.range(1, 3);
       break;
   }
   return c;

@@ -107,7 +107,7 @@ Case decode_case(const uint8_t* data, size_t size) {
       c.layouts = Layouts::uniform(decode_tensor_layout(r));
       break;
     case 2:
-      for (TensorRole role : kAllTensorRoles) c.layouts[role] = decode_tensor_layout(r);
+      for (TensorId role : kLaidOutTensors) c.layouts[role] = decode_tensor_layout(r);
       c.layouts.inputs = decode_packing(r, s);
       c.layouts.grads = decode_packing(r, s);
       break;

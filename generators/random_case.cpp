@@ -148,7 +148,7 @@ TensorLayout random_tensor_layout(SplitMix& r) {
 
 Layouts random_layouts(SplitMix& r, const Shape& s) {
   Layouts out;
-  for (TensorRole role : kAllTensorRoles) out[role] = r.chance(0.3) ? TensorLayout{} : random_tensor_layout(r);
+  for (TensorId role : kLaidOutTensors) out[role] = r.chance(0.3) ? TensorLayout{} : random_tensor_layout(r);
   auto packing = [&](double p) {
     if (!r.chance(p)) return Packing::none;
     if (packing_applies(Packing::qkv, s) && r.chance(0.7)) return Packing::qkv;

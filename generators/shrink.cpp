@@ -57,7 +57,7 @@ std::vector<Layouts> simpler_layouts(const Layouts& l) {
     x.surround.guard = 0;
     out.push_back(x);
   }
-  for (TensorRole r : kAllTensorRoles)
+  for (TensorId r : kLaidOutTensors)
     if (!(l[r] == TensorLayout{})) {
       Layouts x = l;
       x[r] = TensorLayout{};
@@ -70,7 +70,7 @@ std::vector<Layouts> simpler_layouts(const Layouts& l) {
 uint64_t layout_distance(const Layouts& l) {
   uint64_t n = (l.inputs != Packing::none) + (l.grads != Packing::none) + (l.surround.fill != Surround::Fill::zero) +
                (l.surround.guard > 0);
-  for (TensorRole r : kAllTensorRoles) n += !(l[r] == TensorLayout{});
+  for (TensorId r : kLaidOutTensors) n += !(l[r] == TensorLayout{});
   return n;
 }
 

@@ -81,7 +81,7 @@ class Backend {
   // documentation says (a backward that accumulates dQ with atomic adds, in whatever order
   // the blocks finish), and why. The determinism check skips them; every run of them is
   // still judged against the reference. Every other output must repeat bit for bit.
-  virtual std::vector<Output> nondeterministic_outputs() const { return {}; }
+  virtual std::vector<TensorId> nondeterministic_outputs() const { return {}; }
   virtual std::string why_nondeterministic() const { return {}; }
   // Whether backward() honours d_lse. When it does not, the composition engine
   // adds the dLSE term itself and says so.

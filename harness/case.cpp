@@ -227,7 +227,7 @@ uint64_t estimate_host_bytes(const Case& c, const HostWork& work) {
   // Laid-out copies a backend gets, at most 8 bytes an element. place()'s extent is at most
   // offset + 3 * B * H * S * (w + row_padding + head_padding) (3: a packed group); bounded
   // here with saturating arithmetic, since place() itself assumes sizes that fit.
-  for (TensorRole r : kAllTensorRoles) {
+  for (TensorId r : kLaidOutTensors) {
     const TensorLayout& l = c.layouts[r];
     const auto n = role_sizes(r, s);
     const uint64_t row = sat_add(static_cast<uint64_t>(n[3]), static_cast<uint64_t>(l.row_padding + l.head_padding));
@@ -277,9 +277,9 @@ void validate(const Case& c, const Limits& limits) {
   // `layout` key says (and how write_case writes it): its errors name that key.
   const std::optional<TensorLayout> one = c.layouts.as_uniform();
   const bool one_key = one && one->head_padding == 0 && one->offset == 0;
-  for (TensorRole r : kAllTensorRoles) {
+  for (TensorId r : kLaidOutTensors) {
     const TensorLayout& l = c.layouts[r];
-    const std::string field = one_key ? std::string("layout") : std::string("layouts.") + role_name(r);
+    const std::string field = one_key ? std::string("layout") : std::string("layouts.") + case_key(r);
     auto check = [&](int64_t v, const char* name) {
       if (v < 0 || v > kMaxLayoutPad) throw CaseError(field + "." + name, "must be in [0, " + std::to_string(kMaxLayoutPad) + "]");
     };

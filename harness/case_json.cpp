@@ -208,10 +208,10 @@ Composition composition_from(const json& j, const std::string& path, int depth) 
 Layouts layouts_from(const json& j) {
   ObjectReader r(j, "layouts");
   Layouts out;
-  for (TensorRole role : kAllTensorRoles) {
-    const json* t = r.maybe(role_name(role));
+  for (TensorId role : kLaidOutTensors) {
+    const json* t = r.maybe(case_key(role));
     if (!t) continue;
-    ObjectReader tr(*t, r.field(role_name(role)));
+    ObjectReader tr(*t, r.field(case_key(role)));
     TensorLayout& l = out[role];
     const std::string order = tr.string("order", "bhsd");
     const auto o = order_from_name(order);
@@ -249,10 +249,10 @@ Layouts layouts_from(const json& j) {
 
 json layouts_to_json(const Layouts& l) {
   json j = json::object();
-  for (TensorRole role : kAllTensorRoles) {
+  for (TensorId role : kLaidOutTensors) {
     const TensorLayout& t = l[role];
     if (t == TensorLayout{}) continue;
-    j[role_name(role)] =
+    j[case_key(role)] =
         json{{"order", order_name(t.order)}, {"row_padding", t.row_padding}, {"head_padding", t.head_padding}, {"offset", t.offset}};
   }
   if (l.inputs != Packing::none || l.grads != Packing::none)
@@ -341,8 +341,9 @@ json to_json(const Case& c) {
   j["scale"] = c.scale ? json(*c.scale) : json(nullptr);
   j["softcap"] = c.softcap ? json(*c.softcap) : json(nullptr);
   j["mask"] = to_json(c.mask);
-  j["values"] = json{{"q", dist_to_json(c.q)}, {"k", dist_to_json(c.k)}, {"v", dist_to_json(c.v)}};
-  j["grads"] = json{{"d_out", dist_to_json(c.d_out)}, {"d_lse", dist_to_json(c.d_lse)}};
+  using T = TensorId;
+  j["values"] = json{{case_key(T::Q), dist_to_json(c.q)}, {case_key(T::K), dist_to_json(c.k)}, {case_key(T::V), dist_to_json(c.v)}};
+  j["grads"] = json{{case_key(T::dO), dist_to_json(c.d_out)}, {case_key(T::dLSE), dist_to_json(c.d_lse)}};
   j["composition"] = to_json(c.composition);
   return j;
 }
@@ -384,19 +385,17 @@ Case case_from_json(const json& j, const Limits& limits) {
   c.scale = r.optional_number("scale");
   c.softcap = r.optional_number("softcap");
   if (const json* m = r.maybe("mask")) c.mask = mask_from(*m, "mask", 0);
-  if (const json* v = r.maybe("values")) {
-    ObjectReader vr(*v, "values");
-    if (const json* x = vr.maybe("q")) c.q = dist_from(*x, "values.q", c.q);
-    if (const json* x = vr.maybe("k")) c.k = dist_from(*x, "values.k", c.k);
-    if (const json* x = vr.maybe("v")) c.v = dist_from(*x, "values.v", c.v);
-    vr.finish();
-  }
-  if (const json* g = r.maybe("grads")) {
-    ObjectReader gr(*g, "grads");
-    if (const json* x = gr.maybe("d_out")) c.d_out = dist_from(*x, "grads.d_out", c.d_out);
-    if (const json* x = gr.maybe("d_lse")) c.d_lse = dist_from(*x, "grads.d_lse", c.d_lse);
-    gr.finish();
-  }
+  // Each tensor's distribution, under its case key in "values" (Q, K, V) or "grads" (dO, dLSE).
+  auto read_dists = [&](const char* key, std::initializer_list<std::pair<TensorId, ValueDist*>> tensors) {
+    const json* d = r.maybe(key);
+    if (!d) return;
+    ObjectReader dr(*d, key);
+    for (auto [t, dist] : tensors)
+      if (const json* x = dr.maybe(case_key(t))) *dist = dist_from(*x, std::string(key) + "." + case_key(t), *dist);
+    dr.finish();
+  };
+  read_dists("values", {{TensorId::Q, &c.q}, {TensorId::K, &c.k}, {TensorId::V, &c.v}});
+  read_dists("grads", {{TensorId::dO, &c.d_out}, {TensorId::dLSE, &c.d_lse}});
   if (const json* comp = r.maybe("composition")) c.composition = composition_from(*comp, "composition", 0);
   r.finish();
   validate(c, limits);

@@ -11,20 +11,27 @@
 
 namespace attnfuzz {
 
-const Tensor& ComposedResult::operator[](Output t) const {
+const Tensor& ComposedResult::operator[](TensorId t) const {
   switch (t) {
-    case Output::O:
+    case TensorId::O:
       return fwd.o;
-    case Output::LSE:
+    case TensorId::LSE:
       return fwd.lse;
-    case Output::dQ:
+    case TensorId::dQ:
       return grads.dq;
-    case Output::dK:
+    case TensorId::dK:
       return grads.dk;
-    case Output::dV:
+    case TensorId::dV:
       return grads.dv;
+    case TensorId::Q:
+    case TensorId::K:
+    case TensorId::V:
+    case TensorId::dO:
+    case TensorId::dLSE:
+    case TensorId::mask:
+      break;
   }
-  throw std::logic_error("unknown output");
+  throw std::logic_error(std::string("not an output: ") + name_of(t));
 }
 namespace {
 

@@ -39,8 +39,8 @@ struct ComposedResult {
   std::vector<std::string> notes;
   std::vector<CallRecord> calls;  // only when asked for (run_composition's record_calls)
 
-  // The output `t` (O, LSE, dQ, dK, dV: harness/error_model.h).
-  const Tensor& operator[](Output t) const;
+  // The output `t` (one of kOutputs, harness/tensors.h).
+  const Tensor& operator[](TensorId t) const;
 };
 
 // Throws UnsupportedError when a leaf is not supported by the backend (with its reason);

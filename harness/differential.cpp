@@ -182,7 +182,7 @@ class DifferentialSession::Impl {
 
   static OutputTensors outputs_of(const ComposedResult& r) {
     OutputTensors t{};
-    for (Output o : kOutputs) t[static_cast<size_t>(o)] = &r[o];
+    for (TensorId o : kOutputs) t[output_index(o)] = &r[o];
     return t;
   }
 
@@ -218,7 +218,7 @@ class DifferentialSession::Impl {
   // The errors of the fingerprint ladder's emulations of output t through comp: the same for
   // every backend run there with the same dLSE handling, so computed once (the comparisons of
   // a real-size tensor at once, each its own sum in its own order).
-  const std::vector<std::pair<Contract, ErrorStats>>& rung_errors(const Composition& comp, bool takes_dlse, Output t) {
+  const std::vector<std::pair<Contract, ErrorStats>>& rung_errors(const Composition& comp, bool takes_dlse, TensorId t) {
     auto key = std::make_tuple(describe(comp), takes_dlse, t);
     auto it = rung_errors_.find(key);
     if (it != rung_errors_.end()) return it->second;
@@ -233,9 +233,9 @@ class DifferentialSession::Impl {
     return rung_errors_.emplace(key, std::move(errors)).first->second;
   }
 
-  static bool q_indexed(Output t) { return t == Output::O || t == Output::LSE || t == Output::dQ; }
+  static bool q_indexed(TensorId t) { return t == TensorId::O || t == TensorId::LSE || t == TensorId::dQ; }
 
-  ErrorStats error_of(const Tensor& t, Output o) const { return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr); }
+  ErrorStats error_of(const Tensor& t, TensorId o) const { return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr); }
 
   void add(const std::string& backend, const std::string& comp, const std::string& tensor, FindingClass cls, std::string detail,
            std::map<std::string, double> metrics = {}) {
@@ -254,9 +254,9 @@ class DifferentialSession::Impl {
     run.version = be.version();
     run.composition = describe(comp);
     run.composition_class = composition_class(comp);
-    if (const std::vector<Output> may_differ = be.nondeterministic_outputs(); !may_differ.empty()) {
+    if (const std::vector<TensorId> may_differ = be.nondeterministic_outputs(); !may_differ.empty()) {
       std::string names;
-      for (Output t : may_differ) names += (names.empty() ? "" : ", ") + std::string(to_string(t));
+      for (TensorId t : may_differ) names += (names.empty() ? "" : ", ") + std::string(to_string(t));
       run.notes.push_back(be.name() + " declares " + names + " nondeterministic (" + be.why_nondeterministic() + "): not checked bitwise");
     }
     return run;
@@ -326,9 +326,9 @@ class DifferentialSession::Impl {
   void check_determinism(Backend& be, const Composition& comp, const ComposedResult& r, const BackendRun& run) {
     try {
       const ComposedResult again = run_composition(be, c_, in_, comp);
-      const std::vector<Output> may_differ = be.nondeterministic_outputs();
-      for (Output t : kOutputs) {
-        if (t == Output::LSE && !be.returns_lse()) continue;
+      const std::vector<TensorId> may_differ = be.nondeterministic_outputs();
+      for (TensorId t : kOutputs) {
+        if (t == TensorId::LSE && !be.returns_lse()) continue;
         if (std::find(may_differ.begin(), may_differ.end(), t) != may_differ.end()) continue;
         if (!bitwise_equal(r[t], again[t]))
           add(run.backend, run.composition_class, to_string(t), FindingClass::nondeterministic,
@@ -358,9 +358,9 @@ class DifferentialSession::Impl {
         run.notes.push_back("fully masked rows not compared: the backend does not follow the O = 0 / LSE = -inf convention");
       return;
     }
-    for (Output t : {Output::O, Output::LSE, Output::dQ}) {
-      if (t == Output::LSE && !be.returns_lse()) continue;
-      const size_t bad = convention_breaks(r[t], skip_, t == Output::LSE);
+    for (TensorId t : {TensorId::O, TensorId::LSE, TensorId::dQ}) {
+      if (t == TensorId::LSE && !be.returns_lse()) continue;
+      const size_t bad = convention_breaks(r[t], skip_, t == TensorId::LSE);
       if (bad)
         add(run.backend, run.composition_class, to_string(t), FindingClass::semantic,
             std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{"rows", double(bad)}});
@@ -374,10 +374,10 @@ class DifferentialSession::Impl {
     const ComposedResult& base_fwd = emulation(contract, false, comp, takes_dlse);
     const ComposedResult& base_rev = emulation(contract, true, comp, takes_dlse);
     const OutputsModel* error_model = model(contract, be.lse_unit_roundoff(c_.dtype), comp);
-    for (Output t : kOutputs) {
-      const size_t i = static_cast<size_t>(t);
+    for (TensorId t : kOutputs) {
+      const size_t i = output_index(t);
       const std::string name = to_string(t);
-      if (t == Output::LSE && !be.returns_lse()) {
+      if (t == TensorId::LSE && !be.returns_lse()) {
         TensorVerdict v;
         v.tensor = name;
         v.compared = false;
@@ -396,7 +396,7 @@ class DifferentialSession::Impl {
       // of the L terms of an element's reduction may lose up to 2^-126: a floor on the allowance
       // (P itself below 2^-126 is the error model's underflow term). Beside the storage type's
       // smallest subnormal it matters only for elements near 1e-35 (H-4: dV rows of 1e-37).
-      in.tiny = t == Output::LSE ? 0.0 : std::max(smallest_subnormal(c_.dtype), kSmallestNormalF32 * reduction_length(t, c_.shape));
+      in.tiny = t == TensorId::LSE ? 0.0 : std::max(smallest_subnormal(c_.dtype), kSmallestNormalF32 * reduction_length(t, c_.shape));
       const double u_acc = rounding_units(contract, c_.dtype, 0.0).accumulate;
       in.row_scale_variance = u_acc * u_acc * reduction_length(t, c_.shape);
       in.rungs = &rung_errors(comp, takes_dlse, t);
@@ -445,7 +445,7 @@ class DifferentialSession::Impl {
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
   std::map<std::tuple<Contract, double, std::string>, OutputsModel> models_;
   std::map<std::string, CallTerms> call_terms_;
-  std::map<std::tuple<std::string, bool, Output>, std::vector<std::pair<Contract, ErrorStats>>> rung_errors_;
+  std::map<std::tuple<std::string, bool, TensorId>, std::vector<std::pair<Contract, ErrorStats>>> rung_errors_;
   DiffReport report_;
 };
 

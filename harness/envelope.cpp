@@ -35,28 +35,28 @@ namespace {
 
 int64_t element_bytes(DType d) { return d == DType::f32 ? 4 : 2; }
 
-constexpr TensorRole kStridedRoles[] = {TensorRole::q,   TensorRole::k,   TensorRole::v,   TensorRole::d_out,
-                                        TensorRole::o,   TensorRole::d_q, TensorRole::d_k, TensorRole::d_v};
+constexpr TensorId kStridedRoles[] = {TensorId::Q,   TensorId::K,   TensorId::V,   TensorId::dO,
+                                        TensorId::O,   TensorId::dQ, TensorId::dK, TensorId::dV};
 
 // The first strided tensor whose base or a stride (in bytes) is off the alignment, or nothing.
 std::optional<std::string> misaligned(const Problem& p, int64_t align) {
   if (align <= 1) return std::nullopt;
   const int64_t e = element_bytes(p.dtype);
-  for (TensorRole r : kStridedRoles) {
+  for (TensorId r : kStridedRoles) {
     const Placement pl = place(p.layouts, r, p.shape);
     if ((pl.offset * e) % align != 0)
-      return std::string(role_name(r)) + " starts " + std::to_string((pl.offset * e) % align) + " bytes past " + std::to_string(align) +
+      return std::string(case_key(r)) + " starts " + std::to_string((pl.offset * e) % align) + " bytes past " + std::to_string(align) +
              "-byte alignment";
     for (int d = 0; d < 3; ++d)
       if (pl.sizes[static_cast<size_t>(d)] > 1 && (pl.strides[static_cast<size_t>(d)] * e) % align != 0)
-        return std::string(role_name(r)) + " has a stride of " + std::to_string(pl.strides[static_cast<size_t>(d)] * e) +
+        return std::string(case_key(r)) + " has a stride of " + std::to_string(pl.strides[static_cast<size_t>(d)] * e) +
                " bytes, not a multiple of " + std::to_string(align);
   }
   return std::nullopt;
 }
 
 bool lse_packed(const Problem& p) {
-  const Placement pl = place(p.layouts, TensorRole::lse, p.shape);
+  const Placement pl = place(p.layouts, TensorId::LSE, p.shape);
   const Shape& s = p.shape;
   return pl.offset == p.layouts.surround.guard && pl.strides[2] == 1 && pl.strides[1] == s.seq_q && pl.strides[0] == s.heads_q * s.seq_q;
 }

@@ -13,28 +13,6 @@
 
 namespace attnfuzz {
 
-std::optional<Output> output_from_string(std::string_view name) {
-  for (Output t : kOutputs)
-    if (name == to_string(t)) return t;
-  return std::nullopt;
-}
-
-const char* to_string(Output t) {
-  switch (t) {
-    case Output::O:
-      return "O";
-    case Output::LSE:
-      return "LSE";
-    case Output::dQ:
-      return "dQ";
-    case Output::dK:
-      return "dK";
-    case Output::dV:
-      return "dV";
-  }
-  return "?";
-}
-
 RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff) {
   const double u32 = unit_roundoff(DType::f32);
   RoundingUnits u;
@@ -66,12 +44,12 @@ RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff) {
   return u;
 }
 
-double reduction_length(Output t, const Shape& s) {
-  return t == Output::dK || t == Output::dV ? static_cast<double>(s.seq_q * s.group()) : static_cast<double>(s.seq_kv);
+double reduction_length(TensorId t, const Shape& s) {
+  return t == TensorId::dK || t == TensorId::dV ? static_cast<double>(s.seq_q * s.group()) : static_cast<double>(s.seq_kv);
 }
 
-double storage_variance(Output t, double ref, const RoundingUnits& u) {
-  return t == Output::LSE ? u.lse * u.lse * (1.0 + ref * ref) / 3.0 : u.store * u.store * ref * ref / 3.0;
+double storage_variance(TensorId t, double ref, const RoundingUnits& u) {
+  return t == TensorId::LSE ? u.lse * u.lse * (1.0 + ref * ref) / 3.0 : u.store * u.store * ref * ref / 3.0;
 }
 
 namespace {
@@ -90,21 +68,21 @@ double lse_accumulation_variance(const TermTensors& terms, const RoundingUnits& 
 
 // The relative variance of the row's normalizer (harness/error_model.h, "normalizer"); 0 for
 // outputs without one.
-double normalizer_variance(Output t, const TermTensors& terms, const RoundingUnits& u, size_t row) {
+double normalizer_variance(TensorId t, const TermTensors& terms, const RoundingUnits& u, size_t row) {
   const double accumulated = lse_accumulation_variance(terms, u);
-  if (t == Output::O) return accumulated;
-  if (t != Output::dQ) return 0.0;
+  if (t == TensorId::O) return accumulated;
+  if (t != TensorId::dQ) return 0.0;
   const double lse = terms.row_lse.data.empty() ? 0.0 : terms.row_lse.data[row];
-  return (std::isfinite(lse) ? storage_variance(Output::LSE, lse, u) : 0.0) + accumulated;
+  return (std::isfinite(lse) ? storage_variance(TensorId::LSE, lse, u) : 0.0) + accumulated;
 }
 
-VarianceParts element_variance(Output t, const TermTensors& terms, double ref, const RoundingUnits& u, size_t e, size_t row) {
+VarianceParts element_variance(TensorId t, const TermTensors& terms, double ref, const RoundingUnits& u, size_t e, size_t row) {
   const double u_score2 = u.accumulate * u.accumulate + u.input * u.input;
   const double acc2 = u.accumulate * u.accumulate * terms.length / 3.0;
   const double r = std::isfinite(ref) ? ref : 0.0;
   const double op = terms.operand.data[e], st = terms.stored.data[e], sc = terms.score.data[e];
   VarianceParts v;
-  if (t == Output::LSE) {
+  if (t == TensorId::LSE) {
     v.independent = storage_variance(t, r, u) + lse_accumulation_variance(terms, u);
     v.score = u_score2 * sc * sc;
     return v;
@@ -134,8 +112,8 @@ double distinct_values(const double* x, int64_t n, std::vector<double>& v) {
 }  // namespace
 
 void attach_row_lse(ErrorTerms& terms, const Tensor& lse) {
-  terms[Output::O].row_lse = lse;
-  terms[Output::dQ].row_lse = lse;
+  terms[TensorId::O].row_lse = lse;
+  terms[TensorId::dQ].row_lse = lse;
 }
 
 double directions(const double* x, int64_t n, int64_t dim) {
@@ -156,8 +134,8 @@ double directions(const double* x, int64_t n, int64_t dim) {
 void attach_directions(ErrorTerms& terms, const Problem& p, const Tensor& d_out) {
   const Shape& s = p.shape;
   const int64_t group = s.group();
-  for (Output t : {Output::O, Output::dQ, Output::dK, Output::dV}) {
-    const bool q_rows = t == Output::O || t == Output::dQ;
+  for (TensorId t : {TensorId::O, TensorId::dQ, TensorId::dK, TensorId::dV}) {
+    const bool q_rows = t == TensorId::O || t == TensorId::dQ;
     Tensor cap({s.batch, q_rows ? s.heads_q : s.heads_kv, q_rows ? s.seq_q : s.seq_kv});
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t h = 0; h < cap.shape[1]; ++h) {
@@ -165,11 +143,11 @@ void attach_directions(ErrorTerms& terms, const Problem& p, const Tensor& d_out)
         if (q_rows) {
           const int64_t hk = h / group;
           c = directions(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk);
-          if (t == Output::O) c = std::min(c, directions(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v));
+          if (t == TensorId::O) c = std::min(c, directions(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v));
         } else {
           // The group's heads sit next to each other: their queries are one run of rows.
           c = directions(p.q.at(b, h * group, 0), group * s.seq_q, s.head_dim_qk);
-          if (t == Output::dV) c = std::min(c, directions(d_out.at(b, h * group, 0), group * s.seq_q, s.head_dim_v));
+          if (t == TensorId::dV) c = std::min(c, directions(d_out.at(b, h * group, 0), group * s.seq_q, s.head_dim_v));
         }
         std::fill(cap.at(b, h, 0), cap.at(b, h, 0) + cap.shape[2], c);
       }
@@ -189,10 +167,10 @@ void check_shapes(const char* who, const TermTensors& terms, const Tensor& ref) 
   }
 }
 
-Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
   check_shapes("model_sigma", terms, ref);
   Tensor sigma(ref.shape);
-  const size_t width = ref.shape.empty() || t == Output::LSE ? 1 : static_cast<size_t>(ref.shape.back());
+  const size_t width = ref.shape.empty() || t == TensorId::LSE ? 1 : static_cast<size_t>(ref.shape.back());
   // Each element on its own: any split over threads gives the same bits (harness/parallel.h).
   parallel_for(ref.numel(), [&](size_t begin, size_t end) {
     for (size_t e = begin; e < end; ++e) sigma.data[e] = std::sqrt(element_variance(t, terms, ref.data[e], u, e, e / width).total());
@@ -200,8 +178,8 @@ Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const 
   return sigma;
 }
 
-ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
-  if (t == Output::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
+ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+  if (t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
   check_shapes("model_row_dof", terms, ref);
   const int64_t width = ref.shape[3];
   ModelOfOutput m{Tensor(ref.shape), Tensor({ref.shape[0], ref.shape[1], ref.shape[2]})};
@@ -231,7 +209,7 @@ ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const 
         sc_sources = std::min(sc_sources, terms.direction_sources.data[row]);
       }
       double correlated = sum.operand, via = sum.via;
-      if (t == Output::dK) correlated += std::exchange(via, 0.0);
+      if (t == TensorId::dK) correlated += std::exchange(via, 0.0);
       double shared_denom = via * via + sum.normalizer * sum.normalizer;
       if (correlated > 0) shared_denom += correlated * correlated / std::max(1.0, op_sources);
       if (sum.score > 0) shared_denom += sum.score * sum.score / std::max(1.0, sc_sources);
@@ -260,8 +238,8 @@ ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const 
   return m;
 }
 
-Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
-  if (t == Output::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {};
+Tensor model_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+  if (t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {};
   return model_sigma_and_row_dof(t, terms, ref, u).row_dof;
 }
 
@@ -299,8 +277,8 @@ void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tens
 
 OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u) {
   OutputsModel m;
-  for (Output t : kOutputs) {
-    const size_t i = static_cast<size_t>(t);
+  for (TensorId t : kOutputs) {
+    const size_t i = output_index(t);
     ModelOfOutput o = model_sigma_and_row_dof(t, terms[t], *ref[i], u);
     m.sigma[i] = std::move(o.sigma);
     m.row_dof[i] = std::move(o.row_dof);
@@ -310,18 +288,18 @@ OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, co
 
 namespace {
 
-bool indexed_by_queries(Output t) { return t == Output::O || t == Output::LSE || t == Output::dQ; }
+bool indexed_by_queries(TensorId t) { return t == TensorId::O || t == TensorId::LSE || t == TensorId::dQ; }
 
 // The composition's model of output t before the whole problem's bounds it (composed_model).
-void combine_calls(Output t, const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const RoundingUnits& u,
+void combine_calls(TensorId t, const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const RoundingUnits& u,
                    Tensor& sigma, Tensor& row_dof) {
-  const Tensor& whole = *ref[static_cast<size_t>(t)];
-  const std::vector<int64_t> row_shape = indexed_by_queries(t) ? ref[static_cast<size_t>(Output::LSE)]->shape
+  const Tensor& whole = *ref[output_index(t)];
+  const std::vector<int64_t> row_shape = indexed_by_queries(t) ? ref[output_index(TensorId::LSE)]->shape
                                                                : std::vector<int64_t>{whole.shape[0], whole.shape[1], whole.shape[2]};
   Tensor sum_sigma2(whole.shape), row_var(row_shape), row_var2_dof(row_shape);
   for (const CallOfComposition& call : calls) {
-    ModelOfOutput o = model_sigma_and_row_dof(t, (*call.terms)[t], *call.outputs[static_cast<size_t>(t)], u);
-    add_call_model({t, std::move(o.sigma), std::move(o.row_dof), t == Output::O || t == Output::LSE ? call.weight : nullptr,
+    ModelOfOutput o = model_sigma_and_row_dof(t, (*call.terms)[t], *call.outputs[output_index(t)], u);
+    add_call_model({t, std::move(o.sigma), std::move(o.row_dof), t == TensorId::O || t == TensorId::LSE ? call.weight : nullptr,
                     indexed_by_queries(t) ? call.q_offset : call.kv_offset},
                    sum_sigma2, row_var, row_var2_dof);
   }
@@ -333,7 +311,7 @@ void combine_calls(Output t, const std::vector<CallOfComposition>& calls, const 
     row_var.data[e / static_cast<size_t>(width)] += v;
     row_var2_dof.data[e / static_cast<size_t>(width)] += v * v;
   }
-  finish_combined_model(sum_sigma2, row_var, row_var2_dof, t == Output::LSE ? nullptr : &row_dof);
+  finish_combined_model(sum_sigma2, row_var, row_var2_dof, t == TensorId::LSE ? nullptr : &row_dof);
   sigma = std::move(sum_sigma2);
 }
 
@@ -342,8 +320,8 @@ void combine_calls(Output t, const std::vector<CallOfComposition>& calls, const 
 OutputsModel composed_model(const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const OutputsModel& whole,
                             const RoundingUnits& u) {
   OutputsModel m;
-  for (Output t : kOutputs) {
-    const size_t i = static_cast<size_t>(t);
+  for (TensorId t : kOutputs) {
+    const size_t i = output_index(t);
     combine_calls(t, calls, ref, u, m.sigma[i], m.row_dof[i]);
     for (size_t e = 0; e < whole.sigma[i].numel(); ++e) m.sigma[i].data[e] = std::max(m.sigma[i].data[e], whole.sigma[i].data[e]);
     if (m.row_dof[i].data.empty() || whole.row_dof[i].data.empty()) continue;

@@ -104,16 +104,11 @@
 #include "harness/contract.h"
 #include "harness/dtype.h"
 #include "harness/tensor.h"
+#include "harness/tensors.h"
 
 namespace attnfuzz {
 
 struct Shape;
-
-// The outputs every backend is judged on, in report order.
-enum class Output { O, LSE, dQ, dK, dV };
-inline constexpr std::array<Output, 5> kOutputs{Output::O, Output::LSE, Output::dQ, Output::dK, Output::dV};
-const char* to_string(Output t);
-std::optional<Output> output_from_string(std::string_view name);
 
 struct TermTensors {
   Tensor operand, stored, score;  // shaped like the output
@@ -138,9 +133,9 @@ struct TermTensors {
   Tensor direction_sources;
 };
 struct ErrorTerms {
-  std::array<TermTensors, 5> by_output;  // indexed by Output
-  const TermTensors& operator[](Output t) const { return by_output[static_cast<size_t>(t)]; }
-  TermTensors& operator[](Output t) { return by_output[static_cast<size_t>(t)]; }
+  std::array<TermTensors, kOutputs.size()> by_output;  // indexed by output_index
+  const TermTensors& operator[](TensorId t) const { return by_output[output_index(t)]; }
+  TermTensors& operator[](TensorId t) { return by_output[output_index(t)]; }
 };
 
 // Gives O's and dQ's terms the reference LSE their normalizer part needs.
@@ -166,23 +161,23 @@ RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff);
 
 // L, the length of output t's last reduction: Skv for O, LSE and dQ; Sq times the GQA group
 // for dK and dV.
-double reduction_length(Output t, const Shape& s);
+double reduction_length(TensorId t, const Shape& s);
 
 // The variance of one element's own storage rounding (ref: the float64 value): u_st^2 ref^2 / 3,
 // and u_lse^2 (1 + LSE^2) / 3 for the LSE.
-double storage_variance(Output t, double ref, const RoundingUnits& u);
+double storage_variance(TensorId t, double ref, const RoundingUnits& u);
 
 // sigma per element of output `t` (the formulas above); `ref` is the float64 output.
-Tensor model_sigma(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
 
 // The degrees of freedom of each row's error (above), shaped [B][H][S]; empty for the LSE
 // (one element a row) and where the terms carry no sources.
-Tensor model_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+Tensor model_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
 // Both in one pass over the elements (each element's variance computed once): the same bits.
 struct ModelOfOutput {
   Tensor sigma, row_dof;
 };
-ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
 
 // Through a composition every call is a problem of its own (its P, its D, its upstream
 // gradients dO_k = w_k dO and dLSE_k: harness/merge.h), so the model is evaluated per call
@@ -191,7 +186,7 @@ ModelOfOutput model_sigma_and_row_dof(Output t, const TermTensors& terms, const 
 // LSE too, to first order); dQ rows are placed, dK and dV rows summed; the rows' dof combine
 // as above (each call's row a part of variance V_k with dof_k).
 struct ModelOfCall {
-  Output output;
+  TensorId output;
   Tensor sigma, row_dof;   // model_sigma and model_row_dof of the call's output
   const Tensor* weight;    // [B][H][Sq] of the call, w_k (O and LSE), or null (1)
   int64_t row_offset = 0;  // where the call's rows sit in the whole output
@@ -203,11 +198,11 @@ void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, T
 void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tensor& row_var2_dof, Tensor* row_dof);
 
 // The model of every output of one run: sigma per element and the dof of each row, indexed by
-// Output (row_dof empty where every element counts as independent).
+// output_index (row_dof empty where every element counts as independent).
 struct OutputsModel {
   std::array<Tensor, 5> sigma, row_dof;
 };
-using OutputTensors = std::array<const Tensor*, 5>;  // one tensor per Output, indexed by it
+using OutputTensors = std::array<const Tensor*, 5>;  // one tensor per output, indexed by output_index
 
 // The whole problem run as one call: model_sigma_and_row_dof of each output.
 OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u);

@@ -8,7 +8,7 @@
 namespace attnfuzz {
 
 double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index) {
-  const uint32_t stream = static_cast<uint32_t>(id);
+  const uint32_t stream = draw_stream(id);
   switch (d.kind) {
     case ValueDist::Kind::zero:
       return 0.0;
@@ -43,14 +43,14 @@ Tensor make(const Case& c, const ValueDist& d, TensorId id, std::vector<int64_t>
 Inputs generate_inputs(const Case& c) {
   const Shape& s = c.shape;
   Inputs in;
-  in.q = make(c, c.q, TensorId::q, {s.batch, s.heads_q, s.seq_q, s.head_dim_qk});
-  in.k = make(c, c.k, TensorId::k, {s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk});
-  in.v = make(c, c.v, TensorId::v, {s.batch, s.heads_kv, s.seq_kv, s.head_dim_v});
-  in.d_out = make(c, c.d_out, TensorId::d_out, {s.batch, s.heads_q, s.seq_q, s.head_dim_v});
+  in.q = make(c, c.q, TensorId::Q, {s.batch, s.heads_q, s.seq_q, s.head_dim_qk});
+  in.k = make(c, c.k, TensorId::K, {s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk});
+  in.v = make(c, c.v, TensorId::V, {s.batch, s.heads_kv, s.seq_kv, s.head_dim_v});
+  in.d_out = make(c, c.d_out, TensorId::dO, {s.batch, s.heads_q, s.seq_q, s.head_dim_v});
   // dLSE is an upstream gradient in float32 for every dtype (LSE is always fp32).
   Tensor g({s.batch, s.heads_q, s.seq_q});
   parallel_for(g.numel(), [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) g.data[i] = static_cast<float>(draw_value(c.d_lse, c.seed, TensorId::d_lse, i));
+    for (size_t i = begin; i < end; ++i) g.data[i] = static_cast<float>(draw_value(c.d_lse, c.seed, TensorId::dLSE, i));
   });
   in.d_lse = std::move(g);
   return in;

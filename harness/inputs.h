@@ -7,16 +7,16 @@
 #include "harness/case.h"
 #include "harness/problem.h"
 #include "harness/tensor.h"
+#include "harness/tensors.h"
 
 namespace attnfuzz {
-
-enum class TensorId : uint32_t { q = 1, k = 2, v = 3, d_out = 4, d_lse = 5 };
 
 struct Inputs {
   Tensor q, k, v, d_out, d_lse;
 };
 
-// Value of element `index` of tensor `id` before rounding to the dtype.
+// Value of element `index` of tensor `id` (Q, K, V, dO or dLSE: its draw stream,
+// harness/tensors.def) before rounding to the dtype.
 double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index);
 Inputs generate_inputs(const Case& c);
 // FNV-1a over the bit patterns of every input, in a fixed order: a reproducer

@@ -7,7 +7,6 @@
 namespace attnfuzz {
 namespace {
 
-constexpr std::array<const char*, kAllTensorRoles.size()> kRoleNames{"q", "k", "v", "d_out", "o", "lse", "d_q", "d_k", "d_v"};
 constexpr std::array<const char*, kAllOrders.size()> kOrderNames{"bhsd", "bshd", "hbsd", "hsbd", "sbhd", "shbd"};
 constexpr std::array<const char*, 3> kPackingNames{"none", "qkv", "kv"};
 constexpr std::array<const char*, 3> kFillNames{"zero", "nan", "large"};
@@ -36,28 +35,21 @@ std::array<int, 3> order_dims(TensorLayout::Order o) {
 struct GroupSlot {
   Packing packing = Packing::none;
   int64_t index = 0, members = 1;
-  TensorRole first = TensorRole::q;
+  TensorId first = TensorId::Q;
 };
-GroupSlot group_slot(const Layouts& l, TensorRole r) {
-  using R = TensorRole;
-  const bool grad = r == R::d_q || r == R::d_k || r == R::d_v;
-  const bool input = r == R::q || r == R::k || r == R::v;
+GroupSlot group_slot(const Layouts& l, TensorId r) {
+  using R = TensorId;
+  const bool grad = r == R::dQ || r == R::dK || r == R::dV;
+  const bool input = r == R::Q || r == R::K || r == R::V;
   if (!grad && !input) return {};
   const Packing p = grad ? l.grads : l.inputs;
-  const int64_t pos = r == R::q || r == R::d_q ? 0 : r == R::k || r == R::d_k ? 1 : 2;
-  if (p == Packing::qkv) return {p, pos, 3, grad ? R::d_q : R::q};
-  if (p == Packing::kv && pos > 0) return {p, pos - 1, 2, grad ? R::d_k : R::k};
+  const int64_t pos = r == R::Q || r == R::dQ ? 0 : r == R::K || r == R::dK ? 1 : 2;
+  if (p == Packing::qkv) return {p, pos, 3, grad ? R::dQ : R::Q};
+  if (p == Packing::kv && pos > 0) return {p, pos - 1, 2, grad ? R::dK : R::K};
   return {};
 }
 
 }  // namespace
-
-const char* role_name(TensorRole r) { return kRoleNames[static_cast<size_t>(r)]; }
-std::optional<TensorRole> role_from_name(std::string_view name) {
-  for (TensorRole r : kAllTensorRoles)
-    if (name == role_name(r)) return r;
-  return std::nullopt;
-}
 
 const char* order_name(TensorLayout::Order o) { return kOrderNames[static_cast<size_t>(o)]; }
 std::optional<TensorLayout::Order> order_from_name(std::string_view name) {
@@ -107,24 +99,27 @@ std::optional<TensorLayout> Layouts::as_uniform() const {
 
 int64_t Placement::numel() const { return sizes[0] * sizes[1] * sizes[2] * (ndim == 4 ? sizes[3] : 1); }
 
-std::array<int64_t, 4> role_sizes(TensorRole r, const Shape& s, int32_t* ndim) {
-  using R = TensorRole;
-  if (ndim) *ndim = r == R::lse ? 3 : 4;
+std::array<int64_t, 4> role_sizes(TensorId r, const Shape& s, int32_t* ndim) {
+  using R = TensorId;
+  if (ndim) *ndim = r == R::LSE || r == R::dLSE ? 3 : 4;
   switch (r) {
-    case R::q:
-    case R::d_q:
+    case R::Q:
+    case R::dQ:
       return {s.batch, s.heads_q, s.seq_q, s.head_dim_qk};
-    case R::k:
-    case R::d_k:
+    case R::K:
+    case R::dK:
       return {s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk};
-    case R::v:
-    case R::d_v:
+    case R::V:
+    case R::dV:
       return {s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
-    case R::d_out:
-    case R::o:
+    case R::dO:
+    case R::O:
       return {s.batch, s.heads_q, s.seq_q, s.head_dim_v};
-    case R::lse:
+    case R::LSE:
+    case R::dLSE:
       return {s.batch, s.heads_q, s.seq_q, 1};
+    case R::mask:  // not laid out: the bridge passes it dense, [B][Hq][Sq][Skv]
+      break;
   }
   return {};
 }
@@ -142,7 +137,7 @@ bool packing_applies(Packing packing, const Shape& s) {
 }
 
 namespace {
-Placement place_unguarded(const Layouts& layouts, TensorRole r, const Shape& s) {
+Placement place_unguarded(const Layouts& layouts, TensorId r, const Shape& s) {
   Placement p;
   p.sizes = role_sizes(r, s, &p.ndim);
   p.buffer = r;
@@ -180,7 +175,7 @@ Placement place_unguarded(const Layouts& layouts, TensorRole r, const Shape& s) 
 }
 }  // namespace
 
-Placement place(const Layouts& layouts, TensorRole r, const Shape& s) {
+Placement place(const Layouts& layouts, TensorId r, const Shape& s) {
   Placement p = place_unguarded(layouts, r, s);
   p.offset += layouts.surround.guard;
   p.extent += 2 * layouts.surround.guard;
@@ -190,10 +185,10 @@ Placement place(const Layouts& layouts, TensorRole r, const Shape& s) {
 std::string describe(const Layouts& l) {
   std::string out;
   auto add = [&](const std::string& s) { out += (out.empty() ? "" : " ") + s; };
-  for (TensorRole r : kAllTensorRoles) {
+  for (TensorId r : kLaidOutTensors) {
     const TensorLayout& t = l[r];
     if (t == TensorLayout{}) continue;
-    std::string s = std::string(role_name(r)) + ":" + order_name(t.order);
+    std::string s = std::string(case_key(r)) + ":" + order_name(t.order);
     if (t.row_padding) s += "+row" + std::to_string(t.row_padding);
     if (t.head_padding) s += "+head" + std::to_string(t.head_padding);
     if (t.offset) s += "@" + std::to_string(t.offset);

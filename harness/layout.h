@@ -33,21 +33,15 @@
 #include <string_view>
 
 #include "harness/dtype.h"
+#include "harness/tensors.h"
 
 namespace attnfuzz {
 
 struct Shape;
 
-// The tensors of one attention call that live in memory a backend sees. dLSE is laid
-// out as LSE (a gradient shares its tensor's layout, as in PyTorch).
-enum class TensorRole { q, k, v, d_out, o, lse, d_q, d_k, d_v };
-inline constexpr std::array<TensorRole, 9> kAllTensorRoles{TensorRole::q,     TensorRole::k,   TensorRole::v,
-                                                           TensorRole::d_out, TensorRole::o,   TensorRole::lse,
-                                                           TensorRole::d_q,   TensorRole::d_k, TensorRole::d_v};
-// The case-format key ("q", "k", "v", "d_out", "o", "lse", "d_q", "d_k", "d_v").
-const char* role_name(TensorRole r);
-std::optional<TensorRole> role_from_name(std::string_view name);
-
+// A layout for each tensor a case lays out one by one (kLaidOutTensors, harness/tensors.h): Q, K,
+// V, dO, O, LSE, dQ, dK, dV. dLSE is laid out as LSE (a gradient shares its tensor's layout, as in
+// PyTorch); the case format names them by case_key.
 struct TensorLayout {
   // The order of B, H and S, outermost first; D is always innermost and contiguous.
   enum class Order { bhsd, bshd, hbsd, hsbd, sbhd, shbd };
@@ -93,8 +87,8 @@ struct Layouts {
   Packing grads = Packing::none;   // dQ, dK, dV
   Surround surround;
 
-  TensorLayout& operator[](TensorRole r) { return tensors_[static_cast<size_t>(r)]; }
-  const TensorLayout& operator[](TensorRole r) const { return tensors_[static_cast<size_t>(r)]; }
+  TensorLayout& operator[](TensorId r) { return tensors_[laid_out_index(r)]; }
+  const TensorLayout& operator[](TensorId r) const { return tensors_[laid_out_index(r)]; }
   // Every tensor in one layout, nothing packed (what a case of the old `layout` key means).
   static Layouts uniform(const TensorLayout& l);
   // All tensors share one layout, nothing packed, the default surround: that layout; otherwise none.
@@ -102,7 +96,7 @@ struct Layouts {
   bool operator==(const Layouts&) const = default;
 
  private:
-  std::array<TensorLayout, kAllTensorRoles.size()> tensors_{};
+  std::array<TensorLayout, kLaidOutTensors.size()> tensors_{};  // indexed by laid_out_index
 };
 
 // Where a tensor lives: sizes and strides in the logical [B][H][S][D] order (3-D: [B][H][S]).
@@ -111,7 +105,7 @@ struct Placement {
   std::array<int64_t, 4> sizes{}, strides{};
   int64_t offset = 0;                 // of element (0, 0, 0, 0) from the buffer's start, in elements
   int64_t extent = 0;                 // elements the buffer spans (shared by a packed group)
-  TensorRole buffer = TensorRole::q;  // whose buffer: the tensor itself, or its packed group's first member
+  TensorId buffer = TensorId::Q;  // whose buffer: the tensor itself, or its packed group's first member
 
   int64_t numel() const;
   int64_t at(int64_t b, int64_t h, int64_t s, int64_t d = 0) const {
@@ -130,11 +124,11 @@ struct Placement {
 };
 
 // The tensor's logical sizes in a call of this shape ([B][H][S][D], LSE [B][H][S]).
-std::array<int64_t, 4> role_sizes(TensorRole r, const Shape& s, int32_t* ndim = nullptr);
+std::array<int64_t, 4> role_sizes(TensorId r, const Shape& s, int32_t* ndim = nullptr);
 // Whether `packing` can join the group's tensors in a call of this shape.
 bool packing_applies(Packing packing, const Shape& s);
 // The one layout-to-memory function (formula above).
-Placement place(const Layouts& layouts, TensorRole r, const Shape& s);
+Placement place(const Layouts& layouts, TensorId r, const Shape& s);
 
 // One line for reports: "default", or the non-default tensors and packings.
 std::string describe(const Layouts& l);

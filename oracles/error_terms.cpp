@@ -50,30 +50,30 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       qq{s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, kk{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk},
       vv{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
   ErrorTerms t;
-  auto init = [&](Output o, const std::vector<int64_t>& shape, double length) {
+  auto init = [&](TensorId o, const std::vector<int64_t>& shape, double length) {
     t[o] = TermTensors{Tensor(shape), Tensor(shape), Tensor(shape), length};
   };
-  init(Output::O, oq, reduction_length(Output::O, s));
-  init(Output::LSE, lq, reduction_length(Output::LSE, s));
-  init(Output::dQ, qq, reduction_length(Output::dQ, s));
-  init(Output::dK, kk, reduction_length(Output::dK, s));
-  for (Output o : {Output::dQ, Output::dK}) {
-    const auto& shape = o == Output::dQ ? qq : kk;
+  init(TensorId::O, oq, reduction_length(TensorId::O, s));
+  init(TensorId::LSE, lq, reduction_length(TensorId::LSE, s));
+  init(TensorId::dQ, qq, reduction_length(TensorId::dQ, s));
+  init(TensorId::dK, kk, reduction_length(TensorId::dK, s));
+  for (TensorId o : {TensorId::dQ, TensorId::dK}) {
+    const auto& shape = o == TensorId::dQ ? qq : kk;
     t[o].via_op = Tensor(shape);
     t[o].via_st = Tensor(shape);
     t[o].via_acc = Tensor(shape);
     t[o].via_sc = Tensor(shape);
   }
-  init(Output::dV, vv, reduction_length(Output::dV, s));
-  t[Output::dK].underflow = Tensor(kk);
-  t[Output::dV].underflow = Tensor(vv);
+  init(TensorId::dV, vv, reduction_length(TensorId::dV, s));
+  t[TensorId::dK].underflow = Tensor(kk);
+  t[TensorId::dV].underflow = Tensor(vv);
   // The subnormal part exists for fp16 operands only (harness/error_model.h).
   const bool fp16 = p.dtype == DType::f16;
   if (fp16) {
-    t[Output::O].subnormal = Tensor(oq);
-    t[Output::dQ].subnormal = Tensor(qq);
-    t[Output::dK].subnormal = Tensor(kk);
-    t[Output::dV].subnormal = Tensor(vv);
+    t[TensorId::O].subnormal = Tensor(oq);
+    t[TensorId::dQ].subnormal = Tensor(qq);
+    t[TensorId::dK].subnormal = Tensor(kk);
+    t[TensorId::dV].subnormal = Tensor(vv);
   }
   // dK and dV sum over a GQA group: squares accumulate here, roots are taken at the end.
   Tensor dk_partials(kk), dv_partials(vv);
@@ -81,7 +81,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   std::array<SourceAccumulator, 5> op_sources{SourceAccumulator(q_rows), SourceAccumulator(q_rows), SourceAccumulator(q_rows),
                                               SourceAccumulator(kv_rows), SourceAccumulator(kv_rows)};
   std::array<SourceAccumulator, 5> sc_sources = op_sources, sub_sources = op_sources;
-  auto sources_of = [&](std::array<SourceAccumulator, 5>& a, Output o) -> SourceAccumulator& { return a[static_cast<size_t>(o)]; };
+  auto sources_of = [&](std::array<SourceAccumulator, 5>& a, TensorId o) -> SourceAccumulator& { return a[output_index(o)]; };
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const int64_t hk = h / s.group();
@@ -105,19 +105,19 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
 
       // O = P V.
       const Mat o_operand = root(p2 * v2);
-      MMap(t[Output::O].operand.at(b, h, 0), s.seq_q, s.head_dim_v) = o_operand;
+      MMap(t[TensorId::O].operand.at(b, h, 0), s.seq_q, s.head_dim_v) = o_operand;
       // dO_id from score errors: sum_j dP_ij (V_jd - O_id) with dP_ij = P_ij e_ij, its square
       // summed as written: expanding it (w2 V^2 - 2 O w2 V + ...) cancels to rounding noise
       // where V is near constant or a row sees one key.
       Mat o_score(s.seq_q, s.head_dim_v);
       for (int64_t i = 0; i < s.seq_q; ++i) o_score.row(i) = (w2.row(i) * (v.rowwise() - o.row(i)).cwiseAbs2()).cwiseSqrt();
-      MMap(t[Output::O].score.at(b, h, 0), s.seq_q, s.head_dim_v) = o_score;
+      MMap(t[TensorId::O].score.at(b, h, 0), s.seq_q, s.head_dim_v) = o_score;
       // The score part's sources are weighted by |V_j|^2, not |V_j - O_i|^2: a dof estimate
       // needs no more, and the GPU computes the same without an Sq x Skv x Dv pass.
-      sources_of(op_sources, Output::O).add(b, h, source_sums(p2, v_norm2));
-      sources_of(sc_sources, Output::O).add(b, h, source_sums(w2, v_norm2));
+      sources_of(op_sources, TensorId::O).add(b, h, source_sums(p2, v_norm2));
+      sources_of(sc_sources, TensorId::O).add(b, h, source_sums(w2, v_norm2));
       // LSE = log sum exp S.
-      Eigen::Map<Eigen::VectorXd>(t[Output::LSE].score.at(b, h, 0), s.seq_q) = w2.rowwise().sum().cwiseSqrt();
+      Eigen::Map<Eigen::VectorXd>(t[TensorId::LSE].score.at(b, h, 0), s.seq_q) = w2.rowwise().sum().cwiseSqrt();
 
       // Backward: dS = P (dP - D + g), the softcap's chain rule on top.
       const Mat dp = d_o * v.transpose();
@@ -151,33 +151,33 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       const Mat wd2 = squared(wd);
 
       const double sc2 = p.scale * p.scale;
-      MMap(t[Output::dQ].operand.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(ds2 * k2);
-      MMap(t[Output::dQ].score.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(wd2 * k2);
+      MMap(t[TensorId::dQ].operand.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(ds2 * k2);
+      MMap(t[TensorId::dQ].score.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(wd2 * k2);
       const Mat pk = (pc * k).cwiseAbs();
-      Tensor* dq_via[4] = {&t[Output::dQ].via_op, &t[Output::dQ].via_st, &t[Output::dQ].via_acc, &t[Output::dQ].via_sc};
-      Tensor* dk_via[4] = {&t[Output::dK].via_op, &t[Output::dK].via_st, &t[Output::dK].via_acc, &t[Output::dK].via_sc};
+      Tensor* dq_via[4] = {&t[TensorId::dQ].via_op, &t[TensorId::dQ].via_st, &t[TensorId::dQ].via_acc, &t[TensorId::dQ].via_sc};
+      Tensor* dk_via[4] = {&t[TensorId::dK].via_op, &t[TensorId::dK].via_st, &t[TensorId::dK].via_acc, &t[TensorId::dK].via_sc};
       for (size_t part = 0; part < 4; ++part) {
         MMap(dq_via[part]->at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (d_err[part].asDiagonal() * pk);
         MMap(dk_via[part]->at(b, hk, 0), s.seq_kv, s.head_dim_qk) +=
             sc2 * (squared(pc).transpose() * (d_err[part].cwiseProduct(d_err[part]).asDiagonal() * q2));
       }
 
-      sources_of(op_sources, Output::dQ).add(b, h, source_sums(ds2, k_norm2));
-      sources_of(sc_sources, Output::dQ).add(b, h, source_sums(wd2, k_norm2));
-      sources_of(op_sources, Output::dK).add(b, hk, source_sums(ds2.transpose(), q_norm2));
-      sources_of(sc_sources, Output::dK).add(b, hk, source_sums(wd2.transpose(), q_norm2));
-      sources_of(op_sources, Output::dV).add(b, hk, source_sums(p2.transpose(), do_norm2));
-      sources_of(sc_sources, Output::dV).add(b, hk, source_sums(w2.transpose(), do_norm2));
-      MMap(t[Output::dK].operand.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (ds2.transpose() * q2);
-      MMap(t[Output::dK].score.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (wd2.transpose() * q2);
+      sources_of(op_sources, TensorId::dQ).add(b, h, source_sums(ds2, k_norm2));
+      sources_of(sc_sources, TensorId::dQ).add(b, h, source_sums(wd2, k_norm2));
+      sources_of(op_sources, TensorId::dK).add(b, hk, source_sums(ds2.transpose(), q_norm2));
+      sources_of(sc_sources, TensorId::dK).add(b, hk, source_sums(wd2.transpose(), q_norm2));
+      sources_of(op_sources, TensorId::dV).add(b, hk, source_sums(p2.transpose(), do_norm2));
+      sources_of(sc_sources, TensorId::dV).add(b, hk, source_sums(w2.transpose(), do_norm2));
+      MMap(t[TensorId::dK].operand.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (ds2.transpose() * q2);
+      MMap(t[TensorId::dK].score.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (wd2.transpose() * q2);
       // The terms a flush-to-zero kernel loses: P (and so dS) below fp32's smallest normal.
       const Mat flushed = hs.p.unaryExpr([](double x) { return x > 0 && x < kSmallestNormalF32 ? 1.0 : 0.0; });
-      MMap(t[Output::dK].underflow.at(b, hk, 0), s.seq_kv, s.head_dim_qk) +=
+      MMap(t[TensorId::dK].underflow.at(b, hk, 0), s.seq_kv, s.head_dim_qk) +=
           p.scale * (ds.cwiseAbs().cwiseProduct(flushed).transpose() * q.cwiseAbs());
-      MMap(t[Output::dV].underflow.at(b, hk, 0), s.seq_kv, s.head_dim_v) +=
+      MMap(t[TensorId::dV].underflow.at(b, hk, 0), s.seq_kv, s.head_dim_v) +=
           hs.p.cwiseProduct(flushed).transpose() * d_o.cwiseAbs();
-      MMap(t[Output::dV].operand.at(b, hk, 0), s.seq_kv, s.head_dim_v) += p2.transpose() * do2;
-      MMap(t[Output::dV].score.at(b, hk, 0), s.seq_kv, s.head_dim_v) += w2.transpose() * do2;
+      MMap(t[TensorId::dV].operand.at(b, hk, 0), s.seq_kv, s.head_dim_v) += p2.transpose() * do2;
+      MMap(t[TensorId::dV].score.at(b, hk, 0), s.seq_kv, s.head_dim_v) += w2.transpose() * do2;
       if (fp16) {
         // e(P)^2, and f = e(P)^2 (dS / P)^2 + e(dS)^2: P rounded in the subnormal range moves dS
         // by the same fraction of itself.
@@ -188,34 +188,34 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
             const double pij = hs.p(i, j), dsij = ds(i, j);
             f(i, j) = pij > 0 ? ep2(i, j) * (dsij / pij) * (dsij / pij) + fp16_subnormal_excess2(dsij) : 0.0;
           }
-        MMap(t[Output::O].subnormal.at(b, h, 0), s.seq_q, s.head_dim_v) = root(ep2 * v2);
-        MMap(t[Output::dQ].subnormal.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(f * k2);
-        MMap(t[Output::dK].subnormal.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (f.transpose() * q2);
-        MMap(t[Output::dV].subnormal.at(b, hk, 0), s.seq_kv, s.head_dim_v) += ep2.transpose() * do2;
-        sources_of(sub_sources, Output::O).add(b, h, source_sums(ep2, v_norm2));
-        sources_of(sub_sources, Output::dQ).add(b, h, source_sums(f, k_norm2));
-        sources_of(sub_sources, Output::dK).add(b, hk, source_sums(f.transpose(), q_norm2));
-        sources_of(sub_sources, Output::dV).add(b, hk, source_sums(ep2.transpose(), do_norm2));
+        MMap(t[TensorId::O].subnormal.at(b, h, 0), s.seq_q, s.head_dim_v) = root(ep2 * v2);
+        MMap(t[TensorId::dQ].subnormal.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(f * k2);
+        MMap(t[TensorId::dK].subnormal.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (f.transpose() * q2);
+        MMap(t[TensorId::dV].subnormal.at(b, hk, 0), s.seq_kv, s.head_dim_v) += ep2.transpose() * do2;
+        sources_of(sub_sources, TensorId::O).add(b, h, source_sums(ep2, v_norm2));
+        sources_of(sub_sources, TensorId::dQ).add(b, h, source_sums(f, k_norm2));
+        sources_of(sub_sources, TensorId::dK).add(b, hk, source_sums(f.transpose(), q_norm2));
+        sources_of(sub_sources, TensorId::dV).add(b, hk, source_sums(ep2.transpose(), do_norm2));
       }
       if (s.group() > 1) {
         MMap(dk_partials.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * squared(ds.transpose() * q);
         MMap(dv_partials.at(b, hk, 0), s.seq_kv, s.head_dim_v) += squared(hs.p.transpose() * d_o);
       }
     }
-  for (Output out : {Output::O, Output::dQ, Output::dK, Output::dV}) {
+  for (TensorId out : {TensorId::O, TensorId::dQ, TensorId::dK, TensorId::dV}) {
     t[out].operand_sources = sources_of(op_sources, out).sources();
     t[out].score_sources = sources_of(sc_sources, out).sources();
     if (fp16) t[out].subnormal_sources = sources_of(sub_sources, out).sources();
   }
-  for (Output out : {Output::dK, Output::dV}) {
+  for (TensorId out : {TensorId::dK, TensorId::dV}) {
     TermTensors& tt = t[out];
-    const Tensor& partials = out == Output::dK ? dk_partials : dv_partials;
+    const Tensor& partials = out == TensorId::dK ? dk_partials : dv_partials;
     for (size_t e = 0; e < tt.operand.numel(); ++e) {
       tt.operand.data[e] = std::sqrt(tt.operand.data[e]);
       tt.score.data[e] = std::sqrt(tt.score.data[e]);
       tt.stored.data[e] = std::sqrt(partials.data[e]);
       if (fp16) tt.subnormal.data[e] = std::sqrt(tt.subnormal.data[e]);
-      if (out == Output::dK)
+      if (out == TensorId::dK)
         for (Tensor* via : {&tt.via_op, &tt.via_st, &tt.via_acc, &tt.via_sc}) via->data[e] = std::sqrt(via->data[e]);
     }
   }

@@ -35,7 +35,7 @@
 namespace attnfuzz::gpu {
 
 // Where the results go: host arrays shaped as oracles/error_terms.cpp's TermTensors, indexed
-// by harness/error_model.h's Output order (O, LSE, dQ, dK, dV). LSE's operand and the
+// by kOutputs order (harness/tensors.h: O, LSE, dQ, dK, dV). LSE's operand and the
 // `stored` terms of O and dQ are zero and not written; stored_dk and stored_dv only when the
 // GQA group has more than one head.
 struct HostErrorTerms {

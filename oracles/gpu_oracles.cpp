@@ -66,42 +66,42 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
       vv{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
   // Shapes and lengths as oracles/error_terms.cpp makes them.
   ErrorTerms e;
-  const double kv = reduction_length(Output::O, s), q_group = reduction_length(Output::dK, s);
-  e[Output::O] = TermTensors{Tensor(oq), Tensor(oq), Tensor(oq), kv};
-  e[Output::LSE] = TermTensors{Tensor(lq), Tensor(lq), Tensor(lq), kv};
-  e[Output::dQ] = TermTensors{Tensor(qq), Tensor(qq), Tensor(qq), kv, Tensor(qq), Tensor(qq), Tensor(qq), Tensor(qq)};
-  e[Output::dK] = TermTensors{Tensor(kk), Tensor(kk), Tensor(kk), q_group, Tensor(kk), Tensor(kk), Tensor(kk), Tensor(kk)};
-  e[Output::dV] = TermTensors{Tensor(vv), Tensor(vv), Tensor(vv), q_group};
+  const double kv = reduction_length(TensorId::O, s), q_group = reduction_length(TensorId::dK, s);
+  e[TensorId::O] = TermTensors{Tensor(oq), Tensor(oq), Tensor(oq), kv};
+  e[TensorId::LSE] = TermTensors{Tensor(lq), Tensor(lq), Tensor(lq), kv};
+  e[TensorId::dQ] = TermTensors{Tensor(qq), Tensor(qq), Tensor(qq), kv, Tensor(qq), Tensor(qq), Tensor(qq), Tensor(qq)};
+  e[TensorId::dK] = TermTensors{Tensor(kk), Tensor(kk), Tensor(kk), q_group, Tensor(kk), Tensor(kk), Tensor(kk), Tensor(kk)};
+  e[TensorId::dV] = TermTensors{Tensor(vv), Tensor(vv), Tensor(vv), q_group};
   gpu::HostErrorTerms out;
-  for (Output o : kOutputs) {
-    const auto i = static_cast<size_t>(o);
+  for (TensorId o : kOutputs) {
+    const auto i = output_index(o);
     out.operand[i] = e[o].operand.ptr();
     out.score[i] = e[o].score.ptr();
   }
-  for (Output o : {Output::O, Output::dQ, Output::dK, Output::dV}) {
-    const auto i = static_cast<size_t>(o);
+  for (TensorId o : {TensorId::O, TensorId::dQ, TensorId::dK, TensorId::dV}) {
+    const auto i = output_index(o);
     const std::vector<int64_t> rows(e[o].operand.shape.begin(), e[o].operand.shape.begin() + 3);
     e[o].operand_sources = Tensor(rows);
     e[o].score_sources = Tensor(rows);
     out.operand_sources[i] = e[o].operand_sources.ptr();
     out.score_sources[i] = e[o].score_sources.ptr();
   }
-  e[Output::dK].underflow = Tensor(kk);
-  e[Output::dV].underflow = Tensor(vv);
-  out.underflow_dk = e[Output::dK].underflow.ptr();
-  out.underflow_dv = e[Output::dV].underflow.ptr();
+  e[TensorId::dK].underflow = Tensor(kk);
+  e[TensorId::dV].underflow = Tensor(vv);
+  out.underflow_dk = e[TensorId::dK].underflow.ptr();
+  out.underflow_dv = e[TensorId::dV].underflow.ptr();
   if (p.dtype == DType::f16)  // the subnormal part (harness/error_model.h)
-    for (Output o : {Output::O, Output::dQ, Output::dK, Output::dV}) {
-      const auto i = static_cast<size_t>(o);
+    for (TensorId o : {TensorId::O, TensorId::dQ, TensorId::dK, TensorId::dV}) {
+      const auto i = output_index(o);
       e[o].subnormal = Tensor(e[o].operand.shape);
       e[o].subnormal_sources = Tensor(e[o].operand_sources.shape);
       out.subnormal[i] = e[o].subnormal.ptr();
       out.subnormal_sources[i] = e[o].subnormal_sources.ptr();
     }
-  out.stored_dk = e[Output::dK].stored.ptr();
-  out.stored_dv = e[Output::dV].stored.ptr();
-  for (Output o : {Output::dQ, Output::dK}) {
-    double** via = o == Output::dQ ? out.via_dq : out.via_dk;
+  out.stored_dk = e[TensorId::dK].stored.ptr();
+  out.stored_dv = e[TensorId::dV].stored.ptr();
+  for (TensorId o : {TensorId::dQ, TensorId::dK}) {
+    double** via = o == TensorId::dQ ? out.via_dq : out.via_dk;
     TermTensors& tt = e[o];
     via[0] = tt.via_op.ptr(), via[1] = tt.via_st.ptr(), via[2] = tt.via_acc.ptr(), via[3] = tt.via_sc.ptr();
   }

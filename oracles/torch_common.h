@@ -89,16 +89,16 @@ inline at::Tensor view_at(const at::Tensor& storage, const Placement& pl) {
 // of a packed group views of one buffer, every element outside them holding the case's
 // surround (harness/layout.h). Unfilled (filled false) where only their sizes, strides and
 // offsets are looked at: no kernel, no device round trip.
-inline std::map<TensorRole, at::Tensor> laid_out_views(const Problem& p, std::initializer_list<TensorRole> roles,
+inline std::map<TensorId, at::Tensor> laid_out_views(const Problem& p, std::initializer_list<TensorId> roles,
                                                        const at::TensorOptions& opts, bool filled = true) {
-  std::map<TensorRole, at::Tensor> buffers, views;
+  std::map<TensorId, at::Tensor> buffers, views;
   // The surround of the views' own element type (float64 for the f64 backends).
   const at::ScalarType st = opts.dtype().toScalarType();
   const Surround::Fill fill = p.layouts.surround.fill;
   const double around = st == at::kDouble && fill == Surround::Fill::large
                             ? std::numeric_limits<double>::max()
                             : surround_value(fill, st == at::kHalf ? DType::f16 : st == at::kBFloat16 ? DType::bf16 : DType::f32);
-  for (TensorRole r : roles) {
+  for (TensorId r : roles) {
     const Placement pl = place(p.layouts, r, p.shape);
     at::Tensor& buf = buffers[pl.buffer];
     if (!buf.defined()) buf = !filled ? at::empty({pl.extent}, opts) : around == 0.0 ? at::zeros({pl.extent}, opts) : at::full({pl.extent}, around, opts);
@@ -113,16 +113,16 @@ struct LaidOutInputs {
 
 // Q, K, V with their values, in `st` on `dev`, at their placements.
 inline LaidOutInputs laid_out_inputs(const Problem& p, at::ScalarType st, at::Device dev) {
-  using R = TensorRole;
-  auto views = laid_out_views(p, {R::q, R::k, R::v}, at::TensorOptions().dtype(st).device(dev));
-  views[R::q].copy_(to_torch(p.q, dev).to(st));
-  views[R::k].copy_(to_torch(p.k, dev).to(st));
-  views[R::v].copy_(to_torch(p.v, dev).to(st));
-  return {views[R::q], views[R::k], views[R::v]};
+  using R = TensorId;
+  auto views = laid_out_views(p, {R::Q, R::K, R::V}, at::TensorOptions().dtype(st).device(dev));
+  views[R::Q].copy_(to_torch(p.q, dev).to(st));
+  views[R::K].copy_(to_torch(p.k, dev).to(st));
+  views[R::V].copy_(to_torch(p.v, dev).to(st));
+  return {views[R::Q], views[R::K], views[R::V]};
 }
 
 // One tensor with its values at the placement of `role`.
-inline at::Tensor laid_out(const Problem& p, TensorRole role, const Tensor& t, at::ScalarType st, at::Device dev) {
+inline at::Tensor laid_out(const Problem& p, TensorId role, const Tensor& t, at::ScalarType st, at::Device dev) {
   at::Tensor view = laid_out_views(p, {role}, at::TensorOptions().dtype(st).device(dev))[role];
   view.copy_(to_torch(t, dev).to(st));
   return view;

@@ -50,7 +50,7 @@ class TorchComposedBackend final : public Backend {
     // Recomputes the forward with autograd on; the backend's own O enters only through the graph.
     Graph g = build(p, true);
     const at::Device dev = device_of(dev_);
-    at::Tensor d_o = laid_out(p, TensorRole::d_out, d_out, g.o.scalar_type(), dev);
+    at::Tensor d_o = laid_out(p, TensorId::dO, d_out, g.o.scalar_type(), dev);
     at::Tensor d_l = (to_torch(d_lse, dev).unsqueeze(-1) * g.row_has).to(g.lse_raw.scalar_type());
     auto grads = torch::autograd::grad({g.o, g.lse_raw}, {g.q, g.k, g.v}, {d_o, d_l}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);

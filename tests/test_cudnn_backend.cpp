@@ -243,7 +243,7 @@ Case mode_case(const Mode& m, DType d, uint64_t seed) {
   c.layouts = m.layouts;
   // cuDNN's backward reads its Stats (the LSE) packed [B][H][S] only (its envelope): a mode's
   // order is for Q, K, V, O and the gradients.
-  c.layouts[TensorRole::lse] = TensorLayout{};
+  c.layouts[TensorId::LSE] = TensorLayout{};
   c.mask = m.mask;
   validate(c);
   return c;
@@ -371,10 +371,10 @@ TEST(CudnnBackend, NoFindingOnRandomCases) {
     auto round8 = [](int64_t d) { return (d + 7) / 8 * 8; };
     c.shape.head_dim_qk = round8(c.shape.head_dim_qk);
     c.shape.head_dim_v = seed % 3 ? c.shape.head_dim_qk : round8(c.shape.head_dim_v);
-    c.layouts[TensorRole::lse] = TensorLayout{};  // the packed Stats cuDNN's backward reads (above)
+    c.layouts[TensorId::LSE] = TensorLayout{};  // the packed Stats cuDNN's backward reads (above)
     // Aligned rows for half the cases: padding 8, offsets a multiple of 8 elements.
     if (seed % 2)
-      for (TensorRole r : kAllTensorRoles) {
+      for (TensorId r : kLaidOutTensors) {
         TensorLayout& l = c.layouts[r];
         if (l.row_padding) l.row_padding = 8;
         l.offset = l.offset / 8 * 8;

@@ -449,15 +449,15 @@ TEST(RowDof, ParticipationOfTheTermsSetsTheRowDof) {
   u.operand = 1e-3;
   terms.score_sources = Tensor({1, 1, 1});
   terms.operand_sources = Tensor({1, 1, 1}, participation(1.0, 1.0));  // one term
-  EXPECT_NEAR(model_row_dof(Output::dK, terms, ref, u).data[0], 1.0, 1e-12);
+  EXPECT_NEAR(model_row_dof(TensorId::dK, terms, ref, u).data[0], 1.0, 1e-12);
   terms.operand_sources.data[0] = participation(3.0, 3.0);  // three equal terms
-  EXPECT_NEAR(model_row_dof(Output::dK, terms, ref, u).data[0], 3.0, 1e-12);
+  EXPECT_NEAR(model_row_dof(TensorId::dK, terms, ref, u).data[0], 3.0, 1e-12);
   terms.operand_sources.data[0] = participation(100.0, 100.0);
-  EXPECT_NEAR(model_row_dof(Output::dK, terms, ref, u).data[0], 8.0, 1e-12) << "clamped to the row's width";
+  EXPECT_NEAR(model_row_dof(TensorId::dK, terms, ref, u).data[0], 8.0, 1e-12) << "clamped to the row's width";
   u.store = 1e-3;  // an independent storage error as large as the operand's: more dof
   Tensor big_ref({1, 1, 1, 8}, std::sqrt(1.0));
   terms.operand_sources.data[0] = 1.0;
-  EXPECT_GT(model_row_dof(Output::dK, terms, big_ref, u).data[0], 1.5);
+  EXPECT_GT(model_row_dof(TensorId::dK, terms, big_ref, u).data[0], 1.5);
 }
 
 // A query that sees one key errs along that key (dQ_i = scale dS_i1 K_1), however its error
@@ -474,12 +474,12 @@ TEST(RowDof, SharedPartsTogetherHaveNoMoreSourcesThanTheirDirections) {
   u.operand = u.accumulate = 1e-3;  // operand, score and via parts of equal variance u^2 / 3
   terms.operand_sources = Tensor({1, 1, 1}, 1.0);
   terms.score_sources = Tensor({1, 1, 1}, 1.0);
-  const double uncapped = model_row_dof(Output::dQ, terms, ref, u).data[0];
+  const double uncapped = model_row_dof(TensorId::dQ, terms, ref, u).data[0];
   EXPECT_NEAR(uncapped, 3.0, 1e-9) << "three one-source parts, no directions known";
   terms.direction_sources = Tensor({1, 1, 1}, 1.0);
-  EXPECT_NEAR(model_row_dof(Output::dQ, terms, ref, u).data[0], 1.0, 1e-9) << "one key: one direction";
+  EXPECT_NEAR(model_row_dof(TensorId::dQ, terms, ref, u).data[0], 1.0, 1e-9) << "one key: one direction";
   terms.direction_sources.data[0] = 8.0;
-  EXPECT_NEAR(model_row_dof(Output::dQ, terms, ref, u).data[0], uncapped, 1e-12) << "a cap above the parts' own sources changes nothing";
+  EXPECT_NEAR(model_row_dof(TensorId::dQ, terms, ref, u).data[0], uncapped, 1e-12) << "a cap above the parts' own sources changes nothing";
 }
 
 // A declared nondeterministic output is not held to bitwise repetition; the others still are.
@@ -488,8 +488,8 @@ TEST(Verdict, DeclaredNondeterministicOutputsAreNotCheckedBitwise) {
    public:
     explicit NoisyDq(bool declares) : declares_(declares) {}
     std::string name() const override { return "noisy-dq"; }
-    std::vector<Output> nondeterministic_outputs() const override {
-      return declares_ ? std::vector<Output>{Output::dQ} : std::vector<Output>{};
+    std::vector<TensorId> nondeterministic_outputs() const override {
+      return declares_ ? std::vector<TensorId>{TensorId::dQ} : std::vector<TensorId>{};
     }
     Forward forward(const Problem& p) override { return reference_forward(p); }
     Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {

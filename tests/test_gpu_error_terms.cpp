@@ -75,7 +75,7 @@ void compare(const Case& c, Coverage& cov) {
   const Forward ref = reference_forward(p);
   const ErrorTerms want = reference_error_terms(p, ref, in.d_out, in.d_lse);
   const ErrorTerms got = cuda_error_terms(p, ref, in.d_out, in.d_lse);
-  for (Output o : kOutputs) {
+  for (TensorId o : kOutputs) {
     const TermTensors &g = got[o], &w = want[o];
     EXPECT_EQ(g.length, w.length) << to_string(o);
     const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> parts[] = {
@@ -112,10 +112,10 @@ void compare(const Case& c, Coverage& cov) {
   cov.dims_differ += c.shape.head_dim_qk != c.shape.head_dim_v;
   cov.dlse += c.d_lse.kind != ValueDist::Kind::zero;
   cov.masked += c.mask.kind != MaskExpr::Kind::all;
-  cov.nonzero_stored += max_abs(want[Output::dK].stored.data) > 0;
-  cov.nonzero_underflow += max_abs(want[Output::dV].underflow.data) > 0 && max_abs(want[Output::dK].underflow.data) > 0;
+  cov.nonzero_stored += max_abs(want[TensorId::dK].stored.data) > 0;
+  cov.nonzero_underflow += max_abs(want[TensorId::dV].underflow.data) > 0 && max_abs(want[TensorId::dK].underflow.data) > 0;
   bool subnormal = true;
-  for (Output o : {Output::O, Output::dQ, Output::dK, Output::dV}) subnormal = subnormal && max_abs(want[o].subnormal.data) > 0;
+  for (TensorId o : {TensorId::O, TensorId::dQ, TensorId::dK, TensorId::dV}) subnormal = subnormal && max_abs(want[o].subnormal.data) > 0;
   cov.nonzero_subnormal += subnormal;
 }
 

@@ -25,16 +25,16 @@ TEST(KnownPredicate, UnalignedRowsLooksAtEveryInputsStridesAndOffset) {
   const CasePredicate unaligned = parse_case_predicate("unaligned_rows(16)");
   Case c = aligned_case();
   EXPECT_FALSE(unaligned(c));                // 16 fp16 elements per row: 32 bytes
-  c.layouts[TensorRole::k].row_padding = 3;  // rows of 19 elements: 38 bytes
+  c.layouts[TensorId::K].row_padding = 3;  // rows of 19 elements: 38 bytes
   EXPECT_TRUE(unaligned(c));
   c = aligned_case();
-  c.layouts[TensorRole::d_out].offset = 1;
+  c.layouts[TensorId::dO].offset = 1;
   EXPECT_TRUE(unaligned(c));
   c = aligned_case();
-  c.layouts[TensorRole::o].offset = 1;  // an output: not what the predicate is about
+  c.layouts[TensorId::O].offset = 1;  // an output: not what the predicate is about
   EXPECT_FALSE(unaligned(c));
   c = aligned_case();
-  c.layouts[TensorRole::q].row_padding = 8;  // 24 elements, 48 bytes: aligned
+  c.layouts[TensorId::Q].row_padding = 8;  // 24 elements, 48 bytes: aligned
   EXPECT_FALSE(unaligned(c));
   EXPECT_TRUE(parse_case_predicate("unaligned_rows(32)")(c));  // 48 is no multiple of 32
 }
@@ -69,7 +69,7 @@ TEST(KnownPredicate, MaskedRowsLooksAtEveryCallOfTheComposition) {
 
 TEST(KnownPredicate, TermsCombineAndBadOnesAreRefusedByName) {
   Case c = aligned_case();
-  c.layouts[TensorRole::v].offset = 3;
+  c.layouts[TensorId::V].offset = 3;
   EXPECT_TRUE(parse_case_predicate("unaligned_rows(16) and dtype(fp16|bf16)")(c));
   EXPECT_FALSE(parse_case_predicate("unaligned_rows(16) and dtype(fp32)")(c));
   EXPECT_TRUE(parse_case_predicate("always")(c));
@@ -96,7 +96,7 @@ TEST(KnownFindings, TheRecordedDeviationsCoverTheirOwnFindingsAndOnlyUnderTheirP
     EXPECT_EQ(k.when, k.id == "F-4" ? "masked_rows" : k.id == "F-5" ? "head_dims_differ" : "unaligned_rows(16)");
   }
   Case unaligned = aligned_case();
-  unaligned.layouts[TensorRole::q].row_padding = 1;
+  unaligned.layouts[TensorId::Q].row_padding = 1;
   const Case aligned = aligned_case();
   const KnownDeviation* k = known.covering(finding("torch.cudnn", "dK", FindingClass::nan_inf, unaligned));
   ASSERT_NE(k, nullptr);

@@ -24,7 +24,7 @@
 namespace attnfuzz {
 namespace {
 
-using R = TensorRole;
+using R = TensorId;
 using O = TensorLayout::Order;
 using Strides = std::array<int64_t, 4>;
 
@@ -37,41 +37,41 @@ Layouts with(R r, TensorLayout l) {
 }
 
 TEST(Place, DefaultIsContiguousBhsd) {
-  const Placement q = place(Layouts{}, R::q, kShape);
+  const Placement q = place(Layouts{}, R::Q, kShape);
   EXPECT_EQ(q.ndim, 4);
   EXPECT_EQ(q.sizes, (Strides{2, 6, 5, 8}));
   EXPECT_EQ(q.strides, (Strides{6 * 5 * 8, 5 * 8, 8, 1}));
   EXPECT_EQ(q.offset, 0);
   EXPECT_EQ(q.extent, 2 * 6 * 5 * 8);
-  EXPECT_EQ(q.buffer, R::q);
-  const Placement lse = place(Layouts{}, R::lse, kShape);
+  EXPECT_EQ(q.buffer, R::Q);
+  const Placement lse = place(Layouts{}, R::LSE, kShape);
   EXPECT_EQ(lse.ndim, 3);
   EXPECT_EQ(lse.strides[0], 6 * 5);
   EXPECT_EQ(lse.strides[1], 5);
   EXPECT_EQ(lse.strides[2], 1);
   EXPECT_EQ(lse.extent, 2 * 6 * 5);
-  const Placement v = place(Layouts{}, R::d_v, kShape);
+  const Placement v = place(Layouts{}, R::dV, kShape);
   EXPECT_EQ(v.sizes, (Strides{2, 3, 7, 4}));
 }
 
 TEST(Place, OrdersPaddingsAndOffsetsByHand) {
   // BSHD, rows padded by 3, offset 5: stride(H) = D + 3, stride(S) = H (D + 3), stride(B) = S H (D + 3).
-  Placement p = place(with(R::k, {O::bshd, 3, 0, 5}), R::k, kShape);
+  Placement p = place(with(R::K, {O::bshd, 3, 0, 5}), R::K, kShape);
   EXPECT_EQ(p.strides, (Strides{7 * 3 * 11, 11, 3 * 11, 1}));
   EXPECT_EQ(p.offset, 5);
   EXPECT_EQ(p.extent, 5 + 2 * 7 * 3 * 11);
   // BHSD with heads padded apart by 4: stride(S) = D, stride(H) = S D + 4, stride(B) = H (S D + 4).
-  p = place(with(R::o, {O::bhsd, 0, 4, 0}), R::o, kShape);
+  p = place(with(R::O, {O::bhsd, 0, 4, 0}), R::O, kShape);
   EXPECT_EQ(p.strides, (Strides{6 * (5 * 4 + 4), 5 * 4 + 4, 4, 1}));
   // BSHD with rows and heads padded: H innermost gets both.
-  p = place(with(R::o, {O::bshd, 1, 2, 0}), R::o, kShape);
+  p = place(with(R::O, {O::bshd, 1, 2, 0}), R::O, kShape);
   EXPECT_EQ(p.strides, (Strides{5 * 6 * 7, 7, 6 * 7, 1}));
   // HSBD: H outermost, then S, then B.
-  p = place(with(R::q, {O::hsbd, 0, 0, 3}), R::q, kShape);
+  p = place(with(R::Q, {O::hsbd, 0, 0, 3}), R::Q, kShape);
   EXPECT_EQ(p.strides, (Strides{8, 5 * 2 * 8, 2 * 8, 1}));
   EXPECT_EQ(p.extent, 3 + 6 * 5 * 2 * 8);
   // SBHD for the 3-D LSE: width 1, rows padded by 2 spread its elements.
-  p = place(with(R::lse, {O::sbhd, 2, 0, 1}), R::lse, kShape);
+  p = place(with(R::LSE, {O::sbhd, 2, 0, 1}), R::LSE, kShape);
   EXPECT_EQ(p.strides[2], 2 * 6 * 3);
   EXPECT_EQ(p.strides[0], 6 * 3);
   EXPECT_EQ(p.strides[1], 3);
@@ -81,27 +81,27 @@ TEST(Place, OrdersPaddingsAndOffsetsByHand) {
 TEST(Place, PackedQkvIsOneBufferOfThreeViews) {
   const Shape s{2, 4, 4, 6, 6, 8, 8};
   Layouts l;
-  l[R::q] = {O::hbsd, 2, 9, 3};  // the group takes Q's row padding and offset, not its order
-  l[R::k] = {O::shbd, 7, 7, 7};  // ignored inside the group
+  l[R::Q] = {O::hbsd, 2, 9, 3};  // the group takes Q's row padding and offset, not its order
+  l[R::K] = {O::shbd, 7, 7, 7};  // ignored inside the group
   l.inputs = Packing::qkv;
   const int64_t st_h = 8 + 2, st_n = 4 * st_h, st_s = 3 * st_n, st_b = 6 * st_s;
-  for (auto [r, i] : std::initializer_list<std::pair<R, int64_t>>{{R::q, 0}, {R::k, 1}, {R::v, 2}}) {
+  for (auto [r, i] : std::initializer_list<std::pair<R, int64_t>>{{R::Q, 0}, {R::K, 1}, {R::V, 2}}) {
     const Placement p = place(l, r, s);
-    EXPECT_EQ(p.buffer, R::q);
+    EXPECT_EQ(p.buffer, R::Q);
     EXPECT_EQ(p.strides, (Strides{st_b, st_h, st_s, 1}));
     EXPECT_EQ(p.offset, 3 + i * st_n);
     EXPECT_EQ(p.extent, 3 + 2 * st_b);
   }
   // Shapes that do not allow it: each keeps its own layout.
   const Shape gqa{2, 4, 2, 6, 6, 8, 8};
-  EXPECT_EQ(place(l, R::k, gqa).buffer, R::k);
-  EXPECT_EQ(place(l, R::k, gqa).offset, 7);
+  EXPECT_EQ(place(l, R::K, gqa).buffer, R::K);
+  EXPECT_EQ(place(l, R::K, gqa).offset, 7);
   // kv packs K and V (first member K), gradients independently.
   l.inputs = Packing::none;
   l.grads = Packing::kv;
-  EXPECT_EQ(place(l, R::d_v, gqa).buffer, R::d_k);
-  EXPECT_EQ(place(l, R::d_v, gqa).offset, 2 * 8);
-  EXPECT_EQ(place(l, R::d_q, gqa).buffer, R::d_q);
+  EXPECT_EQ(place(l, R::dV, gqa).buffer, R::dK);
+  EXPECT_EQ(place(l, R::dV, gqa).offset, 2 * 8);
+  EXPECT_EQ(place(l, R::dQ, gqa).buffer, R::dQ);
 }
 
 // Any layout: every element of every tensor at a distinct place inside its buffer, and the
@@ -111,8 +111,8 @@ RC_GTEST_PROP(Place, ElementsAreDistinctAndInsideTheBuffer, (uint64_t seed)) {
   opt.p_tensor_layouts = 1.0;
   const Case c = random_case(seed, opt);
   std::map<R, std::set<size_t>> used;  // by buffer
-  for (R r : kAllTensorRoles) {
-    if (r == R::d_q || r == R::d_k || r == R::d_v) continue;  // checked below, apart from Q, K, V
+  for (R r : kLaidOutTensors) {
+    if (r == R::dQ || r == R::dK || r == R::dV) continue;  // checked below, apart from Q, K, V
     const Placement p = place(c.layouts, r, c.shape);
     size_t n = 0;
     p.for_each([&](size_t, size_t off) {
@@ -123,7 +123,7 @@ RC_GTEST_PROP(Place, ElementsAreDistinctAndInsideTheBuffer, (uint64_t seed)) {
     RC_ASSERT(n == static_cast<size_t>(p.numel()));
   }
   used.clear();
-  for (R r : {R::d_q, R::d_k, R::d_v}) {
+  for (R r : {R::dQ, R::dK, R::dV}) {
     const Placement p = place(c.layouts, r, c.shape);
     p.for_each([&](size_t, size_t off) {
       RC_ASSERT(off < static_cast<size_t>(p.extent));
@@ -151,8 +151,8 @@ TEST(LayoutJson, PerTensorLayoutsRoundTrip) {
   }
   Case c;
   c.shape = {1, 2, 2, 4, 4, 8, 8};
-  c.layouts[R::lse] = {O::hbsd, 0, 16, 0};
-  c.layouts[R::d_k] = {O::sbhd, 0, 0, 1};
+  c.layouts[R::LSE] = {O::hbsd, 0, 16, 0};
+  c.layouts[R::dK] = {O::sbhd, 0, 0, 1};
   c.layouts.inputs = Packing::qkv;
   const nlohmann::json j = to_json(c).at("layouts");
   EXPECT_EQ(j.size(), 3u) << j.dump();  // only the tensors not in the default layout, and the packing
@@ -168,7 +168,7 @@ TEST(LayoutJson, OldCasesLoadUnchanged) {
   const Case none = case_from_string(std::string(kOld) + "}");
   EXPECT_EQ(none.layouts, Layouts{});
   const Case old = case_from_string(std::string(kOld) + R"(,"layout":{"order":"bshd","row_padding":3}})");
-  for (R r : kAllTensorRoles) EXPECT_EQ(old.layouts[r], (TensorLayout{O::bshd, 3, 0, 0})) << role_name(r);
+  for (R r : kLaidOutTensors) EXPECT_EQ(old.layouts[r], (TensorLayout{O::bshd, 3, 0, 0})) << case_key(r);
   EXPECT_EQ(old.layouts.inputs, Packing::none);
   // Written back with the old key, as older builds read it.
   const nlohmann::json j = to_json(old);
@@ -176,8 +176,8 @@ TEST(LayoutJson, OldCasesLoadUnchanged) {
   EXPECT_EQ(j.at("layout"), (nlohmann::json{{"order", "bshd"}, {"row_padding", 3}}));
   // The new key: missing tensors keep the default.
   const Case fresh = case_from_string(std::string(kOld) + R"(,"layouts":{"v":{"order":"shbd","offset":3}}})");
-  EXPECT_EQ(fresh.layouts[R::v], (TensorLayout{O::shbd, 0, 0, 3}));
-  EXPECT_EQ(fresh.layouts[R::q], TensorLayout{});
+  EXPECT_EQ(fresh.layouts[R::V], (TensorLayout{O::shbd, 0, 0, 3}));
+  EXPECT_EQ(fresh.layouts[R::Q], TensorLayout{});
 }
 
 std::string rejected_field(const std::string& tail) {
@@ -242,9 +242,9 @@ TEST(LayoutDomain, FuzzDecoderReachesEveryLayout) {
     for (auto& b : bytes) b = static_cast<uint8_t>(r.next());
     const Case c = decode_case(bytes.data(), bytes.size());
     validate(c);
-    for (R t : kAllTensorRoles) {
+    for (R t : kLaidOutTensors) {
       const TensorLayout& l = c.layouts[t];
-      seen[std::string(role_name(t)) + " " + order_name(l.order)] += 1;
+      seen[std::string(case_key(t)) + " " + order_name(l.order)] += 1;
       seen["row padding"] += l.row_padding > 0;
       seen["head padding"] += l.head_padding > 0;
       seen["offset not 16-byte aligned"] += l.offset % 8 != 0;
@@ -255,17 +255,17 @@ TEST(LayoutDomain, FuzzDecoderReachesEveryLayout) {
     seen["grads qkv"] += c.layouts.grads == Packing::qkv;
     seen["grads kv"] += c.layouts.grads == Packing::kv;
   }
-  EXPECT_EQ(seen.size(), kAllTensorRoles.size() * kAllOrders.size() + 8);
+  EXPECT_EQ(seen.size(), kLaidOutTensors.size() * kAllOrders.size() + 8);
   for (const auto& [what, n] : seen) EXPECT_GE(n, 5) << what;
 }
 
 TEST(Place, SurroundGuardShiftsEveryBuffer) {
   Layouts l;
-  l[R::k] = {O::bshd, 2, 0, 3};
+  l[R::K] = {O::bshd, 2, 0, 3};
   l.inputs = Packing::none;
-  const Placement plain = place(l, R::k, kShape);
+  const Placement plain = place(l, R::K, kShape);
   l.surround = {Surround::Fill::nan, 64};
-  const Placement guarded = place(l, R::k, kShape);
+  const Placement guarded = place(l, R::K, kShape);
   EXPECT_EQ(guarded.offset, plain.offset + 64);
   EXPECT_EQ(guarded.extent, plain.extent + 128);
   EXPECT_EQ(guarded.strides, plain.strides);
@@ -273,11 +273,11 @@ TEST(Place, SurroundGuardShiftsEveryBuffer) {
   Layouts p;
   p.inputs = Packing::qkv;
   const Shape sq{1, 2, 2, 4, 4, 8, 8};
-  const Placement q0 = place(p, R::q, sq), v0 = place(p, R::v, sq);
+  const Placement q0 = place(p, R::Q, sq), v0 = place(p, R::V, sq);
   p.surround.guard = 8;
-  EXPECT_EQ(place(p, R::q, sq).offset, q0.offset + 8);
-  EXPECT_EQ(place(p, R::v, sq).offset, v0.offset + 8);
-  EXPECT_EQ(place(p, R::v, sq).extent, v0.extent + 16);
+  EXPECT_EQ(place(p, R::Q, sq).offset, q0.offset + 8);
+  EXPECT_EQ(place(p, R::V, sq).offset, v0.offset + 8);
+  EXPECT_EQ(place(p, R::V, sq).extent, v0.extent + 16);
   EXPECT_EQ(surround_value(Surround::Fill::zero, DType::f16), 0.0);
   EXPECT_TRUE(std::isnan(surround_value(Surround::Fill::nan, DType::f16)));
   EXPECT_EQ(surround_value(Surround::Fill::large, DType::f16), 65504.0);
@@ -363,12 +363,12 @@ TEST(LayoutDomain, ShrinkerReachesTheDefaultLayouts) {
     EXPECT_EQ(shrink(c, [](const Case&) { return true; }).layouts, Layouts{});
     // One that needs dK at an unaligned offset keeps that and nothing else.
     Case needs = c;
-    needs.layouts[R::d_k].offset = 3;
-    const Case m = shrink(needs, [](const Case& x) { return x.layouts[R::d_k].offset % 2 == 1; });
+    needs.layouts[R::dK].offset = 3;
+    const Case m = shrink(needs, [](const Case& x) { return x.layouts[R::dK].offset % 2 == 1; });
     Layouts expect;
-    expect[R::d_k] = m.layouts[R::d_k];
+    expect[R::dK] = m.layouts[R::dK];
     EXPECT_EQ(m.layouts, expect) << describe(m.layouts);
-    EXPECT_EQ(m.layouts[R::d_k].offset, 3);
+    EXPECT_EQ(m.layouts[R::dK].offset, 3);
   }
   EXPECT_GE(exotic, 35);
 }

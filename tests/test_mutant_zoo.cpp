@@ -141,7 +141,7 @@ TEST(MutantZoo, AReadOutsideTheViewShowsOnlyThroughTheSurround) {
   const Reproducer m = minimize(found, in_process_judge({be.get()}, oracles, false), shrink_candidates, case_size, &rep);
   EXPECT_EQ(m.c.layouts.surround.fill, Surround::Fill::nan) << describe(m.c.layouts);
   EXPECT_EQ(m.c.layouts.surround.guard, 0) << describe(m.c.layouts);
-  EXPECT_GT(m.c.layouts[TensorRole::q].row_padding + m.c.layouts[TensorRole::k].row_padding, 0) << describe(m.c.layouts);
+  EXPECT_GT(m.c.layouts[TensorId::Q].row_padding + m.c.layouts[TensorId::K].row_padding, 0) << describe(m.c.layouts);
 }
 
 // A minimization whose time is spent stops between candidates with the smallest case it has
@@ -183,7 +183,7 @@ TEST(PluginLoader, CorrectPluginsAgreeWithTheReferenceInEveryLayout) {
     for (const auto& run : r.runs) seen[run.backend + (run.skipped ? " skipped" : " ran")] += 1;
     seen["packed inputs"] += c.layouts.inputs != Packing::none && packing_applies(c.layouts.inputs, c.shape);
     seen["packed grads"] += c.layouts.grads != Packing::none && packing_applies(c.layouts.grads, c.shape);
-    for (TensorRole t : kAllTensorRoles) seen["unaligned"] += c.layouts[t].offset % 8 != 0;
+    for (TensorId t : kLaidOutTensors) seen["unaligned"] += c.layouts[t].offset % 8 != 0;
   }
   EXPECT_GE(seen["plugin.mutant_ok ran"], 100);
   EXPECT_GE(seen["packed inputs"], 5);

@@ -132,11 +132,11 @@ TEST(Generator, ReachesTheCorners) {
     seen["ties"] += c.q.kind == ValueDist::Kind::near_constant && c.q.sigma == 0.0;
     seen["outliers"] += c.v.kind == ValueDist::Kind::outliers;
     bool padded = false, head_padded = false, unaligned = false, orders_differ = false;
-    for (TensorRole r : kAllTensorRoles) {
+    for (TensorId r : kLaidOutTensors) {
       const TensorLayout& l = c.layouts[r];
       padded |= l.row_padding > 0, head_padded |= l.head_padding > 0, unaligned |= l.offset % 8 != 0;
-      orders_differ |= l.order != c.layouts[TensorRole::q].order;
-      seen[std::string("order ") + order_name(l.order)] += r == TensorRole::k;
+      orders_differ |= l.order != c.layouts[TensorId::Q].order;
+      seen[std::string("order ") + order_name(l.order)] += r == TensorId::K;
     }
     seen["padded"] += padded;
     seen["heads padded apart"] += head_padded;

@@ -43,7 +43,7 @@ TEST(Inputs, DeterministicAndIndependentOfGenerationOrder) {
   EXPECT_EQ(checksum(a), checksum(b));
   EXPECT_EQ(a.q, b.q);
   // Element i is f(seed, tensor, i): recomputing one element alone gives the same value.
-  EXPECT_EQ(a.k.data[17], round_to(DType::bf16, draw_value(c.k, c.seed, TensorId::k, 17)));
+  EXPECT_EQ(a.k.data[17], round_to(DType::bf16, draw_value(c.k, c.seed, TensorId::K, 17)));
   // Every value is representable in the dtype.
   for (double x : a.v.data) EXPECT_EQ(x, round_to(DType::bf16, x));
   Case other = c;
@@ -64,8 +64,8 @@ TEST(Inputs, ThreadedGenerationEqualsSerialDraws) {
   ASSERT_GE(static_cast<size_t>(c.shape.batch * c.shape.heads_q * c.shape.seq_q * c.shape.head_dim_qk), kParallelMinElements);
   const Inputs in = generate_inputs(c);
   size_t mismatches = 0;
-  for (size_t i = 0; i < in.q.numel(); ++i) mismatches += in.q.data[i] != round_to(DType::f16, draw_value(c.q, c.seed, TensorId::q, i));
-  for (size_t i = 0; i < in.v.numel(); ++i) mismatches += in.v.data[i] != round_to(DType::f16, draw_value(c.v, c.seed, TensorId::v, i));
+  for (size_t i = 0; i < in.q.numel(); ++i) mismatches += in.q.data[i] != round_to(DType::f16, draw_value(c.q, c.seed, TensorId::Q, i));
+  for (size_t i = 0; i < in.v.numel(); ++i) mismatches += in.v.data[i] != round_to(DType::f16, draw_value(c.v, c.seed, TensorId::V, i));
   EXPECT_EQ(mismatches, 0u);
   std::vector<int> visits(kParallelMinElements + 12345, 0);
   parallel_for(visits.size(), [&](size_t begin, size_t end) {

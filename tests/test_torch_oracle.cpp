@@ -97,7 +97,7 @@ TEST(TorchOracle, AgreesWithEigenOn300RandomCases) {
 Layouts exotic(Packing inputs) {
   Layouts l;
   int64_t i = 0;
-  for (TensorRole r : kAllTensorRoles) {
+  for (TensorId r : kLaidOutTensors) {
     l[r] = TensorLayout{kAllOrders[static_cast<size_t>(i) % kAllOrders.size()], (i + 1) % 3, (i * 5) % 7, 2 * i + 1};
     ++i;
   }

@@ -33,9 +33,9 @@ const char* to_string(Plant p) {
   return "?";
 }
 
-std::vector<Plant> plants_for(Output t) {
+std::vector<Plant> plants_for(TensorId t) {
   std::vector<Plant> p{Plant::scale, Plant::noise, Plant::row, Plant::tile, Plant::head};
-  if (t == Output::LSE) p.push_back(Plant::lse_shift);
+  if (t == TensorId::LSE) p.push_back(Plant::lse_shift);
   return p;
 }
 
@@ -52,28 +52,30 @@ Case sensitivity_case(const SensitivityConfig& cfg) {
 
 namespace {
 
-Tensor& output_of(ComposedResult& r, Output t) {
+Tensor& output_of(ComposedResult& r, TensorId t) {
   switch (t) {
-    case Output::O:
+    case TensorId::O:
       return r.fwd.o;
-    case Output::LSE:
+    case TensorId::LSE:
       return r.fwd.lse;
-    case Output::dQ:
+    case TensorId::dQ:
       return r.grads.dq;
-    case Output::dK:
+    case TensorId::dK:
       return r.grads.dk;
-    case Output::dV:
+    case TensorId::dV:
       return r.grads.dv;
+    default:
+      break;
   }
   throw std::logic_error("output_of");
 }
-const Tensor& output_of(const ComposedResult& r, Output t) { return output_of(const_cast<ComposedResult&>(r), t); }
+const Tensor& output_of(const ComposedResult& r, TensorId t) { return output_of(const_cast<ComposedResult&>(r), t); }
 
 // What a kernel would store: the output's storage type.
-double stored(Output t, DType d, double x) { return t == Output::LSE ? static_cast<double>(static_cast<float>(x)) : round_to(d, x); }
+double stored(TensorId t, DType d, double x) { return t == TensorId::LSE ? static_cast<double>(static_cast<float>(x)) : round_to(d, x); }
 
 // Applies an output-confined plant of size delta to tensor t (a copy of r).
-ComposedResult planted(const ComposedResult& r, Output t, Plant plant, double delta, DType dtype, int64_t tile) {
+ComposedResult planted(const ComposedResult& r, TensorId t, Plant plant, double delta, DType dtype, int64_t tile) {
   ComposedResult out = r;
   Tensor& x = output_of(out, t);
   const int64_t heads = x.shape[1], seq = x.shape[2], width = x.shape.size() > 3 ? x.shape[3] : 1;
@@ -117,7 +119,7 @@ ComposedResult planted(const ComposedResult& r, Output t, Plant plant, double de
 // grads(delta) = grads - delta * (grads - grads without dLSE): the dLSE term scaled by 1 - delta.
 ComposedResult dlse_scaled(const ComposedResult& full, const ComposedResult& no_dlse, double delta, DType dtype) {
   ComposedResult out = full;
-  for (Output t : {Output::dQ, Output::dK, Output::dV}) {
+  for (TensorId t : {TensorId::dQ, TensorId::dK, TensorId::dV}) {
     Tensor& x = output_of(out, t);
     const Tensor& z = output_of(no_dlse, t);
     for (size_t e = 0; e < x.numel(); ++e) x.data[e] = stored(t, dtype, x.data[e] - delta * (x.data[e] - z.data[e]));
@@ -178,7 +180,7 @@ std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, 
   const bool passes = findings.empty();
 
   std::vector<SensitivityPoint> points;
-  for (Output t : kOutputs) {
+  for (TensorId t : kOutputs) {
     const TensorVerdict* v0 = nullptr;
     for (const auto& tv : base.tensors)
       if (tv.tensor == to_string(t)) v0 = &tv;
@@ -201,9 +203,9 @@ std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, 
 
   // Plants in the computation, flagged through any output. The search starts below the
   // smallest natural relative error of any output.
-  std::map<Output, double> natural;
+  std::map<TensorId, double> natural;
   double least_natural = 1.0;
-  for (Output t : kOutputs)
+  for (TensorId t : kOutputs)
     for (const auto& tv : base.tensors)
       if (tv.tensor == to_string(t) && tv.compared && tv.err.rel_fro > 0) {
         natural[t] = tv.err.rel_fro;

@@ -27,7 +27,7 @@ enum class Plant {
 };
 const char* to_string(Plant p);
 // The plants that apply to output t (dlse and softmax_scale are reported under "any").
-std::vector<Plant> plants_for(Output t);
+std::vector<Plant> plants_for(TensorId t);
 
 struct SensitivityConfig {
   DType dtype = DType::bf16;

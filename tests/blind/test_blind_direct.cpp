@@ -99,7 +99,7 @@ std::vector<Bug> bugs() {
   using E = Errors;
   const Layouts padded_do = [] {
     Layouts l;
-    l[TensorRole::d_out] = TensorLayout{TensorLayout::Order::bhsd, 3, 0, 0};
+    l[TensorId::dO] = TensorLayout{TensorLayout::Order::bhsd, 3, 0, 0};
     return l;
   }();
   return {

@@ -173,8 +173,8 @@ struct PluginRun {
 // (as the harness does). dLSE goes in only when the plugin says its backward takes it.
 inline PluginRun run_plugin(const af_plugin& pl, const Problem& p, const Inputs& in) {
   PluginRun r;
-  auto at = [&](TensorRole role) { return place(p.layouts, role, p.shape); };
-  using R = TensorRole;
+  auto at = [&](TensorId role) { return place(p.layouts, role, p.shape); };
+  using R = TensorId;
   const Shape& s = p.shape;
   const int32_t dt = af_dtype_of(p.dtype);
   const std::string mask_json = p.mask_expr ? to_json(*p.mask_expr).dump() : std::string(R"({"kind":"none"})");
@@ -209,9 +209,9 @@ inline PluginRun run_plugin(const af_plugin& pl, const Problem& p, const Inputs&
     r.error = std::string("supports: ") + msg;
     return r;
   }
-  HostTensor q = to_host(p.q, dt, at(R::q)), k = to_host(p.k, dt, at(R::k)), v = to_host(p.v, dt, at(R::v));
-  HostTensor o = make_host(at(R::o), dt);
-  HostTensor lse = make_host(at(R::lse), AF_F32);
+  HostTensor q = to_host(p.q, dt, at(R::Q)), k = to_host(p.k, dt, at(R::K)), v = to_host(p.v, dt, at(R::V));
+  HostTensor o = make_host(at(R::O), dt);
+  HostTensor lse = make_host(at(R::LSE), AF_F32);
   if (pl.forward(&ap, &q.t, &k.t, &v.t, &o.t, &lse.t, msg, sizeof msg) != 0) {
     r.error = std::string("forward: ") + msg;
     return r;
@@ -219,8 +219,8 @@ inline PluginRun run_plugin(const af_plugin& pl, const Problem& p, const Inputs&
   r.fwd.o = from_host(o, &r.unwritten, &r.padding_touched);
   r.fwd.lse = from_host(lse, &r.unwritten, &r.padding_touched);
 
-  HostTensor d_o = to_host(in.d_out, dt, at(R::d_out)), d_lse = to_host(in.d_lse, AF_F32, at(R::lse));
-  HostTensor dq = make_host(at(R::d_q), dt), dk = make_host(at(R::d_k), dt), dv = make_host(at(R::d_v), dt);
+  HostTensor d_o = to_host(in.d_out, dt, at(R::dO)), d_lse = to_host(in.d_lse, AF_F32, at(R::LSE));
+  HostTensor dq = make_host(at(R::dQ), dt), dk = make_host(at(R::dK), dt), dv = make_host(at(R::dV), dt);
   const af_tensor* g = (pl.flags & AF_BACKWARD_TAKES_DLSE) ? &d_lse.t : nullptr;
   if (pl.backward(&ap, &q.t, &k.t, &v.t, &o.t, &lse.t, &d_o.t, g, &dq.t, &dk.t, &dv.t, msg, sizeof msg) != 0) {
     r.error = std::string("backward: ") + msg;
@@ -287,7 +287,7 @@ inline Compared compare_with_reference(const af_plugin& pl, const Case& c) {
 inline Layouts exotic_layouts(Packing inputs = Packing::none, Packing grads = Packing::none) {
   Layouts l;
   int64_t i = 0;
-  for (TensorRole r : kAllTensorRoles) {
+  for (TensorId r : kLaidOutTensors) {
     l[r] = TensorLayout{kAllOrders[static_cast<size_t>(i) % kAllOrders.size()], i % 3, (i * 5) % 7, 2 * i + 1};
     ++i;
   }
