@@ -49,10 +49,15 @@ std::unique_ptr<Backend> make_gpu_oracle(const std::string& name) {
 }
 #endif
 
+// What an entry is for: a system under test, or an oracle (the references, the GPU baselines)
+// that judges them and is left out of the backends run by default.
+enum class EntryRole { under_test, oracle };
+
 struct Entry {
   std::string name, description;
   std::function<std::unique_ptr<Backend>()> make;
   std::function<bool(std::string*)> available;
+  EntryRole role = EntryRole::under_test;
 };
 
 std::vector<Entry> entries() {
@@ -61,7 +66,7 @@ std::vector<Entry> entries() {
 #endif
   std::vector<Entry> e;
   auto always = [](std::string*) { return true; };
-  e.push_back({"reference", "float64 reference (Eigen)", [] { return std::make_unique<ReferenceBackend>(); }, always});
+  e.push_back({"reference", "float64 reference (Eigen)", [] { return std::make_unique<ReferenceBackend>(); }, always, EntryRole::oracle});
 #if ATTNFUZZ_HAVE_TORCH
   auto cpu = [](std::string* why) { return torch_device_available(TorchDevice::cpu, why); };
   auto cuda = [](std::string* why) { return torch_device_available(TorchDevice::cuda, why); };
@@ -116,12 +121,14 @@ std::vector<Entry> entries() {
   for (const auto& [name, what] : gpu_oracles) {
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
     e.push_back({name, what, [name = name]() -> std::unique_ptr<Backend> { return make_gpu_oracle(name); },
-                 [](std::string* why) { return cuda_kernels_available(why); }});
+                 [](std::string* why) { return cuda_kernels_available(why); }, EntryRole::oracle});
 #else
-    e.push_back({name, what, nullptr, [](std::string* why) {
+    e.push_back({name, what, nullptr,
+                 [](std::string* why) {
                    *why = "this build has no CUDA kernels (configure the gpu preset: ATTNFUZZ_WITH_CUDA=ON)";
                    return false;
-                 }});
+                 },
+                 EntryRole::oracle});
 #endif
   }
   // The project's fused kernels (kernels/flash/, docs/kernels.md).
@@ -383,9 +390,7 @@ std::vector<std::string> default_backend_names() {
   std::vector<std::string> names;
   for (const auto& e : entries()) {
     std::string why;
-    // The oracles (the references, the GPU baselines) judge backends; they are not under test by default.
-    const bool oracle = e.name == "reference" || e.name.rfind("cuda.reference64", 0) == 0 || e.name.rfind("cuda.emulated.", 0) == 0;
-    if (!oracle && e.available(&why)) names.push_back(e.name);
+    if (e.role == EntryRole::under_test && e.available(&why)) names.push_back(e.name);
   }
   return names;
 }
