@@ -60,8 +60,9 @@ struct ShmTensor {
 // Lays out the tensors of one call: one buffer per tensor, or per packed group.
 class ShmLayout {
  public:
-  // The request's tensor table lists the tensors by wire name (harness/tensors.def), the
-  // order it has always had.
+  // The request's tensor table lists the tensors in the order of their wire names
+  // (harness/tensors.def): the worker reads them by code, and a fixed order keeps a request's
+  // bytes a function of the call alone.
   struct ByWireName {
     bool operator()(TensorId a, TensorId b) const { return std::string_view(wire_name(a)) < wire_name(b); }
   };
