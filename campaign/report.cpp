@@ -20,6 +20,7 @@
 #include "harness/case_json.h"
 #include "harness/compose.h"
 #include "harness/error_model.h"
+#include "harness/tensors.h"
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/isolated_call.h"
@@ -300,9 +301,9 @@ std::string root_causes_html(const std::vector<std::pair<std::string, Reproducer
     return t;
   }();
   auto family = [](const std::string& tensor) {
-    if (tensor == "O" || tensor == "LSE") return std::string("forward");
-    if (tensor == "dQ" || tensor == "dK" || tensor == "dV") return std::string("backward");
-    return std::string("no tensor");
+    const std::optional<TensorId> t = output_from_name(tensor);
+    if (!t) return std::string("no tensor");
+    return std::string(kind_of(*t) == TensorKind::output ? "forward" : "backward");
   };
   std::map<std::string, std::vector<size_t>> groups;
   for (size_t i = 0; i < shown.size(); ++i) {
