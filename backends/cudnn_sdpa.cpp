@@ -437,7 +437,7 @@ class CudnnSdpaBackend final : public Backend {
   std::string version() const override {
     return "cudnn-" + std::to_string(cudnn_runtime_version()) + " frontend-" + cudnn_frontend_version();
   }
-  std::string device() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
   // cuDNN SDPA takes fp16/bf16 only (fp32 operands would be rounded, not computed in fp32).
   std::optional<Contract> contract(DType d) const override {
     if (d == DType::f32) return std::nullopt;

@@ -16,7 +16,7 @@ class FlashBackend : public Backend {
  public:
   std::string name() const override { return "cuda.flash"; }
   std::string version() const override;
-  std::string device() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
   // fp16 and bf16 inputs: 16-bit operands, fp32 accumulation, P and dS rounded to the input
   // type before their products (the natural contract). No fp32 path.
   std::optional<Contract> contract(DType d) const override;

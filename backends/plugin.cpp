@@ -183,7 +183,7 @@ class PluginBackend final : public Backend {
   std::string name() const override { return std::string("plugin.") + (pl_->name ? pl_->name : "unnamed"); }
   std::string version() const override { return pl_->version ? pl_->version : ""; }
   std::map<std::string, std::string> provenance() const override { return source_; }
-  std::string device() const override { return (pl_->flags & (AF_DEVICE_IS_CUDA | AF_COMPUTES_ON_GPU)) ? "cuda" : "cpu"; }
+  Device device() const override { return (pl_->flags & (AF_DEVICE_IS_CUDA | AF_COMPUTES_ON_GPU)) ? Device::cuda : Device::cpu; }
   std::optional<Contract> contract(DType d) const override {
     auto it = contracts_.find(d);
     return it == contracts_.end() ? std::nullopt : std::optional<Contract>(it->second);

@@ -118,7 +118,7 @@ class PythonBackend final : public Backend {
         if (v.is_string()) out[lib] = v.get<std::string>();
     return out;
   }
-  std::string device() const override { return info_.value("device", "cpu"); }
+  Device device() const override { return device_; }
   // The adapter computes in its own Python process: its CUDA faults stay there.
   bool faults_reach_this_process() const override { return false; }
   std::optional<Contract> contract(DType d) const override {
@@ -229,9 +229,12 @@ class PythonBackend final : public Backend {
                                " (use the python/ package of the same attnfuzz checkout)");
     // Refused at start-up, not met as a backend_error on every call.
     const nlohmann::json device = r.value("device", nlohmann::json("cpu"));
-    if (!device.is_string() || (device.get<std::string>() != "cpu" && device.get<std::string>() != "cuda"))
+    try {
+      device_ = device_from_string(device.is_string() ? device.get<std::string>() : device.dump());
+    } catch (const std::invalid_argument&) {
       throw std::runtime_error("python backend 'py:" + spec_.text + "': device " + message_safe(device.dump(), 80) +
                                ": attnfuzz knows \"cpu\" and \"cuda\"");
+    }
     info_ = r;
     contracts_.clear();
     for (auto it = r["contracts"].begin(); it != r["contracts"].end(); ++it) {
@@ -308,6 +311,7 @@ class PythonBackend final : public Backend {
   nlohmann::json info_;
   std::vector<TensorId> nondeterministic_;  // declared by the adapter (hello)
   std::map<DType, Contract> contracts_;
+  Device device_ = Device::cpu;
   SupportEnvelope envelope_;  // what campaigns aim at: the adapter's declared envelope (hello)
   std::map<std::string, double> stats_;
 };

@@ -68,8 +68,8 @@ std::vector<Entry> entries() {
   auto always = [](std::string*) { return true; };
   e.push_back({"reference", "float64 reference (Eigen)", [] { return std::make_unique<ReferenceBackend>(); }, always, EntryRole::oracle});
 #if ATTNFUZZ_HAVE_TORCH
-  auto cpu = [](std::string* why) { return torch_device_available(TorchDevice::cpu, why); };
-  auto cuda = [](std::string* why) { return torch_device_available(TorchDevice::cuda, why); };
+  auto cpu = [](std::string* why) { return torch_device_available(Device::cpu, why); };
+  auto cuda = [](std::string* why) { return torch_device_available(Device::cuda, why); };
   e.push_back({"torch.f64", "LibTorch autograd over composed ops, float64, CPU",
                [] { return make_torch_composed_backend(TorchPrecision::float64); }, cpu});
   e.push_back({"torch.math", "LibTorch composed ops in the case dtype (fp32 scores, P rounded), CPU",
@@ -79,11 +79,11 @@ std::vector<Entry> entries() {
   e.push_back({"torch.sdpa.cpu_flash", "at::_scaled_dot_product_flash_attention_for_cpu and its backward",
                [] { return make_torch_sdpa_backend(SdpaKind::cpu_flash); }, cpu});
   e.push_back({"torch.f64.cuda", "LibTorch autograd over composed ops, float64, CUDA",
-               [] { return make_torch_composed_backend(TorchPrecision::float64, TorchDevice::cuda); }, cuda});
+               [] { return make_torch_composed_backend(TorchPrecision::float64, Device::cuda); }, cuda});
   e.push_back({"torch.math.cuda", "LibTorch composed ops in the case dtype, CUDA",
-               [] { return make_torch_composed_backend(TorchPrecision::case_dtype, TorchDevice::cuda); }, cuda});
+               [] { return make_torch_composed_backend(TorchPrecision::case_dtype, Device::cuda); }, cuda});
   e.push_back({"torch.sdpa.math.cuda", "at::_scaled_dot_product_attention_math, CUDA (no LSE)",
-               [] { return make_torch_sdpa_backend(SdpaKind::math, TorchDevice::cuda); }, cuda});
+               [] { return make_torch_sdpa_backend(SdpaKind::math, Device::cuda); }, cuda});
   for (auto [kernel, kname] : {std::pair{CudaSdpaKernel::flash, "flash"}, std::pair{CudaSdpaKernel::efficient, "efficient"},
                                std::pair{CudaSdpaKernel::cudnn, "cudnn"}}) {
     const std::string k = kname;
@@ -159,7 +159,7 @@ BackendInfo describe_backend(const Backend& b) {
   BackendInfo i;
   i.name = b.name();
   i.version = b.version();
-  i.device = b.device();
+  i.device = std::string(to_string(b.device()));
   for (DType d : {DType::f32, DType::f16, DType::bf16}) {
     const auto c = b.contract(d);
     i.contracts += (i.contracts.empty() ? "" : " ") + std::string(to_string(d)) + ":" + (c ? std::string(to_string(*c)) : "-");
@@ -244,15 +244,15 @@ void set_backend_threads(int n) {
 #endif
 }
 
-OracleSet default_oracles() { return make_oracles(OracleDevice::cpu); }
+OracleSet default_oracles() { return make_oracles(Device::cpu); }
 
-std::optional<OracleDevice> oracle_device_from_string(std::string_view s) {
-  if (s == "cpu") return OracleDevice::cpu;
-  if (s == "cuda") return OracleDevice::cuda;
-  return std::nullopt;
+std::optional<Device> oracle_device_from_string(std::string_view s) {
+  try {
+    return device_from_string(s);
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
 }
-
-const char* to_string(OracleDevice d) { return d == OracleDevice::cuda ? "cuda" : "cpu"; }
 
 namespace {
 constexpr const char* kOracleDeviceEnv = "ATTNFUZZ_ORACLE_DEVICE";
@@ -264,7 +264,7 @@ void set_oracle_device_override(const std::string& name) {
   ::setenv(kOracleDeviceEnv, name.c_str(), 1);
 }
 
-std::optional<OracleDevice> oracle_device_override() {
+std::optional<Device> oracle_device_override() {
   const char* v = std::getenv(kOracleDeviceEnv);
   return v ? oracle_device_from_string(v) : std::nullopt;
 }
@@ -278,7 +278,7 @@ bool small_for_gpu_oracles(const Shape& shape) {
 }
 }  // namespace
 
-OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, const Shape& shape, std::optional<OracleDevice> forced,
+Device choose_oracle_device(const std::vector<Backend*>& backends, const Shape& shape, std::optional<Device> forced,
                                   std::string* why) {
   auto say = [why](std::string s) {
     if (why) *why = std::move(s);
@@ -287,51 +287,52 @@ OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, const S
     say("--oracle-device " + std::string(to_string(*forced)));
     return *forced;
   }
-  const auto on_gpu = std::find_if(backends.begin(), backends.end(), [](const Backend* b) { return b->device() != "cpu"; });
+  const auto on_gpu = std::find_if(backends.begin(), backends.end(), [](const Backend* b) { return b->on_gpu(); });
   if (on_gpu == backends.end()) {
     say("every backend runs on the CPU");
-    return OracleDevice::cpu;
+    return Device::cpu;
   }
+  const std::string runs_on = (*on_gpu)->name() + " runs on " + std::string(to_string((*on_gpu)->device()));
   if (small_for_gpu_oracles(shape)) {
-    say((*on_gpu)->name() + " runs on " + (*on_gpu)->device() + ", but the case is small: the CPU set judges it faster");
-    return OracleDevice::cpu;
+    say(runs_on + ", but the case is small: the CPU set judges it faster");
+    return Device::cpu;
   }
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
   std::string unavailable;
   if (cuda_kernels_available(&unavailable)) {
-    say((*on_gpu)->name() + " runs on " + (*on_gpu)->device());
-    return OracleDevice::cuda;
+    say(runs_on);
+    return Device::cuda;
   }
-  say((*on_gpu)->name() + " runs on " + (*on_gpu)->device() + ", but the GPU oracles cannot run here: " + unavailable);
+  say(runs_on + ", but the GPU oracles cannot run here: " + unavailable);
 #else
-  say((*on_gpu)->name() + " runs on " + (*on_gpu)->device() + ", but this build has no CUDA kernels");
+  say(runs_on + ", but this build has no CUDA kernels");
 #endif
-  return OracleDevice::cpu;
+  return Device::cpu;
 }
 
-OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, OracleDevice* chosen, std::string* why) {
-  const OracleDevice d = choose_oracle_device(backends, shape, oracle_device_override(), why);
+OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, Device* chosen, std::string* why) {
+  const Device d = choose_oracle_device(backends, shape, oracle_device_override(), why);
   if (chosen) *chosen = d;
   return make_oracles(d);
 }
 
-HostWork host_work(const std::vector<Backend*>& backends, OracleDevice oracles) {
+HostWork host_work(const std::vector<Backend*>& backends, Device oracles) {
   HostWork w;
-  w.oracles = oracles == OracleDevice::cpu ? HostWork::Oracles::host : HostWork::Oracles::device;
+  w.oracles = oracles == Device::cpu ? HostWork::Oracles::host : HostWork::Oracles::device;
   w.backends = HostScores::none;
   for (const Backend* b : backends) w.backends = std::max(w.backends, b->host_scores());
   return w;
 }
 
-OracleDevice expected_oracle_device(bool gpu_backend, const Shape& shape) {
+Device expected_oracle_device(bool gpu_backend, const Shape& shape) {
   if (const auto forced = oracle_device_override()) return *forced;
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
-  if (gpu_backend && !small_for_gpu_oracles(shape)) return OracleDevice::cuda;
+  if (gpu_backend && !small_for_gpu_oracles(shape)) return Device::cuda;
 #else
   (void)gpu_backend;
   (void)shape;
 #endif
-  return OracleDevice::cpu;
+  return Device::cpu;
 }
 
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
@@ -351,9 +352,9 @@ static void keep_freed_host_memory() {
 }
 #endif
 
-OracleSet make_oracles(OracleDevice device) {
+OracleSet make_oracles(Device device) {
   OracleSet o;
-  if (device == OracleDevice::cpu) {
+  if (device == Device::cpu) {
     static ReferenceBackend reference;
     o.reference = &reference;
     o.emulate = [](Contract c, bool reversed) -> std::unique_ptr<Backend> { return std::make_unique<EmulatedBackend>(c, reversed); };

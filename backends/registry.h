@@ -44,16 +44,13 @@ OracleSet default_oracles();
 // the CPU (Eigen, oracles/emulated.cpp, oracles/error_terms.cpp) or the GPU (kernels/:
 // cuda.reference64, cuda.emulated.*, oracles/gpu_error_terms.cu). Throws std::runtime_error,
 // with the reason, when the GPU set cannot run here.
-enum class OracleDevice { cpu, cuda };
-std::optional<OracleDevice> oracle_device_from_string(std::string_view s);
-const char* to_string(OracleDevice d);
-OracleSet make_oracles(OracleDevice device);
+std::optional<Device> oracle_device_from_string(std::string_view s);
+OracleSet make_oracles(Device device);
 
 // Which set judges a case of `shape` for `backends`. `forced` (--oracle-device cpu|cuda)
-// wins; otherwise (auto) the GPU set when some backend runs on a GPU (Backend::device() !=
-// "cpu"), the case is large enough for the GPU set to be the faster (kGpuOracleMinWork) and
+// wins; otherwise (auto) the GPU set when some backend runs on a GPU (Backend::on_gpu()), the case is large enough for the GPU set to be the faster (kGpuOracleMinWork) and
 // the GPU set can run here, else the CPU set. *why (optional) gets the reason, for `run`.
-OracleDevice choose_oracle_device(const std::vector<Backend*>& backends, const Shape& shape, std::optional<OracleDevice> forced,
+Device choose_oracle_device(const std::vector<Backend*>& backends, const Shape& shape, std::optional<Device> forced,
                                   std::string* why = nullptr);
 // B * Hq * Sq * Skv * max(Dqk, Dv) below which auto keeps the CPU set: a case costs the GPU set
 // about 20 calls of a millisecond or more each (launches, copies, syncs; more with a dozen
@@ -64,19 +61,19 @@ inline constexpr double kGpuOracleMinWork = 1 << 22;
 // otherwise). Kept in the environment (ATTNFUZZ_ORACLE_DEVICE) so the worker processes of
 // campaign, check, replay and minimize inherit it.
 void set_oracle_device_override(const std::string& name);
-std::optional<OracleDevice> oracle_device_override();
+std::optional<Device> oracle_device_override();
 // choose_oracle_device with the override, then make_oracles: what every command judges with.
-OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, OracleDevice* chosen = nullptr,
+OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, Device* chosen = nullptr,
                       std::string* why = nullptr);
 // What a run of `backends` judged by the oracle set on `oracles` keeps in host memory, for
 // estimate_host_bytes (harness/case.h): the CPU set keeps one head's matrices there, and the
 // backends what they declare (Backend::host_scores).
-HostWork host_work(const std::vector<Backend*>& backends, OracleDevice oracles);
+HostWork host_work(const std::vector<Backend*>& backends, Device oracles);
 // The set choose_oracle_device picks for a case of `shape` in a worker, from what a campaign's
 // parent knows of its backends: whether one runs on a GPU. The GPU set counts as able to run
 // wherever this build has it (a GPU backend that loaded means a usable GPU), so the parent never
 // touches the device itself.
-OracleDevice expected_oracle_device(bool gpu_backend, const Shape& shape);
+Device expected_oracle_device(bool gpu_backend, const Shape& shape);
 // Intra-op threads of the backends that have their own pool (LibTorch). Campaign workers
 // use 1: the parallelism is one worker process per core.
 void set_backend_threads(int n);

@@ -15,18 +15,18 @@ using namespace torch_detail;
 
 class TorchSdpaBackend final : public Backend {
  public:
-  TorchSdpaBackend(SdpaKind kind, TorchDevice dev) : kind_(kind), dev_(dev) {}
+  TorchSdpaBackend(SdpaKind kind, Device dev) : kind_(kind), dev_(dev) {}
 
   std::string name() const override {
     const char* k = kind_ == SdpaKind::math ? "torch.sdpa.math" : "torch.sdpa.cpu_flash";
-    return std::string(k) + (dev_ == TorchDevice::cuda ? ".cuda" : "");
+    return std::string(k) + (dev_ == Device::cuda ? ".cuda" : "");
   }
   std::string version() const override { return "libtorch-" + torch_version(); }
-  std::string device() const override { return dev_ == TorchDevice::cuda ? "cuda" : "cpu"; }
+  Device device() const override { return dev_; }
   // The math path materializes B x Hq x Sq x Skv attention weights and their gradients; the CPU
   // flash kernel works in tiles.
   HostScores host_scores() const override {
-    return kind_ == SdpaKind::math && dev_ == TorchDevice::cpu ? HostScores::every_head : HostScores::none;
+    return kind_ == SdpaKind::math && dev_ == Device::cpu ? HostScores::every_head : HostScores::none;
   }
   bool backward_takes_dlse() const override { return false; }
   bool returns_lse() const override { return kind_ != SdpaKind::math; }
@@ -50,7 +50,7 @@ class TorchSdpaBackend final : public Backend {
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     std::string why;
     if (!torch_device_available(dev_, &why)) return why;
-    if (kind_ == SdpaKind::cpu_flash && dev_ != TorchDevice::cpu) return "the CPU flash kernel runs on the CPU only";
+    if (kind_ == SdpaKind::cpu_flash && dev_ != Device::cpu) return "the CPU flash kernel runs on the CPU only";
     return Backend::unsupported_reason(p);
   }
 
@@ -128,12 +128,12 @@ class TorchSdpaBackend final : public Backend {
   }
 
   SdpaKind kind_;
-  TorchDevice dev_;
+  Device dev_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_torch_sdpa_backend(SdpaKind kind, TorchDevice device) {
+std::unique_ptr<Backend> make_torch_sdpa_backend(SdpaKind kind, Device device) {
   return std::make_unique<TorchSdpaBackend>(kind, device);
 }
 

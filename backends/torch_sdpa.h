@@ -7,6 +7,6 @@
 namespace attnfuzz {
 
 enum class SdpaKind { math, cpu_flash };
-std::unique_ptr<Backend> make_torch_sdpa_backend(SdpaKind kind, TorchDevice device = TorchDevice::cpu);
+std::unique_ptr<Backend> make_torch_sdpa_backend(SdpaKind kind, Device device = Device::cpu);
 
 }  // namespace attnfuzz

@@ -161,7 +161,7 @@ class TorchCudaSdpaBackend final : public Backend {
 
   std::string name() const override { return std::string(entry_ == CudaSdpaEntry::op ? "torch." : "torch.sdpa.") + kernel_name(kernel_); }
   std::string version() const override { return "libtorch-" + torch_version(); }
-  std::string device() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
   std::optional<Contract> contract(DType d) const override {
     // Flash and cuDNN take fp16/bf16 only. The efficient kernel also takes fp32, and its GEMMs
     // for fp32 on sm80 and newer are CUTLASS's 3xTF32 (`DefaultGemmType<ArchTag, float>` is
@@ -220,7 +220,7 @@ class TorchCudaSdpaBackend final : public Backend {
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     std::string why;
-    if (!torch_device_available(TorchDevice::cuda, &why)) return why;
+    if (!torch_device_available(Device::cuda, &why)) return why;
     if (auto refused = Backend::unsupported_reason(p)) return refused;
     try {
       return choice_refusal(p);
@@ -257,7 +257,7 @@ class TorchCudaSdpaBackend final : public Backend {
   // LibTorch's own verdict: at::_fused_sdp_choice with only this kernel enabled chooses it,
   // or says (in warnings and its error) why not.
   std::optional<std::string> choice_refusal(const Problem& p) const {
-    const at::Device dev = device_of(TorchDevice::cuda);
+    const at::Device dev = device_of(Device::cuda);
     const at::ScalarType st = scalar_type(p.dtype);
     const auto opts = at::TensorOptions().dtype(st).device(dev);
     const Shape& s = p.shape;
@@ -291,7 +291,7 @@ class TorchCudaSdpaBackend final : public Backend {
   }
 
   Call run(const Problem& p, bool requires_grad) const {
-    const at::Device dev = device_of(TorchDevice::cuda);
+    const at::Device dev = device_of(Device::cuda);
     const at::ScalarType st = scalar_type(p.dtype);
     const Shape& s = p.shape;
     Call c;

@@ -63,7 +63,9 @@ struct Digest {
   void add(const DiffReport& r) {
     add(r.input_checksum);
     for (const BackendRun& run : r.runs) {
-      for (const auto* s : {&run.backend, &run.version, &run.composition, &run.composition_class, &run.contract, &run.skip_reason}) add(*s);
+      for (const auto* s : {&run.backend, &run.version, &run.composition}) add(*s);
+      add(std::string(to_string(run.composition_class)));
+      for (const auto* s : {&run.contract, &run.skip_reason}) add(*s);
       add(static_cast<uint64_t>(run.skipped));
       add(static_cast<uint64_t>(run.backend_calls));
       for (const auto& n : run.notes) add(n);
@@ -88,7 +90,7 @@ struct Digest {
     for (const Finding& f : r.findings) {
       add(f.signature.to_string());
       add(f.detail);
-      for (const auto& [k, v] : f.metrics) {
+      for (const auto& [k, v] : metrics_by_name(f)) {  // the digest's order: by name
         add(k);
         add(v);
       }
@@ -168,9 +170,9 @@ int main(int argc, char** argv) {
     const Case& c = drawn.c;
     generating.reset();
     std::optional<RoleTimer> judging(std::in_place, "judge");
-    OracleDevice chosen = OracleDevice::cpu;
+    Device chosen = Device::cpu;
     const OracleSet base = oracles_for(backends, c.shape, &chosen);
-    gpu_set += chosen == OracleDevice::cuda;
+    gpu_set += chosen == Device::cuda;
     Timed reference(std::shared_ptr<Backend>(base.reference, [](Backend*) {}), "reference");
     OracleSet timed;
     timed.reference = &reference;

@@ -44,7 +44,7 @@ class NullCalls final : public Backend {
  public:
   explicit NullCalls(std::shared_ptr<Backend> declared) : declared_(std::move(declared)) {}
   std::string name() const override { return declared_->name(); }
-  std::string device() const override { return declared_->device(); }
+  Device device() const override { return declared_->device(); }
   std::optional<Contract> contract(DType d) const override { return declared_->contract(d); }
   bool masked_rows_zero() const override { return declared_->masked_rows_zero(); }
   bool returns_lse() const override { return declared_->returns_lse(); }

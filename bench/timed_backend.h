@@ -56,7 +56,7 @@ class Timed final : public Backend {
   Timed(std::shared_ptr<Backend> inner, std::string role) : inner_(std::move(inner)), role_(std::move(role)) {}
   std::string name() const override { return inner_->name(); }
   std::string version() const override { return inner_->version(); }
-  std::string device() const override { return inner_->device(); }
+  Device device() const override { return inner_->device(); }
   std::optional<Contract> contract(DType d) const override { return inner_->contract(d); }
   bool masked_rows_zero() const override { return inner_->masked_rows_zero(); }
   bool returns_lse() const override { return inner_->returns_lse(); }

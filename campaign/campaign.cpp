@@ -139,7 +139,7 @@ Reproducer death_finding(const Case& c, const WorkerCall& reply, int64_t index, 
   r.case_index = index;
   Signature& s = r.finding.signature;
   s.backend = reply.last_progress.empty() ? "worker" : reply.last_progress;
-  s.composition = Signature::kNoComposition;
+  s.composition = CompositionClass::none;
   s.tensor = Signature::kNoTensor;
   s.cls = reply.status == WorkerProcess::Reply::Status::timed_out ? FindingClass::timeout : FindingClass::crash;
   // A death has no tensor or composition; the mask is left out too, so one crash site
@@ -153,11 +153,27 @@ Reproducer death_finding(const Case& c, const WorkerCall& reply, int64_t index, 
   return r;
 }
 
+// The compilers' on-disk caches, one per campaign directory, for every Python worker of the
+// campaign: a kernel one worker compiled loads in the others, and in a --resume or the next
+// `check` in the same --out. A variable the user set is theirs.
+std::vector<std::string> compile_cache_env(const std::string& out_dir) {
+  const std::string cache = fs::absolute(rundir::compile_cache_dir(out_dir)).string();
+  std::vector<std::string> env;
+  for (const auto& [var, sub] : {std::pair<const char*, const char*>{"TORCHINDUCTOR_CACHE_DIR", "inductor"},
+                                 {"TRITON_CACHE_DIR", "triton"},
+                                 {"JAX_COMPILATION_CACHE_DIR", "jax"}})
+    if (!std::getenv(var)) env.push_back(std::string(var) + "=" + cache + "/" + sub);
+  return env;
+}
+
 std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
-  if (o.devices.empty()) return {};
+  std::vector<std::string> env = compile_cache_env(o.out_dir);
+  if (o.devices.empty()) return env;
   // Synchronous launches: a kernel fault is raised by the call that launched it, so the
   // finding names the right backend (the cases are small; the cost is small too).
-  return {"CUDA_VISIBLE_DEVICES=" + o.devices[worker % o.devices.size()], "CUDA_LAUNCH_BLOCKING=1"};
+  env.push_back("CUDA_VISIBLE_DEVICES=" + o.devices[worker % o.devices.size()]);
+  env.push_back("CUDA_LAUNCH_BLOCKING=1");
+  return env;
 }
 
 }  // namespace
@@ -188,7 +204,7 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
       if (call.last_progress.empty())
         coverage->add_case_error("the worker died before running any backend: " + why);
       else
-        coverage->add_case({{call.last_progress, Signature::kNoComposition, Outcome::errored, why}}, /*died=*/true);
+        coverage->add_case({{call.last_progress, CompositionClass::none, Outcome::errored, why}}, /*died=*/true);
     }
     return {d};
   }
@@ -310,7 +326,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   const std::function<AimedCase(uint64_t)> make_case = o.case_stream(profiles);
   CampaignOptions per_case = o;  // what run_case sees: timeouts confirmed where a backend runs on a GPU
   if (per_case.confirm_timeout_factor == 0 &&
-      std::any_of(profiles.begin(), profiles.end(), [](const BackendProfile& b) { return b.device != "cpu"; }))
+      std::any_of(profiles.begin(), profiles.end(), [](const BackendProfile& b) { return b.on_gpu(); }))
     per_case.confirm_timeout_factor = kGpuConfirmTimeoutFactor;
   {
     std::error_code ec;
@@ -446,6 +462,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   // file follows the completed prefix of the case stream.
   const bool tty = ::isatty(2);
   double last_line = 0;
+  std::vector<std::pair<double, uint64_t>> judged_at;  // (seconds, judged so far): the steady rate
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     Coverage coverage;
@@ -460,6 +477,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
       coverage = coverage_now(completed_prefix());
     }
     const double secs = elapsed();
+    judged_at.emplace_back(secs, coverage.judged_cases() - saved.coverage.judged_cases());
     const bool finished =
         (o.budget_cases && next_k.load() >= o.budget_cases && completed_prefix() >= o.budget_cases) || secs >= o.budget_seconds || stop;
     if (!o.quiet && (tty || secs - last_line >= 5.0)) {
@@ -488,12 +506,21 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   s.cases = done.load();
   s.judged = s.coverage.judged_cases() - saved.coverage.judged_cases();
   s.next_index = completed_prefix();
-  s.cases_total = s.next_index;
+  // The summary counts what its coverage counts: the completed prefix and the cases completed
+  // beyond it (state.json keeps the prefix only, so --resume runs those again, counted once).
+  s.known = prefix_known;
+  for (const auto& [k, counts] : pending_known)
+    for (const auto& [id, n] : counts) s.known[id] += n;
+  s.cases_total = s.next_index + pending_coverage.size();
   s.seconds = elapsed();
+  const auto half = std::lower_bound(judged_at.begin(), judged_at.end(), std::make_pair(s.seconds / 2, uint64_t{0}));
+  if (s.seconds >= CampaignSummary::kSteadyMinSeconds && half != judged_at.end() && s.seconds > half->first) {
+    s.steady_seconds = s.seconds - half->first;
+    s.steady_judged = s.judged - std::min(s.judged, half->second);
+  }
   if (o.minimize) minimize_findings(o);
   s.findings_by_class = store.by_class();
   s.signatures = store.signatures();
-  s.known = prefix_known;
   std::sort(s.signatures.begin(), s.signatures.end());
   rundir::write_summary(o.out_dir, summary_of(s, o));
   return s;

@@ -87,16 +87,23 @@ struct CampaignOptions {
 
 struct CampaignSummary {
   uint64_t cases = 0;  // cases run by this invocation (resumed ones included in cases_total)
+  // Every completed case of the stream: the completed prefix (resumed parts included) and the
+  // cases completed beyond it, the population `coverage` and `known` count.
   uint64_t cases_total = 0;
   uint64_t judged = 0;  // of `cases`: judged ones (campaign/coverage.h); the rate counts these
   double seconds = 0;
+  // The rate after warm-up: judged cases over the invocation's second half (the first holds
+  // the workers' start and most compiles: a new kernel compiles in seconds to a minute), when
+  // the invocation ran at least kSteadyMinSeconds.
+  static constexpr double kSteadyMinSeconds = 20;
+  uint64_t steady_judged = 0;
+  double steady_seconds = 0;
   std::map<std::string, int> findings_by_class;
   std::vector<std::string> signatures;  // sorted
-  // Findings covered by a known deviation, per deviation id (over the completed prefix).
+  // Findings covered by a known deviation, per deviation id (over cases_total).
   std::map<std::string, uint64_t> known;
   uint64_t next_index = 0;
-  // What ran, was skipped or errored, per backend and composition, over the whole
-  // completed prefix of the case stream (resumed parts included).
+  // What ran, was skipped or errored, per backend and composition, over cases_total.
   Coverage coverage;
 };
 

@@ -57,6 +57,12 @@ CoverageCounts counts_from_json(const json& j, const std::string& where) {
   return c;
 }
 
+CompositionClass composition_of(const std::string& s) {
+  const auto c = composition_class_from_string(s);
+  if (!c) throw std::runtime_error("run outcome: unknown composition class '" + s + "'");
+  return *c;
+}
+
 }  // namespace
 
 const char* to_string(Outcome o) {
@@ -72,8 +78,8 @@ const char* to_string(Outcome o) {
 }
 
 std::vector<RunOutcome> run_outcomes(const DiffReport& r) {
-  std::set<std::pair<std::string, std::string>> errors;  // (backend, composition class) with a backend_error
-  std::map<std::pair<std::string, std::string>, std::string> error_detail;
+  std::set<std::pair<std::string, CompositionClass>> errors;  // (backend, composition class) with a backend_error
+  std::map<std::pair<std::string, CompositionClass>, std::string> error_detail;
   for (const auto& f : r.findings)
     if (f.signature.cls == FindingClass::backend_error || f.signature.cls == FindingClass::out_of_bounds) {
       errors.insert({f.signature.backend, f.signature.composition});
@@ -97,30 +103,30 @@ std::vector<RunOutcome> run_outcomes(const DiffReport& r) {
 
 json to_json(const std::vector<RunOutcome>& runs) {
   json a = json::array();
-  for (const auto& r : runs) a.push_back({r.backend, r.composition, to_string(r.outcome), r.reason, r.tensors});
+  for (const auto& r : runs) a.push_back({r.backend, to_string(r.composition), to_string(r.outcome), r.reason, r.tensors});
   return a;
 }
 
 std::vector<RunOutcome> run_outcomes_from_json(const json& j) {
   std::vector<RunOutcome> out;
   for (const auto& e : j)
-    out.push_back({e.at(0).get<std::string>(), e.at(1).get<std::string>(), outcome_from_string(e.at(2).get<std::string>()),
+    out.push_back({e.at(0).get<std::string>(), composition_of(e.at(1).get<std::string>()), outcome_from_string(e.at(2).get<std::string>()),
                    e.at(3).get<std::string>(), e.size() > 4 ? e.at(4).get<std::vector<std::string>>() : std::vector<std::string>{}});
   return out;
 }
 
 std::optional<std::string> why_untested(const Signature& sig, const std::vector<RunOutcome>& runs) {
-  const bool any_composition = sig.composition == Signature::kNoComposition;
+  const bool any_composition = sig.composition == CompositionClass::none;
   for (const std::string& b : sig.blamed_backends()) {
     std::vector<const RunOutcome*> mine;
     for (const auto& r : runs)
       if (r.backend == b && (any_composition || r.composition == sig.composition)) mine.push_back(&r);
     if (mine.empty())
-      return b + " did not run" + (any_composition ? std::string() : " through a " + sig.composition + " composition") +
+      return b + " did not run" + (any_composition ? std::string() : " through a " + std::string(to_string(sig.composition)) + " composition") +
              " (not among the backends replayed, or not loaded)";
     for (const RunOutcome* r : mine)
       if (r->outcome != Outcome::ran)
-        return b + " " + (r->outcome == Outcome::errored ? "failed" : "skipped the case") + " (" + r->composition +
+        return b + " " + (r->outcome == Outcome::errored ? "failed" : "skipped the case") + " (" + std::string(to_string(r->composition)) +
                "): " + r->reason.substr(0, r->reason.find('\n'));
     if (sig.names_a_tensor() && std::none_of(mine.begin(), mine.end(), [&](const RunOutcome* r) {
           return std::find(r->tensors.begin(), r->tensors.end(), sig.tensor) != r->tensors.end();
@@ -192,7 +198,7 @@ void Coverage::add_case(const std::vector<RunOutcome>& runs, bool died) {
   // first composition's with that outcome.
   std::map<std::string, std::pair<Outcome, std::string>> per_backend;
   for (const auto& r : runs) {
-    by_composition_[r.backend][r.composition].add(r.outcome, r.reason);
+    by_composition_[r.backend][std::string(to_string(r.composition))].add(r.outcome, r.reason);
     auto it = per_backend.find(r.backend);
     auto rank = [](Outcome o) { return o == Outcome::errored ? 2 : o == Outcome::ran ? 1 : 0; };
     if (it == per_backend.end())

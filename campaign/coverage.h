@@ -31,7 +31,8 @@ enum class Outcome { ran, skipped, errored };
 
 // One backend through one composition of one case.
 struct RunOutcome {
-  std::string backend, composition;  // composition class: single, q_split, merged, or "-"
+  std::string backend;
+  CompositionClass composition = CompositionClass::single;
   Outcome outcome = Outcome::ran;
   std::string reason;                // why it was skipped or what the error was
   std::vector<std::string> tensors;  // ran: the outputs it returned and that were judged (O, LSE, ...)

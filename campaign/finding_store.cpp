@@ -12,11 +12,9 @@ using rundir::minimized_name;
 
 FindingStore::FindingStore(std::string dir) : dir_(std::move(dir)) {
   fs::create_directories(dir_);
-  for (const auto& e : fs::directory_iterator(dir_)) {
-    const std::string name = e.path().filename().string();
-    if (e.path().extension() != ".json" || name.size() < 9 || rundir::is_minimized(name)) continue;
+  for (const std::string& file : rundir::finding_files(dir_)) {
     try {
-      const Reproducer r = load_repro(e.path().string());
+      const Reproducer r = load_repro(file);
       known_[bucket_of(r.finding.signature)] = {r.case_index, r.finding.signature};
     } catch (const std::exception&) {
       // Not ours or damaged: left alone (atomic writes mean ours are never torn).

@@ -104,7 +104,8 @@ KnownDeviation load_one(const json& j, const std::string& path) {
   k.source = j.dump();
   k.repro = repro_from_json(j);
   k.id = fs::path(path).stem().string();
-  k.pattern = k.repro.finding.signature;
+  const Signature& own = k.repro.finding.signature;
+  k.pattern = {own.backend, std::string(to_string(own.composition)), own.tensor};
   k.when = "always";
   if (j.contains("known")) {
     const json& known = j.at("known");
@@ -115,7 +116,7 @@ KnownDeviation load_one(const json& j, const std::string& path) {
       k.pattern.backend = covers.value("backend", k.pattern.backend);
       k.pattern.composition = covers.value("composition", k.pattern.composition);
       k.pattern.tensor = covers.value("tensor", k.pattern.tensor);
-      const std::string cls = covers.value("class", to_string(k.pattern.cls));
+      const std::string cls = covers.value("class", to_string(k.repro.finding.signature.cls));
       if (cls == "*") {
         k.any_class = true;
       } else {
@@ -128,7 +129,7 @@ KnownDeviation load_one(const json& j, const std::string& path) {
     }
     k.when = known.value("when", k.when);
   }
-  if (k.classes.empty()) k.classes.push_back(k.pattern.cls);  // the reproducer's own class
+  if (k.classes.empty()) k.classes.push_back(k.repro.finding.signature.cls);  // the reproducer's own class
   try {
     k.predicate = parse_case_predicate(k.when);
   } catch (const std::invalid_argument& e) {
@@ -165,7 +166,7 @@ CasePredicate parse_case_predicate(const std::string& text) {
 
 bool KnownDeviation::covers(const Reproducer& finding) const {
   const Signature& s = finding.finding.signature;
-  return field_matches(pattern.backend, s.backend) && field_matches(pattern.composition, s.composition) &&
+  return field_matches(pattern.backend, s.backend) && field_matches(pattern.composition, std::string(to_string(s.composition))) &&
          field_matches(pattern.tensor, s.tensor) && (any_class || std::find(classes.begin(), classes.end(), s.cls) != classes.end()) && predicate(finding.c);
 }
 

@@ -49,7 +49,10 @@ struct KnownDeviation {
   std::string id, path;
   std::string source;  // the reproducer file's JSON, as loaded (a campaign's snapshot keeps it)
   Reproducer repro;
-  Signature pattern;  // backend/composition/tensor; "*" matches any, "a|b" either (dtype, mask unused)
+  // The bucket it covers, as spelled in the file: "*" matches any, "a|b" either.
+  struct Pattern {
+    std::string backend, composition, tensor;
+  } pattern;
   bool any_class = false;
   std::vector<FindingClass> classes;  // covers.class: "*" (any_class), one class or "a|b|c"
   std::string when;  // the predicate's text ("always" when none)

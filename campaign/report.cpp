@@ -231,7 +231,7 @@ std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServi
     const std::unique_ptr<Backend> be = services.load_blamed(r);
     const std::unique_ptr<Backend> ref = services.reference();
     const Inputs in = generate_inputs(r.c);
-    const Composition comp = sig.composition == "single" ? Composition{} : r.c.composition;
+    const Composition comp = sig.composition == CompositionClass::single ? Composition{} : r.c.composition;
     const ComposedResult want = run_composition(*ref, r.c, in, Composition{});
     const ComposedResult got = run_composition(*be, r.c, in, comp);
     const Tensor &a = got[*output], &b = want[*output];
@@ -250,8 +250,7 @@ std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServi
       p.by_position[s] = std::max(p.by_position[s], e);
       p.by_feature[d] = std::max(p.by_feature[d], e);
     }
-    const auto bm = r.finding.metrics.find("bound_max");
-    p.bound_max = bm != r.finding.metrics.end() ? bm->second : 0.0;
+    p.bound_max = r.finding.metric(FindingMetric::bound_max).value_or(0.0);
     return p;
   } catch (const std::exception& e) {
     *why = std::string("it could not be re-run here: ") + e.what();
@@ -268,13 +267,10 @@ std::string judged_rows(const nlohmann::json& summary, const std::string& run_di
   const uint64_t judged = summary["cases_judged"].get<uint64_t>();
   std::ostringstream h;
   h << "<tr><th>&nbsp;&nbsp;judged</th><td>" << judged;
-  try {
-    const nlohmann::json state = parse_strict_json(read_input_file(rundir::state_path(run_dir)));
-    const double seconds = state.value("seconds", 0.0);
+  if (const std::optional<double> seconds = rundir::campaign_seconds(run_dir)) {
     char rate[96];
-    std::snprintf(rate, sizeof rate, " (%.1f judged cases/s over %.0f s)", static_cast<double>(judged) / seconds, seconds);
-    if (seconds > 0) h << rate;
-  } catch (const std::exception&) {  // a merged directory has no state: no rate
+    std::snprintf(rate, sizeof rate, " (%.1f judged cases/s over %.0f s)", static_cast<double>(judged) / *seconds, *seconds);
+    h << rate;
   }
   h << "</td></tr>";
   const nlohmann::json unjudged = summary.value("coverage", nlohmann::json::object()).value("unjudged_cases", nlohmann::json::object());
@@ -395,7 +391,7 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
   }
   for (size_t i = 0; i < shown.size(); ++i) {
     const Signature& s = shown[i].second.finding.signature;
-    h << "<tr><td><a href='#f" << i << "'>" << i + 1 << "</a></td><td>" << esc(s.backend) << "</td><td>" << esc(s.composition)
+    h << "<tr><td><a href='#f" << i << "'>" << i + 1 << "</a></td><td>" << esc(s.backend) << "</td><td>" << esc(std::string(to_string(s.composition)))
       << "</td><td>" << esc(s.tensor) << "</td><td class='cls'>" << esc(to_string(s.cls)) << "</td><td>" << esc(s.dtype) << "</td><td>"
       << esc(s.mask) << "</td><td>" << esc(describe_shape(shown[i].second.c.shape)) << "</td></tr>";
   }

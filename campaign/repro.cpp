@@ -15,7 +15,7 @@ using nlohmann::json;
 
 namespace {
 json signature_json(const Signature& s) {
-  return {{"backend", s.backend}, {"composition", s.composition}, {"tensor", s.tensor}, {"class", to_string(s.cls)}, {"dtype", s.dtype},
+  return {{"backend", s.backend}, {"composition", to_string(s.composition)}, {"tensor", s.tensor}, {"class", to_string(s.cls)}, {"dtype", s.dtype},
           {"mask", s.mask}};
 }
 
@@ -48,7 +48,7 @@ json repro_to_json(const Reproducer& r) {
   j["finding"] = {{"signature", signature_json(r.finding.signature)},
                   {"key", r.finding.signature.to_string()},
                   {"detail", r.finding.detail},
-                  {"metrics", r.finding.metrics},
+                  {"metrics", metrics_by_name(r.finding)},
                   {"rule", r.rule}};
   j["input_checksum"] = hex16(r.input_checksum);
   j["record_checksum"] = hex16(record_checksum(j["case"], j["backends"], r.finding.signature, hex16(r.input_checksum)));
@@ -173,7 +173,11 @@ Reproducer repro_from_json(const json& j) {
     const json& f = j.at("finding");
     const json& s = f.at("signature");
     r.finding.signature.backend = s.at("backend").get<std::string>();
-    r.finding.signature.composition = s.at("composition").get<std::string>();
+    const auto comp = composition_class_from_string(s.at("composition").get<std::string>());
+    if (!comp)
+      throw CaseError("finding.signature.composition",
+                      "unknown composition class '" + s.at("composition").get<std::string>() + "' (expected single, q_split, merged or -)");
+    r.finding.signature.composition = *comp;
     r.finding.signature.tensor = s.at("tensor").get<std::string>();
     const auto cls = finding_class_from_string(s.at("class").get<std::string>());
     if (!cls) throw CaseError("finding.signature.class", "unknown class '" + s.at("class").get<std::string>() + "'");
@@ -182,7 +186,12 @@ Reproducer repro_from_json(const json& j) {
     r.finding.signature.mask = s.at("mask").get<std::string>();
     r.finding.detail = f.value("detail", "");
     r.rule = f.value("rule", "");
-    if (f.contains("metrics")) r.finding.metrics = f.at("metrics").get<std::map<std::string, double>>();
+    if (f.contains("metrics"))
+      for (const auto& [name, v] : f.at("metrics").get<std::map<std::string, double>>()) {
+        const auto m = finding_metric_from_string(name);
+        if (!m) throw CaseError("finding.metrics", "unknown metric '" + name + "'");
+        r.finding.metrics[*m] = v;
+      }
   });
   part("input_checksum", [&] {
     input_hex = j.at("input_checksum").get<std::string>();
@@ -214,7 +223,7 @@ Reproducer repro_from_json(const json& j) {
 
 Reproducer load_repro(const std::string& path) { return parse_repro(read_input_file(path)); }
 
-std::string bucket_of(const Signature& s) { return s.backend + "/" + s.composition + "/" + s.tensor + "/" + to_string(s.cls); }
+std::string bucket_of(const Signature& s) { return s.backend + "/" + std::string(to_string(s.composition)) + "/" + s.tensor + "/" + to_string(s.cls); }
 
 std::string bucket_file_name(const Signature& s) {
   Signature b = s;

@@ -19,13 +19,14 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 const std::vector<std::string>& own_names() {
   static const std::vector<std::string> names{kStateFile, kLockFile,  kFindingsDir, kSummaryFile,
-                                              kReportFile, kJUnitFile, kKnownSetFile};
+                                              kReportFile, kJUnitFile, kKnownSetFile, kCompileCacheDir};
   return names;
 }
 
 std::string findings_dir(const std::string& dir) { return dir + "/" + kFindingsDir; }
 std::string state_path(const std::string& dir) { return dir + "/" + kStateFile; }
 std::string summary_path(const std::string& dir) { return dir + "/" + kSummaryFile; }
+std::string compile_cache_dir(const std::string& dir) { return dir + "/" + kCompileCacheDir; }
 std::string known_set_path(const std::string& dir) { return dir + "/" + kKnownSetFile; }
 
 std::string minimized_name(const std::string& finding) { return finding.substr(0, finding.size() - 5) + kMinimizedSuffix; }
@@ -33,7 +34,8 @@ std::string finding_of_minimized(const std::string& minimized) {
   return minimized.substr(0, minimized.size() - std::string(kMinimizedSuffix).size()) + ".json";
 }
 bool is_minimized(const std::string& path) { return path.find(kMinimizedSuffix) != std::string::npos; }
-bool is_temporary(const std::string& path) { return path.find(".tmp.") != std::string::npos; }
+// The file's name, not its directories: a campaign under /scratch/x.tmp.1/ keeps its findings.
+bool is_temporary(const std::string& path) { return fs::path(path).filename().string().find(".tmp.") != std::string::npos; }
 bool is_finding_file(const std::string& path) { return ends_with(path, ".json") && !is_minimized(path) && !is_temporary(path); }
 
 std::vector<std::string> finding_files(const std::string& findings) {
@@ -42,7 +44,7 @@ std::vector<std::string> finding_files(const std::string& findings) {
   if (!fs::exists(findings, ec)) return files;
   for (const auto& e : fs::directory_iterator(findings)) {
     const std::string p = e.path().string();
-    if (e.path().extension() == ".json" && is_finding_file(p)) files.push_back(p);
+    if (is_finding_file(p)) files.push_back(p);
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -58,7 +60,7 @@ std::string summary_text(const Summary& s) {
   if (s.merged_shards) j["merged_shards"] = *s.merged_shards;
   if (s.backends) j["backends"] = *s.backends;
   j["cases"] = s.cases;
-  // Of the completed prefix: judged (some backend compared, or a crash/timeout verdict) and not.
+  // Of `cases`: judged (some backend compared, or a crash/timeout verdict) and not.
   j["cases_judged"] = s.coverage.judged_cases();
   j["cases_unjudged"] = s.coverage.unjudged_cases();
   j["findings_by_class"] = s.findings_by_class;
@@ -87,6 +89,15 @@ StateFile read_state(const std::string& dir) {
   } catch (const std::exception& e) {
     throw std::runtime_error("--resume: " + path + ": " + e.what());
   }
+}
+
+std::optional<double> campaign_seconds(const std::string& dir) {
+  try {
+    const json seconds = read_state(dir).json.value("seconds", json());
+    if (seconds.is_number() && seconds.get<double>() > 0) return seconds.get<double>();
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
 }
 
 void write_state(const std::string& dir, const json& state) { write(state_path(dir), state.dump(2) + "\n"); }

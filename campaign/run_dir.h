@@ -8,6 +8,8 @@
 //   DIR/state.json                  the resumable state (attnfuzz-campaign-state/1)
 //   DIR/known.json                  the campaign's copy of its --known deviations
 //   DIR/summary.json                the reproducible summary (attnfuzz-summary/1)
+//   DIR/compile-cache/              the compilers' caches its Python workers share (Inductor,
+//                                   Triton, XLA), kept across --resume and by `check`
 //   DIR/lock, DIR/report.html, DIR/junit.xml
 //
 // Every write is atomic and never follows a symbolic link (campaign/output_file.h).
@@ -29,6 +31,7 @@ inline constexpr const char* kKnownSetFile = "known.json";
 inline constexpr const char* kLockFile = "lock";
 inline constexpr const char* kReportFile = "report.html";
 inline constexpr const char* kJUnitFile = "junit.xml";
+inline constexpr const char* kCompileCacheDir = "compile-cache";
 inline constexpr const char* kMinimizedSuffix = ".min.json";
 
 inline constexpr const char* kSummaryFormat = "attnfuzz-summary/1";
@@ -41,6 +44,7 @@ std::string findings_dir(const std::string& dir);
 std::string state_path(const std::string& dir);
 std::string summary_path(const std::string& dir);
 std::string known_set_path(const std::string& dir);
+std::string compile_cache_dir(const std::string& dir);
 
 // findings/X.json -> findings/X.min.json (a path or a bare file name).
 std::string minimized_name(const std::string& finding);
@@ -83,6 +87,9 @@ struct StateFile {
   nlohmann::json json;
 };
 StateFile read_state(const std::string& dir);
+// How long the campaign in DIR has run over all its invocations (state.json's seconds), or
+// nothing where DIR has no readable state (a merge's directory) or no time recorded.
+std::optional<double> campaign_seconds(const std::string& dir);
 void write_state(const std::string& dir, const nlohmann::json& state);
 
 }  // namespace attnfuzz::rundir

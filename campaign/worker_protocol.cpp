@@ -69,7 +69,7 @@ std::string encode(const WorkerReply& r) {
     j["profiles"] = json::array();
     for (const auto& b : r.profiles)
       j["profiles"].push_back(
-          json{{"device", b.device}, {"envelope", to_json(b.envelope)}, {"host_scores", host_scores_name(b.host_scores)}});
+          json{{"device", to_string(b.device)}, {"envelope", to_json(b.envelope)}, {"host_scores", host_scores_name(b.host_scores)}});
   }
   j["findings"] = json::array();
   for (const auto& f : r.findings) j["findings"].push_back(repro_to_json(f));
@@ -103,7 +103,7 @@ WorkerReply decode_reply(const std::string& body) {
       if (!ps.is_array() || ps.size() != r.backends.size()) throw std::runtime_error("profiles: one per backend expected");
       for (size_t i = 0; i < ps.size(); ++i)
         r.profiles.push_back(
-            {r.backends[i], ps[i].at("device").get<std::string>(), envelope_from_json(ps[i].at("envelope")), host_scores_from(ps[i])});
+            {r.backends[i], device_from_string(ps[i].at("device").get<std::string>()), envelope_from_json(ps[i].at("envelope")), host_scores_from(ps[i])});
     }
     for (const auto& f : j.at("findings")) r.findings.push_back(repro_from_json(f));
     if (j.contains("runs")) r.runs = run_outcomes_from_json(j.at("runs"));

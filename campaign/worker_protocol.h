@@ -35,10 +35,11 @@ struct WorkerRequest {
 // What the probe learns of a loaded backend: where it computes, what it accepts and what it
 // keeps in host memory (Backend::host_scores; the memory estimate of the cases aimed at it).
 struct BackendProfile {
-  std::string name, device;
+  std::string name;
+  Device device = Device::cpu;
   SupportEnvelope envelope;
   HostScores host_scores = HostScores::every_head;
-  bool on_gpu() const { return device != "cpu"; }
+  bool on_gpu() const { return device != Device::cpu; }
 };
 
 struct WorkerReply {

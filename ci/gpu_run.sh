@@ -24,6 +24,12 @@
 #                                            every variant beside torch.flash; campaign: SECONDS (default 60)
 #                                            per adapter (both, or the one named), real tier up to S=1024,
 #                                            beside torch.flash
+#   ci/gpu_run.sh pycampaign [SECONDS] [JOBS] the Python campaign figure (docs/python-backends.md, "Python
+#                                            campaigns"): FlexEager, FlexCompiled, TritonFlash and JaxSdpa
+#                                            (xla, cudnn) at the real tier up to S=1024, a cold invocation of
+#                                            SECONDS/2 (default 240) then a --resume of SECONDS on the warm
+#                                            compile caches, JOBS workers (default 6); their done and steady
+#                                            lines, per-backend coverage, the plain loop in the same call
 #   ci/gpu_run.sh zoo SECONDS [PARALLEL] [MUTANTS...]
 #                                            a real-tier campaign per GPU mutant (.carry/mutants/
 #                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
@@ -152,6 +158,24 @@ case "$mode" in
         --backends "py:$flex:FlexCompiled?device=cuda&shapes=static&matmul_precision=$p" 2>&1
     done >"$OUT/flex-tf32.log"
     grep -h "finding(s)" "$OUT"/jax-seed.log "$OUT"/jax-cudnn-deterministic.log "$OUT"/flex-tf32.log ;;
+  pycampaign)
+    secs=${1:-240} jobs=${2:-6}
+    export ATTNFUZZ_PYTHON=${ATTNFUZZ_PYTHON:-python3} ATTNFUZZ_PY_PACKAGE_DIR=$root/python ATTNFUZZ_PY_TIMEOUT_S=300
+    export TORCHINDUCTOR_COMPILE_THREADS=1 OMP_NUM_THREADS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+    jax=attnfuzz_py.adapters.jax_sdpa flex=attnfuzz_py.adapters.flex
+    py="py:$flex:FlexEager?device=cuda,py:$flex:FlexCompiled?device=cuda,py:attnfuzz_py.adapters.triton_flash:TritonFlash"
+    py="$py,py:$jax:JaxSdpa?implementation=xla,py:$jax:JaxSdpa?implementation=cudnn"
+    camp=$OUT/pycampaign
+    for leg in cold warm; do
+      s=$((secs / 2)) resume=()
+      [ $leg = warm ] && s=$secs resume=(--resume)
+      timeout -k 5 $((s + 200)) "$bin/attnfuzz" campaign --seconds "$s" --seed 62 --tier real --max-seq 1024 --jobs "$jobs" \
+        --devices 0 --timeout 120 --no-minimize --quiet --backends "$py" --out "$camp" "${resume[@]}" > "$OUT/pycampaign-$leg.log" 2>&1
+      echo "=== $leg: exit $?"; grep -E "^(done|steady|coverage|aimed) |in flight" "$OUT/pycampaign-$leg.log"
+    done
+    du -sh "$camp/compile-cache"/* 2>/dev/null
+    python3 "$root/bench/plain_loop.py" --tier real --seconds 20 2>&1 | tail -4
+    (cd "$OUT" && tar czf pycampaign.tgz --exclude=compile-cache --exclude='*.html' pycampaign && rm -rf pycampaign) ;;
   thirdparty)
     step=${1:-all} secs=${2:-60} which=${3:-both}
     cd "$root" && . ci/thirdparty_unpack.sh > "$OUT/3p-unpack.log" 2>&1

@@ -90,7 +90,7 @@ void resume_known(const CampaignArgs& a, CampaignOptions& o) {
 HostWork host_work_of(const std::vector<BackendProfile>& backends, const Shape& shape) {
   const bool gpu = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.on_gpu(); });
   HostWork w;
-  w.oracles = expected_oracle_device(gpu, shape) == OracleDevice::cpu ? HostWork::Oracles::host : HostWork::Oracles::device;
+  w.oracles = expected_oracle_device(gpu, shape) == Device::cpu ? HostWork::Oracles::host : HostWork::Oracles::device;
   w.backends = HostScores::none;
   for (const auto& b : backends) w.backends = std::max(w.backends, b.host_scores);
   return w;
@@ -203,6 +203,9 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
              s.cases - std::min(s.judged, s.cases), s.seconds, s.seconds > 0 ? static_cast<double>(s.judged) / s.seconds : 0.0,
              s.signatures.size());
   for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
+  if (s.steady_seconds > 0)
+    fmt::print("steady    {:.2f} judged cases/s over the last {:.0f} s (the first half holds the workers' start and most compiles)\n",
+               static_cast<double>(s.steady_judged) / s.steady_seconds, s.steady_seconds);
   if (!o.known.empty()) {
     uint64_t known = 0;
     for (const auto& [id, n] : s.known) known += n;

@@ -68,9 +68,11 @@ std::optional<std::string> clear_check_output(const std::string& out, std::optio
   if (ec) return "--out " + printable(out) + ": cannot be read: " + ec.message();
   if (!lock)
     if (const auto why = take_lock()) return why;
-  std::vector<fs::path> previous;  // every entry but the lock this check now holds
+  // Every entry but the lock this check now holds and the compilers' caches: a cache changes
+  // how long a check takes, never what it finds.
+  std::vector<fs::path> previous;
   for (auto it = fs::directory_iterator(out, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-    if (it->path().filename() != "lock") previous.push_back(it->path());
+    if (it->path().filename() != rundir::kLockFile && it->path().filename() != rundir::kCompileCacheDir) previous.push_back(it->path());
   for (const auto& p : previous)
     if (!ec) fs::remove_all(p, ec);
   if (ec) return "--out " + printable(out) + ": cannot clear the previous check's output: " + ec.message();
@@ -91,34 +93,39 @@ std::string printable_block(const std::string& text) {
   return out + (line.empty() ? "" : message_safe(line, 2000));
 }
 
-// What a CI reader needs to act on a finding, from its reproducer: the verdict's numbers, the
-// case, and the commands that replay and shrink it. Keyed by signature.
+// What a CI reader needs to act on a finding, from its reproducer (the minimized one where
+// there is one: the smaller case to read and replay): the verdict's numbers, the case, and the
+// commands that replay and shrink it. Keyed by signature; the findings in their names' order.
 std::map<std::string, std::string> failure_bodies(const std::string& findings_dir) {
   std::map<std::string, std::string> out;
-  std::error_code ec;
-  for (auto it = fs::directory_iterator(findings_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    const fs::path p = it->path();
-    if (p.extension() != ".json") continue;
+  for (const std::string& finding : rundir::finding_files(findings_dir)) {
     Reproducer r;
-    try {
-      r = load_repro(p.string());
-    } catch (const std::exception&) {
-      continue;
+    std::string shown;
+    for (const std::string& file : {rundir::minimized_name(finding), finding}) {
+      std::error_code ec;
+      if (!fs::exists(file, ec)) continue;
+      try {
+        r = load_repro(file);
+        shown = file;
+        break;
+      } catch (const std::exception&) {
+      }
     }
+    if (shown.empty()) continue;
     const Signature& sig = r.finding.signature;
     std::string body = "divergence: " + sig.to_string() + "\n";
     if (!r.finding.detail.empty()) body += "detail: " + r.finding.detail + "\n";
     if (!r.finding.metrics.empty()) {
       body += "metrics:";
-      for (const auto& [k, v] : r.finding.metrics) body += fmt::format(" {}={:.4g}", k, v);
+      for (const auto& [k, v] : metrics_by_name(r.finding)) body += fmt::format(" {}={:.4g}", k, v);
       body += "\n";
     }
     if (!r.rule.empty()) body += "rule: " + r.rule + "\n";
     body += fmt::format("case: {} {} mask {} composition {} layouts {}\n", describe_shape(r.c.shape), to_string(r.c.dtype),
                         describe(r.c.mask), describe(r.c.composition), describe(r.c.layouts));
-    body += "reproducer: " + p.string() + "\n";
-    body += "replay: attnfuzz replay " + p.string() + "\n";
-    body += "minimize: attnfuzz minimize " + p.string() + "\n";
+    body += "reproducer: " + shown + "\n";
+    body += "replay: attnfuzz replay " + shown + "\n";
+    body += "minimize: attnfuzz minimize " + finding + "\n";
     out.emplace(sig.to_string(), printable_block(body));
   }
   return out;

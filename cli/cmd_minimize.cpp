@@ -117,7 +117,7 @@ int minimize_command(const MinimizeOptions& opt) {
     const double timeout = opt.timeout > 0 ? opt.timeout : sig.cls == FindingClass::timeout ? 2.0 : 120.0;
     judge = isolated_judge(*proc, isolation, needs_determinism(sig), timeout);
   } else {
-    OracleDevice oracle_device = OracleDevice::cpu;
+    Device oracle_device = Device::cpu;
     OracleSet oracles = oracles_for(backends, r.c.shape, &oracle_device);
     try {  // the reproducer was read without the budget: here it runs in this process
       check_memory_budget(r.c, Limits{Limits{}.memory_budget_bytes, host_work(backends, oracle_device)});

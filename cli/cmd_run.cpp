@@ -147,7 +147,7 @@ int run_isolated(const RunOptions& opt, const Case& c, const std::vector<std::st
   return found.empty() ? kExitOk : kExitDivergence;
 }
 
-void print_report(const Case& c, const DiffReport& r, OracleDevice reference, const std::vector<Backend*>& backends) {
+void print_report(const Case& c, const DiffReport& r, Device reference, const std::vector<Backend*>& backends) {
   fmt::print("shape     {}  dtype={}  scale={:.6g}{}\n", describe_shape(c.shape), to_string(c.dtype), c.effective_scale(),
              c.softcap ? fmt::format("  softcap={:g}", *c.softcap) : std::string());
   fmt::print("mask      {}\n", describe(c.mask));
@@ -164,7 +164,7 @@ void print_report(const Case& c, const DiffReport& r, OracleDevice reference, co
                  fmt::join(names, ", "), b->why_nondeterministic());
     }
   fmt::print("errors against the float64 reference ({}, single call); baseline: naive computation under the backend's contract ({})\n\n",
-             reference == OracleDevice::cuda ? "cuda.reference64" : "Eigen", reference == OracleDevice::cuda ? "cuda.emulated.*" : "CPU");
+             reference == Device::cuda ? "cuda.reference64" : "Eigen", reference == Device::cuda ? "cuda.emulated.*" : "CPU");
   // "looks": the fingerprint, and in brackets the ladder's spread on that tensor (its coarsest
   // rung's error over its finest's): below 8 the precisions cannot be told apart there.
   fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10} {:>10} {:>10} {:>10} {:>10}  {:<15} {:<7} {}\n", "backend", "composition", "contract", "out",
@@ -227,7 +227,7 @@ int run(const RunOptions& opt) {
   for (const auto& why : loaded.skipped) fmt::print(stderr, "attnfuzz: skipping {}\n", why);
   const std::vector<Backend*> backends = loaded.pointers();
   OracleSet oracles;
-  OracleDevice oracle_device = OracleDevice::cpu;
+  Device oracle_device = Device::cpu;
   std::string why_device;
   try {
     oracles = oracles_for(backends, c.shape, &oracle_device, &why_device);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/contract.h"
+#include "harness/device.h"
 #include "harness/envelope.h"
 #include "harness/error_model.h"
 #include "harness/errors.h"
@@ -37,9 +38,9 @@ class Backend {
   // adapter's module and class and the versions of Python and its libraries. Built-in backends
   // are the harness's own (its commit is in the environment): nothing.
   virtual std::map<std::string, std::string> provenance() const { return {}; }
-  virtual std::string device() const { return "cpu"; }
+  virtual Device device() const { return Device::cpu; }
   // Whether it computes on a GPU: its faults can outlive the call, and it runs isolated.
-  bool on_gpu() const { return device() != "cpu"; }
+  bool on_gpu() const { return device() != Device::cpu; }
   // Whether a fault of its GPU code can break this process's CUDA context, so that no GPU backend
   // of this process may run after it: in-process GPU code can; a backend that computes in a
   // process of its own (a Python adapter) breaks only that process's.

@@ -237,8 +237,8 @@ class DifferentialSession::Impl {
 
   ErrorStats error_of(const Tensor& t, TensorId o) const { return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr); }
 
-  void add(const std::string& backend, const std::string& comp, const std::string& tensor, FindingClass cls, std::string detail,
-           std::map<std::string, double> metrics = {}) {
+  void add(const std::string& backend, CompositionClass comp, const std::string& tensor, FindingClass cls, std::string detail,
+           std::map<FindingMetric, double> metrics = {}) {
     Finding f;
     f.signature = {backend, comp, tensor, cls, std::string(to_string(c_.dtype)), signature_kind(c_.mask)};
     f.detail = std::move(detail);
@@ -348,7 +348,7 @@ class DifferentialSession::Impl {
       for (const auto& [tensor, n] : *counts)
         if (n)
           add(run.backend, run.composition_class, tensor, FindingClass::unwritten, std::to_string(n) + " elements never written",
-              {{"count", double(n)}});
+              {{FindingMetric::count, double(n)}});
   }
 
   // Fully masked rows follow the convention (O = 0, LSE = -inf, no gradient) when the backend says so.
@@ -363,13 +363,13 @@ class DifferentialSession::Impl {
       const size_t bad = convention_breaks(r[t], skip_, t == TensorId::LSE);
       if (bad)
         add(run.backend, run.composition_class, to_string(t), FindingClass::semantic,
-            std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{"rows", double(bad)}});
+            std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{FindingMetric::rows, double(bad)}});
     }
   }
 
   // Every output against the float64 reference under the rule (harness/tolerance.h).
   void judge_numbers(const Backend& be, Contract contract, const Composition& comp, const ComposedResult& r, BackendRun& run) {
-    const std::string comp_class = composition_class(comp);
+    const CompositionClass comp_class = composition_class(comp);
     const bool takes_dlse = be.backward_takes_dlse();
     const ComposedResult& base_fwd = emulation(contract, false, comp, takes_dlse);
     const ComposedResult& base_rev = emulation(contract, true, comp, takes_dlse);
@@ -429,7 +429,7 @@ class DifferentialSession::Impl {
           add(Signature::pair(x.backend, y.backend), x.composition_class, u.tensor, FindingClass::consistency,
               "both declare " + x.contract + "; " + x.backend + " computes like " + u.print.name() + ", " + y.backend + " like " +
                   v.print.name(),
-              {{"rms_a", u.err.rms}, {"rms_b", v.err.rms}});
+              {{FindingMetric::rms_a, u.err.rms}, {FindingMetric::rms_b, v.err.rms}});
         }
       }
   }
@@ -461,9 +461,9 @@ BackendRun DifferentialSession::judge(const Backend& be, const Composition& comp
 }
 DiffReport DifferentialSession::finish() { return impl_->finish(); }
 
-std::string composition_class(const Composition& c) {
-  if (c.kind == Composition::Kind::single) return "single";
-  return needs_lse(c) ? "merged" : "q_split";
+CompositionClass composition_class(const Composition& c) {
+  if (c.kind == Composition::Kind::single) return CompositionClass::single;
+  return needs_lse(c) ? CompositionClass::merged : CompositionClass::q_split;
 }
 
 DiffReport run_differential(const Case& c, const std::vector<Backend*>& backends, const OracleSet& oracles, const DiffOptions& opt) {

@@ -34,7 +34,9 @@ struct DiffOptions {
 };
 
 struct BackendRun {
-  std::string backend, version, composition, composition_class;
+  std::string backend, version;
+  std::string composition;  // the composition tree, described (harness/case.h describe)
+  CompositionClass composition_class = CompositionClass::single;
   std::string contract;
   std::string api;               // Backend::api: consistency compares runs of one API only
   double lse_unit_roundoff = 0;  // the backend's declared LSE accuracy for the case dtype
@@ -55,9 +57,8 @@ struct DiffReport {
   bool gpu_error = false;
 };
 
-// "single", "q_split" (queries cut, no merge) or "merged" (some LSE merge): the
-// composition part of a divergence signature.
-std::string composition_class(const Composition& c);
+// single, q_split (queries cut, no merge) or merged (some LSE merge).
+CompositionClass composition_class(const Composition& c);
 
 DiffReport run_differential(const Case& c, const std::vector<Backend*>& backends, const OracleSet& oracles, const DiffOptions& opt = {});
 

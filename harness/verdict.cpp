@@ -58,8 +58,53 @@ std::vector<std::string> Signature::blamed_backends() const {
   return {backend.substr(0, tilde), backend.substr(tilde + 1)};
 }
 
+std::string_view to_string(CompositionClass c) {
+  switch (c) {
+    case CompositionClass::none:
+      return "-";
+    case CompositionClass::single:
+      return "single";
+    case CompositionClass::q_split:
+      return "q_split";
+    case CompositionClass::merged:
+      return "merged";
+  }
+  return "?";
+}
+
+std::optional<CompositionClass> composition_class_from_string(std::string_view s) {
+  for (CompositionClass c : {CompositionClass::none, CompositionClass::single, CompositionClass::q_split, CompositionClass::merged})
+    if (to_string(c) == s) return c;
+  return std::nullopt;
+}
+
+std::string_view to_string(FindingMetric m) {
+  switch (m) {
+#define ATTNFUZZ_METRIC_NAME(name) \
+  case FindingMetric::name:        \
+    return #name;
+    ATTNFUZZ_FINDING_METRICS(ATTNFUZZ_METRIC_NAME)
+#undef ATTNFUZZ_METRIC_NAME
+  }
+  return "?";
+}
+
+std::optional<FindingMetric> finding_metric_from_string(std::string_view s) {
+#define ATTNFUZZ_METRIC_PARSE(name) \
+  if (s == #name) return FindingMetric::name;
+  ATTNFUZZ_FINDING_METRICS(ATTNFUZZ_METRIC_PARSE)
+#undef ATTNFUZZ_METRIC_PARSE
+  return std::nullopt;
+}
+
+std::map<std::string, double> metrics_by_name(const Finding& f) {
+  std::map<std::string, double> out;
+  for (const auto& [m, v] : f.metrics) out[std::string(to_string(m))] = v;
+  return out;
+}
+
 std::string Signature::to_string() const {
-  return backend + "/" + composition + "/" + tensor + "/" + attnfuzz::to_string(cls) + "/" + dtype + "/" + mask;
+  return backend + "/" + std::string(attnfuzz::to_string(composition)) + "/" + tensor + "/" + attnfuzz::to_string(cls) + "/" + dtype + "/" + mask;
 }
 
 std::vector<std::pair<Contract, double>> floor_rungs(std::vector<std::pair<Contract, double>> rung_errors, Contract declared,
@@ -464,10 +509,11 @@ TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const 
   return v;
 }
 
-std::map<std::string, double> failure_metrics(const TensorVerdict& v) {
-  return {{"rms", v.err.rms},           {"max_abs", v.err.max_abs},          {"bound_rms", v.bound_rms},
-          {"bound_max", v.bound_max},   {"baseline_rms", v.baseline.rms},    {"baseline_max", v.baseline.max_abs},
-          {"worst_ratio", v.worst.ratio}, {"worst_limit", v.worst.limit},    {"kappa", v.kappa}};
+std::map<FindingMetric, double> failure_metrics(const TensorVerdict& v) {
+  using M = FindingMetric;
+  return {{M::rms, v.err.rms},           {M::max_abs, v.err.max_abs},        {M::bound_rms, v.bound_rms},
+          {M::bound_max, v.bound_max},   {M::baseline_rms, v.baseline.rms},  {M::baseline_max, v.baseline.max_abs},
+          {M::worst_ratio, v.worst.ratio}, {M::worst_limit, v.worst.limit}, {M::kappa, v.kappa}};
 }
 
 std::string failure_detail(const TensorVerdict& v, Contract declared) {

@@ -31,13 +31,20 @@ enum class FindingClass {
 std::string to_string(FindingClass c);
 std::optional<FindingClass> finding_class_from_string(const std::string& s);
 
+// The composition part of a divergence signature: the single call, queries cut with no merge,
+// or some LSE merge; `none` ("-") for a finding no composition owns (a worker's death).
+enum class CompositionClass { none, single, q_split, merged };
+std::string_view to_string(CompositionClass c);
+std::optional<CompositionClass> composition_class_from_string(std::string_view s);
+
 struct Signature {
-  // What a finding about no tensor (a backend error, a death) or no composition (a death) or
-  // no mask (a death: one finding per dtype, not per mask) records in that field.
+  // What a finding about no tensor (a backend error, a death) or no mask (a death: one finding
+  // per dtype, not per mask) records in that field.
   static constexpr const char* kNoTensor = "-";
-  static constexpr const char* kNoComposition = "-";
   static constexpr const char* kAnyMask = "-";
-  std::string backend, composition, tensor;
+  std::string backend;
+  CompositionClass composition = CompositionClass::none;
+  std::string tensor;
   FindingClass cls = FindingClass::mismatch;
   std::string dtype, mask;
   std::string to_string() const;  // backend/composition/tensor/class/dtype/mask
@@ -50,11 +57,33 @@ struct Signature {
   auto operator<=>(const Signature&) const = default;
 };
 
+// What a finding measured, spelled by its name in a reproducer's "metrics": a failing
+// tensor's error, bound, baseline, worst block and condition number (failure_metrics); a
+// consistency pair's two errors; the elements never written; the masked rows that break the
+// convention.
+#define ATTNFUZZ_FINDING_METRICS(X)                                                                                    \
+  X(rms) X(max_abs) X(bound_rms) X(bound_max) X(baseline_rms) X(baseline_max) X(worst_ratio) X(worst_limit) X(kappa) \
+      X(rms_a) X(rms_b) X(count) X(rows)
+enum class FindingMetric {
+#define ATTNFUZZ_METRIC_ENUM(m) m,
+  ATTNFUZZ_FINDING_METRICS(ATTNFUZZ_METRIC_ENUM)
+#undef ATTNFUZZ_METRIC_ENUM
+};
+std::string_view to_string(FindingMetric m);
+std::optional<FindingMetric> finding_metric_from_string(std::string_view s);
+
 struct Finding {
   Signature signature;
   std::string detail;
-  std::map<std::string, double> metrics;
+  std::map<FindingMetric, double> metrics;
+  // The metric's value, or nothing where this finding did not measure it.
+  std::optional<double> metric(FindingMetric m) const {
+    const auto it = metrics.find(m);
+    return it == metrics.end() ? std::nullopt : std::optional<double>(it->second);
+  }
 };
+// The metrics by name, in the names' order: a reproducer's "metrics", check's report.
+std::map<std::string, double> metrics_by_name(const Finding& f);
 
 // Precision fingerprint: which contract of the ladder an error looks like.
 enum class FingerprintLabel {
@@ -165,6 +194,6 @@ struct JudgeInput {
 TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const ToleranceRule& rule);
 // A failing tensor's finding: its one-line detail and its metrics (rms, bounds, the worst block).
 std::string failure_detail(const TensorVerdict& v, Contract declared);
-std::map<std::string, double> failure_metrics(const TensorVerdict& v);
+std::map<FindingMetric, double> failure_metrics(const TensorVerdict& v);
 
 }  // namespace attnfuzz

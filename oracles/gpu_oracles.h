@@ -23,7 +23,7 @@ class CudaReference64Backend final : public Backend {
  public:
   std::string name() const override { return "cuda.reference64"; }
   std::string version() const override;
-  std::string device() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
   Forward forward(const Problem& p) override;
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override;
   // Where the time of the last call went (host-timed: upload, kernels, download).
@@ -40,7 +40,7 @@ class CudaEmulatedBackend final : public Backend {
   CudaEmulatedBackend(Contract contract, bool reversed_order) : contract_(contract), reversed_(reversed_order) {}
   std::string name() const override;
   std::string version() const override;
-  std::string device() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
   std::optional<Contract> contract(DType) const override { return contract_; }
   Forward forward(const Problem& p) override;
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override;

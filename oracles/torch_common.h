@@ -44,7 +44,7 @@ inline at::ScalarType scalar_type(DType d) {
   return at::kFloat;
 }
 
-inline at::Device device_of(TorchDevice d) { return d == TorchDevice::cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU); }
+inline at::Device device_of(Device d) { return d == Device::cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU); }
 
 // A copy of `t` on `dev` (never a view of the harness's memory). To a GPU the upload is that
 // copy: the host copy first (clone) only for the CPU.

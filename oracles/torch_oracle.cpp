@@ -17,15 +17,15 @@ using namespace torch_detail;
 
 class TorchComposedBackend final : public Backend {
  public:
-  TorchComposedBackend(TorchPrecision prec, TorchDevice dev) : prec_(prec), dev_(dev) {}
+  TorchComposedBackend(TorchPrecision prec, Device dev) : prec_(prec), dev_(dev) {}
 
   std::string name() const override {
-    return std::string(prec_ == TorchPrecision::float64 ? "torch.f64" : "torch.math") + (dev_ == TorchDevice::cuda ? ".cuda" : "");
+    return std::string(prec_ == TorchPrecision::float64 ? "torch.f64" : "torch.math") + (dev_ == Device::cuda ? ".cuda" : "");
   }
   std::string version() const override { return "libtorch-" + torch_version(); }
-  std::string device() const override { return dev_ == TorchDevice::cuda ? "cuda" : "cpu"; }
+  Device device() const override { return dev_; }
   // The graph holds B x Hq x Sq x Skv scores, probabilities and their gradients.
-  HostScores host_scores() const override { return dev_ == TorchDevice::cpu ? HostScores::every_head : HostScores::none; }
+  HostScores host_scores() const override { return dev_ == Device::cpu ? HostScores::every_head : HostScores::none; }
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     std::string why;
     if (!torch_device_available(dev_, &why)) return why;
@@ -93,13 +93,13 @@ class TorchComposedBackend final : public Backend {
   }
 
   TorchPrecision prec_;
-  TorchDevice dev_;
+  Device dev_;
 };
 
 }  // namespace
 
-bool torch_device_available(TorchDevice device, std::string* why) {
-  if (device == TorchDevice::cpu) return true;
+bool torch_device_available(Device device, std::string* why) {
+  if (device == Device::cpu) return true;
   std::string load_error;
   if (!load_torch_cuda(&load_error)) {
     if (why) *why = "LibTorch's CUDA half is not here: " + load_error;
@@ -146,7 +146,7 @@ std::optional<std::string> torch_cuda_health() {
   return std::nullopt;
 }
 
-std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, TorchDevice device) {
+std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, Device device) {
   return std::make_unique<TorchComposedBackend>(precision, device);
 }
 

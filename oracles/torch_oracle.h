@@ -17,11 +17,10 @@
 namespace attnfuzz {
 
 enum class TorchPrecision { float64, case_dtype };
-enum class TorchDevice { cpu, cuda };
 
-std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, TorchDevice device = TorchDevice::cpu);
+std::unique_ptr<Backend> make_torch_composed_backend(TorchPrecision precision, Device device = Device::cpu);
 // Whether LibTorch can run on this device here (CUDA: built with CUDA and a GPU present).
-bool torch_device_available(TorchDevice device, std::string* why = nullptr);
+bool torch_device_available(Device device, std::string* why = nullptr);
 std::string torch_version();
 void torch_set_threads(int n);
 // "cuda" and "cudnn" versions LibTorch was built with and can use here, or why not.

@@ -95,6 +95,13 @@ refused "--json adir: is a directory" check $quick --out chk1 --json adir
 mkdir precious && echo keep >precious/notes.txt
 refused "--out precious: holds notes.txt, which no check wrote" check $quick --out precious
 check "check --out precious: notes.txt is still there" "[ -f precious/notes.txt ]"
+# A previous check's compilers' caches (compile-cache/) are kept: they change its time, never its findings.
+"$bin" check $quick --out chk2 >/dev/null 2>&1
+mkdir -p chk2/compile-cache/inductor && echo kernel >chk2/compile-cache/inductor/k.py && echo stale >chk2/findings/x.json
+"$bin" check $quick --out chk2 >/dev/null 2>&1
+rc=$?
+check "check again in its --out: exit 0 (got $rc), its compile cache kept, its old findings gone" \
+  "[ $rc -eq 0 ] && [ -f chk2/compile-cache/inductor/k.py ] && [ ! -e chk2/findings/x.json ]"
 refused "--out afile: exists and is not a directory" check $quick --out afile
 check "check --out afile: the file is still there" "[ -f afile ]"
 

@@ -80,6 +80,13 @@ check "a resumed campaign counts the first part's cases once: 50 in all" \
 
 check "the resumed campaign's summary counts 50 judged cases" "grep -q '\"cases_judged\": 50,' $tmp/camp/summary.json"
 
+# 2a. Under a time budget, two workers finish out of order (the crash mutant restarts one): the
+# summary's cases, judged and unjudged count the same population.
+crash="plugin:$mutants/libattnfuzz_mutant_crash.so"
+"$bin" campaign --seconds 6 --jobs 2 --timeout 5 --no-minimize --quiet --backends "$ok,$crash" --out "$tmp/timed" >/dev/null 2>&1
+check "a timed campaign's summary: cases = judged + unjudged" \
+  "python3 -c 'import json,sys; s=json.load(open(\"$tmp/timed/summary.json\")); sys.exit(0 if s[\"cases\"] > 0 and s[\"cases\"] == s[\"cases_judged\"] + s[\"cases_unjudged\"] else 1)'"
+
 # 2b. Only the declining backend: every case is unjudged (no backend ran), and the rate counts
 # judged cases only, in the progress line, on stdout, in summary.json and in the report.
 "$bin" campaign --cases 20 --jobs 2 --no-minimize --backends "$declines" --out "$tmp/none" >"$tmp/stdout" 2>"$tmp/err"

@@ -19,9 +19,9 @@ TEST(Coverage, ReasonGroupsMaskStandAloneNumbersOnly) {
 TEST(Coverage, ABackendsOutcomeForACaseIsErroredThenRanThenSkipped) {
   Coverage c;
   c.add_backend("never_reached");
-  c.add_case({{"a", "single", Outcome::ran, ""}, {"a", "merged", Outcome::skipped, "no LSE"}});
-  c.add_case({{"a", "single", Outcome::skipped, "head_dim 72"}, {"a", "merged", Outcome::errored, "boom"}});
-  c.add_case({{"a", "single", Outcome::skipped, "head_dim 80"}});
+  c.add_case({{"a", CompositionClass::single, Outcome::ran, ""}, {"a", CompositionClass::merged, Outcome::skipped, "no LSE"}});
+  c.add_case({{"a", CompositionClass::single, Outcome::skipped, "head_dim 72"}, {"a", CompositionClass::merged, Outcome::errored, "boom"}});
+  c.add_case({{"a", CompositionClass::single, Outcome::skipped, "head_dim 80"}});
   const CoverageCounts& a = c.backends().at("a");
   EXPECT_EQ(a.ran, 1u);
   EXPECT_EQ(a.errored, 1u);
@@ -37,8 +37,8 @@ TEST(Coverage, ABackendsOutcomeForACaseIsErroredThenRanThenSkipped) {
 
 TEST(Coverage, UntestedBackendWarningNamesItsTopReasons) {
   Coverage c;
-  for (int i = 0; i < 3; ++i) c.add_case({{"x", "single", Outcome::skipped, "needs a GPU"}, {"y", "single", Outcome::ran, ""}});
-  c.add_case({{"x", "single", Outcome::errored, "CUDA error 700"}, {"y", "single", Outcome::ran, ""}});
+  for (int i = 0; i < 3; ++i) c.add_case({{"x", CompositionClass::single, Outcome::skipped, "needs a GPU"}, {"y", CompositionClass::single, Outcome::ran, ""}});
+  c.add_case({{"x", CompositionClass::single, Outcome::errored, "CUDA error 700"}, {"y", CompositionClass::single, Outcome::ran, ""}});
   EXPECT_EQ(c.untested(), std::vector<std::string>{"x"});
   ASSERT_EQ(c.warnings().size(), 1u);
   EXPECT_EQ(c.warnings()[0], "backend x ran no case: 3 skipped, 1 errored; top reasons: 3x \"needs a GPU\" 1x \"CUDA error 700\"");
@@ -48,7 +48,7 @@ TEST(Coverage, UntestedBackendWarningNamesItsTopReasons) {
 TEST(Coverage, JsonRoundTripsAndSums) {
   Coverage c;
   c.add_backend("z");
-  for (int i = 0; i < 9; ++i) c.add_case({{"x", "single", Outcome::skipped, "reason " + std::string(1, char('a' + i))}});
+  for (int i = 0; i < 9; ++i) c.add_case({{"x", CompositionClass::single, Outcome::skipped, "reason " + std::string(1, char('a' + i))}});
   c.add_case_error("bad case");
   const Coverage back = Coverage::from_json(c.to_json(SIZE_MAX));
   EXPECT_EQ(back.to_json(SIZE_MAX), c.to_json(SIZE_MAX));
@@ -66,10 +66,10 @@ TEST(Coverage, JsonRoundTripsAndSums) {
 
 TEST(Coverage, ACaseIsJudgedWhenABackendRanOrTheWorkerDied) {
   Coverage c;
-  c.add_case({{"a", "single", Outcome::ran, ""}, {"b", "single", Outcome::skipped, "no"}});           // judged
-  c.add_case({{"a", "single", Outcome::skipped, "no"}, {"b", "merged", Outcome::skipped, "no"}});     // nothing ran
-  c.add_case({{"a", "single", Outcome::errored, "threw"}, {"b", "single", Outcome::skipped, "no"}});  // nothing ran to the end
-  c.add_case({{"a", "-", Outcome::errored, "crash: SIGSEGV"}}, /*died=*/true);                        // a crash is a verdict
+  c.add_case({{"a", CompositionClass::single, Outcome::ran, ""}, {"b", CompositionClass::single, Outcome::skipped, "no"}});           // judged
+  c.add_case({{"a", CompositionClass::single, Outcome::skipped, "no"}, {"b", CompositionClass::merged, Outcome::skipped, "no"}});     // nothing ran
+  c.add_case({{"a", CompositionClass::single, Outcome::errored, "threw"}, {"b", CompositionClass::single, Outcome::skipped, "no"}});  // nothing ran to the end
+  c.add_case({{"a", CompositionClass::none, Outcome::errored, "crash: SIGSEGV"}}, /*died=*/true);                        // a crash is a verdict
   c.add_case_error("unreadable request");                                                             // the worker could not judge
   EXPECT_EQ(c.judged_cases(), 2u);
   EXPECT_EQ(c.no_backend_ran_cases(), 2u);
@@ -91,28 +91,28 @@ TEST(Coverage, ACaseIsJudgedWhenABackendRanOrTheWorkerDied) {
 // replay says `fixed` only when the blamed backend ran the case to the end and returned the
 // tensor (issue 26, item 9); anything else is untested, with the reason.
 TEST(Coverage, AFindingIsFixedOnlyWhenItsBackendRanItToTheEnd) {
-  const Signature merged_dq{"b", "merged", "dQ", FindingClass::mismatch, "fp32", "causal"};
-  const RunOutcome single_ran{"b", "single", Outcome::ran, "", {"O", "LSE", "dQ", "dK", "dV"}};
-  const RunOutcome merged_ran{"b", "merged", Outcome::ran, "", {"O", "LSE", "dQ", "dK", "dV"}};
+  const Signature merged_dq{"b", CompositionClass::merged, "dQ", FindingClass::mismatch, "fp32", "causal"};
+  const RunOutcome single_ran{"b", CompositionClass::single, Outcome::ran, "", {"O", "LSE", "dQ", "dK", "dV"}};
+  const RunOutcome merged_ran{"b", CompositionClass::merged, Outcome::ran, "", {"O", "LSE", "dQ", "dK", "dV"}};
   EXPECT_FALSE(why_untested(merged_dq, {single_ran, merged_ran}));
   // Errored, declined, not run at all, or run without the composition or the tensor.
-  const auto errored = why_untested(merged_dq, {single_ran, {"b", "merged", Outcome::errored, "boom\nline 2", {}}});
+  const auto errored = why_untested(merged_dq, {single_ran, {"b", CompositionClass::merged, Outcome::errored, "boom\nline 2", {}}});
   ASSERT_TRUE(errored);
   EXPECT_NE(errored->find("failed"), std::string::npos);
   EXPECT_EQ(errored->find('\n'), std::string::npos);
-  EXPECT_TRUE(why_untested(merged_dq, {single_ran, {"b", "merged", Outcome::skipped, "no dLSE", {}}}));
-  EXPECT_TRUE(why_untested(merged_dq, {{"reference", "merged", Outcome::ran, "", {"dQ"}}}));
+  EXPECT_TRUE(why_untested(merged_dq, {single_ran, {"b", CompositionClass::merged, Outcome::skipped, "no dLSE", {}}}));
+  EXPECT_TRUE(why_untested(merged_dq, {{"reference", CompositionClass::merged, Outcome::ran, "", {"dQ"}}}));
   EXPECT_TRUE(why_untested(merged_dq, {single_ran}));
-  EXPECT_TRUE(why_untested(merged_dq, {{"b", "merged", Outcome::ran, "", {"O", "dK"}}}));
+  EXPECT_TRUE(why_untested(merged_dq, {{"b", CompositionClass::merged, Outcome::ran, "", {"O", "dK"}}}));
   // A crash or hang blames no composition: every composition must have run.
-  const Signature crash{"b", Signature::kNoComposition, Signature::kNoTensor, FindingClass::crash, "fp32", Signature::kAnyMask};
+  const Signature crash{"b", CompositionClass::none, Signature::kNoTensor, FindingClass::crash, "fp32", Signature::kAnyMask};
   EXPECT_FALSE(why_untested(crash, {single_ran, merged_ran}));
-  EXPECT_TRUE(why_untested(crash, {single_ran, {"b", "merged", Outcome::skipped, "declined", {}}}));
+  EXPECT_TRUE(why_untested(crash, {single_ran, {"b", CompositionClass::merged, Outcome::skipped, "declined", {}}}));
   EXPECT_TRUE(why_untested(crash, {}));
   // A consistency finding blames two backends: both must have run.
-  const Signature pair{Signature::pair("b", "c"), "single", "O", FindingClass::mismatch, "fp32", "none"};
+  const Signature pair{Signature::pair("b", "c"), CompositionClass::single, "O", FindingClass::mismatch, "fp32", "none"};
   EXPECT_TRUE(why_untested(pair, {single_ran}));
-  EXPECT_FALSE(why_untested(pair, {single_ran, {"c", "single", Outcome::ran, "", {"O"}}}));
+  EXPECT_FALSE(why_untested(pair, {single_ran, {"c", CompositionClass::single, Outcome::ran, "", {"O"}}}));
   // The tensors travel with the outcomes (the worker's reply).
   const auto back = run_outcomes_from_json(to_json(std::vector<RunOutcome>{merged_ran}));
   ASSERT_EQ(back.size(), 1u);

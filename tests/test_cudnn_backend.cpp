@@ -429,7 +429,7 @@ TEST(CudnnSdpa, AvailabilityAndEnvironmentAreSafeEverywhere) {
   EXPECT_EQ(env.count("cudnn_device"), ok ? 0u : 1u);
   auto be = make_cudnn_sdpa_backend();
   EXPECT_EQ(be->name(), "cudnn");
-  EXPECT_EQ(be->device(), "cuda");
+  EXPECT_EQ(be->device(), Device::cuda);
   EXPECT_FALSE(be->backward_takes_dlse());
   EXPECT_FALSE(be->masked_rows_zero());
   if (!ok) {

@@ -304,7 +304,7 @@ class FakeGpu final : public Backend {
  public:
   FakeGpu(std::string name, bool faults, bool own_process = false) : name_(std::move(name)), faults_(faults), own_process_(own_process) {}
   std::string name() const override { return name_; }
-  std::string device() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
   bool faults_reach_this_process() const override { return !own_process_; }
   Forward forward(const Problem& p) override {
     ++calls;
@@ -410,7 +410,7 @@ TEST(Verdict, DroppedDlseThroughAMergeIsAMismatchInTheGradients) {
   const DiffReport r = run_differential(c, {&broken}, default_oracles());
   std::set<std::string> hit;
   for (const auto& f : r.findings) {
-    EXPECT_EQ(f.signature.composition, "merged") << f.signature.to_string();  // the single call (dLSE = 0) hides it
+    EXPECT_EQ(f.signature.composition, CompositionClass::merged) << f.signature.to_string();  // the single call (dLSE = 0) hides it
     EXPECT_EQ(f.signature.cls, FindingClass::mismatch);
     hit.insert(f.signature.tensor);
   }
@@ -585,7 +585,7 @@ TEST(Verdict, MergedRowWithOneDominantSourceIsNoFalseAlarm) {
   const DiffReport r = run_differential(c, {math.get()}, default_oracles());
   for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
   bool judged_merged = false;
-  for (const auto& run : r.runs) judged_merged = judged_merged || run.composition_class == "merged";
+  for (const auto& run : r.runs) judged_merged = judged_merged || run.composition_class == CompositionClass::merged;
   EXPECT_TRUE(judged_merged) << "the composition must run";
 }
 

@@ -238,7 +238,7 @@ TEST(Envelope, JsonRoundTrip) {
 TEST(Envelope, CaseMixCountsRoundTripAndMerge) {
   auto one = [](const std::string& target, CaseAim aim, std::optional<EnvelopeClause> clause, bool ran) {
     Coverage c;
-    c.add_case({{target, "single", ran ? Outcome::ran : Outcome::skipped, ran ? "" : "declined"}});
+    c.add_case({{target, CompositionClass::single, ran ? Outcome::ran : Outcome::skipped, ran ? "" : "declined"}});
     AimedCase a;
     a.target = aim == CaseAim::blind ? "" : target;
     a.aim = aim;

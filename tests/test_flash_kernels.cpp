@@ -123,7 +123,7 @@ std::vector<Case> edge_cases() {
 // Runs the harness's differential check of `be` on c with the GPU oracles; returns the
 // findings' descriptions, and whether the backend ran.
 std::vector<std::string> judge(const Case& c, Backend& be, bool* ran) {
-  static const OracleSet gpu = make_oracles(OracleDevice::cuda);
+  static const OracleSet gpu = make_oracles(Device::cuda);
   const DiffReport r = run_differential(c, {&be}, gpu);
   std::vector<std::string> out;
   *ran = false;

@@ -31,7 +31,7 @@ class FakeGpu final : public Backend {
  public:
   explicit FakeGpu(bool declines) : declines_(declines) {}
   std::string name() const override { return "fake-gpu"; }
-  std::string device() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
   std::optional<Contract> contract(DType d) const override {
     return d == DType::f16 ? std::optional<Contract>(Contract::fp16) : std::nullopt;
   }

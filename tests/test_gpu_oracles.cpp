@@ -343,8 +343,8 @@ class ScaledOutput final : public Backend {
 
 TEST(GpuOracleSet, JudgesLikeTheCpuSet) {
   REQUIRE_GPU();
-  const OracleSet cpu = make_oracles(OracleDevice::cpu), gpu = make_oracles(OracleDevice::cuda);
-  EXPECT_EQ(gpu.reference->device(), "cuda");
+  const OracleSet cpu = make_oracles(Device::cpu), gpu = make_oracles(Device::cuda);
+  EXPECT_EQ(gpu.reference->device(), Device::cuda);
   int planted_found = 0, cases = 0;
   for (const Case& c : random_cases(20, 9'200'000)) {
     EmulatedBackend correct(natural_contract(c.dtype), false);

@@ -46,7 +46,7 @@ TEST(MutantZoo, SeedScenarioExposesTheSeedBugs) {
   std::set<std::string> tensors;
   for (const auto& f : r.findings) {
     EXPECT_EQ(f.signature.cls, FindingClass::mismatch) << f.signature.to_string();
-    EXPECT_EQ(f.signature.composition, "merged") << f.signature.to_string();
+    EXPECT_EQ(f.signature.composition, CompositionClass::merged) << f.signature.to_string();
     tensors.insert(f.signature.tensor);
   }
   EXPECT_TRUE(tensors.count("dQ") && tensors.count("dK"));

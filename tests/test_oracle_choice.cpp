@@ -17,16 +17,16 @@ namespace {
 // A backend that only says where it runs.
 class On final : public Backend {
  public:
-  explicit On(std::string device) : device_(std::move(device)) {}
-  std::string name() const override { return "on." + device_; }
-  std::string device() const override { return device_; }
+  explicit On(Device device) : device_(device) {}
+  std::string name() const override { return "on." + std::string(to_string(device_)); }
+  Device device() const override { return device_; }
   Forward forward(const Problem& p) override { return reference_forward(p); }
   Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
     return reference_backward(p, f, d_out, d_lse);
   }
 
  private:
-  std::string device_;
+  Device device_;
 };
 
 const Shape kSmall{1, 2, 2, 32, 32, 16, 16};        // 32768: below the floor
@@ -34,7 +34,7 @@ const Shape kLarge{1, 8, 8, 1088, 1088, 128, 128};  // ~1.2e9: far above it
 
 bool gpu_set_runs_here() {
   try {
-    make_oracles(OracleDevice::cuda);
+    make_oracles(Device::cuda);
     return true;
   } catch (const std::exception&) {
     return false;
@@ -42,37 +42,37 @@ bool gpu_set_runs_here() {
 }
 
 TEST(OracleChoice, CpuBackendsGetTheCpuSet) {
-  On cpu("cpu");
+  On cpu(Device::cpu);
   std::string why;
-  EXPECT_EQ(choose_oracle_device({&cpu}, kLarge, std::nullopt, &why), OracleDevice::cpu);
+  EXPECT_EQ(choose_oracle_device({&cpu}, kLarge, std::nullopt, &why), Device::cpu);
   EXPECT_NE(why.find("CPU"), std::string::npos) << why;
 }
 
 TEST(OracleChoice, SmallCasesStayOnTheCpuSet) {
-  On cpu("cpu"), gpu("cuda");
+  On cpu(Device::cpu), gpu(Device::cuda);
   std::string why;
-  EXPECT_EQ(choose_oracle_device({&cpu, &gpu}, kSmall, std::nullopt, &why), OracleDevice::cpu);
+  EXPECT_EQ(choose_oracle_device({&cpu, &gpu}, kSmall, std::nullopt, &why), Device::cpu);
   EXPECT_NE(why.find("small"), std::string::npos) << why;
 }
 
 TEST(OracleChoice, LargeGpuCasesGetTheGpuSetWhereItRuns) {
-  On cpu("cpu"), gpu("cuda");
+  On cpu(Device::cpu), gpu(Device::cuda);
   std::string why;
-  const OracleDevice d = choose_oracle_device({&cpu, &gpu}, kLarge, std::nullopt, &why);
-  EXPECT_EQ(d, gpu_set_runs_here() ? OracleDevice::cuda : OracleDevice::cpu) << why;
+  const Device d = choose_oracle_device({&cpu, &gpu}, kLarge, std::nullopt, &why);
+  EXPECT_EQ(d, gpu_set_runs_here() ? Device::cuda : Device::cpu) << why;
   EXPECT_NE(why.find("on.cuda"), std::string::npos) << why;
 }
 
 TEST(OracleChoice, TheOverrideWinsAndTravelsInTheEnvironment) {
-  On cpu("cpu"), gpu("cuda");
-  EXPECT_EQ(choose_oracle_device({&gpu}, kLarge, OracleDevice::cpu), OracleDevice::cpu);
-  EXPECT_EQ(choose_oracle_device({&cpu}, kSmall, OracleDevice::cuda), OracleDevice::cuda);
+  On cpu(Device::cpu), gpu(Device::cuda);
+  EXPECT_EQ(choose_oracle_device({&gpu}, kLarge, Device::cpu), Device::cpu);
+  EXPECT_EQ(choose_oracle_device({&cpu}, kSmall, Device::cuda), Device::cuda);
   set_oracle_device_override("cpu");
-  EXPECT_EQ(oracle_device_override(), OracleDevice::cpu);
+  EXPECT_EQ(oracle_device_override(), Device::cpu);
   EXPECT_STREQ(std::getenv("ATTNFUZZ_ORACLE_DEVICE"), "cpu");  // what worker processes inherit
-  OracleDevice chosen = OracleDevice::cuda;
+  Device chosen = Device::cuda;
   oracles_for({&gpu}, kLarge, &chosen);
-  EXPECT_EQ(chosen, OracleDevice::cpu);
+  EXPECT_EQ(chosen, Device::cpu);
   set_oracle_device_override("auto");
   EXPECT_EQ(oracle_device_override(), std::nullopt);
   EXPECT_THROW(set_oracle_device_override("gpu"), std::invalid_argument);

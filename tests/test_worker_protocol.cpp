@@ -71,14 +71,14 @@ TEST(WorkerProtocol, RepliesRoundTripWithFindingsAsObjects) {
   Reproducer f;
   f.c = small_case();
   f.backends = {"scaled_output"};
-  f.finding.signature = {"scaled_output", "single", "O", FindingClass::mismatch, "fp32", "none"};
+  f.finding.signature = {"scaled_output", CompositionClass::single, "O", FindingClass::mismatch, "fp32", "none"};
   f.finding.detail = "rms 0.5";
   f.input_checksum = 42;
   r.findings = {f};
-  r.runs = {{"scaled_output", "single", Outcome::ran, ""}};
+  r.runs = {{"scaled_output", CompositionClass::single, Outcome::ran, ""}};
   r.restart = true;
   r.out_of_memory = true;
-  r.profiles = {{"scaled_output", "cpu", SupportEnvelope{}, HostScores::one_head}};
+  r.profiles = {{"scaled_output", Device::cpu, SupportEnvelope{}, HostScores::one_head}};
   r.backends = {"scaled_output"};
   r.environment = {{"gpu", "none"}};
   const std::string body = encode(r);
@@ -107,7 +107,7 @@ TEST(WorkerProtocol, AReplyOverOneFrameBecomesAnErrorThatSaysSo) {
   Reproducer f;
   f.c = small_case();
   f.backends = {"scaled_output"};
-  f.finding.signature = {"scaled_output", "single", "O", FindingClass::backend_error, "fp32", "none"};
+  f.finding.signature = {"scaled_output", CompositionClass::single, "O", FindingClass::backend_error, "fp32", "none"};
   f.finding.detail = std::string(kMaxFramePayload, 'x');
   r.findings = {f, f};
   r.environment = {{"gpu", "none"}};

@@ -50,7 +50,7 @@ int run(int argc, char** argv) {
   std::string csv_path, plugin = ATTNFUZZ_CORRECT_PLUGIN, backend;
   bool causal = true;
   double outliers = 0;
-  OracleDevice oracle_device = OracleDevice::cpu;
+  Device oracle_device = Device::cpu;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
