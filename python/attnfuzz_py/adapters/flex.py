@@ -183,6 +183,13 @@ class FlexCompiled(FlexEager):
             # kernel rounds head dims up to powers of two, so this is by the rounded dims.
             return ("torch.compile(flex_attention): no backward kernel fits the GPU's shared memory for head dims rounded to "
                     "Dqk=128, Dv=256 in 16-bit (torch 2.11, H200)")
+        if p.dtype != "fp32" and (dqk, dv) == (64, 256) and p.group > 1:
+            # docs/findings P-4, measured on the H200 (torch 2.11, standalone/
+            # flex_compiled_mixed_head_dims_smem.py): with GQA the flex forward for Dqk=64 and Dv=192
+            # or 256 in bf16 has no config that fits ("Required 262144, Hardware limit 232448");
+            # Dv=128 compiles.
+            return ("torch.compile(flex_attention): no forward kernel fits the GPU's shared memory for GQA with head dims "
+                    "rounded to Dqk=64, Dv=256 in 16-bit (torch 2.11, H200; docs/findings P-4)")
         if self.shapes == "static" and min(p.head_dim_qk, p.head_dim_v) < 16:
             # Inductor's lowering refuses them (torch 2.11: "NYI: embedding dimension of the
             # query, key, and value must be at least 16"); eager FlexAttention takes them.

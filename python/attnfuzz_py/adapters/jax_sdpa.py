@@ -16,14 +16,29 @@ What each declares, and why:
   TF32 (jax.default_matmul_precision): declared "tf32". precision=highest runs every call under
   jax.default_matmul_precision("highest") and declares "fp32". On the CPU, "fp32" either way.
 - implementation=cudnn takes fp16 and bf16 only, head dims that are multiples of 8 up to 256
-  (128 before Hopper), Dqk == Dv (the public API), and, because the mask reaches cuDNN as a bias,
-  even Sq and Skv in training (JAX 0.10-0.11's check_is_flash_attention): the envelope declares
-  the first three, supports() declines the rest with JAX's reason, before JAX is called.
+  (128 before Hopper) and Dqk == Dv (the public API): the envelope declares them, supports()
+  declines the rest with JAX's reason, before JAX is called. Because the mask reaches cuDNN as a
+  bias, JAX 0.10-0.11 also wants even Sq and Skv in training (check_is_flash_attention): the
+  bucketed lengths below always are.
 - Determinism: XLA does not promise bitwise-repeatable GPU results unless asked
   (`--xla_gpu_deterministic_ops` in XLA_FLAGS): measured on the H200 with jax 0.11.2, the cudnn
   implementation's dQ differed bitwise between two runs on identical inputs. Without the flag,
   implementation=cudnn declares dQ nondeterministic (still judged against the reference every
   run); with it, every output must repeat.
+
+Shapes: every call runs on bucketed shapes, jitted on a GPU, so that a campaign compiles a few programs
+(XLA compiles each new shape, forward and backward, in seconds: on the H200 about 9 s for the
+first real-size case) and JAX's persistent cache (JAX_COMPILATION_CACHE_DIR, which campaigns set
+under their directory) keeps them across workers and --resume:
+- B, Hkv and the GQA group G padded to powers of two, Sq and Skv to 32, 128, 512, 2048, ... (the
+  smallest >= S), all padding zero. Padded keys are masked for every query; padded queries see
+  no key, their dO is zero, and so is what they add to dK and dV; padded batches and heads are
+  zero. The padded results are dropped.
+- xla: Dqk and Dv padded with zero columns to the next power of two >= 16 (zero columns add exact
+  zeros to every dot product; the scale is the call's own, given explicitly). cudnn: head dims as
+  they are (cuDNN's kernels differ per head dim, and there are seven).
+What this does not test of JAX: its handling of other sequence lengths, batch and head counts
+(the padded calls are what runs), and, for xla, head dims that are not powers of two.
 
 JaxF32Logits is the formulation of the seed report (jax-ml/jax, "dot_product_attention has
 inconsistent dot types in backward pass"): the logits dot with preferred_element_type=float32,
@@ -53,6 +68,58 @@ except ImportError as e:  # declined in supports(), not an import failure of the
     _JAX_ERROR = f"JAX is not installed in this Python ({e})"
 
 _PRECISIONS = ("default", "highest")
+
+
+def _bucket(n, floor, factor=2):
+    """The smallest floor * factor^k >= n."""
+    b = floor
+    while b < n:
+        b *= factor
+    return b
+
+
+class _Padded:
+    """One problem on bucketed shapes (the module's docstring), and the numpy copies in and out."""
+
+    def __init__(self, p, pad_head_dims):
+        self.p = p
+        self.b, self.hkv, self.g = _bucket(p.batch, 1), _bucket(p.heads_kv, 1), _bucket(p.group, 1)
+        self.sq, self.skv = _bucket(p.seq_q, 32, 4), _bucket(p.seq_kv, 32, 4)
+        self.dqk = _bucket(p.head_dim_qk, 16) if pad_head_dims else p.head_dim_qk
+        self.dv = _bucket(p.head_dim_v, 16) if pad_head_dims else p.head_dim_v
+
+    def queries(self, x, d):
+        """[B][Hq][Sq][D] -> [B'][Hkv' * G'][Sq'][d]: query head h of kv head h // G keeps its place in its group."""
+        p = self.p
+        out = np.zeros((self.b, self.hkv, self.g, self.sq, d), dtype=x.dtype)
+        out[:p.batch, :p.heads_kv, :p.group, :p.seq_q, :x.shape[-1]] = x.reshape(p.batch, p.heads_kv, p.group, p.seq_q, -1)
+        return out.reshape(self.b, self.hkv * self.g, self.sq, d)
+
+    def keys(self, x, d):
+        """[B][Hkv][Skv][D] -> [B'][Hkv'][Skv'][d]."""
+        p = self.p
+        out = np.zeros((self.b, self.hkv, self.skv, d), dtype=x.dtype)
+        out[:p.batch, :p.heads_kv, :p.seq_kv, :x.shape[-1]] = x
+        return out
+
+    def mask(self):
+        """The dense mask on the padded problem: padded keys and padded queries see nothing."""
+        p = self.p
+        out = np.zeros((self.b, self.hkv, self.g, self.sq, self.skv), dtype=bool)
+        out[:p.batch, :p.heads_kv, :p.group, :p.seq_q, :p.seq_kv] = \
+            np.asarray(p.mask).reshape(p.batch, p.heads_kv, p.group, p.seq_q, p.seq_kv) != 0
+        return out.reshape(self.b, self.hkv * self.g, self.sq, self.skv)
+
+    def of_queries(self, y, d):
+        """[B'][Hq'][Sq'][D'] -> [B][Hq][Sq][d]."""
+        p = self.p
+        y = np.asarray(y).reshape(self.b, self.hkv, self.g, self.sq, -1)[:p.batch, :p.heads_kv, :p.group, :p.seq_q, :d]
+        return np.ascontiguousarray(y.reshape(p.batch, p.heads_q, p.seq_q, d))
+
+    def of_keys(self, y, d):
+        """[B'][Hkv'][Skv'][D'] -> [B][Hkv][Skv][d]."""
+        p = self.p
+        return np.ascontiguousarray(np.asarray(y)[:p.batch, :p.heads_kv, :p.seq_kv, :d])
 
 
 def xla_deterministic():
@@ -102,21 +169,42 @@ class _JaxAttention(Adapter):
             return f"{self.name}: needs Dqk == Dv"
         return None
 
+    pad_head_dims = True
+
     def _precision(self):
         return jax.default_matmul_precision("highest" if self.precision == "highest" else None)
 
-    def _jax_mask(self, p):
-        return jnp.asarray(np.ascontiguousarray(p.mask).astype(bool))
+    def _jitted(self, scale):
+        """(forward, backward) for this softmax scale, jitted once: jit's cache then keys the
+        compiled programs on the padded shapes and dtype alone (the scale is a constant of them)."""
+        cache = self.__dict__.setdefault("_jit_cache", {})
+        if scale not in cache:
+            attend = self._attend(scale)
+
+            def backward(q, k, v, mask, d_o):
+                _, pullback = jax.vjp(lambda q_, k_, v_: attend(q_, k_, v_, mask), q, k, v)
+                return pullback(d_o)
+            # On the CPU op by op, as JAX runs eagerly: XLA's CPU compiler takes no fp16 dot with an
+            # fp32 result inside a jitted program (dot_product_attention's xla path), and the CPU
+            # compiles in milliseconds anyway.
+            cache[scale] = (jax.jit(attend), jax.jit(backward)) if _on_gpu() else (attend, backward)
+        return cache[scale]
+
+    def _padded_inputs(self, p, q, k, v):
+        pad = _Padded(p, self.pad_head_dims)
+        return pad, [jnp.asarray(x) for x in (pad.queries(q, pad.dqk), pad.keys(k, pad.dqk), pad.keys(v, pad.dv), pad.mask())]
 
     def forward(self, p, q, k, v):
+        pad, args = self._padded_inputs(p, q, k, v)
         with self._precision():
-            out = self._fn(p)(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
-            return np.asarray(out), None
+            out = self._jitted(float(p.scale))[0](*args)
+        return pad.of_queries(out, p.head_dim_v), None
 
     def backward(self, p, q, k, v, o, lse, d_o, d_lse):
+        pad, args = self._padded_inputs(p, q, k, v)
         with self._precision():
-            _, pullback = jax.vjp(self._fn(p), jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
-            return tuple(np.asarray(g) for g in pullback(jnp.asarray(d_o)))
+            dq, dk, dv = self._jitted(float(p.scale))[1](*args, jnp.asarray(pad.queries(d_o, pad.dv)))
+        return pad.of_queries(dq, p.head_dim_qk), pad.of_keys(dk, p.head_dim_qk), pad.of_keys(dv, p.head_dim_v)
 
 
 class JaxSdpa(_JaxAttention):
@@ -131,6 +219,7 @@ class JaxSdpa(_JaxAttention):
             cc = _compute_capability()
             self.envelope = {"dtypes": ["fp16", "bf16"], "max_head_dim": 256 if cc and cc >= (9, 0) else 128,
                              "head_dim_multiple": 8, "distinct_head_dims": False}
+            self.pad_head_dims = False  # cuDNN's kernels differ per head dim: each is tested as it is
             if not xla_deterministic():
                 self.nondeterministic_outputs = ("dQ",)
                 self.why_nondeterministic = "XLA's GPU backward accumulates dQ in no fixed order without --xla_gpu_deterministic_ops"
@@ -146,16 +235,14 @@ class JaxSdpa(_JaxAttention):
         h_max = self.envelope["max_head_dim"]
         if p.head_dim_qk > h_max or p.head_dim_qk % 8:
             return f"JAX's cuDNN attention needs a head dim <= {h_max} and a multiple of 8, got {p.head_dim_qk}"
-        if p.seq_q % 2 or p.seq_kv % 2:
-            return f"JAX's cuDNN attention with a mask (a bias) in training needs even Sq and Skv, got {p.seq_q}, {p.seq_kv}"
         return None
 
-    def _fn(self, p):
-        mask = self._jax_mask(p)
+    def _attend(self, scale):
+        implementation = self.implementation
 
-        def attend(q, k, v):  # [B][H][S][D] in, JAX's [B][S][H][D] inside
+        def attend(q, k, v, mask):  # [B][H][S][D] and [B][Hq][Sq][Skv] in, JAX's [B][S][H][D] inside
             t = lambda x: jnp.swapaxes(x, 1, 2)
-            out = jax.nn.dot_product_attention(t(q), t(k), t(v), mask=mask, scale=p.scale, implementation=self.implementation)
+            out = jax.nn.dot_product_attention(t(q), t(k), t(v), mask=mask, scale=scale, implementation=implementation)
             return t(out)
         return attend
 
@@ -163,14 +250,12 @@ class JaxSdpa(_JaxAttention):
 class JaxF32Logits(_JaxAttention):
     name = "jax.f32_logits"
 
-    def _fn(self, p):
-        mask = self._jax_mask(p)
-        group = p.group
-
-        def attend(q, k, v):  # [B][H][S][D]
+    def _attend(self, scale):
+        def attend(q, k, v, mask):  # [B][H][S][D] and [B][Hq][Sq][Skv]
+            group = q.shape[1] // k.shape[1]
             if group > 1:
                 k, v = jnp.repeat(k, group, axis=1), jnp.repeat(v, group, axis=1)
-            logits = jnp.einsum("bhtd,bhsd->bhts", q, k, preferred_element_type=jnp.float32) * p.scale
+            logits = jnp.einsum("bhtd,bhsd->bhts", q, k, preferred_element_type=jnp.float32) * scale
             logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
             probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)
             return jnp.einsum("bhts,bhsd->bhtd", probs, v, preferred_element_type=jnp.float32).astype(q.dtype)
