@@ -290,8 +290,8 @@ Forward FlashBackend::forward(const Problem& p) {
   flash::forward(in.fp, a);
   check(cudaDeviceSynchronize(), "forward");
   Forward f;
-  f.o = o.download(in.elem, &f.unwritten[name_of(TensorId::O)]);
-  f.lse = lse.download(&f.unwritten[name_of(TensorId::LSE)]);
+  f.o = o.download(in.elem, &f.unwritten[TensorId::O]);
+  f.lse = lse.download(&f.unwritten[TensorId::LSE]);
   return f;
 }
 
@@ -312,9 +312,9 @@ Gradients FlashBackend::backward(const Problem& p, const Forward& fwd, const Ten
   flash::backward(in.fp, a);
   check(cudaDeviceSynchronize(), "backward");
   Gradients g;
-  g.dq = dq.download(in.elem, &g.unwritten[name_of(TensorId::dQ)]);
-  g.dk = dk.download(in.elem, &g.unwritten[name_of(TensorId::dK)]);
-  g.dv = dv.download(in.elem, &g.unwritten[name_of(TensorId::dV)]);
+  g.dq = dq.download(in.elem, &g.unwritten[TensorId::dQ]);
+  g.dk = dk.download(in.elem, &g.unwritten[TensorId::dK]);
+  g.dv = dv.download(in.elem, &g.unwritten[TensorId::dV]);
   return g;
 }
 

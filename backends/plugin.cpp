@@ -232,8 +232,8 @@ class PluginBackend final : public Backend {
     inputs.check(name() + " forward", gpu ? &*gpu : nullptr);
     check_written_outside(name() + " forward", {&o, &lse});
     Forward f;
-    f.o = o.load(&f.unwritten[name_of(TensorId::O)]);
-    f.lse = lse.load(&f.unwritten[name_of(TensorId::LSE)]);
+    f.o = o.load(&f.unwritten[TensorId::O]);
+    f.lse = lse.load(&f.unwritten[TensorId::LSE]);
     return f;
   }
 
@@ -263,9 +263,9 @@ class PluginBackend final : public Backend {
     inputs.check(name() + " backward", gpu ? &*gpu : nullptr);
     check_written_outside(name() + " backward", {&dq, &dk, &dv});
     Gradients out;
-    out.dq = dq.load(&out.unwritten[name_of(TensorId::dQ)]);
-    out.dk = dk.load(&out.unwritten[name_of(TensorId::dK)]);
-    out.dv = dv.load(&out.unwritten[name_of(TensorId::dV)]);
+    out.dq = dq.load(&out.unwritten[TensorId::dQ]);
+    out.dk = dk.load(&out.unwritten[TensorId::dK]);
+    out.dv = dv.load(&out.unwritten[TensorId::dV]);
     return out;
   }
 

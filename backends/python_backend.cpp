@@ -164,9 +164,9 @@ class PythonBackend final : public Backend {
     copy_mask(mask, p);
     add_stats(call(request_payload(BridgeOp::forward, arena_.size(), p, &mem), "forward"));
     Forward f;
-    f.o = shm_load(arena_, o, &f.unwritten[name_of(TensorId::O)]);
+    f.o = shm_load(arena_, o, &f.unwritten[TensorId::O]);
     // Without returns_lse the LSE is not compared (harness/backend.h): not read back either.
-    f.lse = returns_lse() ? shm_load(arena_, lse, &f.unwritten[name_of(TensorId::LSE)]) : Tensor({p.shape.batch, p.shape.heads_q, p.shape.seq_q});
+    f.lse = returns_lse() ? shm_load(arena_, lse, &f.unwritten[TensorId::LSE]) : Tensor({p.shape.batch, p.shape.heads_q, p.shape.seq_q});
     return f;
   }
 
@@ -197,9 +197,9 @@ class PythonBackend final : public Backend {
     copy_mask(mask, p);
     add_stats(call(request_payload(BridgeOp::backward, arena_.size(), p, &mem), "backward"));
     Gradients out;
-    out.dq = shm_load(arena_, dq, &out.unwritten[name_of(TensorId::dQ)]);
-    out.dk = shm_load(arena_, dk, &out.unwritten[name_of(TensorId::dK)]);
-    out.dv = shm_load(arena_, dv, &out.unwritten[name_of(TensorId::dV)]);
+    out.dq = shm_load(arena_, dq, &out.unwritten[TensorId::dQ]);
+    out.dk = shm_load(arena_, dk, &out.unwritten[TensorId::dK]);
+    out.dv = shm_load(arena_, dv, &out.unwritten[TensorId::dV]);
     return out;
   }
 

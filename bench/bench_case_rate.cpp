@@ -70,7 +70,7 @@ struct Digest {
       add(static_cast<uint64_t>(run.backend_calls));
       for (const auto& n : run.notes) add(n);
       for (const TensorVerdict& t : run.tensors) {
-        add(t.tensor);
+        add(std::string(name_of(t.tensor)));
         add(t.err);
         add(t.baseline);
         for (double x : {t.bound_rms, t.bound_max, t.kappa, t.model_rms, t.tensor_ratio, t.worst.ratio, t.worst.limit, t.worst.n, t.worst.dof})

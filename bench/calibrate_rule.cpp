@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
         for (const auto& [granularity, m] : t.margin)
           if (const std::string g(to_string(granularity)); m > margin[g]) {
             margin[g] = m;
-            worst[g] = {m, run.backend + " " + std::string(to_string(run.composition_class)) + " " + t.tensor + " " + std::string(to_string(c.dtype)) + " case " +
+            worst[g] = {m, run.backend + " " + std::string(to_string(run.composition_class)) + " " + name_of(t.tensor) + " " + std::string(to_string(c.dtype)) + " case " +
                                std::to_string(seed * 1000003 + n)};
           }
     }

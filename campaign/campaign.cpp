@@ -140,11 +140,10 @@ Reproducer death_finding(const Case& c, const WorkerCall& reply, int64_t index, 
   Signature& s = r.finding.signature;
   s.backend = reply.last_progress.empty() ? "worker" : reply.last_progress;
   s.composition = CompositionClass::none;
-  s.tensor = Signature::kNoTensor;
   s.cls = reply.status == WorkerProcess::Reply::Status::timed_out ? FindingClass::timeout : FindingClass::crash;
   // A death has no tensor or composition; the mask is left out too, so one crash site
   // is one finding per dtype rather than one per mask the stream happens to hit.
-  s.dtype = std::string(to_string(c.dtype));
+  s.dtype = c.dtype;
   s.mask = Signature::kAnyMask;
   r.finding.detail = reply.detail;
   r.environment = environment;

@@ -57,6 +57,16 @@ CoverageCounts counts_from_json(const json& j, const std::string& where) {
   return c;
 }
 
+std::vector<TensorId> tensors_of(const std::vector<std::string>& names) {
+  std::vector<TensorId> out;
+  for (const std::string& n : names) {
+    const auto t = output_from_name(n);
+    if (!t) throw std::runtime_error("run outcome: unknown output '" + n + "'");
+    out.push_back(*t);
+  }
+  return out;
+}
+
 CompositionClass composition_of(const std::string& s) {
   const auto c = composition_class_from_string(s);
   if (!c) throw std::runtime_error("run outcome: unknown composition class '" + s + "'");
@@ -103,7 +113,11 @@ std::vector<RunOutcome> run_outcomes(const DiffReport& r) {
 
 json to_json(const std::vector<RunOutcome>& runs) {
   json a = json::array();
-  for (const auto& r : runs) a.push_back({r.backend, to_string(r.composition), to_string(r.outcome), r.reason, r.tensors});
+  for (const auto& r : runs) {
+    std::vector<std::string> tensors;
+    for (TensorId t : r.tensors) tensors.push_back(name_of(t));
+    a.push_back({r.backend, to_string(r.composition), to_string(r.outcome), r.reason, tensors});
+  }
   return a;
 }
 
@@ -111,7 +125,7 @@ std::vector<RunOutcome> run_outcomes_from_json(const json& j) {
   std::vector<RunOutcome> out;
   for (const auto& e : j)
     out.push_back({e.at(0).get<std::string>(), composition_of(e.at(1).get<std::string>()), outcome_from_string(e.at(2).get<std::string>()),
-                   e.at(3).get<std::string>(), e.size() > 4 ? e.at(4).get<std::vector<std::string>>() : std::vector<std::string>{}});
+                   e.at(3).get<std::string>(), e.size() > 4 ? tensors_of(e.at(4).get<std::vector<std::string>>()) : std::vector<TensorId>{}});
   return out;
 }
 
@@ -129,9 +143,9 @@ std::optional<std::string> why_untested(const Signature& sig, const std::vector<
         return b + " " + (r->outcome == Outcome::errored ? "failed" : "skipped the case") + " (" + std::string(to_string(r->composition)) +
                "): " + r->reason.substr(0, r->reason.find('\n'));
     if (sig.names_a_tensor() && std::none_of(mine.begin(), mine.end(), [&](const RunOutcome* r) {
-          return std::find(r->tensors.begin(), r->tensors.end(), sig.tensor) != r->tensors.end();
+          return std::find(r->tensors.begin(), r->tensors.end(), *sig.tensor) != r->tensors.end();
         }))
-      return b + " returned no " + sig.tensor;
+      return b + " returned no " + sig.tensor_name();
   }
   return std::nullopt;
 }

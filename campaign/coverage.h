@@ -35,7 +35,7 @@ struct RunOutcome {
   CompositionClass composition = CompositionClass::single;
   Outcome outcome = Outcome::ran;
   std::string reason;                // why it was skipped or what the error was
-  std::vector<std::string> tensors;  // ran: the outputs it returned and that were judged (O, LSE, ...)
+  std::vector<TensorId> tensors;  // ran: the outputs it returned and that were judged (O, LSE, ...)
 };
 
 // The outcomes of one differential report, for the worker to send to its campaign.

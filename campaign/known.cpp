@@ -105,7 +105,7 @@ KnownDeviation load_one(const json& j, const std::string& path) {
   k.repro = repro_from_json(j);
   k.id = fs::path(path).stem().string();
   const Signature& own = k.repro.finding.signature;
-  k.pattern = {own.backend, std::string(to_string(own.composition)), own.tensor};
+  k.pattern = {own.backend, std::string(to_string(own.composition)), own.tensor_name()};
   k.when = "always";
   if (j.contains("known")) {
     const json& known = j.at("known");
@@ -167,7 +167,7 @@ CasePredicate parse_case_predicate(const std::string& text) {
 bool KnownDeviation::covers(const Reproducer& finding) const {
   const Signature& s = finding.finding.signature;
   return field_matches(pattern.backend, s.backend) && field_matches(pattern.composition, std::string(to_string(s.composition))) &&
-         field_matches(pattern.tensor, s.tensor) && (any_class || std::find(classes.begin(), classes.end(), s.cls) != classes.end()) && predicate(finding.c);
+         field_matches(pattern.tensor, s.tensor_name()) && (any_class || std::find(classes.begin(), classes.end(), s.cls) != classes.end()) && predicate(finding.c);
 }
 
 KnownFindings KnownFindings::load(const std::vector<std::string>& paths) {

@@ -195,7 +195,7 @@ ErrorProfile deserialize(const std::string& s) {
 
 std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServices& services, std::string* why) {
   const Signature& sig = r.finding.signature;
-  const std::optional<TensorId> output = output_from_name(sig.tensor);
+  const std::optional<TensorId> output = sig.tensor && is_output(*sig.tensor) ? sig.tensor : std::nullopt;
   if (sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout || !output) {
     *why = "the finding has no error tensor (a crash, a timeout, or a finding about no tensor)";
     return std::nullopt;
@@ -236,7 +236,7 @@ std::optional<ErrorProfile> error_profile(const Reproducer& r, const ReportServi
     const ComposedResult got = run_composition(*be, r.c, in, comp);
     const Tensor &a = got[*output], &b = want[*output];
     ErrorProfile p;
-    p.tensor = sig.tensor;
+    p.tensor = sig.tensor_name();
     const int64_t S = a.shape[2], D = a.shape.size() > 3 ? a.shape[3] : 1;
     p.by_position.assign(static_cast<size_t>(S), 0.0);
     p.by_feature.assign(static_cast<size_t>(D), 0.0);
@@ -296,9 +296,8 @@ std::string root_causes_html(const std::vector<std::pair<std::string, Reproducer
     t.emplace_back("surround_not_zero", [](const Case& c) { return c.layouts.surround.fill != Surround::Fill::zero; });
     return t;
   }();
-  auto family = [](const std::string& tensor) {
-    const std::optional<TensorId> t = output_from_name(tensor);
-    if (!t) return std::string("no tensor");
+  auto family = [](std::optional<TensorId> t) {
+    if (!t || !is_output(*t)) return std::string("no tensor");
     return std::string(kind_of(*t) == TensorKind::output ? "forward" : "backward");
   };
   std::map<std::string, std::vector<size_t>> groups;
@@ -392,7 +391,7 @@ std::string write_report(const std::string& run_dir, const ReportServices& servi
   for (size_t i = 0; i < shown.size(); ++i) {
     const Signature& s = shown[i].second.finding.signature;
     h << "<tr><td><a href='#f" << i << "'>" << i + 1 << "</a></td><td>" << esc(s.backend) << "</td><td>" << esc(std::string(to_string(s.composition)))
-      << "</td><td>" << esc(s.tensor) << "</td><td class='cls'>" << esc(to_string(s.cls)) << "</td><td>" << esc(s.dtype) << "</td><td>"
+      << "</td><td>" << esc(s.tensor_name()) << "</td><td class='cls'>" << esc(to_string(s.cls)) << "</td><td>" << esc(std::string(to_string(s.dtype))) << "</td><td>"
       << esc(s.mask) << "</td><td>" << esc(describe_shape(shown[i].second.c.shape)) << "</td></tr>";
   }
   h << "</table>";

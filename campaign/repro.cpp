@@ -15,7 +15,7 @@ using nlohmann::json;
 
 namespace {
 json signature_json(const Signature& s) {
-  return {{"backend", s.backend}, {"composition", to_string(s.composition)}, {"tensor", s.tensor}, {"class", to_string(s.cls)}, {"dtype", s.dtype},
+  return {{"backend", s.backend}, {"composition", to_string(s.composition)}, {"tensor", s.tensor_name()}, {"class", to_string(s.cls)}, {"dtype", to_string(s.dtype)},
           {"mask", s.mask}};
 }
 
@@ -178,11 +178,19 @@ Reproducer repro_from_json(const json& j) {
       throw CaseError("finding.signature.composition",
                       "unknown composition class '" + s.at("composition").get<std::string>() + "' (expected single, q_split, merged or -)");
     r.finding.signature.composition = *comp;
-    r.finding.signature.tensor = s.at("tensor").get<std::string>();
+    const std::string tensor = s.at("tensor").get<std::string>();
+    if (tensor != "-") {
+      r.finding.signature.tensor = from_name(tensor);
+      if (!r.finding.signature.tensor) throw CaseError("finding.signature.tensor", "unknown tensor '" + tensor + "'");
+    }
     const auto cls = finding_class_from_string(s.at("class").get<std::string>());
     if (!cls) throw CaseError("finding.signature.class", "unknown class '" + s.at("class").get<std::string>() + "'");
     r.finding.signature.cls = *cls;
-    r.finding.signature.dtype = s.at("dtype").get<std::string>();
+    try {
+      r.finding.signature.dtype = dtype_from_string(s.at("dtype").get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw CaseError("finding.signature.dtype", e.what());
+    }
     r.finding.signature.mask = s.at("mask").get<std::string>();
     r.finding.detail = f.value("detail", "");
     r.rule = f.value("rule", "");
@@ -223,24 +231,25 @@ Reproducer repro_from_json(const json& j) {
 
 Reproducer load_repro(const std::string& path) { return parse_repro(read_input_file(path)); }
 
-std::string bucket_of(const Signature& s) { return s.backend + "/" + std::string(to_string(s.composition)) + "/" + s.tensor + "/" + to_string(s.cls); }
+std::string bucket_of(const Signature& s) { return s.backend + "/" + std::string(to_string(s.composition)) + "/" + s.tensor_name() + "/" + to_string(s.cls); }
 
-std::string bucket_file_name(const Signature& s) {
-  Signature b = s;
-  b.dtype = b.mask = "*";
-  return repro_file_name(b);
-}
-
-std::string repro_file_name(const Signature& s) {
-  const std::string key = s.to_string();
+namespace {
+// The file name of a signature's key: a readable stem and the key's FNV-1a hash.
+std::string file_name_of_key(const Signature& s, const std::string& key) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : key) h = (h ^ ch) * 1099511628211ull;
-  std::string stem = s.backend + "-" + s.tensor + "-" + to_string(s.cls);
+  std::string stem = s.backend + "-" + s.tensor_name() + "-" + to_string(s.cls);
   for (char& ch : stem)
     if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') ch = '_';
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(h));
   return stem + "-" + hex + ".json";
 }
+}  // namespace
+
+// A bucket's key is the signature's with "*" for the dtype and the mask.
+std::string bucket_file_name(const Signature& s) { return file_name_of_key(s, bucket_of(s) + "/*/*"); }
+
+std::string repro_file_name(const Signature& s) { return file_name_of_key(s, s.to_string()); }
 
 }  // namespace attnfuzz

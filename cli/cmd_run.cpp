@@ -176,11 +176,11 @@ void print_report(const Case& c, const DiffReport& r, Device reference, const st
     }
     for (const auto& t : run.tensors) {
       if (!t.compared) {
-        fmt::print("{:<22} {:<32} {:<8} {:<4} (not returned)\n", run.backend, run.composition, run.contract, t.tensor);
+        fmt::print("{:<22} {:<32} {:<8} {:<4} (not returned)\n", run.backend, run.composition, run.contract, name_of(t.tensor));
         continue;
       }
       fmt::print("{:<22} {:<32} {:<8} {:<4} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e} {:>10.3e}  {:<15} {:<7} {} {}: {:.2f} ({:.2f})\n",
-                 run.backend, run.composition, run.contract, t.tensor, t.err.rms, t.bound_rms, t.err.max_abs, t.bound_max, t.err.rel_fro,
+                 run.backend, run.composition, run.contract, name_of(t.tensor), t.err.rms, t.bound_rms, t.err.max_abs, t.bound_max, t.err.rel_fro,
                  fmt::format("{} ({:.3g})", t.print.name(), t.print.spread), t.pass ? "ok" : "FAIL", t.worst.granularity_name(), t.worst.where,
                  t.worst.ratio, t.worst.limit);
     }

@@ -114,7 +114,7 @@ class DifferentialSession::Impl {
       const bool backend_called = run_one(be, comp);
       if (!backend_called || !be.faults_reach_this_process() || report_.gpu_error || !opt_.gpu_health) continue;
       if (auto err = opt_.gpu_health()) {
-        add(be.name(), composition_class(comp), Signature::kNoTensor, FindingClass::backend_error,
+        add(be.name(), composition_class(comp), std::nullopt, FindingClass::backend_error,
             "the GPU is unusable after this backend ran: " + *err);
         report_.gpu_error = true;
       }
@@ -237,10 +237,10 @@ class DifferentialSession::Impl {
 
   ErrorStats error_of(const Tensor& t, TensorId o) const { return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr); }
 
-  void add(const std::string& backend, CompositionClass comp, const std::string& tensor, FindingClass cls, std::string detail,
+  void add(const std::string& backend, CompositionClass comp, std::optional<TensorId> tensor, FindingClass cls, std::string detail,
            std::map<FindingMetric, double> metrics = {}) {
     Finding f;
-    f.signature = {backend, comp, tensor, cls, std::string(to_string(c_.dtype)), signature_kind(c_.mask)};
+    f.signature = {backend, comp, tensor, cls, c_.dtype, signature_kind(c_.mask)};
     f.detail = std::move(detail);
     f.metrics = std::move(metrics);
     report_.findings.push_back(std::move(f));
@@ -288,7 +288,7 @@ class DifferentialSession::Impl {
       // replies with an error, so the campaign counts the case unjudged).
       throw;
     } catch (const std::exception& e) {
-      add(run.backend, run.composition_class, Signature::kNoTensor, class_of(e), e.what());
+      add(run.backend, run.composition_class, std::nullopt, class_of(e), e.what());
       report_.gpu_error = report_.gpu_error || be.faults_reach_this_process();
       run.skipped = true;
       run.skip_reason = std::string("error: ") + e.what();
@@ -331,13 +331,13 @@ class DifferentialSession::Impl {
         if (t == TensorId::LSE && !be.returns_lse()) continue;
         if (std::find(may_differ.begin(), may_differ.end(), t) != may_differ.end()) continue;
         if (!bitwise_equal(r[t], again[t]))
-          add(run.backend, run.composition_class, to_string(t), FindingClass::nondeterministic,
+          add(run.backend, run.composition_class, t, FindingClass::nondeterministic,
               "two runs on identical inputs differ bitwise");
       }
     } catch (const std::bad_alloc&) {
       throw;  // as in run_one: never a finding
     } catch (const std::exception& e) {
-      add(run.backend, run.composition_class, Signature::kNoTensor, class_of(e), std::string("second run: ") + e.what());
+      add(run.backend, run.composition_class, std::nullopt, class_of(e), std::string("second run: ") + e.what());
       report_.gpu_error = report_.gpu_error || be.faults_reach_this_process();
     }
   }
@@ -362,7 +362,7 @@ class DifferentialSession::Impl {
       if (t == TensorId::LSE && !be.returns_lse()) continue;
       const size_t bad = convention_breaks(r[t], skip_, t == TensorId::LSE);
       if (bad)
-        add(run.backend, run.composition_class, to_string(t), FindingClass::semantic,
+        add(run.backend, run.composition_class, t, FindingClass::semantic,
             std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{FindingMetric::rows, double(bad)}});
     }
   }
@@ -376,10 +376,9 @@ class DifferentialSession::Impl {
     const OutputsModel* error_model = model(contract, be.lse_unit_roundoff(c_.dtype), comp);
     for (TensorId t : kOutputs) {
       const size_t i = output_index(t);
-      const std::string name = to_string(t);
       if (t == TensorId::LSE && !be.returns_lse()) {
         TensorVerdict v;
-        v.tensor = name;
+        v.tensor = t;
         v.compared = false;
         run.tensors.push_back(v);
         continue;
@@ -401,8 +400,8 @@ class DifferentialSession::Impl {
       in.row_scale_variance = u_acc * u_acc * reduction_length(t, c_.shape);
       in.rungs = &rung_errors(comp, takes_dlse, t);
       in.declared = contract;
-      TensorVerdict v = judge_tensor(name, in, opt_.rule);
-      if (!v.pass) add(run.backend, comp_class, name, *v.failure, failure_detail(v, contract), failure_metrics(v));
+      TensorVerdict v = judge_tensor(t, in, opt_.rule);
+      if (!v.pass) add(run.backend, comp_class, t, *v.failure, failure_detail(v, contract), failure_metrics(v));
       run.tensors.push_back(v);
     }
   }

@@ -10,6 +10,7 @@
 
 #include "harness/case.h"
 #include "harness/tensor.h"
+#include "harness/tensors.h"
 
 namespace attnfuzz {
 
@@ -40,10 +41,9 @@ struct Problem {
   }
 };
 
-// Elements a backend left holding the poison the harness wrote before the call,
-// by tensor name ("O", "LSE", "dQ", ...). Only backends that write into harness
-// memory (plugins, the project's kernels) can report them.
-using UnwrittenCounts = std::map<std::string, size_t>;
+// Elements a backend left holding the poison the harness wrote before the call, per output.
+// Only backends that write into harness memory (plugins, the project's kernels) can report them.
+using UnwrittenCounts = std::map<TensorId, size_t>;
 
 struct Forward {
   Tensor o;    // [B][Hq][Sq][Dv]

@@ -104,7 +104,7 @@ std::map<std::string, double> metrics_by_name(const Finding& f) {
 }
 
 std::string Signature::to_string() const {
-  return backend + "/" + std::string(attnfuzz::to_string(composition)) + "/" + tensor + "/" + attnfuzz::to_string(cls) + "/" + dtype + "/" + mask;
+  return backend + "/" + std::string(attnfuzz::to_string(composition)) + "/" + tensor_name() + "/" + attnfuzz::to_string(cls) + "/" + std::string(attnfuzz::to_string(dtype)) + "/" + mask;
 }
 
 std::vector<std::pair<Contract, double>> floor_rungs(std::vector<std::pair<Contract, double>> rung_errors, Contract declared,
@@ -443,9 +443,9 @@ void fingerprint_and_class(TensorVerdict& v, const JudgeInput& in, const Toleran
 
 }  // namespace
 
-TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const ToleranceRule& rule) {
+TensorVerdict judge_tensor(TensorId tensor, const JudgeInput& in, const ToleranceRule& rule) {
   TensorVerdict v;
-  v.tensor = name;
+  v.tensor = tensor;
   // The three comparisons are independent sums (each in its own order): at real size, at once.
   std::optional<ErrorStats> base_fwd, base_rev;
   parallel_tasks(3, in.ref->numel() >= parallel_min_elements(), [&](size_t task) {

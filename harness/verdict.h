@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "harness/contract.h"
+#include "harness/dtype.h"
 #include "harness/metrics.h"
+#include "harness/tensors.h"
 #include "harness/tolerance.h"
 
 namespace attnfuzz {
@@ -38,21 +40,22 @@ std::string_view to_string(CompositionClass c);
 std::optional<CompositionClass> composition_class_from_string(std::string_view s);
 
 struct Signature {
-  // What a finding about no tensor (a backend error, a death) or no mask (a death: one finding
-  // per dtype, not per mask) records in that field.
-  static constexpr const char* kNoTensor = "-";
+  // What a finding about no mask (a death: one finding per dtype, not per mask) records there.
   static constexpr const char* kAnyMask = "-";
   std::string backend;
   CompositionClass composition = CompositionClass::none;
-  std::string tensor;
+  std::optional<TensorId> tensor;  // none: a finding about no tensor (a backend error, a death)
   FindingClass cls = FindingClass::mismatch;
-  std::string dtype, mask;
+  DType dtype = DType::f32;
+  std::string mask;               // the mask's kind (harness/mask.h signature_kind), or kAnyMask
   std::string to_string() const;  // backend/composition/tensor/class/dtype/mask
   // A consistency finding blames a pair, spelled "a~b" in `backend`: the one place that knows it.
   static std::string pair(const std::string& a, const std::string& b) { return a + "~" + b; }
   // The backends the finding is about: one, or the two of a consistency pair.
   std::vector<std::string> blamed_backends() const;
-  bool names_a_tensor() const { return tensor != kNoTensor; }
+  bool names_a_tensor() const { return tensor.has_value(); }
+  // The tensor's report name, or "-" for none: the reproducer's field, the bucket's part.
+  std::string tensor_name() const { return tensor ? name_of(*tensor) : "-"; }
   bool operator==(const Signature&) const = default;
   auto operator<=>(const Signature&) const = default;
 };
@@ -145,7 +148,7 @@ struct WorstBlock {
 };
 
 struct TensorVerdict {
-  std::string tensor;
+  TensorId tensor = TensorId::O;
   ErrorStats err, baseline;
   double bound_rms = 0;     // the whole-tensor test in error units: limit(N) * rms(sigma')
   double bound_max = 0;     // the per-element bound at the element with the largest error
@@ -191,7 +194,7 @@ struct JudgeInput {
 //                            max|err| <= band * that rung's max (coarser rounding spreads its
 //                            error like the rung, a localized bug has a far larger max),
 //             mismatch       otherwise.
-TensorVerdict judge_tensor(const std::string& name, const JudgeInput& in, const ToleranceRule& rule);
+TensorVerdict judge_tensor(TensorId tensor, const JudgeInput& in, const ToleranceRule& rule);
 // A failing tensor's finding: its one-line detail and its metrics (rms, bounds, the worst block).
 std::string failure_detail(const TensorVerdict& v, Contract declared);
 std::map<FindingMetric, double> failure_metrics(const TensorVerdict& v);

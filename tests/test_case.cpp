@@ -344,7 +344,7 @@ Reproducer sample_repro() {
   Reproducer r;
   r.c = small_case();
   r.backends = {"reference", "torch.math"};
-  r.finding.signature = Signature{"torch.math", CompositionClass::single, "dQ", FindingClass::mismatch, "fp32", "none"};
+  r.finding.signature = Signature{"torch.math", CompositionClass::single, TensorId::dQ, FindingClass::mismatch, DType::f32, "none"};
   r.finding.detail = "rms 1e-3 over 1e-5";
   r.input_checksum = checksum(generate_inputs(r.c));
   return r;

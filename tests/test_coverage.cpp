@@ -91,9 +91,9 @@ TEST(Coverage, ACaseIsJudgedWhenABackendRanOrTheWorkerDied) {
 // replay says `fixed` only when the blamed backend ran the case to the end and returned the
 // tensor (issue 26, item 9); anything else is untested, with the reason.
 TEST(Coverage, AFindingIsFixedOnlyWhenItsBackendRanItToTheEnd) {
-  const Signature merged_dq{"b", CompositionClass::merged, "dQ", FindingClass::mismatch, "fp32", "causal"};
-  const RunOutcome single_ran{"b", CompositionClass::single, Outcome::ran, "", {"O", "LSE", "dQ", "dK", "dV"}};
-  const RunOutcome merged_ran{"b", CompositionClass::merged, Outcome::ran, "", {"O", "LSE", "dQ", "dK", "dV"}};
+  const Signature merged_dq{"b", CompositionClass::merged, TensorId::dQ, FindingClass::mismatch, DType::f32, "causal"};
+  const RunOutcome single_ran{"b", CompositionClass::single, Outcome::ran, "", {TensorId::O, TensorId::LSE, TensorId::dQ, TensorId::dK, TensorId::dV}};
+  const RunOutcome merged_ran{"b", CompositionClass::merged, Outcome::ran, "", {TensorId::O, TensorId::LSE, TensorId::dQ, TensorId::dK, TensorId::dV}};
   EXPECT_FALSE(why_untested(merged_dq, {single_ran, merged_ran}));
   // Errored, declined, not run at all, or run without the composition or the tensor.
   const auto errored = why_untested(merged_dq, {single_ran, {"b", CompositionClass::merged, Outcome::errored, "boom\nline 2", {}}});
@@ -101,18 +101,18 @@ TEST(Coverage, AFindingIsFixedOnlyWhenItsBackendRanItToTheEnd) {
   EXPECT_NE(errored->find("failed"), std::string::npos);
   EXPECT_EQ(errored->find('\n'), std::string::npos);
   EXPECT_TRUE(why_untested(merged_dq, {single_ran, {"b", CompositionClass::merged, Outcome::skipped, "no dLSE", {}}}));
-  EXPECT_TRUE(why_untested(merged_dq, {{"reference", CompositionClass::merged, Outcome::ran, "", {"dQ"}}}));
+  EXPECT_TRUE(why_untested(merged_dq, {{"reference", CompositionClass::merged, Outcome::ran, "", {TensorId::dQ}}}));
   EXPECT_TRUE(why_untested(merged_dq, {single_ran}));
-  EXPECT_TRUE(why_untested(merged_dq, {{"b", CompositionClass::merged, Outcome::ran, "", {"O", "dK"}}}));
+  EXPECT_TRUE(why_untested(merged_dq, {{"b", CompositionClass::merged, Outcome::ran, "", {TensorId::O, TensorId::dK}}}));
   // A crash or hang blames no composition: every composition must have run.
-  const Signature crash{"b", CompositionClass::none, Signature::kNoTensor, FindingClass::crash, "fp32", Signature::kAnyMask};
+  const Signature crash{"b", CompositionClass::none, std::nullopt, FindingClass::crash, DType::f32, Signature::kAnyMask};
   EXPECT_FALSE(why_untested(crash, {single_ran, merged_ran}));
   EXPECT_TRUE(why_untested(crash, {single_ran, {"b", CompositionClass::merged, Outcome::skipped, "declined", {}}}));
   EXPECT_TRUE(why_untested(crash, {}));
   // A consistency finding blames two backends: both must have run.
-  const Signature pair{Signature::pair("b", "c"), CompositionClass::single, "O", FindingClass::mismatch, "fp32", "none"};
+  const Signature pair{Signature::pair("b", "c"), CompositionClass::single, TensorId::O, FindingClass::mismatch, DType::f32, "none"};
   EXPECT_TRUE(why_untested(pair, {single_ran}));
-  EXPECT_FALSE(why_untested(pair, {single_ran, {"c", CompositionClass::single, Outcome::ran, "", {"O"}}}));
+  EXPECT_FALSE(why_untested(pair, {single_ran, {"c", CompositionClass::single, Outcome::ran, "", {TensorId::O}}}));
   // The tensors travel with the outcomes (the worker's reply).
   const auto back = run_outcomes_from_json(to_json(std::vector<RunOutcome>{merged_ran}));
   ASSERT_EQ(back.size(), 1u);

@@ -286,8 +286,8 @@ TEST_P(CudnnModes, MatchesTheReferenceOnTheExpectedPath) {
     ran = true;
     std::set<std::string> compared;
     for (const auto& t : run.tensors) {
-      EXPECT_TRUE(t.pass) << t.tensor << ": rms " << t.err.rms << " > bound " << t.bound_rms;
-      if (t.compared) compared.insert(t.tensor);
+      EXPECT_TRUE(t.pass) << name_of(t.tensor) << ": rms " << t.err.rms << " > bound " << t.bound_rms;
+      if (t.compared) compared.insert(name_of(t.tensor));
     }
     EXPECT_EQ(compared, (std::set<std::string>{"O", "LSE", "dQ", "dK", "dV"}));
   }

@@ -80,7 +80,7 @@ TEST(Verdict, Tf32WhereFp32IsPromisedIsAContractViolationFingerprintedTf32) {
     EXPECT_EQ(f.signature.cls, FindingClass::contract_violation) << f.signature.to_string() << " " << f.detail;
     EXPECT_NE(f.detail.find("computes like tf32"), std::string::npos) << f.detail;
   }
-  for (const auto& t : r.runs[0].tensors) EXPECT_EQ(t.print.name(), "tf32") << t.tensor;
+  for (const auto& t : r.runs[0].tensors) EXPECT_EQ(t.print.name(), "tf32") << name_of(t.tensor);
 }
 
 TEST(Verdict, HonestContractsPass) {
@@ -412,7 +412,7 @@ TEST(Verdict, DroppedDlseThroughAMergeIsAMismatchInTheGradients) {
   for (const auto& f : r.findings) {
     EXPECT_EQ(f.signature.composition, CompositionClass::merged) << f.signature.to_string();  // the single call (dLSE = 0) hides it
     EXPECT_EQ(f.signature.cls, FindingClass::mismatch);
-    hit.insert(f.signature.tensor);
+    hit.insert(f.signature.tensor_name());
   }
   EXPECT_TRUE(hit.count("dQ") && hit.count("dK")) << "the seed's symptom: dQ and dK wrong, forward right";
   EXPECT_FALSE(hit.count("O"));
@@ -433,10 +433,10 @@ TEST(RowDof, OneSharedSourceWidensTheRowLimitAndIndependentElementsDoNot) {
   in.ref = &ref;
   in.sigma = &sigma;
   const ToleranceRule rule;
-  EXPECT_FALSE(judge_tensor("dK", in, rule).pass) << "16 independent errors: limit 5.25";
+  EXPECT_FALSE(judge_tensor(TensorId::dK, in, rule).pass) << "16 independent errors: limit 5.25";
   Tensor dof({1, 1, 2}, 1.0);
   in.row_dof = &dof;
-  const TensorVerdict one_source = judge_tensor("dK", in, rule);
+  const TensorVerdict one_source = judge_tensor(TensorId::dK, in, rule);
   EXPECT_TRUE(one_source.pass) << one_source.worst.granularity_name() << " " << one_source.worst.ratio << " > " << one_source.worst.limit;
   EXPECT_DOUBLE_EQ(one_source.worst.dof, 1.0);
 }
@@ -506,7 +506,7 @@ TEST(Verdict, DeclaredNondeterministicOutputsAreNotCheckedBitwise) {
   auto nondeterministic = [](const DiffReport& r) {
     std::set<std::string> t;
     for (const auto& f : r.findings)
-      if (f.signature.cls == FindingClass::nondeterministic) t.insert(f.signature.tensor);
+      if (f.signature.cls == FindingClass::nondeterministic) t.insert(f.signature.tensor_name());
     return t;
   };
   EXPECT_TRUE(nondeterministic(run_differential(small_case(), {&declares}, default_oracles())).empty());
@@ -567,7 +567,7 @@ TEST(Verdict, KeysFlushedToZeroAreNoFalseAlarmAndSmallNormalKeysStillCount) {
     if (f.signature.backend == "ftz") ADD_FAILURE() << "seed " << c.seed << ": " << f.signature.to_string() << " " << f.detail;
   std::set<std::string> flagged;
   for (const auto& f : r.findings)
-    if (f.signature.backend == "drops-small-keys") flagged.insert(f.signature.tensor);
+    if (f.signature.backend == "drops-small-keys") flagged.insert(f.signature.tensor_name());
   EXPECT_TRUE(flagged.count("dK") && flagged.count("dV")) << "seed " << c.seed;
 }
 

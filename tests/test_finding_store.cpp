@@ -17,7 +17,7 @@ Reproducer finding(int64_t index, const std::string& dtype, const std::string& m
   Reproducer r;
   r.c.seed = static_cast<uint64_t>(index);
   r.case_index = index;
-  r.finding.signature = {"mutant", CompositionClass::single, "dK", FindingClass::mismatch, dtype, mask};
+  r.finding.signature = {"mutant", CompositionClass::single, TensorId::dK, FindingClass::mismatch, dtype_from_string(dtype), mask};
   return r;
 }
 

@@ -83,7 +83,7 @@ TEST(KnownPredicate, TermsCombineAndBadOnesAreRefusedByName) {
 Reproducer finding(const std::string& backend, const std::string& tensor, FindingClass cls, const Case& c) {
   Reproducer r;
   r.c = c;
-  r.finding.signature = {backend, CompositionClass::single, tensor, cls, "fp16", "none"};
+  r.finding.signature = {backend, CompositionClass::single, from_name(tensor), cls, DType::f16, "none"};
   return r;
 }
 

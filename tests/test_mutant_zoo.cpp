@@ -47,7 +47,7 @@ TEST(MutantZoo, SeedScenarioExposesTheSeedBugs) {
   for (const auto& f : r.findings) {
     EXPECT_EQ(f.signature.cls, FindingClass::mismatch) << f.signature.to_string();
     EXPECT_EQ(f.signature.composition, CompositionClass::merged) << f.signature.to_string();
-    tensors.insert(f.signature.tensor);
+    tensors.insert(f.signature.tensor_name());
   }
   EXPECT_TRUE(tensors.count("dQ") && tensors.count("dK"));
   EXPECT_FALSE(tensors.count("O") || tensors.count("LSE"));
@@ -103,7 +103,7 @@ TEST(MutantZoo, APairAtTwoPrecisionsOfOneContractIsInconsistent) {
     for (const auto& f : run.findings) {
       EXPECT_EQ(f.signature.cls, FindingClass::consistency) << f.signature.to_string() << " " << f.detail;
       EXPECT_EQ(f.signature.backend, "plugin.mutant_tf32_declared_strict~plugin.mutant_tf32_declared_tf32_backward");
-      EXPECT_TRUE(f.signature.tensor == "dQ" || f.signature.tensor == "dK" || f.signature.tensor == "dV") << f.signature.to_string();
+      EXPECT_TRUE(f.signature.tensor == TensorId::dQ || f.signature.tensor == TensorId::dK || f.signature.tensor == TensorId::dV) << f.signature.to_string();
       if (!found) found = reproducer_of(c, {}, f, run, {});
     }
   }

@@ -39,7 +39,7 @@ void expect_same(const DiffReport& a, const DiffReport& b, const std::string& la
     EXPECT_EQ(x.skipped, y.skipped) << label;
     for (size_t t = 0; t < x.tensors.size(); ++t) {
       const TensorVerdict &u = x.tensors[t], &v = y.tensors[t];
-      const std::string where = label + " " + x.backend + " " + x.composition + " " + u.tensor;
+      const std::string where = label + " " + x.backend + " " + x.composition + " " + name_of(u.tensor);
       expect_same(u.err, v.err, where + " err");
       expect_same(u.baseline, v.baseline, where + " baseline");
       for (auto [p, q] : {std::pair{u.bound_rms, v.bound_rms}, {u.bound_max, v.bound_max}, {u.kappa, v.kappa}, {u.model_rms, v.model_rms},

@@ -71,7 +71,7 @@ TEST(WorkerProtocol, RepliesRoundTripWithFindingsAsObjects) {
   Reproducer f;
   f.c = small_case();
   f.backends = {"scaled_output"};
-  f.finding.signature = {"scaled_output", CompositionClass::single, "O", FindingClass::mismatch, "fp32", "none"};
+  f.finding.signature = {"scaled_output", CompositionClass::single, TensorId::O, FindingClass::mismatch, DType::f32, "none"};
   f.finding.detail = "rms 0.5";
   f.input_checksum = 42;
   r.findings = {f};
@@ -107,7 +107,7 @@ TEST(WorkerProtocol, AReplyOverOneFrameBecomesAnErrorThatSaysSo) {
   Reproducer f;
   f.c = small_case();
   f.backends = {"scaled_output"};
-  f.finding.signature = {"scaled_output", CompositionClass::single, "O", FindingClass::backend_error, "fp32", "none"};
+  f.finding.signature = {"scaled_output", CompositionClass::single, TensorId::O, FindingClass::backend_error, DType::f32, "none"};
   f.finding.detail = std::string(kMaxFramePayload, 'x');
   r.findings = {f, f};
   r.environment = {{"gpu", "none"}};
@@ -183,7 +183,7 @@ TEST_F(ServerOverPipes, AnswersAProbeAndACase) {
   ASSERT_FALSE(r.findings.empty());
   bool o_mismatch = false;
   for (const auto& f : r.findings)
-    o_mismatch = o_mismatch || (f.finding.signature.tensor == "O" && f.finding.signature.cls == FindingClass::mismatch);
+    o_mismatch = o_mismatch || (f.finding.signature.tensor == TensorId::O && f.finding.signature.cls == FindingClass::mismatch);
   EXPECT_TRUE(o_mismatch);
   EXPECT_EQ(r.findings[0].backends, names_);
   EXPECT_EQ(r.findings[0].environment.at("where"), "test");

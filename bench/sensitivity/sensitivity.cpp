@@ -141,7 +141,7 @@ double relative_change(const Tensor& a, const Tensor& b) {
 bool flagged(const BackendRun& run, const std::vector<Finding>& findings, const std::string& tensor) {
   if (tensor == "any") return !findings.empty();
   for (const auto& t : run.tensors)
-    if (t.tensor == tensor && t.compared && !t.pass) return true;
+    if (name_of(t.tensor) == tensor && t.compared && !t.pass) return true;
   return false;
 }
 
@@ -183,7 +183,7 @@ std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, 
   for (TensorId t : kOutputs) {
     const TensorVerdict* v0 = nullptr;
     for (const auto& tv : base.tensors)
-      if (tv.tensor == to_string(t)) v0 = &tv;
+      if (tv.tensor == t) v0 = &tv;
     for (Plant plant : plants_for(t)) {
       SensitivityPoint pt;
       pt.tensor = to_string(t);
@@ -207,7 +207,7 @@ std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, 
   double least_natural = 1.0;
   for (TensorId t : kOutputs)
     for (const auto& tv : base.tensors)
-      if (tv.tensor == to_string(t) && tv.compared && tv.err.rel_fro > 0) {
+      if (tv.tensor == t && tv.compared && tv.err.rel_fro > 0) {
         natural[t] = tv.err.rel_fro;
         least_natural = std::min(least_natural, tv.err.rel_fro);
       }

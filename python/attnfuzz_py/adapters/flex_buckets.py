@@ -34,13 +34,7 @@ expressions), and in the backward, sequence lengths other than the buckets.
 import torch
 import torch.nn.attention.flex_attention as fa
 
-
-def bucket(n, floor, factor=2):
-    """The smallest floor * factor^k >= n."""
-    b = floor
-    while b < n:
-        b *= factor
-    return b
+from attnfuzz_py.adapters.buckets import bucket
 
 
 class Buckets:

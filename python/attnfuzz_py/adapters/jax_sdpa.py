@@ -52,6 +52,7 @@ import os
 import numpy as np
 
 from attnfuzz_py import Adapter
+from attnfuzz_py.adapters.buckets import bucket
 
 # JAX preallocates 75% of the GPU's memory in every process that touches it. attnfuzz runs each
 # Python backend in a process of its own, beside its own GPU oracles and other backends: on the
@@ -70,23 +71,15 @@ except ImportError as e:  # declined in supports(), not an import failure of the
 _PRECISIONS = ("default", "highest")
 
 
-def _bucket(n, floor, factor=2):
-    """The smallest floor * factor^k >= n."""
-    b = floor
-    while b < n:
-        b *= factor
-    return b
-
-
 class _Padded:
     """One problem on bucketed shapes (the module's docstring), and the numpy copies in and out."""
 
     def __init__(self, p, pad_head_dims):
         self.p = p
-        self.b, self.hkv, self.g = _bucket(p.batch, 1), _bucket(p.heads_kv, 1), _bucket(p.group, 1)
-        self.sq, self.skv = _bucket(p.seq_q, 32, 4), _bucket(p.seq_kv, 32, 4)
-        self.dqk = _bucket(p.head_dim_qk, 16) if pad_head_dims else p.head_dim_qk
-        self.dv = _bucket(p.head_dim_v, 16) if pad_head_dims else p.head_dim_v
+        self.b, self.hkv, self.g = bucket(p.batch, 1), bucket(p.heads_kv, 1), bucket(p.group, 1)
+        self.sq, self.skv = bucket(p.seq_q, 32, 4), bucket(p.seq_kv, 32, 4)
+        self.dqk = bucket(p.head_dim_qk, 16) if pad_head_dims else p.head_dim_qk
+        self.dv = bucket(p.head_dim_v, 16) if pad_head_dims else p.head_dim_v
 
     def queries(self, x, d):
         """[B][Hq][Sq][D] -> [B'][Hkv' * G'][Sq'][d]: query head h of kv head h // G keeps its place in its group."""

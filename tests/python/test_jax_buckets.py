@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""The JAX adapters' bucketed shapes (python/attnfuzz_py/adapters/jax_sdpa.py, _Padded): padding
+B, the heads, the GQA group, Sq, Skv and the head dims and dropping it again gives back every
+element; the padded mask hides the padding; and, where JAX is installed, the padded forward and
+backward agree with jax.nn.dot_product_attention on the problem as it is (fp32, to rounding)."""
+import sys
+
+import numpy as np
+
+sys.path.insert(0, sys.argv[1])
+from attnfuzz_py.adapter import Problem  # noqa: E402
+from attnfuzz_py.adapters import jax_sdpa  # noqa: E402
+
+failures = []
+rng = np.random.default_rng(5)
+for shape in [(1, 1, 1, 1, 1, 1, 1), (2, 6, 2, 37, 19, 24, 24), (3, 4, 4, 130, 600, 80, 80), (1, 3, 1, 5, 33, 8, 8)]:
+    b, hq, hkv, sq, skv, dqk, dv = shape
+    mask = (rng.random((b, hq, sq, skv)) < 0.7).astype(np.uint8)
+    p = Problem({"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_kv": skv, "head_dim_qk": dqk,
+                 "head_dim_v": dv, "dtype": "fp32", "scale": dqk ** -0.5, "softcap": None}, mask)
+    for pad_dims in (True, False):
+        pad = jax_sdpa._Padded(p, pad_dims)
+        q = rng.standard_normal((b, hq, sq, dqk)).astype(np.float32)
+        k = rng.standard_normal((b, hkv, skv, dqk)).astype(np.float32)
+        pq, pk, pm = pad.queries(q, pad.dqk), pad.keys(k, pad.dqk), pad.mask()
+        if pq.shape != (pad.b, pad.hkv * pad.g, pad.sq, pad.dqk) or pk.shape != (pad.b, pad.hkv, pad.skv, pad.dqk):
+            failures.append(f"{shape}: padded shapes {pq.shape} {pk.shape}")
+        if not (np.array_equal(pad.of_queries(pq, dqk), q) and np.array_equal(pad.of_keys(pk, dqk), k)):
+            failures.append(f"{shape}: unpadding does not give the tensors back")
+        real = pm.reshape(pad.b, pad.hkv, pad.g, pad.sq, pad.skv)[:b, :hkv, :hq // hkv, :sq, :skv].reshape(b, hq, sq, skv)
+        if pm.sum() != (mask != 0).sum() or not np.array_equal(real, mask != 0):
+            failures.append(f"{shape}: the padded mask is not the mask with the padding hidden")
+        if pad.sq % 2 or pad.skv % 2:
+            failures.append(f"{shape}: odd padded lengths {pad.sq}, {pad.skv} (JAX's cuDNN path wants them even)")
+
+if jax_sdpa.jax is None:
+    print("note: no JAX here: the padded calls were not compared with unpadded ones")
+else:
+    import jax
+    import jax.numpy as jnp
+    b, hq, hkv, sq, skv, d = 2, 6, 2, 37, 70, 24
+    mask = (rng.random((b, hq, sq, skv)) < 0.8).astype(np.uint8)
+    mask[..., 0] = 1  # every row sees a key: the convention of masked rows is not what is tested here
+    p = Problem({"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_kv": skv, "head_dim_qk": d, "head_dim_v": d,
+                 "dtype": "fp32", "scale": 0.3, "softcap": None}, mask)
+    q = rng.standard_normal((b, hq, sq, d)).astype(np.float32)
+    k = rng.standard_normal((b, hkv, skv, d)).astype(np.float32)
+    v = rng.standard_normal((b, hkv, skv, d)).astype(np.float32)
+    d_o = rng.standard_normal((b, hq, sq, d)).astype(np.float32)
+    a = jax_sdpa.JaxSdpa("xla", precision="highest")
+    o, _ = a.forward(p, q, k, v)
+    grads = a.backward(p, q, k, v, o, None, d_o, None)
+    t = lambda x: jnp.swapaxes(x, 1, 2)
+    plain = lambda q_, k_, v_: t(jax.nn.dot_product_attention(t(q_), t(k_), t(v_), mask=jnp.asarray(mask != 0), scale=0.3))
+    with jax.default_matmul_precision("highest"):
+        o_ref, pullback = jax.vjp(plain, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
+        refs = pullback(jnp.asarray(d_o))
+    for name, got, want in [("O", o, o_ref)] + list(zip(("dQ", "dK", "dV"), grads, refs)):
+        want = np.asarray(want)
+        err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+        if got.shape != want.shape or not err < 1e-5:
+            failures.append(f"padded {name} against unpadded: shape {got.shape} vs {want.shape}, relative error {err:.2e}")
+
+for f in failures:
+    print("FAIL:", f)
+print("jax buckets:", "FAILED" if failures else "ok")
+sys.exit(1 if failures else 0)
