@@ -229,12 +229,11 @@ class PythonBackend final : public Backend {
                                " (use the python/ package of the same attnfuzz checkout)");
     // Refused at start-up, not met as a backend_error on every call.
     const nlohmann::json device = r.value("device", nlohmann::json("cpu"));
-    try {
-      device_ = device_from_string(device.is_string() ? device.get<std::string>() : device.dump());
-    } catch (const std::invalid_argument&) {
+    const std::optional<Device> d = device.is_string() ? device_from_string(device.get<std::string>()) : std::nullopt;
+    if (!d)
       throw std::runtime_error("python backend 'py:" + spec_.text + "': device " + message_safe(device.dump(), 80) +
                                ": attnfuzz knows \"cpu\" and \"cuda\"");
-    }
+    device_ = *d;
     info_ = r;
     contracts_.clear();
     for (auto it = r["contracts"].begin(); it != r["contracts"].end(); ++it) {

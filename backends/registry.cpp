@@ -246,27 +246,19 @@ void set_backend_threads(int n) {
 
 OracleSet default_oracles() { return make_oracles(Device::cpu); }
 
-std::optional<Device> oracle_device_from_string(std::string_view s) {
-  try {
-    return device_from_string(s);
-  } catch (const std::invalid_argument&) {
-    return std::nullopt;
-  }
-}
-
 namespace {
 constexpr const char* kOracleDeviceEnv = "ATTNFUZZ_ORACLE_DEVICE";
 }
 
 void set_oracle_device_override(const std::string& name) {
-  if (name != "auto" && !oracle_device_from_string(name))
+  if (name != "auto" && !device_from_string(name))
     throw std::invalid_argument("--oracle-device takes auto, cpu or cuda, got '" + name + "'");
   ::setenv(kOracleDeviceEnv, name.c_str(), 1);
 }
 
 std::optional<Device> oracle_device_override() {
   const char* v = std::getenv(kOracleDeviceEnv);
-  return v ? oracle_device_from_string(v) : std::nullopt;
+  return v ? device_from_string(v) : std::nullopt;
 }
 
 namespace {

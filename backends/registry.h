@@ -44,7 +44,6 @@ OracleSet default_oracles();
 // the CPU (Eigen, oracles/emulated.cpp, oracles/error_terms.cpp) or the GPU (kernels/:
 // cuda.reference64, cuda.emulated.*, oracles/gpu_error_terms.cu). Throws std::runtime_error,
 // with the reason, when the GPU set cannot run here.
-std::optional<Device> oracle_device_from_string(std::string_view s);
 OracleSet make_oracles(Device device);
 
 // Which set judges a case of `shape` for `backends`. `forced` (--oracle-device cpu|cuda)

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (case_path.empty() || names.empty() || !oracle_device_from_string(device)) {
+  if (case_path.empty() || names.empty() || !device_from_string(device)) {
     std::fprintf(stderr, "%s: a case, --backends and --oracle-device cpu|cuda are needed\n", argv[0]);
     return 2;
   }
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   }
   OracleSet base;
   try {
-    base = make_oracles(*oracle_device_from_string(device));
+    base = make_oracles(*device_from_string(device));
   } catch (const std::exception& e) {
     std::printf("SKIPPED: %s\n", e.what());
     return 0;

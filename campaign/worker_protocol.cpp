@@ -101,9 +101,11 @@ WorkerReply decode_reply(const std::string& body) {
     if (j.contains("profiles")) {
       const json& ps = j.at("profiles");
       if (!ps.is_array() || ps.size() != r.backends.size()) throw std::runtime_error("profiles: one per backend expected");
-      for (size_t i = 0; i < ps.size(); ++i)
-        r.profiles.push_back(
-            {r.backends[i], device_from_string(ps[i].at("device").get<std::string>()), envelope_from_json(ps[i].at("envelope")), host_scores_from(ps[i])});
+      for (size_t i = 0; i < ps.size(); ++i) {
+        const std::optional<Device> device = device_from_string(ps[i].at("device").get<std::string>());
+        if (!device) throw std::runtime_error("profiles: unknown device " + ps[i].at("device").dump());
+        r.profiles.push_back({r.backends[i], *device, envelope_from_json(ps[i].at("envelope")), host_scores_from(ps[i])});
+      }
     }
     for (const auto& f : j.at("findings")) r.findings.push_back(repro_from_json(f));
     if (j.contains("runs")) r.runs = run_outcomes_from_json(j.at("runs"));

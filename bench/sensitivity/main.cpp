@@ -75,7 +75,7 @@ int run(int argc, char** argv) {
       backend = next();
     } else if (!std::strcmp(argv[i], "--oracle-device")) {
       const char* name = next();
-      const auto device = oracle_device_from_string(name);
+      const auto device = device_from_string(name);
       if (!device) throw std::invalid_argument(std::string("--oracle-device: cpu or cuda, not ") + name);
       oracle_device = *device;
     } else if (!std::strcmp(argv[i], "--no-mask")) {
