@@ -61,6 +61,26 @@ else:
         if got.shape != want.shape or not err < 1e-5:
             failures.append(f"padded {name} against unpadded: shape {got.shape} vs {want.shape}, relative error {err:.2e}")
 
+    # The scale is an fp32 argument of the jitted programs (one program for every scale), and
+    # jitted with it traced, the programs give the bits they give with it as a constant.
+    if a._jitted(0.3) is not a._jitted(0.125):
+        failures.append("xla: two scales got two programs (the scale should be a traced argument)")
+    if jax_sdpa.JaxSdpa("cudnn")._jitted(0.3) is jax_sdpa.JaxSdpa("cudnn")._jitted(0.125):
+        failures.append("cudnn: the scale should be a constant of its programs")
+    for adapter in (a, jax_sdpa.JaxF32Logits()):
+        for dt in (jnp.float32, jnp.bfloat16):
+            qq, kk, vv, dd = (jnp.asarray(x, dt) for x in (q, k, v, d_o))
+            mm = jnp.asarray(mask != 0)
+            att = lambda q_, k_, v_, s: adapter._attend(s)(q_, k_, v_, mm)
+            for scale in (0.3, d ** -0.5):
+                const = jax.jit(lambda q_, k_, v_, g: jax.vjp(lambda *x: att(*x, scale), q_, k_, v_)[1](g))(qq, kk, vv, dd)
+                traced = jax.jit(lambda q_, k_, v_, s, g: jax.vjp(lambda *x: att(*x, s), q_, k_, v_)[1](g))(
+                    qq, kk, vv, jnp.float32(scale), dd)
+                o_c = jax.jit(lambda q_, k_, v_: att(q_, k_, v_, scale))(qq, kk, vv)
+                o_t = jax.jit(att)(qq, kk, vv, jnp.float32(scale))
+                if not all(bool((x == y).all()) for x, y in zip((o_c,) + tuple(const), (o_t,) + tuple(traced))):
+                    failures.append(f"{adapter.name} {dt.__name__} scale {scale}: a traced scale changed the bits")
+
 for f in failures:
     print("FAIL:", f)
 print("jax buckets:", "FAILED" if failures else "ok")

@@ -28,6 +28,10 @@ if sorted(cudnn.contracts) != ["bf16", "fp16"]:
 env = cudnn.envelope or {}
 if env.get("dtypes") != ["fp16", "bf16"] or env.get("head_dim_multiple") != 8 or env.get("distinct_head_dims") is not False:
     failures.append(f"cudnn's envelope: {env}")
+for impl in ("xla", "cudnn"):  # what supports() declines for both: campaigns aim inside it
+    env = JaxSdpa(impl).envelope or {}
+    if env.get("softcap") is not False or env.get("distinct_head_dims") is not False:
+        failures.append(f"{impl}'s envelope must refuse softcap and Dqk != Dv: {env}")
 try:
     import jax
     on_gpu = jax.default_backend() == "gpu"

@@ -18,8 +18,11 @@ numbers, and the strides. So each call is put in a fixed form, exactly:
   flex_attention with the strides of its first call written in, and the next sequence length
   fails its stride assertion (measured on the H200; docs/findings/standalone/
   flex_compiled_dynamic_backward_strides.py). So there B' = the next power of two >= 2, and
-  Sq', Skv' = 32, 128, 512, 2048, ... (the smallest >= S): padded queries see every key, with dO = 0 and dLSE = 0
-  (exact zeros in dK, dV); padded keys are masked for every real query; padded batches are zero.
+  Sq' = Skv' = 32, 128, 512, 2048, ... (the smallest >= max(Sq, Skv)): one length for both, so
+  that the backward's buckets are four up to S = 2048, not sixteen (each is a compile of about
+  4 s in every worker process; the forward still runs Sq != Skv as they are). Padded queries see
+  every key, with dO = 0 and dLSE = 0 (exact zeros in dK, dV); padded keys are masked for every
+  real query; padded batches are zero.
 - the mask: the harness's dense mask, looked up by one mask_mod (padding as above): one
   function, whatever the expression.
 - the scale: scale=1.0 to flex_attention, the real scale applied first in the score_mod from a
@@ -29,7 +32,7 @@ numbers, and the strides. So each call is put in a fixed form, exactly:
 Padded results are dropped. What this does not test of the compiled kernel: head dims that are
 not powers of two (its masked loads of them), the caller's strides (padded tensors are
 contiguous BHSD), GQA groups of 2 and 3, mask_mods other than a lookup (FlexEager runs the
-expressions), and in the backward, sequence lengths other than the buckets.
+expressions), and in the backward, sequence lengths other than the buckets and Sq != Skv.
 """
 import torch
 import torch.nn.attention.flex_attention as fa
@@ -47,8 +50,9 @@ class Buckets:
         self.dqk = bucket(p.head_dim_qk, 16)
         self.dv = bucket(p.head_dim_v, 16)
         self.b = bucket(p.batch, 2) if pad_seq else p.batch
-        self.sq = bucket(p.seq_q, 32, 4) if pad_seq else p.seq_q
-        self.skv = bucket(p.seq_kv, 32, 4) if pad_seq else p.seq_kv
+        s = bucket(max(p.seq_q, p.seq_kv), 32, 4)
+        self.sq = s if pad_seq else p.seq_q
+        self.skv = s if pad_seq else p.seq_kv
 
     def pad_rows(self, x):
         """LSE-shaped [B][Hq][Sq] -> [B'][Hkv'*G'][Sq'], zeros in the padding."""

@@ -59,6 +59,9 @@ from attnfuzz_py.adapters.buckets import bucket
 # H200, three JAX adapters and FlexAttention in one run failed with out-of-memory until JAX
 # allocated on demand. A value the user set is kept.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# JAX's persistent cache keeps only programs that took a second or more to compile: the rest
+# were compiled again in every campaign worker. A value the user set is kept.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 try:
     import jax
@@ -142,6 +145,9 @@ class _JaxAttention(Adapter):
     returns_lse = False
     backward_takes_dlse = False
     masked_rows_zero = False
+    # What supports() declines, so that campaigns aim inside it: jax.nn.dot_product_attention
+    # takes no softcap and one head dim for Q, K and V.
+    envelope = {"distinct_head_dims": False, "softcap": False}
 
     def __init__(self, precision="default"):
         if precision not in _PRECISIONS:
@@ -167,21 +173,31 @@ class _JaxAttention(Adapter):
     def _precision(self):
         return jax.default_matmul_precision("highest" if self.precision == "highest" else None)
 
-    def _jitted(self, scale):
-        """(forward, backward) for this softmax scale, jitted once: jit's cache then keys the
-        compiled programs on the padded shapes and dtype alone (the scale is a constant of them)."""
-        cache = self.__dict__.setdefault("_jit_cache", {})
-        if scale not in cache:
-            attend = self._attend(scale)
+    # The softmax scale as an fp32 argument of the jitted programs, not a constant of them: the
+    # scale is D^-0.5 of the real head dim (or one of the generator's random scales), so as a
+    # constant it made a program per head dim and scale inside one padded shape. Both the xla
+    # path and the seed's formulation multiply the fp32 logits by the scale rounded to fp32, so
+    # a traced fp32 scalar is the same product. cuDNN's fused kernel takes it as a constant.
+    traced_scale = True
 
-            def backward(q, k, v, mask, d_o):
-                _, pullback = jax.vjp(lambda q_, k_, v_: attend(q_, k_, v_, mask), q, k, v)
+    def _jitted(self, scale):
+        """(forward, backward), jitted once (per scale where the scale is a constant): jit's cache
+        then keys the compiled programs on the padded shapes and dtype alone. Both take the
+        scale as their last argument before dO (ignored where it is a constant)."""
+        cache = self.__dict__.setdefault("_jit_cache", {})
+        key = None if self.traced_scale else scale
+        if key not in cache:
+            def attend(q, k, v, mask, s):
+                return self._attend(s if self.traced_scale else scale)(q, k, v, mask)
+
+            def backward(q, k, v, mask, s, d_o):
+                _, pullback = jax.vjp(lambda q_, k_, v_: attend(q_, k_, v_, mask, s), q, k, v)
                 return pullback(d_o)
             # On the CPU op by op, as JAX runs eagerly: XLA's CPU compiler takes no fp16 dot with an
             # fp32 result inside a jitted program (dot_product_attention's xla path), and the CPU
             # compiles in milliseconds anyway.
-            cache[scale] = (jax.jit(attend), jax.jit(backward)) if _on_gpu() else (attend, backward)
-        return cache[scale]
+            cache[key] = (jax.jit(attend), jax.jit(backward)) if _on_gpu() else (attend, backward)
+        return cache[key]
 
     def _padded_inputs(self, p, q, k, v):
         pad = _Padded(p, self.pad_head_dims)
@@ -190,13 +206,13 @@ class _JaxAttention(Adapter):
     def forward(self, p, q, k, v):
         pad, args = self._padded_inputs(p, q, k, v)
         with self._precision():
-            out = self._jitted(float(p.scale))[0](*args)
+            out = self._jitted(float(p.scale))[0](*args, jnp.float32(p.scale))
         return pad.of_queries(out, p.head_dim_v), None
 
     def backward(self, p, q, k, v, o, lse, d_o, d_lse):
         pad, args = self._padded_inputs(p, q, k, v)
         with self._precision():
-            dq, dk, dv = self._jitted(float(p.scale))[1](*args, jnp.asarray(pad.queries(d_o, pad.dv)))
+            dq, dk, dv = self._jitted(float(p.scale))[1](*args, jnp.float32(p.scale), jnp.asarray(pad.queries(d_o, pad.dv)))
         return pad.of_queries(dq, p.head_dim_qk), pad.of_keys(dk, p.head_dim_qk), pad.of_keys(dv, p.head_dim_v)
 
 
@@ -211,8 +227,9 @@ class JaxSdpa(_JaxAttention):
             self.contracts = {"fp16": "fp16", "bf16": "bf16"}  # check_layout: Q must be fp16/bf16 (or fp8)
             cc = _compute_capability()
             self.envelope = {"dtypes": ["fp16", "bf16"], "max_head_dim": 256 if cc and cc >= (9, 0) else 128,
-                             "head_dim_multiple": 8, "distinct_head_dims": False}
+                             "head_dim_multiple": 8, "distinct_head_dims": False, "softcap": False}
             self.pad_head_dims = False  # cuDNN's kernels differ per head dim: each is tested as it is
+            self.traced_scale = False  # an attribute of cuDNN's fused call
             if not xla_deterministic():
                 self.nondeterministic_outputs = ("dQ",)
                 self.why_nondeterministic = "XLA's GPU backward accumulates dQ in no fixed order without --xla_gpu_deterministic_ops"

@@ -15,7 +15,9 @@ for fp32 would be TF32: declare "tf32" if you keep it); fp16/bf16 round P and dS
 type before their dots, as the contract says. No softcap.
 
 Compile time is not run time: Triton compiles a kernel at its first launch with each new
-specialization (dtype, the constexpr head dims, divisibility of sizes and strides), for seconds.
+specialization, for seconds. The kernels here specialize on their constexprs alone (dtype, tile
+sizes, the power-of-two head-dim blocks: triton_flash_kernels._jit_unspecialized), not on the
+values of sizes, strides and pointers, so a campaign compiles a few kernels per worker.
 watch_triton_compile() makes those compiles count as compile time (the watchdogs wait), and
 stats() reports compile_s, compiles and run_s apart, like FlexCompiled's.
 """
@@ -48,6 +50,7 @@ class TritonFlash(compile_time.CallTimes, Adapter):
     contracts = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
     backward_takes_dlse = True
     masked_rows_zero = True
+    envelope = {"softcap": False}  # what campaigns aim at: supports() declines a softcap
     BM = BN = 32
 
     def __init__(self, device="cuda"):

@@ -1,11 +1,27 @@
 """The kernels of triton_flash.py (imported after TRITON_INTERPRET is decided: Triton reads it at import)."""
+import inspect
+
 import triton
 import triton.language as tl
 
 
-@triton.jit
+def _jit_unspecialized(fn):
+    """@triton.jit, with no specialization on the values of the arguments that are not constexpr.
+
+    By default Triton compiles a kernel again for every new pattern of its integer arguments
+    (each one equal to 1, divisible by 16, or neither) and of its pointers' 16-byte alignment,
+    and its cache is keyed by that pattern. A campaign draws sizes, strides and offsets at
+    random: on the H200 the Python campaign's TritonFlash, specialized, compiled 67 times in
+    202 s (2.7 s each) on a warm cache. Here only the constexprs (the tile sizes, the
+    power-of-two head-dim blocks, IEEE) select a kernel: a few per dtype. The head dims are
+    plain arguments for that reason."""
+    params = [n for n, prm in inspect.signature(fn).parameters.items() if prm.annotation is inspect.Parameter.empty]
+    return triton.jit(fn, do_not_specialize=params, do_not_specialize_on_alignment=params)
+
+
+@_jit_unspecialized
 def _fwd(Q, K, V, M, O, L, sq0, sq1, sq2, sq3, sk0, sk1, sk2, sk3, sv0, sv1, sv2, sv3, so0, so1, so2, so3, sl0, sl1, sl2, Sq, Skv, Hq, group, scale,
-         DQK: tl.constexpr, DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BDQK: tl.constexpr,
+         DQK, DV, BM: tl.constexpr, BN: tl.constexpr, BDQK: tl.constexpr,
          BDV: tl.constexpr, IEEE: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // Hq, bh % Hq
@@ -54,9 +70,9 @@ def _probs(q, k, M, L, Dl, G, b, h, rm, rn, Sq, Skv, Hq, scale, sl0, sl1, sl2, I
     g = tl.load(G + b * sl0 + h * sl1 + rm * sl2, mask=rm < Sq, other=0.0)
     return p, d - g
 
-@triton.jit
+@_jit_unspecialized
 def _bwd_kv(Q, K, V, M, L, Dl, G, dO, dK, dV, sq0, sq1, sq2, sq3, sk0, sk1, sk2, sk3, sv0, sv1, sv2, sv3, sdo0, sdo1, sdo2, sdo3, sl0, sl1, sl2, sdk0, sdk1, sdk2, sdk3, sdv0, sdv1, sdv2, sdv3, Sq, Skv, Hq, Hkv, group, scale,
-            DQK: tl.constexpr, DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BDQK: tl.constexpr,
+            DQK, DV, BM: tl.constexpr, BN: tl.constexpr, BDQK: tl.constexpr,
             BDV: tl.constexpr, IEEE: tl.constexpr):
     pid_n, bhk = tl.program_id(0), tl.program_id(1)
     b, hk = bhk // Hkv, bhk % Hkv
@@ -85,9 +101,9 @@ def _bwd_kv(Q, K, V, M, L, Dl, G, dO, dK, dV, sq0, sq1, sq2, sq3, sk0, sk1, sk2,
     tl.store(dV + b * sdv0 + hk * sdv1 + rn[:, None] * sdv2 + rv[None, :] * sdv3, dv.to(dV.dtype.element_ty),
              mask=(rn[:, None] < Skv) & (rv[None, :] < DV))
 
-@triton.jit
+@_jit_unspecialized
 def _bwd_q(Q, K, V, M, L, Dl, G, dO, dQ, sq0, sq1, sq2, sq3, sk0, sk1, sk2, sk3, sv0, sv1, sv2, sv3, sdo0, sdo1, sdo2, sdo3, sl0, sl1, sl2, sdq0, sdq1, sdq2, sdq3, Sq, Skv, Hq, group, scale,
-           DQK: tl.constexpr, DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BDQK: tl.constexpr,
+           DQK, DV, BM: tl.constexpr, BN: tl.constexpr, BDQK: tl.constexpr,
            BDV: tl.constexpr, IEEE: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // Hq, bh % Hq
