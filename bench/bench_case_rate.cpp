@@ -8,6 +8,7 @@
 //                                   [--oracle-device auto|cpu|cuda] [--no-determinism-check]
 //                                   [--aimed [--edge-share F]]   (the aimed mix, docs/fuzzing.md)
 //                                   [--sample FILE]   (stacks for bench/symbolize_samples.py)
+//                                   [--breaking-share P]   (the share of values that break kernels)
 // Prints cases/s and judged cases/s (a case some backend ran), and with --aimed, per backend,
 // the share of the cases aimed inside its envelope that it ran.
 #include <cstdio>
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
   uint64_t cases = 1000, seed = 7;
   bool determinism = true, aimed = false;
   double edge_share = kDefaultEdgeShare;
+  std::optional<double> breaking_share;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -126,10 +128,12 @@ int main(int argc, char** argv) {
       edge_share = std::stod(argv[++i]);
     else if (a == "--sample" && has_value)  // the main thread's stacks (bench/wall_sampler.h)
       sample_path = argv[++i];
+    else if (a == "--breaking-share" && has_value)  // 0: the stream as it was before those values existed
+      breaking_share = std::stod(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: bench_case_rate [--tier toy|small|real] [--cases N] [--seed S] --backends a,b [--oracle-device auto|cpu|cuda] "
-                   "[--no-determinism-check] [--aimed [--edge-share F]] [--sample FILE]\n");
+                   "[--no-determinism-check] [--aimed [--edge-share F]] [--sample FILE] [--breaking-share P]\n");
       return 2;
     }
   }
@@ -142,6 +146,7 @@ int main(int argc, char** argv) {
   set_backend_threads(1);  // as a campaign worker runs
   CaseMix mix;
   mix.gen = RandomCaseOptions::for_tier(*t);
+  if (breaking_share) mix.gen.p_breaking_values = *breaking_share;
   mix.edge_share = edge_share;
   const std::vector<std::string> names = bench::split_commas(backends_arg);
   std::vector<std::unique_ptr<Backend>> owned;

@@ -6,6 +6,7 @@
 //
 //   build/cpu/bench/bench_calibrate_rule --cases 2000 --seed 1 --max-seq 64 --max-dim 128
 //       --backends torch.math,torch.sdpa.math,torch.sdpa.cpu_flash,plugin:build/cpu/mutants/libattnfuzz_mutant_ok.so
+//   --breaking-share P: the share of cases carrying values that break kernels (default 0)
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -42,12 +43,14 @@ int main(int argc, char** argv) {
       backends_arg = next();
     else if (a == "--dtype")
       rc.dtypes = {dtype_from_string(next())};
+    else if (a == "--breaking-share")  // the share of cases with values that break kernels (docs/fuzzing.md)
+      rc.p_breaking_values = std::stod(next());
     else if (a == "--verbose")
       verbose = true;
     else {
       std::fprintf(
           stderr,
-          "usage: bench_calibrate_rule [--cases N] [--seed S] [--max-seq N] [--max-dim N] [--dtype D] --backends a,b [--verbose]\n");
+          "usage: bench_calibrate_rule [--cases N] [--seed S] [--max-seq N] [--max-dim N] [--dtype D] [--breaking-share P] --backends a,b [--verbose]\n");
       return 2;
     }
   }

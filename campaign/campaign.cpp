@@ -442,6 +442,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
               store.record(r);
           }
           case_coverage.add_aim(aimed);
+          case_coverage.add_values(c);
           {
             std::lock_guard<std::mutex> lock(flight_m);
             pending_coverage[k] = std::move(case_coverage);

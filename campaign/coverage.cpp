@@ -249,7 +249,19 @@ void Coverage::add_aim(const AimedCase& aimed) {
   }
 }
 
+void Coverage::add_values(const Case& c) {
+  for (ValueFeature f : value_features(c)) {
+    ValueCounts& v = values_[f];
+    ++v.cases;
+    v.judged += judged_cases_ > 0;
+  }
+}
+
 void Coverage::add(const Coverage& other) {
+  for (const auto& [f, v] : other.values_) {
+    values_[f].cases = checked_sum(values_[f].cases, v.cases, "coverage: values");
+    values_[f].judged = checked_sum(values_[f].judged, v.judged, "coverage: values");
+  }
   for (const auto& [t, a] : other.aims_) aims_[t].add(a);
   blind_cases_ += other.blind_cases_;
   for (const auto& [b, c] : other.backends_) backends_[b].add(c);
@@ -326,6 +338,8 @@ json Coverage::to_json(size_t top) const {
   json unjudged = counts_json(case_errors_, top);
   unjudged.erase("ran"), unjudged.erase("skipped");
   unjudged["no_backend_ran"] = no_backend_ran_;
+  json values = json::object();
+  for (const auto& [f, v] : values_) values[to_string(f)] = json{{"cases", v.cases}, {"judged", v.judged}};
   json aims = json::object();
   for (const auto& [t, a] : aims_)
     aims[t] = json{{"inside", a.inside}, {"inside_ran", a.inside_ran}, {"edge", a.edge}, {"edge_ran", a.edge_ran}, {"edge_by_clause", a.edge_by_clause}};
@@ -333,7 +347,7 @@ json Coverage::to_json(size_t top) const {
               {"untested", untested()},
               {"judged_cases", judged_cases_},
               {"unjudged_cases", unjudged},
-              {"case_mix", json{{"blind", blind_cases_}, {"aimed", aims}}}};
+              {"case_mix", json{{"blind", blind_cases_}, {"aimed", aims}, {"values", values}}}};
 }
 
 Coverage Coverage::from_json(const json& j) {
@@ -365,6 +379,14 @@ Coverage Coverage::from_json(const json& j) {
       a.edge = count_at(it.value(), "edge", where), a.edge_ran = count_at(it.value(), "edge_ran", where);
       const json clauses = it->value("edge_by_clause", json::object());
       for (auto cl = clauses.begin(); cl != clauses.end(); ++cl) a.edge_by_clause[cl.key()] = count_at(clauses, cl.key(), where + ".edge_by_clause");
+    }
+    // Written before breaking values were generated: none, counted nowhere.
+    const json values = m.value("values", json::object());
+    for (auto it = values.begin(); it != values.end(); ++it) {
+      const std::string where = "coverage.case_mix.values." + it.key();
+      const auto f = value_feature_from_string(it.key());
+      if (!f) throw std::runtime_error(where + ": unknown value feature");
+      c.values_[*f] = ValueCounts{count_at(it.value(), "cases", where), count_at(it.value(), "judged", where)};
     }
   }
   return c;

@@ -77,6 +77,12 @@ struct AimCounts {
   void add(const AimCounts& other);
 };
 
+// Cases that held one of the values that break kernels (harness/case.h, ValueFeature), and how
+// many of those were judged.
+struct ValueCounts {
+  uint64_t cases = 0, judged = 0;
+};
+
 class Coverage {
  public:
   // Lists a backend even if it never reports (it then ran nothing).
@@ -89,10 +95,13 @@ class Coverage {
   void add(const Coverage& other);
   // How the case was aimed; after add_case of the same case, which says whether the target ran it.
   void add_aim(const AimedCase& aimed);
+  // The case's breaking values; after add_case of the same case, which says whether it was judged.
+  void add_values(const Case& c);
 
   const std::map<std::string, CoverageCounts>& backends() const { return backends_; }
   const std::map<std::string, AimCounts>& aims() const { return aims_; }
   uint64_t blind_cases() const { return blind_cases_; }
+  const std::map<ValueFeature, ValueCounts>& values() const { return values_; }
   const std::map<std::string, std::map<std::string, CoverageCounts>>& compositions() const { return by_composition_; }
   const CoverageCounts& case_errors() const { return case_errors_; }
   uint64_t judged_cases() const { return judged_cases_; }
@@ -121,6 +130,7 @@ class Coverage {
   uint64_t judged_cases_ = 0, no_backend_ran_ = 0;
   std::map<std::string, AimCounts> aims_;
   uint64_t blind_cases_ = 0;
+  std::map<ValueFeature, ValueCounts> values_;
 };
 
 const char* to_string(Outcome o);

@@ -30,6 +30,15 @@
 #                                            SECONDS/2 (default 240) then a --resume of SECONDS on the warm
 #                                            compile caches, JOBS workers (default 6); their done and steady
 #                                            lines, per-backend coverage, the plain loop in the same call
+#   ci/gpu_run.sh pyeach [SECONDS] [JOBS] [NAMES...]
+#                                            the same backends each in a campaign of its own (eager,
+#                                            compiled, triton, xla, cudnn; default all), cold SECONDS/2
+#                                            (default 120) then warm SECONDS, JOBS workers (default 4)
+#   ci/gpu_run.sh breaking [SECONDS] [SEED] [campaign args]
+#                                            a campaign of the default GPU backends where every case carries
+#                                            values that break kernels (--breaking-share 1, docs/fuzzing.md),
+#                                            each finding's reproducer through `run`, and the standalone
+#                                            LSE probe docs/findings/standalone/lse_extreme_rows.py
 #   ci/gpu_run.sh zoo SECONDS [PARALLEL] [MUTANTS...]
 #                                            a real-tier campaign per GPU mutant (.carry/mutants/
 #                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
@@ -45,6 +54,24 @@ export LD_LIBRARY_PATH="$torch_dir/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/
 bin=$root/.carry/bin
 # Reproducers name plugins by file name (harness/plugin_path.h): the carried ones are looked up here.
 export ATTNFUZZ_PLUGIN_PATH="$root/.carry/plugins:$root/.carry/mutants${ATTNFUZZ_PLUGIN_PATH:+:$ATTNFUZZ_PLUGIN_PATH}"
+# The Python backends' environment, and a campaign of them as a cold invocation of SECS/2 then
+# a --resume of SECS on the warm compile caches (pycampaign, pyeach):
+#   py_cold_then_warm SECS JOBS BACKENDS CAMPAIGN_DIR LOG_PREFIX
+py_env() {
+  export ATTNFUZZ_PYTHON=${ATTNFUZZ_PYTHON:-python3} ATTNFUZZ_PY_PACKAGE_DIR=${ATTNFUZZ_PY_PACKAGE_DIR:-$root/python} ATTNFUZZ_PY_TIMEOUT_S=300
+  export TORCHINDUCTOR_COMPILE_THREADS=1 OMP_NUM_THREADS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+}
+py_cold_then_warm() {
+  local secs=$1 jobs=$2 backends=$3 camp=$4 log=$5 leg s resume
+  for leg in cold warm; do
+    s=$((secs / 2)) resume=()
+    [ $leg = warm ] && s=$secs resume=(--resume)
+    timeout -k 5 $((s + 200)) "$bin/attnfuzz" campaign --seconds "$s" --seed 62 --tier real --max-seq 1024 --jobs "$jobs" \
+      --devices 0 --timeout 120 --no-minimize --quiet --backends "$backends" --out "$camp" "${resume[@]}" > "$log-$leg.log" 2>&1
+    echo "=== $(basename "$log") $leg: exit $?"; grep -E "^(done|steady|coverage|aimed) |in flight" "$log-$leg.log"
+    echo "compiles: $(grep -c 'compiled (' "$log-$leg.log")"
+  done
+}
 mode=${1:-env}; shift || true
 case "$mode" in
   env)
@@ -160,22 +187,36 @@ case "$mode" in
     grep -h "finding(s)" "$OUT"/jax-seed.log "$OUT"/jax-cudnn-deterministic.log "$OUT"/flex-tf32.log ;;
   pycampaign)
     secs=${1:-240} jobs=${2:-6}
-    export ATTNFUZZ_PYTHON=${ATTNFUZZ_PYTHON:-python3} ATTNFUZZ_PY_PACKAGE_DIR=$root/python ATTNFUZZ_PY_TIMEOUT_S=300
-    export TORCHINDUCTOR_COMPILE_THREADS=1 OMP_NUM_THREADS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+    py_env
     jax=attnfuzz_py.adapters.jax_sdpa flex=attnfuzz_py.adapters.flex
     py="py:$flex:FlexEager?device=cuda,py:$flex:FlexCompiled?device=cuda,py:attnfuzz_py.adapters.triton_flash:TritonFlash"
     py="$py,py:$jax:JaxSdpa?implementation=xla,py:$jax:JaxSdpa?implementation=cudnn"
     camp=$OUT/pycampaign
-    for leg in cold warm; do
-      s=$((secs / 2)) resume=()
-      [ $leg = warm ] && s=$secs resume=(--resume)
-      timeout -k 5 $((s + 200)) "$bin/attnfuzz" campaign --seconds "$s" --seed 62 --tier real --max-seq 1024 --jobs "$jobs" \
-        --devices 0 --timeout 120 --no-minimize --quiet --backends "$py" --out "$camp" "${resume[@]}" > "$OUT/pycampaign-$leg.log" 2>&1
-      echo "=== $leg: exit $?"; grep -E "^(done|steady|coverage|aimed) |in flight" "$OUT/pycampaign-$leg.log"
-    done
+    py_cold_then_warm "$secs" "$jobs" "$py" "$camp" "$OUT/pycampaign"
     du -sh "$camp/compile-cache"/* 2>/dev/null
     python3 "$root/bench/plain_loop.py" --tier real --seconds 20 2>&1 | tail -4
     (cd "$OUT" && tar czf pycampaign.tgz --exclude=compile-cache --exclude='*.html' pycampaign && rm -rf pycampaign) ;;
+  pyeach)
+    # Each Python backend in a campaign of its own (no other backend's processes on the GPU), a
+    # cold invocation of SECONDS/2 then a --resume of SECONDS on its warm compile cache, JOBS
+    # workers; NAMES (default all five of pycampaign): eager, compiled, triton, xla, cudnn.
+    # ATTNFUZZ_PY_PACKAGE_DIR and PYEACH_TAG: another attnfuzz_py, its runs tagged. Each judged
+    # case also runs the harness's GPU oracles: the plain loop is measured beside it.
+    secs=${1:-120} jobs=${2:-4}; shift 2 2>/dev/null || shift $#
+    py_env
+    jax=attnfuzz_py.adapters.jax_sdpa flex=attnfuzz_py.adapters.flex
+    for name in "${@:-eager compiled triton xla cudnn}"; do for n in $name; do
+      case $n in
+        eager) b="py:$flex:FlexEager?device=cuda" ;; compiled) b="py:$flex:FlexCompiled?device=cuda" ;;
+        triton) b="py:attnfuzz_py.adapters.triton_flash:TritonFlash" ;;
+        xla) b="py:$jax:JaxSdpa?implementation=xla" ;; cudnn) b="py:$jax:JaxSdpa?implementation=cudnn" ;;
+        *) echo "pyeach: unknown backend $n" >&2; exit 2 ;;
+      esac
+      tag=pyeach${PYEACH_TAG:+-$PYEACH_TAG}-$n
+      py_cold_then_warm "$secs" "$jobs" "$b" "$OUT/$tag" "$OUT/$tag"
+      (cd "$OUT" && tar czf "$tag.tgz" --exclude=compile-cache --exclude='*.html' "$tag" && rm -rf "$tag")
+    done; done
+    python3 "$root/bench/plain_loop.py" --tier real --seconds 20 2>&1 | tail -4 ;;
   thirdparty)
     step=${1:-all} secs=${2:-60} which=${3:-both}
     cd "$root" && . ci/thirdparty_unpack.sh > "$OUT/3p-unpack.log" 2>&1
@@ -208,5 +249,24 @@ case "$mode" in
         (cd "$OUT" && tar czf "3p-campaign-$n.tgz" "3p-campaign-$n" && rm -rf "3p-campaign-$n")
       done
     fi ;;
-  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]|seeds|thirdparty [smoke|run|campaign|all] [SECONDS] [fa4|flashinfer]|zoo SECONDS [PARALLEL] [MUTANTS...]" >&2; exit 2 ;;
+  breaking)
+    # The values that break kernels (docs/fuzzing.md) on the default GPU backends: a campaign where
+    # every case carries one (--breaking-share 1), known deviations counted apart, then each
+    # finding's reproducer through `run` with the blamed backend (its table, per tensor), and
+    # the standalone LSE probe (docs/findings/standalone/lse_extreme_rows.py).
+    secs=${1:-240} seed=${2:-45}; shift 2 2>/dev/null || shift $#
+    camp=$OUT/breaking-$seed
+    timeout -k 5 $((secs + 240)) "$bin/attnfuzz" campaign --seconds "$secs" --seed "$seed" --jobs 12 --devices 0 --timeout 120 \
+      --breaking-share 1 --no-minimize --known "$root/docs/findings/repro" --out "$camp" "$@" > "$OUT/breaking-$seed.log" 2>&1
+    echo "breaking campaign: exit $?"; grep -E "^(done|coverage|aimed|known) " "$OUT/breaking-$seed.log"
+    # Six at a time, each in its own process, at most 90 s each.
+    ls "$camp"/findings/*.json 2>/dev/null | xargs -r -P 6 -I{} sh -c '
+      b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[\"finding\"][\"signature\"][\"backend\"])" "$1") || exit 0
+      { echo "=== $(basename "$1") ($b)"; timeout 90 "$0" run --no-determinism-check --backends "$b" "$1" 2>&1 | grep -vE "^ *$" | head -60; } > "$1.run.txt"
+    ' "$bin/attnfuzz" {}
+    cat "$camp"/findings/*.run.txt > "$OUT/breaking-runs.log" 2>/dev/null; rm -f "$camp"/findings/*.run.txt
+    grep -c "^===" "$OUT/breaking-runs.log"
+    python3 "$root/docs/findings/standalone/lse_extreme_rows.py" > "$OUT/lse_extreme_rows.log" 2>&1; echo "lse probe: exit $?"
+    (cd "$OUT" && tar czf "breaking-$seed.tgz" --exclude='*.html' "breaking-$seed" && rm -rf "breaking-$seed") ;;
+  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]|seeds|thirdparty [smoke|run|campaign|all] [SECONDS] [fa4|flashinfer]|pycampaign [SECONDS] [JOBS]|pyeach [SECONDS] [JOBS] [NAMES...]|zoo SECONDS [PARALLEL] [MUTANTS...]|breaking [SECONDS] [SEED] [campaign args]" >&2; exit 2 ;;
 esac

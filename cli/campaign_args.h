@@ -34,6 +34,7 @@ struct CampaignArgs {
   // auto: aimed at the backends' envelopes when one computes on a GPU, else blind.
   std::string case_mix = "auto";
   double edge_share = kDefaultEdgeShare;
+  double breaking_share = 0.0;     // the share of cases with values that break kernels (docs/fuzzing.md)
   int64_t max_seq = 0;             // 0: the tier's
   int64_t max_dim = 0;             // 0: the tier's
   std::vector<std::string> known;  // reproducers of known deviations (files or directories)

@@ -159,6 +159,49 @@ Layouts random_layouts(SplitMix& r, const Shape& s) {
   return out;
 }
 
+namespace {
+
+// One of the values that break kernels (harness/case.h, ValueFeature; docs/fuzzing.md), in
+// equal shares, over the case's Q, K, V, dO or dLSE.
+void breaking_values(SplitMix& r, Case& c) {
+  auto shifted = [&](double shift, double q_sign) {
+    // Column 0 of Q (in a share of the rows) times column 0 of K (every row) adds
+    // q_sign * a^2 * scale to those rows' scores: a = sqrt(shift / scale), a whole number, so
+    // that every dtype holds it.
+    const double a = std::max(1.0, std::round(std::sqrt(shift / c.effective_scale())));
+    c.q = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, r.pick(std::vector<double>{1.0, 0.5, 0.1}), q_sign * a};
+    c.k = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 1.0, a};
+  };
+  const double log_uniform = r.unit();
+  switch (r.range(0, 5)) {
+    case 0:  // LSE from about -8 down to -2000: past -87 (and -103), exp(S) alone underflows fp32
+      shifted(8.0 * std::exp(log_uniform * std::log(250.0)), -1.0);
+      break;
+    case 1:  // scores from about 1e3 up to near fp16's largest finite value (65504)
+      shifted(1e3 * std::exp(log_uniform * std::log(60.0)), 1.0);
+      break;
+    case 2: {  // a share of Q, K or V subnormal in the case dtype
+      ValueDist d{ValueDist::Kind::subnormal, 0.0, 1.0, r.pick(std::vector<double>{0.1, 0.5}), smallest_normal(c.dtype)};
+      const int64_t which = r.range(0, 3);
+      if (which == 0 || which == 3) c.q = d;
+      if (which == 1 || which == 3) c.k = d;
+      if (which == 2) c.v = d;
+      break;
+    }
+    case 3:  // dO exactly zero in most rows, or in all
+      c.d_out = ValueDist{ValueDist::Kind::sparse_rows, 0.0, 1.0, r.pick(std::vector<double>{0.0, 0.05, 0.5}), 0.0};
+      break;
+    case 4:  // a large dO: 2^3 in fp16 (its gradients' sums stay finite), 2^8 otherwise
+      c.d_out = ValueDist{ValueDist::Kind::normal, 0.0, c.dtype == DType::f16 ? kLargeGradientSigma : 256.0, 0.0, 0.0};
+      break;
+    default:  // a large dLSE (fp32 for every dtype)
+      c.d_lse = ValueDist{ValueDist::Kind::normal, 0.0, 256.0, 0.0, 0.0};
+      break;
+  }
+}
+
+}  // namespace
+
 RandomCaseOptions RandomCaseOptions::for_tier(domain::SizeTier t) {
   const domain::Bounds b = domain::bounds(t);
   RandomCaseOptions o;
@@ -235,6 +278,12 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
   c.d_out = ValueDist{};
   if (r.chance(opt.p_dlse)) c.d_lse = ValueDist{};
   if (r.chance(opt.p_composition)) c.composition = random_composition(r, s.seq_q, s.seq_kv);
+  {
+    // From a stream of its own, as the layouts: the rest of the case is what this seed gave
+    // before these values existed.
+    SplitMix br(splitmix64(c.seed ^ 0x627265616b696e67ull));
+    if (br.chance(opt.p_breaking_values)) breaking_values(br, c);
+  }
   return c;
 }
 

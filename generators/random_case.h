@@ -20,6 +20,9 @@ struct RandomCaseOptions {
   double p_softcap = 0.2, p_dlse = 0.6, p_composition = 0.5;
   double p_tensor_layouts = 0.5;  // per-tensor layouts (else one shared layout, as before)
   double p_surround = 0.3;        // NaN or the largest finite value around the tensors, and a guard (harness/layout.h)
+  // One of the values that break kernels (harness/case.h, ValueFeature). Opt-in (campaign and
+  // check --breaking-share) until what they raise on the GPU backends is triaged (docs/fuzzing.md).
+  double p_breaking_values = 0.0;
 
   static RandomCaseOptions for_tier(domain::SizeTier t);
 };

@@ -315,6 +315,37 @@ std::string to_string(Composition::Kind k) {
   return "?";
 }
 
+const char* to_string(ValueFeature f) {
+  switch (f) {
+#define ATTNFUZZ_VALUE_FEATURE_NAME(name) \
+  case ValueFeature::name:                \
+    return #name;
+    ATTNFUZZ_VALUE_FEATURES(ATTNFUZZ_VALUE_FEATURE_NAME)
+#undef ATTNFUZZ_VALUE_FEATURE_NAME
+  }
+  return "?";
+}
+
+std::optional<ValueFeature> value_feature_from_string(const std::string& s) {
+#define ATTNFUZZ_VALUE_FEATURE_PARSE(name) \
+  if (s == #name) return ValueFeature::name;
+  ATTNFUZZ_VALUE_FEATURES(ATTNFUZZ_VALUE_FEATURE_PARSE)
+#undef ATTNFUZZ_VALUE_FEATURE_PARSE
+  return std::nullopt;
+}
+
+std::vector<ValueFeature> value_features(const Case& c) {
+  using K = ValueDist::Kind;
+  std::vector<ValueFeature> out;
+  if (c.q.kind == K::row_shift && c.k.kind == K::row_shift && c.q.magnitude * c.k.magnitude != 0)
+    out.push_back(c.q.magnitude * c.k.magnitude < 0 ? ValueFeature::lse_far_below_zero : ValueFeature::logits_near_overflow);
+  if (c.q.kind == K::subnormal || c.k.kind == K::subnormal || c.v.kind == K::subnormal) out.push_back(ValueFeature::subnormal_inputs);
+  if (c.d_out.kind == K::sparse_rows) out.push_back(ValueFeature::d_out_zero_rows);
+  if (c.d_out.kind != K::zero && c.d_out.sigma >= kLargeGradientSigma) out.push_back(ValueFeature::d_out_large);
+  if (c.d_lse.kind != K::zero && c.d_lse.sigma >= kLargeGradientSigma) out.push_back(ValueFeature::d_lse_large);
+  return out;
+}
+
 std::string to_string(ValueDist::Kind k) {
   switch (k) {
     case ValueDist::Kind::normal:
@@ -329,6 +360,12 @@ std::string to_string(ValueDist::Kind k) {
       return "outliers";
     case ValueDist::Kind::zero:
       return "zero";
+    case ValueDist::Kind::row_shift:
+      return "row_shift";
+    case ValueDist::Kind::sparse_rows:
+      return "sparse_rows";
+    case ValueDist::Kind::subnormal:
+      return "subnormal";
   }
   return "?";
 }

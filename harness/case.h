@@ -30,6 +30,15 @@ struct ValueDist {
     near_constant,  // mean + sigma * N(0, 1) with tiny sigma (0 gives exact ties)
     outliers,       // normal, but a `fraction` of elements are +-magnitude
     zero,           // all zeros (the natural dLSE)
+    // The values that break kernels (docs/case-format.md, "Values that break kernels"). A row
+    // is the innermost dimension (D for Q, K, V, dO); rows are picked per (seed, tensor, row).
+    row_shift,    // normal, but column 0 of a `fraction` of the rows holds `magnitude`: with Q's
+                  // -a (or +a) and K's +a in every row, those query rows' scores all move by
+                  // -a^2 (or +a^2) times the scale, and their LSE with them (the others move by
+                  // a q_i0 times the scale): far below zero, or near the overflow range
+    sparse_rows,  // normal in a `fraction` of the rows, exactly 0 in the others (0: all zero)
+    subnormal,    // normal, but a `fraction` of elements are +-U(0, 1) * magnitude (the generator
+                  // gives the dtype's smallest normal number: subnormal once rounded)
   };
   Kind kind = Kind::normal;
   double mean = 0.0, sigma = 1.0, fraction = 0.0, magnitude = 0.0;
@@ -70,6 +79,26 @@ struct Case {
 
   double effective_scale() const;
 };
+
+// The values that break kernels a case holds (docs/fuzzing.md, "Values that break kernels"),
+// as campaigns count them (summary.json, coverage.case_mix.values). One row per feature.
+#define ATTNFUZZ_VALUE_FEATURES(X)                                                                  \
+  X(lse_far_below_zero)   /* Q and K row_shift of opposite signs: rows whose scores all sit far below zero */ \
+  X(logits_near_overflow) /* Q and K row_shift of one sign: scores near the fp16 overflow range */             \
+  X(subnormal_inputs)     /* Q, K or V with subnormal elements */                                              \
+  X(d_out_zero_rows)      /* dO exactly zero in rows (sparse_rows) */                                          \
+  X(d_out_large)          /* dO with sigma >= 8 */                                                             \
+  X(d_lse_large)          /* dLSE with sigma >= 8 */
+enum class ValueFeature {
+#define ATTNFUZZ_VALUE_FEATURE_ENUM(name) name,
+  ATTNFUZZ_VALUE_FEATURES(ATTNFUZZ_VALUE_FEATURE_ENUM)
+#undef ATTNFUZZ_VALUE_FEATURE_ENUM
+};
+const char* to_string(ValueFeature f);
+std::optional<ValueFeature> value_feature_from_string(const std::string& s);
+std::vector<ValueFeature> value_features(const Case& c);
+// What the generator and the feature test call large (a dO or dLSE sigma).
+inline constexpr double kLargeGradientSigma = 8.0;
 
 // What a run keeps in host memory per (q, kv) pair, beyond the dense masks every run has:
 // nothing (a tiled kernel, or one computing on a GPU), one head's Sq x Skv matrices at a time

@@ -155,7 +155,7 @@ MaskExpr mask_from(const json& j, const std::string& path, int depth) {
 
 ValueDist::Kind dist_kind_from(const std::string& s, const std::string& field) {
   using K = ValueDist::Kind;
-  for (K k : {K::normal, K::uniform, K::large_logit, K::near_constant, K::outliers, K::zero})
+  for (K k : {K::normal, K::uniform, K::large_logit, K::near_constant, K::outliers, K::zero, K::row_shift, K::sparse_rows, K::subnormal})
     if (to_string(k) == s) return k;
   throw CaseError(field, "unknown distribution '" + s + "'");
 }
@@ -167,7 +167,7 @@ ValueDist dist_from(const json& j, const std::string& path, ValueDist def) {
   const double default_sigma = d.kind == ValueDist::Kind::large_logit ? 8.0 : d.kind == ValueDist::Kind::near_constant ? 0.0 : 1.0;
   d.mean = r.number("mean", d.kind == ValueDist::Kind::near_constant ? 0.1 : 0.0);
   d.sigma = r.number("sigma", default_sigma);
-  d.fraction = r.number("fraction", d.kind == ValueDist::Kind::outliers ? 0.01 : 0.0);
+  d.fraction = r.number("fraction", d.kind == ValueDist::Kind::outliers ? 0.01 : d.kind == ValueDist::Kind::row_shift ? 1.0 : 0.0);
   d.magnitude = r.number("magnitude", d.kind == ValueDist::Kind::outliers ? 30.0 : 0.0);
   r.finish();
   return d;

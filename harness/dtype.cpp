@@ -38,6 +38,8 @@ double unit_roundoff(DType d) {
   return 0;
 }
 
+double smallest_normal(DType d) { return std::ldexp(1.0, d == DType::f16 ? -14 : -126); }
+
 double largest_finite(DType d) {
   switch (d) {
     case DType::f32:

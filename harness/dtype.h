@@ -17,6 +17,8 @@ double unit_roundoff(DType d);
 double smallest_subnormal(DType d);
 // The largest finite value of the type: 65504, about 3.39e38, about 3.40e38.
 double largest_finite(DType d);
+// The smallest normal value of the type: 2^-126 (fp32, bf16), 2^-14 (fp16).
+double smallest_normal(DType d);
 // fp32's smallest normal number, 2^-126: kernels flush what falls below it (FTZ, tensor cores).
 inline constexpr double kSmallestNormalF32 = 1.1754943508222875e-38;
 

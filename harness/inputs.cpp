@@ -7,9 +7,31 @@
 
 namespace attnfuzz {
 
-double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index) {
+namespace {
+// Draw counters of their own (an element's draws use 0 to 3), so that adding a kind leaves
+// every other kind's values as they were.
+constexpr uint32_t kSubnormalDraw = 4, kRowDraw = 5;
+
+// Whether row `row` of the tensor is one of the `fraction` picked.
+bool row_picked(double fraction, uint64_t seed, uint32_t stream, uint64_t row) {
+  return uniform01(random_words(seed, stream, row, kRowDraw)[0]) < fraction;
+}
+}  // namespace
+
+double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index, uint64_t row_length) {
   const uint32_t stream = draw_stream(id);
   switch (d.kind) {
+    case ValueDist::Kind::row_shift:
+      if (index % row_length == 0 && row_picked(d.fraction, seed, stream, index / row_length)) return d.magnitude;
+      return d.mean + d.sigma * standard_normal(seed, stream, index);
+    case ValueDist::Kind::sparse_rows:
+      if (!row_picked(d.fraction, seed, stream, index / row_length)) return 0.0;
+      return d.mean + d.sigma * standard_normal(seed, stream, index);
+    case ValueDist::Kind::subnormal: {
+      const Philox4 w = random_words(seed, stream, index, kSubnormalDraw);
+      if (uniform01(w[0]) < d.fraction) return ((w[1] & 1u) ? 1.0 : -1.0) * uniform01(w[2]) * d.magnitude;
+      return d.mean + d.sigma * standard_normal(seed, stream, index);
+    }
     case ValueDist::Kind::zero:
       return 0.0;
     case ValueDist::Kind::uniform: {
@@ -31,10 +53,11 @@ double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index
 
 namespace {
 Tensor make(const Case& c, const ValueDist& d, TensorId id, std::vector<int64_t> shape) {
+  const uint64_t row_length = static_cast<uint64_t>(shape.back());
   Tensor t(std::move(shape));
   // Each element is a pure function of (seed, tensor, index): any split gives the same bits.
   parallel_for(t.numel(), [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) t.data[i] = round_to(c.dtype, draw_value(d, c.seed, id, i));
+    for (size_t i = begin; i < end; ++i) t.data[i] = round_to(c.dtype, draw_value(d, c.seed, id, i, row_length));
   });
   return t;
 }
@@ -50,7 +73,7 @@ Inputs generate_inputs(const Case& c) {
   // dLSE is an upstream gradient in float32 for every dtype (LSE is always fp32).
   Tensor g({s.batch, s.heads_q, s.seq_q});
   parallel_for(g.numel(), [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) g.data[i] = static_cast<float>(draw_value(c.d_lse, c.seed, TensorId::dLSE, i));
+    for (size_t i = begin; i < end; ++i) g.data[i] = static_cast<float>(draw_value(c.d_lse, c.seed, TensorId::dLSE, i, 1));
   });
   in.d_lse = std::move(g);
   return in;

@@ -16,8 +16,9 @@ struct Inputs {
 };
 
 // Value of element `index` of tensor `id` (Q, K, V, dO or dLSE: its draw stream,
-// harness/tensors.def) before rounding to the dtype.
-double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index);
+// harness/tensors.def) before rounding to the dtype; `row_length` is the tensor's innermost
+// dimension (1 for dLSE), which the row kinds (row_shift, sparse_rows) read.
+double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index, uint64_t row_length);
 Inputs generate_inputs(const Case& c);
 // FNV-1a over the bit patterns of every input, in a fixed order: a reproducer
 // records it and replay refuses to judge inputs that differ.

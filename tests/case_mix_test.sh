@@ -5,7 +5,9 @@
 #   prints an `aimed` line per backend; the CPU backends, which enforce their envelopes, run
 #   every case aimed inside theirs;
 # - a blind campaign (the CPU default) aims nothing;
-# - `generate --backends` writes cases inside the named backend's envelope.
+# - `generate --backends` writes cases inside the named backend's envelope;
+# - --breaking-share 1: every case carries values that break kernels, counted per feature in
+#   summary.json's coverage.case_mix.values; the default draws none.
 set -u
 bin=$1
 tmp=$(mktemp -d)
@@ -14,7 +16,7 @@ fail=0
 check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
-for flag in "--case-mix sideways" "--edge-share 1.5" "--edge-share -0.1" "--tier huge"; do
+for flag in "--case-mix sideways" "--edge-share 1.5" "--edge-share -0.1" "--tier huge" "--breaking-share 2" "--breaking-share -1"; do
   for cmd in campaign check; do
     "$bin" $cmd --cases 5 --jobs 1 --quiet --backends torch.math $flag --out "$tmp/bad" >"$tmp/out" 2>"$tmp/err"
     rc=$?
@@ -25,6 +27,19 @@ done
 "$bin" generate --backends torch.math --edge-share 2 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "generate --edge-share 2: exit 2, one line (got $rc)" "[ $rc -eq 2 ] && [ \$(wc -l <$tmp/err) -eq 1 ]"
+
+# Values that break kernels (docs/fuzzing.md): with --breaking-share 1 every case holds one, and
+# summary.json counts each feature; without it, none.
+"$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --breaking-share 1 \
+  --backends torch.math --out "$tmp/breaking" >"$tmp/breaking.txt" 2>&1
+rc=$?
+check "--breaking-share 1: exit 0 (got $rc)" "[ $rc -eq 0 ]"
+v="d['coverage']['case_mix']['values']"
+check "--breaking-share 1: every case counted under a value feature, several features" \
+  "[ \"\$(json $tmp/breaking/summary.json \"sum(x['cases'] for x in $v.values())\")\" -ge 30 ] && [ \"\$(json $tmp/breaking/summary.json \"len($v)\")\" -ge 4 ]"
+check "--breaking-share 1: judged ones counted" "[ \"\$(json $tmp/breaking/summary.json \"sum(x['judged'] for x in $v.values())\")\" -ge 25 ]"
+"$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --backends torch.math --out "$tmp/plain" >/dev/null 2>&1
+check "the default draws no breaking values" "[ \"\$(json $tmp/plain/summary.json \"len($v)\")\" = 0 ]"
 
 # An aimed campaign over two CPU backends with envelopes of their own (no softcap; Dqk == Dv).
 "$bin" campaign --case-mix aimed --cases 60 --jobs 2 --tier toy --seed 5 --no-minimize --quiet \

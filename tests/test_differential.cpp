@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "generators/random_case.h"
 #include "harness/case_json.h"
@@ -621,20 +624,29 @@ TEST(Verdict, RowNormalizerErrorsAreNoFalseAlarm) {
 // No false alarms: correct backends over random cases of every kind, 2000 cases in 8 shards
 // that ctest runs in parallel; each failure prints the case as JSON. CI runs the first two
 // shards (500 cases); the nightly test preset the other six (docs/verdicts.md, "Nightly tests").
+// The correct CPU backends of the false-alarm tests, or why one cannot be made here (no
+// LibTorch in this build, no mutant plugin).
+std::optional<std::string> correct_cpu_backends(std::vector<std::unique_ptr<Backend>>& owned, std::vector<Backend*>& backends,
+                                                bool with_sdpa_math) {
+  std::vector<std::string> names{"torch.math", "torch.sdpa.cpu_flash", std::string("plugin:") + ATTNFUZZ_MUTANT_DIR + "/libattnfuzz_mutant_ok.so"};
+  if (with_sdpa_math) names.insert(names.begin() + 1, "torch.sdpa.math");
+  for (const std::string& n : names) {
+    try {
+      owned.push_back(make_backend(n));
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    backends.push_back(owned.back().get());
+  }
+  return std::nullopt;
+}
+
 class NoFalseAlarms : public ::testing::TestWithParam<int> {};
 
 TEST_P(NoFalseAlarms, LibTorchCpuBackendsAndMutantZero) {
   std::vector<std::unique_ptr<Backend>> owned;
-  const std::string mutant_ok = std::string("plugin:") + ATTNFUZZ_MUTANT_DIR + "/libattnfuzz_mutant_ok.so";
-  for (const std::string& n : {std::string("torch.math"), std::string("torch.sdpa.math"), std::string("torch.sdpa.cpu_flash"), mutant_ok}) {
-    try {
-      owned.push_back(make_backend(n));
-    } catch (const std::exception& e) {
-      GTEST_SKIP() << e.what();
-    }
-  }
   std::vector<Backend*> backends;
-  for (auto& b : owned) backends.push_back(b.get());
+  if (const auto why = correct_cpu_backends(owned, backends, true)) GTEST_SKIP() << *why;
   RandomCaseOptions g;
   g.max_seq = 32;
   const int shards = 8;
@@ -642,6 +654,21 @@ TEST_P(NoFalseAlarms, LibTorchCpuBackendsAndMutantZero) {
 }
 INSTANTIATE_TEST_SUITE_P(Random, NoFalseAlarms, ::testing::Range(0, 2));
 INSTANTIATE_TEST_SUITE_P(Nightly, NoFalseAlarms, ::testing::Range(2, 8));
+
+// The same over cases that all carry values that break kernels (docs/fuzzing.md): 500 cases in 2
+// shards.
+class NoFalseAlarmsBreakingValues : public ::testing::TestWithParam<int> {};
+
+TEST_P(NoFalseAlarmsBreakingValues, LibTorchCpuBackendsAndMutantZero) {
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;
+  if (const auto why = correct_cpu_backends(owned, backends, false)) GTEST_SKIP() << *why;
+  RandomCaseOptions g;
+  g.max_seq = 32;
+  g.p_breaking_values = 1.0;
+  expect_no_false_alarms(backends, g, 2'000'000, GetParam(), 500, 2);
+}
+INSTANTIATE_TEST_SUITE_P(Random, NoFalseAlarmsBreakingValues, ::testing::Range(0, 2));
 
 }  // namespace
 }  // namespace attnfuzz

@@ -269,6 +269,40 @@ TEST(Envelope, CaseMixCountsRoundTripAndMerge) {
   }
 }
 
+// The breaking values a campaign drew survive summary.json and a --resume (and a shard merge):
+// cases per value feature, and how many of them were judged.
+TEST(Envelope, BreakingValueCountsRoundTripAndMerge) {
+  auto one = [](const Case& k, bool ran) {
+    Coverage c;
+    c.add_case({{"torch.math", CompositionClass::single, ran ? Outcome::ran : Outcome::skipped, ran ? "" : "declined"}});
+    c.add_values(k);
+    return c;
+  };
+  Case shifted;
+  shifted.q = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 0.5, -40.0};
+  shifted.k = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 1.0, 40.0};
+  Case sparse;
+  sparse.d_out = ValueDist{ValueDist::Kind::sparse_rows, 0.0, 1.0, 0.05, 0.0};
+  sparse.d_lse = ValueDist{ValueDist::Kind::normal, 0.0, 256.0, 0.0, 0.0};
+  Coverage total;
+  total.add(one(shifted, true));
+  total.add(one(shifted, false));
+  total.add(one(sparse, true));
+  total.add(one(Case{}, true));
+  const Coverage back = Coverage::from_json(total.to_json());
+  const Coverage* both[] = {&total, &back};
+  for (const Coverage* c : both) {
+    ASSERT_EQ(c->values().size(), 3u) << total.to_json().dump();
+    EXPECT_EQ(c->values().at(ValueFeature::lse_far_below_zero).cases, 2u);
+    EXPECT_EQ(c->values().at(ValueFeature::lse_far_below_zero).judged, 1u);
+    EXPECT_EQ(c->values().at(ValueFeature::d_out_zero_rows).judged, 1u);
+    EXPECT_EQ(c->values().at(ValueFeature::d_lse_large).cases, 1u);
+  }
+  nlohmann::json bad = total.to_json();
+  bad["case_mix"]["values"]["nonsense"] = {{"cases", 1}, {"judged", 1}};
+  EXPECT_THROW(Coverage::from_json(bad), std::runtime_error);
+}
+
 // The backends of this build that run here: each refuses exactly what its envelope's enforced
 // clauses refuse (they decide nothing beyond it), on random cases of every kind.
 TEST(Envelope, CpuBackendsRefuseWhatTheirEnvelopeRefuses) {

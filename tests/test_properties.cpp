@@ -112,6 +112,7 @@ TEST(Generator, ReachesTheCorners) {
   opt.max_dim = 130;
   std::map<std::string, int> seen;
   std::set<std::string> kinds;
+  opt.p_breaking_values = 0.25;  // opt-in: the share the breaking values' counts below expect
   for (uint64_t seed = 0; seed < 3000; ++seed) {
     const Case c = random_case(seed, opt);
     const Shape& s = c.shape;
@@ -148,6 +149,7 @@ TEST(Generator, ReachesTheCorners) {
     seen["dLSE"] += c.d_lse.kind != ValueDist::Kind::zero;
     seen["empty chunk"] += has_empty_chunk(c.composition);
     seen["softcap"] += c.softcap.has_value();
+    for (ValueFeature f : value_features(c)) ++seen[to_string(f)];
     // Fully masked rows: some query row sees no key.
     const Problem p =
         full_problem(c, Inputs{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
@@ -161,6 +163,12 @@ TEST(Generator, ReachesTheCorners) {
     seen["fully masked row"] += masked_row;
   }
   for (const auto& [what, n] : seen) EXPECT_GE(n, 10) << what << " reached only " << n << " times in 3000 cases";
+  // Each breaking value in its share: p_breaking_values / 6 of the cases (125 in 3000 by
+  // default; 4 sigma is about 44).
+  for (const char* f : {"lse_far_below_zero", "logits_near_overflow", "subnormal_inputs", "d_out_zero_rows", "d_out_large", "d_lse_large"}) {
+    EXPECT_GE(seen[f], 80) << f;
+    EXPECT_LE(seen[f], 170) << f;
+  }
   for (const char* k : {"none", "causal", "sliding_window", "document", "prefix_lm", "block_sparse", "random", "and", "or", "not"})
     EXPECT_TRUE(kinds.count(k)) << k;
 }

@@ -48,8 +48,9 @@ const char* const kNames[] = {"mutant_ok",
                               "mutant_hang",
                               "mutant_reads_row_padding",
                               "mutant_tf32_declared_strict",
-                              "mutant_tf32_declared_tf32_backward"};
-static_assert(MUTANT >= 0 && MUTANT < 12, "unknown mutant");
+                              "mutant_tf32_declared_tf32_backward",
+                              "mutant_underflow_rows_masked"};
+static_assert(MUTANT >= 0 && MUTANT < 13, "unknown mutant");
 
 // MUTANT(10) and MUTANT(11), a pair: both declare TF32 for fp32 inputs, and each alone is within
 // it. 10 computes in strict fp32, 11 rounds its backward operands to TF32 (as MUTANT(2)): the
@@ -247,6 +248,12 @@ int forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const a
         for (int64_t r = 0; r < nq; ++r) {
           // Fully masked row: O = 0, LSE = -inf.
           bool masked_row = m[r] == kNegInf;  // no visible key in any tile
+#if MUTANT == 12
+          // MUTANT(12): a row whose largest score lies below -88, where exp of the score alone
+          // underflows fp32, is taken for a fully masked one: O = 0, LSE = -inf (and so no
+          // gradient). With the row maximum subtracted nothing underflows: such rows are valid.
+          masked_row = masked_row || m[r] < -88.0f;
+#endif
 #if MUTANT == 5
           masked_row = false;  // MUTANT(5): no guard: O = acc / l = 0 / 0, LSE = m + log(l)
 #endif
