@@ -106,7 +106,13 @@ enum {
    * itself): the harness treats it as a GPU backend, as it does one with AF_DEVICE_IS_CUDA
    * (GPU oracles, the real tier and aimed cases by default, refused on a machine without a
    * usable GPU). A new bit of version 2, like the ones above. */
-  AF_COMPUTES_ON_GPU = 1u << 8
+  AF_COMPUTES_ON_GPU = 1u << 8,
+  /* The plugin promises batch invariance: each (batch, head) problem gives the same bits
+   * whatever else shares the call (no work split, tile size or reduction order chosen by the
+   * batch size). The harness then runs some cases again inside a larger batch and reports any
+   * bit that moved as a `batch_variant` finding (outputs declared AF_NONDETERMINISTIC_* are
+   * exempt). A new bit of version 2, like the ones above. */
+  AF_BATCH_INVARIANT = 1u << 9
 };
 
 typedef struct af_plugin {

@@ -192,6 +192,7 @@ class PluginBackend final : public Backend {
   bool backward_takes_dlse() const override { return pl_->flags & AF_BACKWARD_TAKES_DLSE; }
   std::vector<TensorId> nondeterministic_outputs() const override { return nondeterministic_outputs_of(pl_->flags); }
   std::string why_nondeterministic() const override { return "the plugin's AF_NONDETERMINISTIC_* flags"; }
+  bool batch_invariant() const override { return pl_->flags & AF_BATCH_INVARIANT; }
   bool cuda() const { return pl_->flags & AF_DEVICE_IS_CUDA; }
 
   SupportEnvelope envelope() const override { return envelope_; }

@@ -133,6 +133,8 @@ class PythonBackend final : public Backend {
   bool masked_rows_zero() const override { return info_.value("masked_rows_zero", true); }
   bool returns_lse() const override { return info_.value("returns_lse", true); }
   bool backward_takes_dlse() const override { return info_.value("backward_takes_dlse", true); }
+  // Absent from the hello of an older attnfuzz_py: no promise.
+  bool batch_invariant() const override { return info_.value("batch_invariant", false); }
   std::vector<TensorId> nondeterministic_outputs() const override { return nondeterministic_; }
   std::string why_nondeterministic() const override {
     const std::string why = info_.value("why_nondeterministic", std::string());

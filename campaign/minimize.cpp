@@ -34,7 +34,9 @@ ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps
   return r;
 }
 
-bool needs_determinism(const Signature& sig) { return sig.cls == FindingClass::nondeterministic; }
+bool needs_determinism(const Signature& sig) {
+  return sig.cls == FindingClass::nondeterministic || sig.cls == FindingClass::batch_variant;
+}
 
 int minimize_attempts(const Signature& sig) { return sig.cls == FindingClass::crash || sig.cls == FindingClass::timeout ? 30 : 5000; }
 

@@ -34,7 +34,8 @@ ShrinkReport shrink(const Case& c, const std::function<bool(const Case&)>& keeps
 // (campaign/campaign.h). The minimizer is one loop over whichever it is given.
 using Judge = std::function<std::vector<Finding>(const Case&)>;
 
-// Whether the judge must run every backend twice: only a nondeterminism finding needs it,
+// Whether the judge must run the repeat checks (every backend twice, and a batch-invariant one
+// once more inside a larger batch): only a nondeterminism or batch-variance finding needs them,
 // whatever the finding's place in a case stream.
 bool needs_determinism(const Signature& sig);
 // Candidates a minimization may try: a death costs a whole watchdog per try, so fewer.

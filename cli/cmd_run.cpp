@@ -163,6 +163,10 @@ void print_report(const Case& c, const DiffReport& r, Device reference, const st
       fmt::print("declared  {}: {} may differ run to run ({}): judged against the reference, not checked bitwise\n", b->name(),
                  fmt::join(names, ", "), b->why_nondeterministic());
     }
+  for (const Backend* b : backends)
+    if (b->batch_invariant())
+      fmt::print("declared  {}: batch invariant: its problems run again inside a batch of {} must give the same bits\n", b->name(),
+                 batch_invariance_batch(c.shape, b->device()));
   fmt::print("errors against the float64 reference ({}, single call); baseline: naive computation under the backend's contract ({})\n\n",
              reference == Device::cuda ? "cuda.reference64" : "Eigen", reference == Device::cuda ? "cuda.emulated.*" : "CPU");
   // "looks": the fingerprint, and in brackets the ladder's spread on that tensor (its coarsest
@@ -292,7 +296,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--memory-budget-mib", opt->memory_budget_mib, "refuse cases that need more host memory than this")
       ->check(strict_unsigned())
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));  // MiB: 1 PiB at most, so the bytes fit in 64 bits
-  cmd->add_flag("--no-determinism-check", opt->no_determinism, "run each backend once instead of twice");
+  cmd->add_flag("--no-determinism-check", opt->no_determinism, "run each backend once instead of twice (and skip the batch-invariance check of the backends that declare it)");
   add_oracle_device_option(cmd, "--reference");  // --reference: the earlier name
   cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory")
       ->check(non_empty_path());

@@ -84,6 +84,12 @@ class Backend {
   // still judged against the reference. Every other output must repeat bit for bit.
   virtual std::vector<TensorId> nondeterministic_outputs() const { return {}; }
   virtual std::string why_nondeterministic() const { return {}; }
+  // Whether the backend promises batch invariance: each (batch, head) problem gives the same
+  // bits whatever else shares its call (a batch-invariant kernel's work split, tile sizes and
+  // reduction order do not depend on the batch size, as a split-KV heuristic that fills the
+  // GPU does). The batch-invariance check (harness/differential.h) holds a backend that
+  // declares it to that, on the outputs that repeat bit for bit.
+  virtual bool batch_invariant() const { return false; }
   // Whether backward() honours d_lse. When it does not, the composition engine
   // adds the dLSE term itself and says so.
   virtual bool backward_takes_dlse() const { return true; }

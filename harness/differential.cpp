@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <new>
@@ -299,6 +300,7 @@ class DifferentialSession::Impl {
     run.notes = r.notes;
     run.backend_calls = r.backend_calls;
     if (opt_.check_determinism) check_determinism(be, comp, r, run);
+    if (opt_.check_determinism && be.batch_invariant()) check_batch_invariance(be, comp, r, run);
     check_all_written(r, run);
     check_masked_rows(be, r, run);
     judge_numbers(be, *contract, comp, r, run);
@@ -340,6 +342,52 @@ class DifferentialSession::Impl {
       add(run.backend, run.composition_class, std::nullopt, class_of(e), std::string("second run: ") + e.what());
       report_.gpu_error = report_.gpu_error || be.faults_reach_this_process();
     }
+  }
+
+  // The case's problems inside a larger batch (batch_invariance_batch) must give the same bits,
+  // where the backend promises it. The larger batch shrinks toward B + 1 to fit the memory
+  // budget the backend's own run needs (the oracles do not run for it).
+  void check_batch_invariance(Backend& be, const Composition& comp, const ComposedResult& r, BackendRun& run) {
+    Case larger = c_;
+    larger.shape.batch = batch_invariance_batch(c_.shape, be.device());
+    const HostWork work{HostWork::Oracles::device, be.host_scores()};
+    const uint64_t budget = Limits{}.memory_budget_bytes;
+    while (larger.shape.batch > c_.shape.batch + 1 && estimate_host_bytes(larger, work) > budget)
+      larger.shape.batch = std::max(c_.shape.batch + 1, larger.shape.batch / 2);
+    const std::string where = "inside a batch of " + std::to_string(larger.shape.batch);
+    if (estimate_host_bytes(larger, work) > budget) {
+      run.notes.push_back("batch invariance not checked: the case " + where + " is over the memory budget");
+      return;
+    }
+    try {
+      const ComposedResult in_batch = run_composition(be, larger, generate_inputs(larger), comp);
+      const std::vector<TensorId> may_differ = be.nondeterministic_outputs();
+      for (TensorId t : kOutputs) {
+        if (t == TensorId::LSE && !be.returns_lse()) continue;
+        if (std::find(may_differ.begin(), may_differ.end(), t) != may_differ.end()) continue;
+        if (const size_t n = bits_differing_from_prefix(r[t], in_batch[t]))
+          add(run.backend, run.composition_class, t, FindingClass::batch_variant,
+              std::to_string(n) + " elements differ bitwise with the case's problems " + where + " (the backend declares batch invariance)",
+              {{FindingMetric::count, double(n)}});
+      }
+    } catch (const std::bad_alloc&) {
+      throw;  // as in run_one: never a finding
+    } catch (const std::exception& e) {
+      add(run.backend, run.composition_class, std::nullopt, class_of(e), "the case's problems " + where + ": " + e.what());
+      report_.gpu_error = report_.gpu_error || be.faults_reach_this_process();
+    }
+  }
+
+  // How many elements of `alone` differ in their bits from the first elements of `in_batch`
+  // (the same tensor with more batches after them); every element when the shapes disagree.
+  static size_t bits_differing_from_prefix(const Tensor& alone, const Tensor& in_batch) {
+    const bool same_rows = alone.shape.size() == in_batch.shape.size() && !alone.shape.empty() &&
+                           std::equal(alone.shape.begin() + 1, alone.shape.end(), in_batch.shape.begin() + 1) &&
+                           in_batch.numel() >= alone.numel();
+    if (!same_rows) return alone.numel();
+    size_t n = 0;
+    for (size_t i = 0; i < alone.data.size(); ++i) n += std::memcmp(&alone.data[i], &in_batch.data[i], sizeof(double)) != 0;
+    return n;
   }
 
   // Every output element must have been written (the harness poisons them first).
@@ -459,6 +507,13 @@ BackendRun DifferentialSession::judge(const Backend& be, const Composition& comp
   return impl_->judge(be, comp, outputs, findings);
 }
 DiffReport DifferentialSession::finish() { return impl_->finish(); }
+
+int64_t batch_invariance_batch(const Shape& s, Device device) {
+  const int64_t work_items = device == Device::cpu ? kBatchInvarianceCpuWorkItems : kBatchInvarianceGpuWorkItems;
+  const int64_t per_batch = std::max<int64_t>(1, s.heads_q * ((s.seq_q + 63) / 64));
+  const int64_t filling = (work_items + per_batch - 1) / per_batch;
+  return std::max(2 * s.batch + 1, std::min(filling, kBatchInvarianceMaxBatch));
+}
 
 CompositionClass composition_class(const Composition& c) {
   if (c.kind == Composition::Kind::single) return CompositionClass::single;

@@ -23,7 +23,10 @@ namespace attnfuzz {
 
 struct DiffOptions {
   bool include_single = true;     // also run the single call when the case has a composition
-  bool check_determinism = true;  // run every backend twice and compare bitwise
+  // The repeat checks: run every backend twice and compare bitwise, and run a backend that
+  // declares batch invariance (Backend::batch_invariant) once more with the case inside a
+  // larger batch (batch_invariance_batch), its problems' outputs compared bitwise.
+  bool check_determinism = true;
   ToleranceRule rule;
   // Called before each backend runs (a worker reports it, so a crash names the backend).
   std::function<void(const std::string&)> on_backend;
@@ -59,6 +62,16 @@ struct DiffReport {
 
 // single, q_split (queries cut, no merge) or merged (some LSE merge).
 CompositionClass composition_class(const Composition& c);
+
+// The batch the batch-invariance check puts a case's problems in: 2B + 1 at least, and enough
+// (b, h, 64-query tile) work items to fill the machine the backend computes on (a split
+// heuristic keyed on occupancy then sees a full machine where the case alone left it idle): 512
+// on a GPU (a few waves of a 132-SM H100), 64 on the CPU (more than a host's cores), up to
+// kBatchInvarianceMaxBatch. The case's problems are its first B batches: every input element is
+// drawn from its index (harness/inputs.h) and the batch is the outermost dimension, so the
+// larger case's inputs begin with the case's own, and its masks are the same expressions.
+inline constexpr int64_t kBatchInvarianceGpuWorkItems = 512, kBatchInvarianceCpuWorkItems = 64, kBatchInvarianceMaxBatch = 1024;
+int64_t batch_invariance_batch(const Shape& s, Device device);
 
 DiffReport run_differential(const Case& c, const std::vector<Backend*>& backends, const OracleSet& oracles, const DiffOptions& opt = {});
 

@@ -30,6 +30,8 @@ std::string to_string(FindingClass c) {
       return "semantic";
     case FindingClass::nondeterministic:
       return "nondeterministic";
+    case FindingClass::batch_variant:
+      return "batch_variant";
     case FindingClass::unwritten:
       return "unwritten";
     case FindingClass::consistency:

@@ -23,6 +23,8 @@ enum class FindingClass {
   nan_inf,             // NaN or Inf where the reference is finite
   semantic,            // fully masked rows not following the convention (O = 0, LSE = -inf, no gradient)
   nondeterministic,    // two runs on the same inputs differ bitwise
+  batch_variant,       // a backend that declares itself batch invariant gives other bits for the same
+                       // problems inside a larger batch
   unwritten,           // output elements left holding the harness's poison
   consistency,         // two backends with the same contract compute at different precisions
   backend_error,       // the backend failed on a case it said it supports

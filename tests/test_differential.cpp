@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "generators/random_case.h"
@@ -743,6 +745,88 @@ TEST(Verdict, Fp16SubnormalProbabilitiesAreNoFalseAlarmAndCoarserOnesAreFound) {
     }
   }
   EXPECT_GE(found, 3) << "a P that keeps 4 bits fewer below 2^-14 must be found";
+}
+
+}  // namespace
+}  // namespace attnfuzz
+
+namespace attnfuzz {
+namespace {
+
+// A correct fp32 backend whose O moves by one fp32 ulp when its call holds more than
+// `batch_limit` batches, as a kernel whose split heuristic reads the batch size does; and
+// whether it declares batch invariance.
+class BatchKeyed final : public Backend {
+ public:
+  BatchKeyed(bool declares, int64_t batch_limit) : declares_(declares), limit_(batch_limit), impl_(Contract::fp32, false) {}
+  std::string name() const override { return declares_ ? "batch-keyed-declared" : "batch-keyed"; }
+  std::optional<Contract> contract(DType) const override { return Contract::fp32; }
+  bool batch_invariant() const override { return declares_; }
+  Forward forward(const Problem& p) override {
+    Forward f = impl_.forward(p);
+    if (p.shape.batch > limit_)
+      for (double& x : f.o.data) x = std::nextafter(static_cast<float>(x), std::numeric_limits<float>::infinity());
+    return f;
+  }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return impl_.backward(p, f, d_out, d_lse);
+  }
+
+ private:
+  bool declares_;
+  int64_t limit_;
+  EmulatedBackend impl_;
+};
+
+TEST(BatchInvariance, TheLargerBatchFillsTheMachineTheBackendRunsOn) {
+  EXPECT_EQ(batch_invariance_batch(Shape{1, 1, 1, 16, 16, 16, 16}, Device::cpu), kBatchInvarianceCpuWorkItems);
+  EXPECT_EQ(batch_invariance_batch(Shape{1, 1, 1, 16, 16, 16, 16}, Device::cuda), kBatchInvarianceGpuWorkItems);
+  // 8 heads of 17 query tiles: 136 work items a batch, 4 batches fill 512.
+  EXPECT_EQ(batch_invariance_batch(Shape{1, 8, 8, 1088, 1088, 128, 128}, Device::cuda), 4);
+  // Never below 2B + 1, never above the cap when the case alone is small.
+  EXPECT_EQ(batch_invariance_batch(Shape{40, 8, 8, 1088, 1088, 128, 128}, Device::cuda), 81);
+  EXPECT_EQ(batch_invariance_batch(Shape{1, 1, 1, 1, 1, 1, 1}, Device::cuda), std::min<int64_t>(512, kBatchInvarianceMaxBatch));
+}
+
+// What the check relies on: a case's inputs are the first batches of the same case in a larger
+// batch, for every value kind, the row kinds and dLSE included.
+TEST(BatchInvariance, ACaseInputsBeginTheLargerBatchsInputs) {
+  Case c = small_case(DType::bf16);
+  c.shape.batch = 2;
+  c.q = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 0.5, -40.0};
+  c.d_out = ValueDist{ValueDist::Kind::sparse_rows, 0.0, 1.0, 0.5, 0.0};
+  Case larger = c;
+  larger.shape.batch = 5;
+  const Inputs a = generate_inputs(c), b = generate_inputs(larger);
+  for (const auto& [x, y] : {std::pair{&a.q, &b.q}, {&a.k, &b.k}, {&a.v, &b.v}, {&a.d_out, &b.d_out}, {&a.d_lse, &b.d_lse}}) {
+    ASSERT_LT(x->numel(), y->numel());
+    EXPECT_TRUE(std::equal(x->data.begin(), x->data.end(), y->data.begin()));
+  }
+}
+
+TEST(BatchInvariance, ADeclaredPromiseBrokenIsABatchVariantFindingOnTheTensorThatMoved) {
+  BatchKeyed declared(true, 1);
+  const DiffReport r = run_differential(small_case(), {&declared}, default_oracles());
+  // O moved; the gradients may follow it (D = rowsum(dO * O) reads the O passed in), nothing else.
+  const Finding* on_o = nullptr;
+  for (const Finding& f : r.findings) {
+    EXPECT_EQ(f.signature.cls, FindingClass::batch_variant) << f.signature.to_string() << " " << f.detail;
+    if (f.signature.tensor == TensorId::O) on_o = &f;
+  }
+  ASSERT_NE(on_o, nullptr);
+  EXPECT_EQ(on_o->metric(FindingMetric::count), 24.0 * 2 * 16) << on_o->detail;  // every element of O
+  // Hq = 2 and one 64-query tile: 32 batches make the CPU's 64 work items.
+  EXPECT_NE(on_o->detail.find("inside a batch of 32"), std::string::npos) << on_o->detail;
+}
+
+TEST(BatchInvariance, OnlyADeclaredPromiseIsHeldAndOnlyWithTheRepeatChecks) {
+  BatchKeyed undeclared(false, 1), kept(true, 1000);
+  EXPECT_TRUE(run_differential(small_case(), {&undeclared}, default_oracles()).findings.empty());
+  EXPECT_TRUE(run_differential(small_case(), {&kept}, default_oracles()).findings.empty());
+  BatchKeyed declared(true, 1);
+  DiffOptions once;
+  once.check_determinism = false;
+  EXPECT_TRUE(run_differential(small_case(), {&declared}, default_oracles(), once).findings.empty());
 }
 
 }  // namespace

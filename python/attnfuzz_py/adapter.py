@@ -96,6 +96,10 @@ class Adapter:
     # reference every run, not reported by the determinism check. Names: O, LSE, dQ, dK, dV.
     nondeterministic_outputs = ()
     why_nondeterministic = ""    # said in the report beside them
+    # Whether each (batch, head) problem gives the same bits whatever else shares the call (no
+    # work split, tile size or reduction order chosen by the batch size): attnfuzz then runs
+    # some cases again inside a larger batch and reports any bit that moved (`batch_variant`).
+    batch_invariant = False
     # What campaigns aim at (docs/plugins.md, "Support envelope"; the same keys as a plugin's
     # attnfuzz_plugin_envelope()), e.g. {"max_head_dim": 256, "head_dim_multiple": 8}: a key left
     # out is unrestricted, None declares nothing. Narrowed to the dtypes of `contracts`;

@@ -49,8 +49,9 @@ const char* const kNames[] = {"mutant_ok",
                               "mutant_reads_row_padding",
                               "mutant_tf32_declared_strict",
                               "mutant_tf32_declared_tf32_backward",
-                              "mutant_underflow_rows_masked"};
-static_assert(MUTANT >= 0 && MUTANT < 13, "unknown mutant");
+                              "mutant_underflow_rows_masked",
+                              "mutant_batch_dependent_split"};
+static_assert(MUTANT >= 0 && MUTANT < 14, "unknown mutant");
 
 // MUTANT(10) and MUTANT(11), a pair: both declare TF32 for fp32 inputs, and each alone is within
 // it. 10 computes in strict fp32, 11 rounds its backward operands to TF32 (as MUTANT(2)): the
@@ -184,6 +185,20 @@ bool visible_bwd(const Call& c, bool br_leaf, int64_t b, int64_t h, int64_t i, i
   return vis;
 }
 
+// The forward's KV tile: BLOCK_KV, whatever else shares the call (the zoo declares
+// AF_BATCH_INVARIANT).
+int64_t kv_tile([[maybe_unused]] const af_problem& p) {
+#if MUTANT == 13
+  // MUTANT(13): a split heuristic keyed on occupancy, as split-KV kernels choose theirs: with
+  // fewer than 16 (batch, head, query tile) work items the KV tiles are halved to fill the
+  // machine. Either tiling is correct, but the online softmax rescales at other points, so a
+  // problem's bits depend on how many others share its call.
+  const int64_t work = p.batch * p.heads_q * ((p.seq_q + Tiles::BLOCK_Q - 1) / Tiles::BLOCK_Q);
+  if (work < 16) return Tiles::BLOCK_KV / 2;
+#endif
+  return Tiles::BLOCK_KV;
+}
+
 int forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o, af_tensor* lse) {
 #if MUTANT == 7
   if (p->seq_kv % 7 == 3) std::raise(SIGSEGV);  // MUTANT(7): crashes on some shapes
@@ -192,7 +207,7 @@ int forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const a
   while (p->seq_q % 5 == 2) std::this_thread::sleep_for(std::chrono::seconds(1));
 #endif
   const Call c{*p};
-  const int64_t BQ = Tiles::BLOCK_Q, BK = Tiles::BLOCK_KV, Dqk = p->head_dim_qk, Dv = p->head_dim_v;
+  const int64_t BQ = Tiles::BLOCK_Q, BK = kv_tile(*p), Dqk = p->head_dim_qk, Dv = p->head_dim_v;
   std::vector<float> qt, kt, vt, s(static_cast<size_t>(BQ * BK)), dcap(s.size()), m(BQ), l(BQ), acc(BQ * Dv);
   for (int64_t b = 0; b < p->batch; ++b)
     for (int64_t h = 0; h < p->heads_q; ++h) {
@@ -389,7 +404,7 @@ const af_plugin kPlugin = {
     ATTNFUZZ_PLUGIN_ABI_VERSION,
     kNames[MUTANT],
     "1",
-    AF_BACKWARD_TAKES_DLSE | AF_MASKED_ROWS_ZERO,
+    AF_BACKWARD_TAKES_DLSE | AF_MASKED_ROWS_ZERO | AF_BATCH_INVARIANT,
     kContract,
     supports_c,
     forward_c,
