@@ -81,13 +81,13 @@ Compared run_mutant(const std::string& name, const Case& c) {
 
 TEST(MutantZoo, EveryMutantLoadsWithAbiVersion1) {
   for (const char* n : {"ok", "ignores_dlse", "tf32_backward", "causal_align", "last_tile_unmasked", "masked_rows_nan", "gqa_backward_map",
-                        "crash", "hang"}) {
+                        "crash", "hang", "underflow_rows_masked", "batch_dependent_split"}) {
     auto lib = open_plugin(mutant_path(n));
     ASSERT_TRUE(lib->plugin) << n << ": " << lib->error;
     EXPECT_EQ(lib->abi_version, ATTNFUZZ_PLUGIN_ABI_VERSION);
     EXPECT_EQ(lib->plugin->abi_version, ATTNFUZZ_PLUGIN_ABI_VERSION);
     EXPECT_EQ(std::string(lib->plugin->name), std::string("mutant_") + n);
-    EXPECT_EQ(lib->plugin->flags, AF_BACKWARD_TAKES_DLSE | AF_MASKED_ROWS_ZERO);
+    EXPECT_EQ(lib->plugin->flags, AF_BACKWARD_TAKES_DLSE | AF_MASKED_ROWS_ZERO | AF_BATCH_INVARIANT);
     EXPECT_STREQ(lib->plugin->contract_json, R"({"fp32":"fp32","fp16":"fp16","bf16":"bf16"})");
   }
 }
