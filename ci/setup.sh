@@ -10,7 +10,8 @@
 #                    libcupti at load time even on the CPU: their PyPI wheels go to .deps/nvidia.
 #   Python env:      .deps/pyenv, a venv for the py: backends (docs/python-backends.md): torch
 #                    for Python from the same 2.11.0 wheel (kept in .deps/wheels, downloaded once
-#                    for both), numpy, and JAX for the CPU, all pinned.
+#                    for both), numpy, JAX for the CPU, and pytest and setuptools (the tests
+#                    of the pip-installable package, docs/testing-python-kernels.md), all pinned.
 #   cuDNN frontend:  the header-only C++ graph API from the PyPI `nvidia-cudnn-frontend` wheel
 #                    (the `cudnn` backend, ATTNFUZZ_WITH_CUDA builds), its include/ unpacked into
 #                    .deps/cudnn_frontend/include. cuDNN itself comes with the CUDA install.
@@ -83,6 +84,17 @@ if [ ! -f "$stamp" ]; then
   mkdir -p "$deps/wheels"
   "$deps/pyenv/bin/python" -m pip install --quiet --find-links "$deps/wheels" \
     "torch==$TORCH_VERSION" "numpy==$NUMPY_VERSION" "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION"
+  touch "$stamp"
+fi
+# pytest (the pytest plugin's tests, tests/python/test_pytest_plugin.py) and setuptools (their
+# offline `pip install` of this repository, tests/python/pip_install_test.sh), pinned; a stamp of
+# their own, so an existing env gains them without being made again.
+PYTEST_VERSION=${ATTNFUZZ_PYTEST_VERSION:-9.2.0}
+SETUPTOOLS_VERSION=${ATTNFUZZ_SETUPTOOLS_VERSION:-80.9.0}
+stamp="$deps/pyenv/.attnfuzz-pytest-$PYTEST_VERSION-setuptools-$SETUPTOOLS_VERSION"
+if [ ! -f "$stamp" ]; then
+  echo "setup: adding pytest $PYTEST_VERSION and setuptools $SETUPTOOLS_VERSION to $deps/pyenv"
+  "$deps/pyenv/bin/python" -m pip install --quiet "pytest==$PYTEST_VERSION" "setuptools==$SETUPTOOLS_VERSION"
   touch "$stamp"
 fi
 # CUTLASS's headers ship inside the Python package (cutlass_library/source/include).
