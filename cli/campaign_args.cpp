@@ -52,7 +52,7 @@ std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfil
     const bool gpu = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.on_gpu(); });
     CaseMix mix;
     mix.gen = tier_options(tier, gpu, max_seq, max_dim);
-    mix.gen.p_breaking_values = breaking;
+    mix.gen.p_breaking_values = breaking.value_or(gpu ? 0.0 : kCpuBreakingShare);
     mix.edge_share = share;
     mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
     // The GPU real tier shrinks for what its workers keep on the host, not for the CPU set's
@@ -140,8 +140,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
     throw std::invalid_argument("--case-mix takes auto, blind or aimed, got '" + a.case_mix + "'");
   if (!(a.edge_share >= 0.0 && a.edge_share <= 1.0))
     throw std::invalid_argument("--edge-share takes a share in [0, 1], got " + std::to_string(a.edge_share));
-  if (!(a.breaking_share >= 0.0 && a.breaking_share <= 1.0))
-    throw std::invalid_argument("--breaking-share takes a share in [0, 1], got " + std::to_string(a.breaking_share));
+  if (a.breaking_share && !(*a.breaking_share >= 0.0 && *a.breaking_share <= 1.0))
+    throw std::invalid_argument("--breaking-share takes a share in [0, 1], got " + std::to_string(*a.breaking_share));
   o.case_stream = case_stream(a);
   o.candidates = shrink_candidates;
   o.size = case_size;
@@ -164,9 +164,11 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
                   "blind (random cases of every kind), aimed (inside each backend's support envelope in turn, a share just outside), "
                   "or auto (default: aimed when a backend under test runs on a GPU)");
   cmd->add_option("--edge-share", a.edge_share, "share of aimed cases put just outside one clause of an envelope (default 0.12)");
-  cmd->add_option("--breaking-share", a.breaking_share,
-                  "share of cases carrying values that break kernels: rows with LSE far below zero, scores near fp16's overflow, "
-                  "subnormal inputs, dO zero in rows, large dO or dLSE (docs/fuzzing.md; default 0)");
+  cmd->add_option_function<double>(
+      "--breaking-share", [&a](double share) { a.breaking_share = share; },
+      "share of cases carrying values that break kernels: rows with LSE far below zero, scores near fp16's overflow, "
+      "subnormal inputs, dO zero in rows, large dO or dLSE (docs/fuzzing.md; default 0.25 where every backend computes on "
+      "the CPU, 0 where one runs on a GPU)");
   // A campaign's cases are judged against the float64 reference: longer rows than 2^16 are refused.
   add_shared_option(cmd, Flag::max_seq, a.max_seq)->check(CLI::Range(1, 1 << 16));
   add_shared_option(cmd, Flag::max_dim, a.max_dim);

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,7 +35,9 @@ struct CampaignArgs {
   // auto: aimed at the backends' envelopes when one computes on a GPU, else blind.
   std::string case_mix = "auto";
   double edge_share = kDefaultEdgeShare;
-  double breaking_share = 0.0;     // the share of cases with values that break kernels (docs/fuzzing.md)
+  // The share of cases with values that break kernels (docs/fuzzing.md); unset: kCpuBreakingShare
+  // where every backend computes on the CPU, 0 where one runs on a GPU (not triaged there yet).
+  std::optional<double> breaking_share;
   int64_t max_seq = 0;             // 0: the tier's
   int64_t max_dim = 0;             // 0: the tier's
   std::vector<std::string> known;  // reproducers of known deviations (files or directories)
