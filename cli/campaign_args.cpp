@@ -53,6 +53,7 @@ std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfil
     CaseMix mix;
     mix.gen = tier_options(tier, gpu, max_seq, max_dim);
     mix.gen.p_breaking_values = breaking.value_or(gpu ? 0.0 : kCpuBreakingShare);
+    if (!breaking) mix.gen.breaking_left_out = {kCpuBreakingLeftOut};  // the default's share only
     mix.edge_share = share;
     mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
     // The GPU real tier shrinks for what its workers keep on the host, not for the CPU set's

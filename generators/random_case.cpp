@@ -282,7 +282,15 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
     // From a stream of its own, as the layouts: the rest of the case is what this seed gave
     // before these values existed.
     SplitMix br(splitmix64(c.seed ^ 0x627265616b696e67ull));
-    if (br.chance(opt.p_breaking_values)) breaking_values(br, c);
+    if (br.chance(opt.p_breaking_values)) {
+      Case with = c;
+      breaking_values(br, with);
+      const std::vector<ValueFeature> kinds = value_features(with);
+      const bool left_out = std::any_of(kinds.begin(), kinds.end(), [&](ValueFeature f) {
+        return std::find(opt.breaking_left_out.begin(), opt.breaking_left_out.end(), f) != opt.breaking_left_out.end();
+      });
+      if (!left_out) c = std::move(with);
+    }
   }
   return c;
 }
