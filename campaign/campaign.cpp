@@ -357,6 +357,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   // counts every case once), and of the cases completed beyond it.
   Coverage prefix_coverage = saved.coverage;
   for (const auto& b : backend_names) prefix_coverage.add_backend(b);
+  for (const auto& b : profiles) prefix_coverage.set_outside_cells(b.name, b.envelope);
   std::map<uint64_t, Coverage> pending_coverage;
   // The same for findings a known deviation covers (--known), per deviation id.
   std::map<std::string, uint64_t> prefix_known = saved.known_counts;
@@ -443,6 +444,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           }
           case_coverage.add_aim(aimed);
           case_coverage.add_values(c);
+          case_coverage.add_features(c);
           {
             std::lock_guard<std::mutex> lock(flight_m);
             pending_coverage[k] = std::move(case_coverage);

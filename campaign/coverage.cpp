@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <set>
 
+#include "campaign/feature_cells.h"
 #include "harness/json_input.h"
 
 namespace attnfuzz {
@@ -257,6 +258,36 @@ void Coverage::add_values(const Case& c) {
   }
 }
 
+void Coverage::add_features(const Case& c) {
+  const std::string cell = cell_of(c);
+  for (const auto& [b, counts] : backends_) {
+    if (counts.ran == 0) continue;
+    ++cells_[b][cell];
+    for (const CaseFeature& f : side_features()) ++sides_[b][f.name][f.of(c)];
+  }
+}
+
+void Coverage::set_outside_cells(const std::string& backend, const SupportEnvelope& envelope) {
+  std::map<std::string, std::string>& outside = outside_[backend];
+  outside.clear();
+  for (const std::string& cell : all_cells())
+    if (const auto why = cell_outside(envelope, cell)) outside[cell] = *why;
+}
+
+std::vector<std::string> Coverage::thin_cells(uint64_t min) const {
+  std::vector<std::string> out;
+  for (const auto& [b, counts] : backends_) {
+    const auto cells = cells_.find(b);
+    const auto outside = outside_.find(b);
+    for (const std::string& cell : all_cells()) {
+      if (outside != outside_.end() && outside->second.count(cell)) continue;
+      const uint64_t n = cells == cells_.end() || !cells->second.count(cell) ? 0 : cells->second.at(cell);
+      if (n < min) out.push_back(b + " " + cell + ": " + std::to_string(n) + " judged");
+    }
+  }
+  return out;
+}
+
 void Coverage::add(const Coverage& other) {
   for (const auto& [f, v] : other.values_) {
     values_[f].cases = checked_sum(values_[f].cases, v.cases, "coverage: values");
@@ -267,6 +298,12 @@ void Coverage::add(const Coverage& other) {
   for (const auto& [b, c] : other.backends_) backends_[b].add(c);
   for (const auto& [b, m] : other.by_composition_)
     for (const auto& [comp, c] : m) by_composition_[b][comp].add(c);
+  for (const auto& [b, m] : other.cells_)
+    for (const auto& [cell, n] : m) cells_[b][cell] = checked_sum(cells_[b][cell], n, "coverage: features");
+  for (const auto& [b, m] : other.sides_)
+    for (const auto& [f, values] : m)
+      for (const auto& [v, n] : values) sides_[b][f][v] = checked_sum(sides_[b][f][v], n, "coverage: features");
+  for (const auto& [b, m] : other.outside_) outside_[b].insert(m.begin(), m.end());
   case_errors_.add(other.case_errors_);
   judged_cases_ = checked_sum(judged_cases_, other.judged_cases_, "coverage: judged_cases");
   no_backend_ran_ = checked_sum(no_backend_ran_, other.no_backend_ran_, "coverage: unjudged_cases.no_backend_ran");
@@ -347,7 +384,8 @@ json Coverage::to_json(size_t top) const {
               {"untested", untested()},
               {"judged_cases", judged_cases_},
               {"unjudged_cases", unjudged},
-              {"case_mix", json{{"blind", blind_cases_}, {"aimed", aims}, {"values", values}}}};
+              {"case_mix", json{{"blind", blind_cases_}, {"aimed", aims}, {"values", values}}},
+              {"features", json{{"cells", cells_}, {"sides", sides_}, {"outside", outside_}}}};
 }
 
 Coverage Coverage::from_json(const json& j) {
@@ -388,6 +426,22 @@ Coverage Coverage::from_json(const json& j) {
       if (!f) throw std::runtime_error(where + ": unknown value feature");
       c.values_[*f] = ValueCounts{count_at(it.value(), "cases", where), count_at(it.value(), "judged", where)};
     }
+  }
+  // Written before the feature map: no cell counted.
+  if (j.contains("features")) {
+    const json& m = j.at("features");
+    const json cells = m.value("cells", json::object()), sides = m.value("sides", json::object()),
+               outside = m.value("outside", json::object());
+    for (auto b = cells.begin(); b != cells.end(); ++b)
+      for (auto it = b.value().begin(); it != b.value().end(); ++it)
+        c.cells_[b.key()][it.key()] = count_at(b.value(), it.key(), "coverage.features.cells." + b.key());
+    for (auto b = sides.begin(); b != sides.end(); ++b)
+      for (auto f = b.value().begin(); f != b.value().end(); ++f)
+        for (auto it = f.value().begin(); it != f.value().end(); ++it)
+          c.sides_[b.key()][f.key()][it.key()] = count_at(f.value(), it.key(), "coverage.features.sides." + b.key() + "." + f.key());
+    for (auto b = outside.begin(); b != outside.end(); ++b)
+      for (auto it = b.value().begin(); it != b.value().end(); ++it)
+        if (it.value().is_string()) c.outside_[b.key()][it.key()] = it.value().get<std::string>();
   }
   return c;
 }

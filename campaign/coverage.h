@@ -97,11 +97,25 @@ class Coverage {
   void add_aim(const AimedCase& aimed);
   // The case's breaking values; after add_case of the same case, which says whether it was judged.
   void add_values(const Case& c);
+  // The case's feature cell and sides (campaign/feature_cells.h), for every backend that ran it;
+  // after add_case of the same case.
+  void add_features(const Case& c);
+  // The cells a backend's envelope keeps every case out of, and why (the campaign sets them from
+  // its backends' profiles): the map shows them apart, and thin_cells leaves them out.
+  void set_outside_cells(const std::string& backend, const SupportEnvelope& envelope);
 
   const std::map<std::string, CoverageCounts>& backends() const { return backends_; }
   const std::map<std::string, AimCounts>& aims() const { return aims_; }
   uint64_t blind_cases() const { return blind_cases_; }
   const std::map<ValueFeature, ValueCounts>& values() const { return values_; }
+  // Per backend, the judged cases of each feature cell it ran (cells it never ran are absent).
+  const std::map<std::string, std::map<std::string, uint64_t>>& cells() const { return cells_; }
+  // Per backend and side feature, the judged cases of each value.
+  const std::map<std::string, std::map<std::string, std::map<std::string, uint64_t>>>& sides() const { return sides_; }
+  const std::map<std::string, std::map<std::string, std::string>>& outside_cells() const { return outside_; }
+  // "backend cell: n judged" for every cell inside a backend's envelope (every cell where the
+  // campaign recorded none outside) that it ran in fewer than `min` cases, in the map's order.
+  std::vector<std::string> thin_cells(uint64_t min) const;
   const std::map<std::string, std::map<std::string, CoverageCounts>>& compositions() const { return by_composition_; }
   const CoverageCounts& case_errors() const { return case_errors_; }
   uint64_t judged_cases() const { return judged_cases_; }
@@ -131,6 +145,9 @@ class Coverage {
   std::map<std::string, AimCounts> aims_;
   uint64_t blind_cases_ = 0;
   std::map<ValueFeature, ValueCounts> values_;
+  std::map<std::string, std::map<std::string, uint64_t>> cells_;
+  std::map<std::string, std::map<std::string, std::map<std::string, uint64_t>>> sides_;
+  std::map<std::string, std::map<std::string, std::string>> outside_;
 };
 
 const char* to_string(Outcome o);

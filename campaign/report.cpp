@@ -1,10 +1,10 @@
 #include "campaign/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +14,7 @@
 
 #include "campaign/coverage.h"
 #include "campaign/dir_lock.h"
+#include "campaign/feature_cells.h"
 #include "campaign/known.h"
 #include "campaign/output_file.h"
 #include "campaign/run_dir.h"
@@ -108,6 +109,65 @@ std::string profile_svg(const std::vector<double>& v, double bound, const std::s
   return s.str();
 }
 
+// The feature map (campaign/feature_cells.h) as a heatmap per backend: rows dtype x mask,
+// columns composition x head dim, each cell its judged cases, shaded by their logarithm; an
+// empty cell inside the backend's envelope is red, one outside it grey with the reason. Then the
+// side features' counts.
+std::string feature_map_html(const Coverage& c) {
+  if (c.cells().empty() && c.outside_cells().empty()) return {};
+  const std::vector<CaseFeature>& axes = cell_axes();
+  std::ostringstream h;
+  h << "<h3>Feature map</h3><p>Judged cases per cell of dtype &times; mask &times; composition &times; head dim "
+       "(docs/campaigns.md, \"Feature map\"). Red: inside the backend's envelope and never judged; grey: outside it.</p>";
+  for (const auto& [b, counts] : c.backends()) {
+    if (counts.total() == 0) continue;
+    const auto cells = c.cells().find(b);
+    const auto outside = c.outside_cells().find(b);
+    uint64_t peak = 1;
+    if (cells != c.cells().end())
+      for (const auto& [cell, n] : cells->second) peak = std::max(peak, n);
+    h << "<h4>" << esc(b) << "</h4><table class='heat'><tr><th></th>";
+    for (const char* comp : axes[2].values)
+      for (const char* d : axes[3].values) h << "<th>" << comp << "<br>" << d << "</th>";
+    h << "</tr>";
+    for (const char* dtype : axes[0].values)
+      for (const char* mask : axes[1].values) {
+        h << "<tr><th>" << dtype << " " << mask << "</th>";
+        for (const char* comp : axes[2].values)
+          for (const char* d : axes[3].values) {
+            const std::string cell = std::string(dtype) + "/" + mask + "/" + comp + "/" + d;
+            const uint64_t n = cells == c.cells().end() || !cells->second.count(cell) ? 0 : cells->second.at(cell);
+            if (outside != c.outside_cells().end() && outside->second.count(cell)) {
+              h << "<td style='background:#ddd;color:#777' title='outside its envelope: " << esc(outside->second.at(cell)) << "'>"
+                << (n ? std::to_string(n) : "&mdash;") << "</td>";
+            } else if (n == 0) {
+              h << "<td style='background:#f4a4a4' title='never judged'>0</td>";
+            } else {
+              const double shade = std::log1p(static_cast<double>(n)) / std::log1p(static_cast<double>(peak));
+              const int g = 235 - static_cast<int>(120 * shade);
+              h << "<td style='background:rgb(" << g << ",240," << g << ")'>" << n << "</td>";
+            }
+          }
+        h << "</tr>";
+      }
+    h << "</table>";
+    if (const auto sides = c.sides().find(b); sides != c.sides().end()) {
+      h << "<p>";
+      for (const CaseFeature& f : side_features()) {
+        h << "<b>" << f.name << "</b>";
+        const auto values = sides->second.find(f.name);
+        for (const char* v : f.values) {
+          const uint64_t n = values == sides->second.end() || !values->second.count(v) ? 0 : values->second.at(v);
+          h << " " << v << " " << n;
+        }
+        h << "&nbsp;&nbsp; ";
+      }
+      h << "</p>";
+    }
+  }
+  return h.str();
+}
+
 // What was really tested: a banner per backend that ran nothing, then cases ran / skipped /
 // errored per backend and composition class, with the top reasons.
 std::string coverage_html(const Coverage& c) {
@@ -143,6 +203,7 @@ std::string coverage_html(const Coverage& c) {
     }
     h << "</table>";
   }
+  h << feature_map_html(c);
   return h.str();
 }
 

@@ -137,6 +137,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
   struct CheckArgs {
     CampaignArgs c;
     std::string junit, json_out;
+    uint64_t min_per_cell = 0;  // 0: no minimum
   };
   auto ch = std::make_shared<CheckArgs>();
   ch->c.cases = 200;
@@ -148,6 +149,10 @@ void add_check_command(CLI::App& app, int& exit_code) {
   check->add_option("--cases", ch->c.cases, "case budget")->check(strict_unsigned())->check(CLI::Range(uint64_t{1}, UINT64_MAX));
   add_shared_option(check, Flag::junit, ch->junit, "(default: OUT/junit.xml)");
   check->add_option("--json", ch->json_out, "JSON summary file (default: OUT/summary.json)")->check(non_empty_path());
+  check->add_option("--min-per-cell", ch->min_per_cell,
+                    "judged cases every backend needs in each cell of the feature map inside its envelope (docs/campaigns.md, "
+                    "\"Feature map\"); fewer: exit 4 unless there are findings (default 0: none)")
+      ->check(strict_unsigned());
   check->callback([ch, &exit_code] {
     std::optional<std::string> bad;
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--junit", ch->junit}, {"--json", ch->json_out}})
@@ -176,8 +181,22 @@ void add_check_command(CLI::App& app, int& exit_code) {
     if (s.contains("known_findings"))
       for (const auto& [id, n] : s.at("known_findings").items())
         cases.push_back({"attnfuzz.check", "known " + id, "", "known deviation, " + std::to_string(n.get<uint64_t>()) + " finding(s)"});
-    for (const auto& c : coverage_junit_cases(Coverage::from_json(s.value("coverage", json::object())))) cases.push_back(c);
+    const Coverage coverage = Coverage::from_json(s.value("coverage", json::object()));
+    for (const auto& c : coverage_junit_cases(coverage)) cases.push_back(c);
     if (untested) exit_code = kExitUntested;
+    if (ch->min_per_cell > 0) {
+      const std::vector<std::string> thin = coverage.thin_cells(ch->min_per_cell);
+      std::string text;
+      for (const std::string& t : thin) text += t + "\n";
+      cases.push_back({"attnfuzz.check.coverage", "feature cells (at least " + std::to_string(ch->min_per_cell) + " judged each)",
+                       thin.empty() ? "" : std::to_string(thin.size()) + " cell(s) inside their backend's envelope judged too few times",
+                       text});
+      if (!thin.empty()) {
+        fmt::print(stderr, "attnfuzz: check: {} feature cell(s) judged fewer than {} times (--min-per-cell), the first: {}\n", thin.size(),
+                   ch->min_per_cell, thin.front());
+        if (exit_code == kExitOk) exit_code = kExitUntested;
+      }
+    }
     try {
       if (!lock) lock.emplace(ch->c.out);  // the campaign made the directory: held for the JUnit and JSON files
       write_file_atomic(ch->junit.empty() ? ch->c.out + "/" + rundir::kJUnitFile : ch->junit, junit_xml("attnfuzz.check", cases));

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "campaign/feature_cells.h"
+
 namespace attnfuzz::cli {
 
 void print_coverage(const Coverage& c) {
@@ -22,6 +24,18 @@ void print_coverage(const Coverage& c) {
     fmt::print("aimed     {}: {} inside, {} ran ({:.0f}%); {} just outside, {} ran ({})\n", b, a.inside, a.inside_ran,
                a.inside ? 100.0 * static_cast<double>(a.inside_ran) / static_cast<double>(a.inside) : 0.0, a.edge, a.edge_ran,
                clauses.empty() ? "-" : clauses);
+  }
+  // The feature map (campaign/feature_cells.h): how many of the cells inside each envelope were judged.
+  for (const auto& [b, n] : c.backends()) {
+    const auto outside = c.outside_cells().find(b);
+    const auto cells = c.cells().find(b);
+    const size_t out = outside == c.outside_cells().end() ? 0 : outside->second.size();
+    size_t judged = 0;
+    if (cells != c.cells().end())
+      for (const auto& [cell, k] : cells->second) judged += k > 0 && (outside == c.outside_cells().end() || !outside->second.count(cell));
+    if (n.ran || out)
+      fmt::print("cells     {}: {} of the {} feature cells inside its envelope judged ({} outside it; report.html draws the map)\n", b, judged,
+                 all_cells().size() - out, out);
   }
   std::fflush(stdout);
   for (const auto& w : c.warnings()) fmt::print(stderr, "attnfuzz: WARNING: {}\n", w);

@@ -5,7 +5,8 @@
 # - a backend that declines every case: the campaign warns loudly with the reason and
 #   records ran/skipped/errored per backend in summary.json, report.html and the progress
 #   line; `check` fails with exit 4 and a failing JUnit test; `run` exits 4 when every
-#   backend was skipped.
+#   backend was skipped;
+# - the feature map: cells judged per backend, check --min-per-cell.
 set -u
 bin=$1
 src=$2
@@ -126,4 +127,20 @@ if "$bin" list 2>/dev/null | grep -q 'this build has no cuDNN backend'; then  # 
   check "run, CUDA plugin in a CPU build: exit 4 with the reason (got $rc)" \
     "[ $rc -eq 4 ] && grep -q 'skipped: .*CUDA plugins need the gpu build of attnfuzz' $tmp/stdout"
 fi
+
+# 6. The feature map (docs/campaigns.md, "Feature map"): summary.json counts the cells a backend
+# was judged in and those its envelope keeps out; report.html draws it; check --min-per-cell
+# fails (exit 4, a failing JUnit case) while a cell inside the envelope is too thin.
+"$bin" check --cases 12 --seed 3 --tier toy --backends torch.sdpa.cpu_flash --out "$tmp/cells" >"$tmp/stdout" 2>"$tmp/err"
+rc=$?
+check "check, no minimum per cell: exit 0 (got $rc)" "[ $rc -eq 0 ]"
+check "check: stdout says how many cells were judged" "grep -Eq '^cells     torch.sdpa.cpu_flash: [1-9][0-9]* of the [0-9]+ feature cells inside its envelope judged' $tmp/stdout"
+check "summary.json: the cells it was judged in, one per case it ran" \
+  "python3 -c \"import json,sys; d=json.load(open(sys.argv[1]))['coverage']; c=d['features']['cells']['torch.sdpa.cpu_flash']; assert sum(c.values()) == d['backends']['torch.sdpa.cpu_flash']['ran'] > 0 and all(k.count('/') == 3 for k in c)\" $tmp/cells/summary.json"
+check "report.html: the feature map" "grep -q 'Feature map' $tmp/cells/report.html"
+"$bin" check --cases 12 --seed 3 --tier toy --backends torch.sdpa.cpu_flash --min-per-cell 1 --out "$tmp/cells" >"$tmp/stdout" 2>"$tmp/err"
+rc=$?
+check "check --min-per-cell 1 over 12 cases: exit 4, the first thin cell named (got $rc)" \
+  "[ $rc -eq 4 ] && grep -q 'feature cell(s) judged fewer than 1 times (--min-per-cell), the first: torch.sdpa.cpu_flash ' $tmp/err"
+check "check --min-per-cell: a failing JUnit case lists the thin cells" "grep -q 'feature cells (at least 1 judged each)' $tmp/cells/junit.xml && grep -q 'judged too few times' $tmp/cells/junit.xml"
 exit $fail

@@ -1,9 +1,14 @@
 // Coverage counts (campaign/coverage.h): per case a backend's outcome is errored > ran >
 // skipped over its compositions; reasons group with stand-alone numbers masked; the JSON
-// form round-trips (state.json, merge) and lists the backends that ran nothing.
+// form round-trips (state.json, merge) and lists the backends that ran nothing; the feature map
+// counts a backend's judged cases per cell and side feature, and knows the cells outside its envelope.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "campaign/coverage.h"
+#include "campaign/feature_cells.h"
 
 namespace attnfuzz {
 namespace {
@@ -128,6 +133,81 @@ TEST(Coverage, CountsReadBackAreRangeCheckedAndSumsNeverWrap) {
   huge["judged_cases"] = UINT64_MAX;
   Coverage sum = Coverage::from_json(huge);
   EXPECT_THROW(sum.add(Coverage::from_json(huge)), std::overflow_error);
+}
+
+}  // namespace
+}  // namespace attnfuzz
+
+namespace attnfuzz {
+namespace {
+
+Case feature_case(DType d, MaskExpr m, int64_t head_dim, bool dlse) {
+  Case c;
+  c.dtype = d;
+  c.mask = m;
+  c.shape = {1, 4, 2, 8, 16, head_dim, head_dim};
+  if (dlse) c.d_lse = ValueDist{};
+  return c;
+}
+
+TEST(FeatureMap, ACaseFallsInOneCellOfTheProductAndItsSides) {
+  EXPECT_EQ(all_cells().size(), 3u * 4u * 3u * 3u);
+  EXPECT_EQ(all_cells().front(), "fp32/none/single/d64");
+  const Case c = feature_case(DType::bf16, MaskExpr::causal_mask(Align::bottom_right), 96, true);
+  EXPECT_EQ(cell_of(c), "bf16/causal/single/d128");
+  EXPECT_NE(std::find(all_cells().begin(), all_cells().end(), cell_of(c)), all_cells().end());
+  Coverage cov;
+  cov.add_case({{"a", CompositionClass::single, Outcome::ran, ""}, {"b", CompositionClass::single, Outcome::skipped, "no"}});
+  cov.add_features(c);
+  EXPECT_EQ(cov.cells().at("a").at("bf16/causal/single/d128"), 1u);
+  EXPECT_FALSE(cov.cells().count("b"));  // it did not run the case
+  EXPECT_EQ(cov.sides().at("a").at("heads").at("gqa"), 1u);
+  EXPECT_EQ(cov.sides().at("a").at("seq").at("wide"), 1u);
+  EXPECT_EQ(cov.sides().at("a").at("dlse").at("yes"), 1u);
+}
+
+TEST(FeatureMap, CellsOutsideAnEnvelopeAreLeftOutOfTheMinimum) {
+  SupportEnvelope fused;
+  fused.dtypes = {DType::f16, DType::bf16};
+  fused.max_head_dim = 128;
+  fused.masks = MaskSupport::causal_or_none;
+  EXPECT_EQ(cell_outside(fused, "fp32/none/single/d64"), std::optional<std::string>("dtype fp32"));
+  EXPECT_EQ(cell_outside(fused, "bf16/window/merged/d64"), std::optional<std::string>("mask window"));
+  EXPECT_EQ(cell_outside(fused, "bf16/causal/merged/d256"), std::optional<std::string>("head dim d256"));
+  EXPECT_EQ(cell_outside(fused, "fp16/causal/q_split/d128"), std::nullopt);
+  Coverage cov;
+  cov.add_backend("fused");
+  cov.set_outside_cells("fused", fused);
+  // fp16 and bf16, none and causal, every composition, d64 and d128: 2 x 2 x 3 x 2 cells inside.
+  EXPECT_EQ(cov.thin_cells(1).size(), 24u);
+  cov.add_case({{"fused", CompositionClass::single, Outcome::ran, ""}});
+  cov.add_features(feature_case(DType::f16, MaskExpr::all_visible(), 64, false));
+  const std::vector<std::string> thin = cov.thin_cells(1);
+  EXPECT_EQ(thin.size(), 23u);
+  EXPECT_EQ(thin.front(), "fused fp16/none/single/d128: 0 judged");  // the head dim varies fastest
+  EXPECT_EQ(cov.thin_cells(2).size(), 24u);
+  EXPECT_TRUE(cov.thin_cells(0).empty());
+}
+
+TEST(FeatureMap, TheMapRoundTripsThroughJsonAndSums) {
+  Coverage a;
+  a.add_case({{"x", CompositionClass::single, Outcome::ran, ""}});
+  a.add_features(feature_case(DType::f32, MaskExpr::all_visible(), 16, false));
+  SupportEnvelope half;
+  half.dtypes = {DType::f16};
+  a.set_outside_cells("x", half);
+  const Coverage back = Coverage::from_json(a.to_json());
+  EXPECT_EQ(back.cells(), a.cells());
+  EXPECT_EQ(back.sides(), a.sides());
+  EXPECT_EQ(back.outside_cells(), a.outside_cells());
+  Coverage sum = back;
+  sum.add(a);
+  EXPECT_EQ(sum.cells().at("x").at("fp32/none/single/d64"), 2u);
+  EXPECT_EQ(sum.sides().at("x").at("layout").at("dense"), 2u);
+  // A summary written before the map: no cell counted.
+  nlohmann::json old = a.to_json();
+  old.erase("features");
+  EXPECT_TRUE(Coverage::from_json(old).cells().empty());
 }
 
 }  // namespace
