@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The tests CI leaves out for time (CMakePresets.json's `nightly` test preset: gtests named
-# Nightly/..., ctests named nightly_...): the long no-false-alarm shards. Run beside the nightly
+# The `nightly` test preset (CMakePresets.json: gtests named Nightly/..., which CI runs too since
+# they became fast, and ctests named nightly_..., which it leaves out). Run beside the nightly
 # campaign (ci/nightly.sh), or by hand; docs/verdicts.md ("Nightly tests") reports them.
 #   ci/nightly-tests.sh
 set -euo pipefail
