@@ -69,6 +69,7 @@ struct RunOptions {
   bool no_determinism = false;
   std::string record_dir;
   bool isolate = false;
+  bool batch_invariance_all = false;
   double timeout = 300;  // --isolate's watchdog
 };
 
@@ -210,6 +211,10 @@ int run(const RunOptions& opt) {
     fmt::print(stderr, "attnfuzz: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
+  if (opt.batch_invariance_all && (opt.isolate || opt.no_determinism)) {
+    fmt::print(stderr, "attnfuzz: --batch-invariance-all runs in this process with the repeat checks: drop --isolate and --no-determinism-check\n");
+    return kExitBadInput;
+  }
   if (opt.isolate) {
     if (!opt.record_dir.empty())
       if (const auto why = prepare_record_dir(opt.record_dir)) {
@@ -247,6 +252,7 @@ int run(const RunOptions& opt) {
   }
   DiffOptions dopt;
   dopt.check_determinism = !opt.no_determinism;
+  dopt.batch_invariance_undeclared = opt.batch_invariance_all;
   dopt.gpu_health = gpu_health;
   if (!opt.record_dir.empty())
     if (const auto why = prepare_record_dir(opt.record_dir)) {
@@ -300,6 +306,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   add_oracle_device_option(cmd, "--reference");  // --reference: the earlier name
   cmd->add_option("--record", opt->record_dir, "write one reproducer per finding (deduplicated by signature) into this directory")
       ->check(non_empty_path());
+  cmd->add_flag("--batch-invariance-all", opt->batch_invariance_all,
+                "also run the backends that do not declare batch invariance inside a larger batch, and say in a note which "
+                "outputs moved (a measurement, not a finding; docs/verdicts.md, \"Batch invariance\")");
   cmd->add_flag("--isolate", opt->isolate,
                 "run the case in a worker process with a watchdog, as campaigns do: a backend that crashes, exits or hangs is a finding "
                 "(prints findings and what ran, not the per-tensor table)");

@@ -300,7 +300,7 @@ class DifferentialSession::Impl {
     run.notes = r.notes;
     run.backend_calls = r.backend_calls;
     if (opt_.check_determinism) check_determinism(be, comp, r, run);
-    if (opt_.check_determinism && be.batch_invariant()) check_batch_invariance(be, comp, r, run);
+    if (opt_.check_determinism && (be.batch_invariant() || opt_.batch_invariance_undeclared)) check_batch_invariance(be, comp, r, run);
     check_all_written(r, run);
     check_masked_rows(be, r, run);
     judge_numbers(be, *contract, comp, r, run);
@@ -362,14 +362,20 @@ class DifferentialSession::Impl {
     try {
       const ComposedResult in_batch = run_composition(be, larger, generate_inputs(larger), comp);
       const std::vector<TensorId> may_differ = be.nondeterministic_outputs();
+      std::string moved;  // an undeclared backend's measurement, for its note
       for (TensorId t : kOutputs) {
         if (t == TensorId::LSE && !be.returns_lse()) continue;
         if (std::find(may_differ.begin(), may_differ.end(), t) != may_differ.end()) continue;
-        if (const size_t n = bits_differing_from_prefix(r[t], in_batch[t]))
+        const size_t n = bits_differing_from_prefix(r[t], in_batch[t]);
+        if (n && !be.batch_invariant()) moved += (moved.empty() ? "" : ", ") + std::string(to_string(t)) + " " + std::to_string(n);
+        if (n && be.batch_invariant())
           add(run.backend, run.composition_class, t, FindingClass::batch_variant,
               std::to_string(n) + " elements differ bitwise with the case's problems " + where + " (the backend declares batch invariance)",
               {{FindingMetric::count, double(n)}});
       }
+      if (!be.batch_invariant())
+        run.notes.push_back("batch invariance (not declared): " +
+                            (moved.empty() ? "no bit moved " + where : "elements moved " + where + ": " + moved));
     } catch (const std::bad_alloc&) {
       throw;  // as in run_one: never a finding
     } catch (const std::exception& e) {

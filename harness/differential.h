@@ -27,6 +27,10 @@ struct DiffOptions {
   // declares batch invariance (Backend::batch_invariant) once more with the case inside a
   // larger batch (batch_invariance_batch), its problems' outputs compared bitwise.
   bool check_determinism = true;
+  // With the repeat checks: put the backends that do not declare batch invariance through that
+  // check too, their result a note (a measurement, not a broken promise): `run
+  // --batch-invariance-all`.
+  bool batch_invariance_undeclared = false;
   ToleranceRule rule;
   // Called before each backend runs (a worker reports it, so a crash names the backend).
   std::function<void(const std::string&)> on_backend;

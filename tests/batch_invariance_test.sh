@@ -2,8 +2,8 @@
 # Declared batch invariance (docs/verdicts.md, "Batch invariance") through `run`, for a plugin
 # (AF_BATCH_INVARIANT: the mutant zoo) and a Python adapter (batch_invariant = True): a backend
 # that keeps the promise passes and `run` says it was held to it; one whose bits move inside a
-# larger batch is a batch_variant finding; the same kernel without the promise passes;
-# --no-determinism-check skips the check.
+# larger batch is a batch_variant finding; the same kernel without the promise passes, and
+# --batch-invariance-all measures it in a note; --no-determinism-check skips the check.
 #   batch_invariance_test.sh ATTNFUZZ SOURCE_DIR [PYTHON]
 set -u
 bin=$1 src=$2 py=${3:-}
@@ -31,6 +31,9 @@ check "batch_dependent_split: no other class" "! grep -Eq '/(mismatch|nondetermi
 "$bin" run "$tmp/case.json" --no-determinism-check --backends "plugin:$mutants/libattnfuzz_mutant_batch_dependent_split.so" >"$tmp/split-off" 2>&1
 rc=$?
 check "batch_dependent_split, --no-determinism-check: exit 0 (got $rc)" "[ $rc -eq 0 ]"
+"$bin" run "$tmp/case.json" --batch-invariance-all --isolate --backends "plugin:$mutants/libattnfuzz_mutant_ok.so" >"$tmp/all-isolate" 2>&1
+rc=$?
+check "--batch-invariance-all --isolate: exit 2, one line (got $rc)" "[ $rc -eq 2 ] && [ \$(wc -l <$tmp/all-isolate) -eq 1 ]"
 
 if [ -n "$py" ] && "$py" -c "import torch, numpy" 2>/dev/null; then
   export ATTNFUZZ_PYTHON=$py ATTNFUZZ_PY_PACKAGE_DIR=$src/python PYTHONPATH=$src/tests/python
@@ -41,6 +44,10 @@ if [ -n "$py" ] && "$py" -c "import torch, numpy" 2>/dev/null; then
   "$bin" run "$tmp/case.json" --backends "py:batch_keyed_adapter:BatchKeyedUndeclared" >"$tmp/py-undeclared" 2>&1
   rc=$?
   check "python, undeclared: exit 0 (got $rc)" "[ $rc -eq 0 ]"
+  "$bin" run "$tmp/case.json" --batch-invariance-all --backends "py:batch_keyed_adapter:BatchKeyedUndeclared" >"$tmp/py-all" 2>&1
+  rc=$?
+  check "python, undeclared, --batch-invariance-all: exit 0, a note says O moved (got $rc)" \
+    "[ $rc -eq 0 ] && grep -q 'note (py.batch_keyed_undeclared): batch invariance (not declared): elements moved inside a batch of 64: O 3' $tmp/py-all"
 else
   echo "python part skipped: no interpreter with torch and numpy given"
 fi

@@ -831,3 +831,27 @@ TEST(BatchInvariance, OnlyADeclaredPromiseIsHeldAndOnlyWithTheRepeatChecks) {
 
 }  // namespace
 }  // namespace attnfuzz
+
+namespace attnfuzz {
+namespace {
+
+// run --batch-invariance-all: a backend that promises nothing is measured, in a note, never a finding.
+TEST(BatchInvariance, AnUndeclaredBackendIsMeasuredInANoteWhenAskedFor) {
+  BatchKeyed moves(false, 1), holds(false, 1000);
+  DiffOptions all;
+  all.batch_invariance_undeclared = true;
+  auto note_of = [&](Backend& be) {
+    const DiffReport r = run_differential(small_case(), {&be}, default_oracles(), all);
+    EXPECT_TRUE(r.findings.empty());
+    std::string notes;
+    for (const auto& run : r.runs)
+      for (const auto& n : run.notes) notes += n + "\n";
+    return notes;
+  };
+  EXPECT_NE(note_of(moves).find("batch invariance (not declared): elements moved inside a batch of 32: O 768"), std::string::npos)
+      << note_of(moves);
+  EXPECT_NE(note_of(holds).find("batch invariance (not declared): no bit moved inside a batch of 32"), std::string::npos) << note_of(holds);
+}
+
+}  // namespace
+}  // namespace attnfuzz
