@@ -518,7 +518,8 @@ int64_t batch_invariance_batch(const Shape& s, Device device) {
   const int64_t work_items = device == Device::cpu ? kBatchInvarianceCpuWorkItems : kBatchInvarianceGpuWorkItems;
   const int64_t per_batch = std::max<int64_t>(1, s.heads_q * ((s.seq_q + 63) / 64));
   const int64_t filling = (work_items + per_batch - 1) / per_batch;
-  return std::max(2 * s.batch + 1, std::min(filling, kBatchInvarianceMaxBatch));
+  const int64_t cap = device == Device::cpu ? kBatchInvarianceCpuFactor * s.batch : kBatchInvarianceMaxBatch;
+  return std::max(2 * s.batch + 1, std::min(filling, cap));
 }
 
 CompositionClass composition_class(const Composition& c) {

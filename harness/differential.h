@@ -70,11 +70,12 @@ CompositionClass composition_class(const Composition& c);
 // The batch the batch-invariance check puts a case's problems in: 2B + 1 at least, and enough
 // (b, h, 64-query tile) work items to fill the machine the backend computes on (a split
 // heuristic keyed on occupancy then sees a full machine where the case alone left it idle): 512
-// on a GPU (a few waves of a 132-SM H100), 64 on the CPU (more than a host's cores), up to
-// kBatchInvarianceMaxBatch. The case's problems are its first B batches: every input element is
+// on a GPU (a few waves of a 132-SM H100), up to kBatchInvarianceMaxBatch; on the CPU, which
+// pays the larger run in full, 64 but at most kBatchInvarianceCpuFactor times the case's batch. The case's problems are its first B batches: every input element is
 // drawn from its index (harness/inputs.h) and the batch is the outermost dimension, so the
 // larger case's inputs begin with the case's own, and its masks are the same expressions.
-inline constexpr int64_t kBatchInvarianceGpuWorkItems = 512, kBatchInvarianceCpuWorkItems = 64, kBatchInvarianceMaxBatch = 1024;
+inline constexpr int64_t kBatchInvarianceGpuWorkItems = 512, kBatchInvarianceCpuWorkItems = 64, kBatchInvarianceMaxBatch = 1024,
+                         kBatchInvarianceCpuFactor = 4;
 int64_t batch_invariance_batch(const Shape& s, Device device);
 
 DiffReport run_differential(const Case& c, const std::vector<Backend*>& backends, const OracleSet& oracles, const DiffOptions& opt = {});

@@ -12,16 +12,16 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
 mutants=$(dirname "$bin")/mutants
-# Sq = 1, Skv = 5: one KV tile of 8 alone, two of 4 inside a larger batch (the mutant's trigger).
+# Sq = 16 (4 query tiles), Skv = 12: KV tiles of 4 alone (4 work items), of 8 in a batch of 4 (16).
 cat >"$tmp/case.json" <<'JSON'
-{"format":"attnfuzz-case/1","seed":7,"dtype":"fp32","shape":{"batch":1,"heads_q":1,"heads_kv":1,"seq_q":1,"seq_kv":5,"head_dim_qk":4,"head_dim_v":3}}
+{"format":"attnfuzz-case/1","seed":7,"dtype":"fp32","shape":{"batch":1,"heads_q":1,"heads_kv":1,"seq_q":16,"seq_kv":12,"head_dim_qk":4,"head_dim_v":3}}
 JSON
 
 "$bin" run "$tmp/case.json" --backends "plugin:$mutants/libattnfuzz_mutant_ok.so" >"$tmp/ok" 2>&1
 rc=$?
 check "mutant_ok: exit 0 (got $rc)" "[ $rc -eq 0 ]"
 check "mutant_ok: run says it is held to batch invariance" \
-  "grep -q '^declared  plugin.mutant_ok: batch invariant: its problems run again inside a batch of 64 must give the same bits' $tmp/ok"
+  "grep -q '^declared  plugin.mutant_ok: batch invariant: its problems run again inside a batch of 4 must give the same bits' $tmp/ok"
 
 "$bin" run "$tmp/case.json" --backends "plugin:$mutants/libattnfuzz_mutant_batch_dependent_split.so" >"$tmp/split" 2>&1
 rc=$?
@@ -47,7 +47,7 @@ if [ -n "$py" ] && "$py" -c "import torch, numpy" 2>/dev/null; then
   "$bin" run "$tmp/case.json" --batch-invariance-all --backends "py:batch_keyed_adapter:BatchKeyedUndeclared" >"$tmp/py-all" 2>&1
   rc=$?
   check "python, undeclared, --batch-invariance-all: exit 0, a note says O moved (got $rc)" \
-    "[ $rc -eq 0 ] && grep -q 'note (py.batch_keyed_undeclared): batch invariance (not declared): elements moved inside a batch of 64: O 3' $tmp/py-all"
+    "[ $rc -eq 0 ] && grep -q 'note (py.batch_keyed_undeclared): batch invariance (not declared): elements moved inside a batch of 4: O 48' $tmp/py-all"
 else
   echo "python part skipped: no interpreter with torch and numpy given"
 fi
