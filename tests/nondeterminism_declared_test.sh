@@ -49,5 +49,10 @@ if [ "$kind" = python ]; then  # a declaration naming no output is refused at st
   rc=$?
   check "python: an unknown output in nondeterministic_outputs: exit 2 naming it (got $rc)" \
     "[ $rc -eq 2 ] && grep -q 'nondeterministic_outputs' $tmp/bad.err && grep -q 'dX' $tmp/bad.err"
+  # A class the module does not have is named as missing, not as "not an Adapter subclass".
+  "$bin" run "$case_file" --backends "py:atomic_order_adapter:NoSuchAdapter" >"$tmp/missing" 2>"$tmp/missing.err"
+  rc=$?
+  check "python: a class the module lacks: exit 2, 'has no attribute NoSuchAdapter' (got $rc)" \
+    "[ $rc -eq 2 ] && grep -q 'module atomic_order_adapter (.*) has no attribute NoSuchAdapter' $tmp/missing.err"
 fi
 exit $fail

@@ -71,7 +71,10 @@ class _Worker:
     def hello(self, r):
         global _TorchTensor
         module = importlib.import_module(r["module"])
-        cls = getattr(module, r["class"], None)
+        if not hasattr(module, r["class"]):
+            raise AttributeError(f"{r['module']}:{r['class']}: module {r['module']} ({getattr(module, '__file__', '?')}) "
+                                 f"has no attribute {r['class']}")
+        cls = getattr(module, r["class"])
         if not (isinstance(cls, type) and issubclass(cls, Adapter)):
             raise TypeError(f"{r['module']}:{r['class']} is not an attnfuzz_py.Adapter subclass")
         a = cls(**r.get("options", {}))
