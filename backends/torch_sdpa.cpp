@@ -40,10 +40,12 @@ class TorchSdpaBackend final : public Backend {
     return kind_ == SdpaKind::cpu_flash && d != DType::f32 ? std::ldexp(1.0, -12) : unit_roundoff(DType::f32);
   }
 
-  // Any dtype, layout and mask (as a boolean mask); no softcap; the CPU flash kernel needs Dqk == Dv.
+  // Any dtype, layout and mask (as an additive float mask), a score bias in that mask; no softcap;
+  // the CPU flash kernel needs Dqk == Dv.
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.softcap = false;
+    e.bias = true;
     e.distinct_head_dims = kind_ != SdpaKind::cpu_flash;
     return e;
   }
@@ -111,7 +113,9 @@ class TorchSdpaBackend final : public Backend {
     at::Tensor mask = TorchMaskBuilder(p).build().to(dev);
     // Additive float mask (0 visible, -inf masked): what at::scaled_dot_product_attention
     // hands its backends after converting a boolean mask.
-    c.mask = at::zeros(mask.sizes(), at::TensorOptions().dtype(st).device(dev)).masked_fill(mask.logical_not(), -INFINITY);
+    // With a score bias: the bias where visible (biased_mask).
+    c.mask = p.has_bias() ? biased_mask(p, mask, st, dev)
+                          : at::zeros(mask.sizes(), at::TensorOptions().dtype(st).device(dev)).masked_fill(mask.logical_not(), -INFINITY);
     if (kind_ == SdpaKind::math) {
       c.out = std::get<0>(at::_scaled_dot_product_attention_math(c.q, c.k, c.v, c.mask, 0.0, false, std::nullopt, p.scale,
                                                                  /*enable_gqa=*/p.shape.group() > 1));

@@ -47,13 +47,14 @@ RandomCaseOptions tier_options(const std::string& tier, bool gpu, int64_t max_se
 // The case stream (generators/envelope_cases.h): blind, or aimed at the envelopes of the backends
 // the probe loaded, one after the other; auto aims when one of them computes on a GPU.
 std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfile>&)> case_stream(const CampaignArgs& a) {
-  return [seed = a.seed, tier = a.tier, mix_name = a.case_mix, share = a.edge_share, breaking = a.breaking_share, max_seq = a.max_seq,
+  return [seed = a.seed, tier = a.tier, mix_name = a.case_mix, share = a.edge_share, breaking = a.breaking_share, bias = a.bias_share, max_seq = a.max_seq,
           max_dim = a.max_dim](const std::vector<BackendProfile>& backends) {
     const bool gpu = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.on_gpu(); });
     CaseMix mix;
     mix.gen = tier_options(tier, gpu, max_seq, max_dim);
     mix.gen.p_breaking_values = breaking.value_or(gpu ? 0.0 : kCpuBreakingShare);
     if (!breaking) mix.gen.breaking_left_out = {kCpuBreakingLeftOut};  // the default's share only
+    mix.gen.p_bias = bias.value_or(gpu ? 0.0 : kCpuBiasShare);
     mix.edge_share = share;
     mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
     // The GPU real tier shrinks for what its workers keep on the host, not for the CPU set's
@@ -143,6 +144,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
     throw std::invalid_argument("--edge-share takes a share in [0, 1], got " + std::to_string(a.edge_share));
   if (a.breaking_share && !(*a.breaking_share >= 0.0 && *a.breaking_share <= 1.0))
     throw std::invalid_argument("--breaking-share takes a share in [0, 1], got " + std::to_string(*a.breaking_share));
+  if (a.bias_share && !(*a.bias_share >= 0.0 && *a.bias_share <= 1.0))
+    throw std::invalid_argument("--bias-share takes a share in [0, 1], got " + std::to_string(*a.bias_share));
   o.case_stream = case_stream(a);
   o.candidates = shrink_candidates;
   o.size = case_size;
@@ -170,6 +173,11 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
       "share of cases carrying values that break kernels: rows with LSE far below zero, scores near fp16's overflow, "
       "subnormal inputs, dO zero in rows, large dO or dLSE (docs/fuzzing.md; default 0.25 where every backend computes on "
       "the CPU, 0 where one runs on a GPU)");
+  cmd->add_option_function<double>(
+      "--bias-share", [&a](double share) { a.bias_share = share; },
+      "share of cases with a score bias: a dense tensor broadcast over some dimensions, ALiBi or a relative-position table "
+      "(docs/case-format.md; default 0.2 where every backend computes on the CPU, 0 where one runs on a GPU); aimed cases "
+      "keep it only for backends that take one");
   // A campaign's cases are judged against the float64 reference: longer rows than 2^16 are refused.
   add_shared_option(cmd, Flag::max_seq, a.max_seq)->check(CLI::Range(1, 1 << 16));
   add_shared_option(cmd, Flag::max_dim, a.max_dim);

@@ -38,6 +38,8 @@ struct CampaignArgs {
   // The share of cases with values that break kernels (docs/fuzzing.md); unset: kCpuBreakingShare
   // where every backend computes on the CPU, 0 where one runs on a GPU (not triaged there yet).
   std::optional<double> breaking_share;
+  // The share of cases with a score bias; unset: kCpuBiasShare on the CPU, 0 on a GPU.
+  std::optional<double> bias_share;
   int64_t max_seq = 0;             // 0: the tier's
   int64_t max_dim = 0;             // 0: the tier's
   std::vector<std::string> known;  // reproducers of known deviations (files or directories)

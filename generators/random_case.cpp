@@ -292,7 +292,34 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
       if (!left_out) c = std::move(with);
     }
   }
+  {
+    SplitMix bias(splitmix64(c.seed ^ 0x73636f7265626961ull));
+    if (bias.chance(opt.p_bias)) c.bias = random_bias(bias);
+  }
   return c;
+}
+
+ScoreBias random_bias(SplitMix& r) {
+  ScoreBias b;
+  const int64_t kind = r.range(0, 4);
+  b.kind = kind <= 2 ? ScoreBias::Kind::tensor : kind == 3 ? ScoreBias::Kind::alibi : ScoreBias::Kind::relative;
+  if (b.kind == ScoreBias::Kind::tensor) b.spans = {r.chance(0.5), r.chance(0.6), r.chance(0.8), r.chance(0.9)};
+  if (b.kind != ScoreBias::Kind::alibi) switch (r.range(0, 3)) {
+      case 0:  // saturating: a few keys dominate each row
+        b.values.sigma = 4.0 + 4.0 * r.unit();
+        break;
+      case 1:  // mask-like: an additive mask's large entries
+        b.values.kind = ValueDist::Kind::outliers;
+        b.values.sigma = 0.5;
+        b.values.fraction = 0.05 + 0.3 * r.unit();
+        b.values.magnitude = r.chance(0.8) ? -1e4 : 1e4;
+        break;
+      default:
+        b.values.sigma = 0.25 + 1.5 * r.unit();
+        b.values.mean = r.chance(0.2) ? -2.0 : 0.0;
+        break;
+    }
+  return b;
 }
 
 Case campaign_case(uint64_t seed, uint64_t index, const RandomCaseOptions& opt) {

@@ -28,6 +28,9 @@ struct RandomCaseOptions {
   // Kinds drawn in that share but then left out (the case keeps its ordinary values), so that
   // every other case of the stream is what it is with every kind.
   std::vector<ValueFeature> breaking_left_out;
+  // A score bias (harness/case.h, ScoreBias), from a stream of its own: 0 here for the same reason;
+  // campaigns choose their share (--bias-share).
+  double p_bias = 0.0;
 
   static RandomCaseOptions for_tier(domain::SizeTier t);
 };
@@ -37,6 +40,9 @@ struct RandomCaseOptions {
 // the error model there; untriaged (docs/fuzzing.md, "Values that break kernels").
 inline constexpr double kCpuBreakingShare = 0.25;
 inline constexpr ValueFeature kCpuBreakingLeftOut = ValueFeature::logits_near_overflow;
+// The share of a campaign's cases with a score bias by default, on the CPU; 0 on a GPU, where the
+// GPU oracle set does not compute with a bias yet (a real-size case would fall back to Eigen).
+inline constexpr double kCpuBiasShare = 0.2;
 
 class SplitMix {
  public:
@@ -59,6 +65,10 @@ Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth =
 // Every tensor its own layout (any order, padded rows and heads, offsets), packings where
 // the shape allows them.
 Layouts random_layouts(SplitMix& r, const Shape& s);
+// A score bias of any kind for a case of this shape and dtype: a dense tensor broadcast over a
+// random set of dimensions, ALiBi or a relative-position table; values ordinary, saturating, or
+// mask-like (a share of entries at -1e4 or +1e4).
+ScoreBias random_bias(SplitMix& r);
 Case random_case(uint64_t seed, const RandomCaseOptions& opt = {});
 // The index-th case of a campaign's stream (`attnfuzz campaign`, bench_case_rate).
 Case campaign_case(uint64_t seed, uint64_t index, const RandomCaseOptions& opt);

@@ -219,6 +219,10 @@ uint64_t case_size(const Case& c) {
   extras += (c.dtype != DType::f32) + (c.softcap.has_value()) + (c.scale.has_value()) + layout_distance(c.layouts);
   for (const ValueDist* d : {&c.q, &c.k, &c.v, &c.d_out}) extras += !(*d == ValueDist{});
   extras += c.d_lse.kind != ValueDist::Kind::zero;
+  if (c.bias) {  // a bias costs its kind, the dimensions it spans and its values' departure from N(0, 1)
+    extras += 1 + (c.bias->kind != ScoreBias::Kind::tensor) + !(c.bias->values == ValueDist{});
+    for (bool spanned : c.bias->spans) extras += spanned;
+  }
   return elems * 16 + extras;
 }
 
@@ -310,6 +314,30 @@ std::vector<Case> shrink_candidates(const Case& c) {
     Case x = c;
     x.d_lse = ValueDist{ValueDist::Kind::zero};
     push(x);
+  }
+  // A bias: none; a plain tensor for ALiBi or a relative table; fewer spanned dimensions;
+  // ordinary values. (A finding that needs the bias keeps it: each candidate is judged.)
+  if (c.bias) {
+    Case x = c;
+    x.bias.reset();
+    push(x);
+    if (c.bias->kind != ScoreBias::Kind::tensor) {
+      Case t = c;
+      t.bias = ScoreBias{};
+      t.bias->spans = {false, true, true, true};
+      push(t);
+    }
+    for (size_t d = 0; d < 4; ++d)
+      if (c.bias->kind == ScoreBias::Kind::tensor && c.bias->spans[d]) {
+        Case n = c;
+        n.bias->spans[d] = false;
+        push(n);
+      }
+    if (!(c.bias->values == ValueDist{}) && c.bias->kind != ScoreBias::Kind::alibi) {
+      Case v = c;
+      v.bias->values = ValueDist{};
+      push(v);
+    }
   }
   return out;
 }

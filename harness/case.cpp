@@ -21,6 +21,10 @@ constexpr uint64_t kComposedCopies = 12;  // the composition's baselines and mod
 constexpr uint64_t kCallCopies = 7;       // a call's inputs, outputs and error terms
 constexpr uint64_t kMaskBytes = 4;        // the dense masks alive at once
 constexpr uint64_t kCallPairBytes = 16;   // a call's mask and what its graph leaves in the heap
+// float64 copies of the bias tensor kept through a case: the inputs', the problem's, a call's
+// slice, a backend's copy. Counted, not measured (the bias came after the memory grid of
+// docs/campaigns.md).
+constexpr uint64_t kBiasCopies = 4;
 constexpr uint64_t kHeadPairBytes = 176;  // the error terms of one head
 // torch.f64's graph per pair, its blocks from the heap (under kMmapThreshold) or mapped.
 constexpr uint64_t kEveryHeadPairBytes = 104, kEveryHeadPairBytesMapped = 48;
@@ -90,6 +94,28 @@ void check_magnitudes(const Case& c) {
   if (!(dp <= fp32_max))
     throw CaseError("grads.d_out", "dO V^T up to about head_dim_v * max|dO| * max|v| = " + say(dp) + " overflows fp32 (largest finite " +
                                        say(fp32_max) + ")");
+}
+
+void check_bias(const Case& c) {
+  const ScoreBias& b = *c.bias;
+  if (b.kind != ScoreBias::Kind::tensor && b.spans != ScoreBias{}.spans)
+    throw CaseError("bias.spans", "only a bias of kind tensor is broadcast (" + to_string(b.kind) + " spans heads, q and kv)");
+  check_dist(b.values, "bias.values");
+  const double dtype_max = largest_finite(c.dtype);
+  if (largest_drawn(b.values) > dtype_max)
+    throw CaseError("bias.values", "values overflow " + std::string(to_string(c.dtype)));
+  const Shape& s = c.shape;
+  uint64_t elements = prod({s.heads_q, s.seq_q + s.seq_kv - 1});
+  if (b.kind != ScoreBias::Kind::relative) {
+    const auto shape = b.tensor_shape(s);
+    elements = prod({shape[0], shape[1], shape[2], shape[3]});
+  }
+  if (elements > static_cast<uint64_t>(kMaxBiasElements))
+    throw CaseError("bias", std::to_string(elements) + " elements, over the limit of 2^28");
+  // ALiBi's largest value is slope_0 max(Sq, Skv), slope_0 <= 1/2: beyond the dtype only for fp16 at S >= 2^17.
+  if (b.kind == ScoreBias::Kind::alibi &&
+      std::ldexp(1.0, -8 / static_cast<int>(std::min<int64_t>(s.heads_q, 8))) * static_cast<double>(std::max(s.seq_q, s.seq_kv)) > dtype_max)
+    throw CaseError("bias.kind", "ALiBi's values overflow " + std::string(to_string(c.dtype)) + " at this length");
 }
 
 void check_bounds(const std::vector<int64_t>& b, int64_t n, const std::string& field) {
@@ -203,6 +229,14 @@ CompositionCost composition_cost(const Case& c, const Composition& comp) {
   return cost;
 }
 
+std::vector<int64_t> ScoreBias::tensor_shape(const Shape& s) const {
+  if (kind != Kind::tensor) return {1, s.heads_q, s.seq_q, s.seq_kv};
+  const int64_t full[4] = {s.batch, s.heads_q, s.seq_q, s.seq_kv};
+  std::vector<int64_t> out(4);
+  for (int d = 0; d < 4; ++d) out[static_cast<size_t>(d)] = spans[static_cast<size_t>(d)] ? full[d] : 1;
+  return out;
+}
+
 double Case::effective_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(shape.head_dim_qk)); }
 
 uint64_t estimate_host_bytes(const Case& c, const HostWork& work) {
@@ -224,6 +258,10 @@ uint64_t estimate_host_bytes(const Case& c, const HostWork& work) {
   const uint64_t every =
       every_head ? sat_mul(sat_mul(8, pairs) < kMmapThreshold ? kEveryHeadPairBytes : kEveryHeadPairBytesMapped, pairs) : 0;
   bytes = sat_add(bytes, sat_mul(8, head) < kMmapThreshold ? sat_add(one, every) : std::max(one, every));
+  if (c.bias) {
+    const auto b = c.bias->tensor_shape(s);
+    bytes = sat_add(bytes, sat_mul(8 * kBiasCopies, prod({b[0], b[1], b[2], b[3]})));
+  }
   // Laid-out copies a backend gets, at most 8 bytes an element. place()'s extent is at most
   // offset + 3 * B * H * S * (w + row_padding + head_padding) (3: a packed group); bounded
   // here with saturating arithmetic, since place() itself assumes sizes that fit.
@@ -299,6 +337,7 @@ void validate(const Case& c, const Limits& limits) {
   check_dist(c.d_out, "grads.d_out");
   check_dist(c.d_lse, "grads.d_lse");
   check_magnitudes(c);
+  if (c.bias) check_bias(c);
 }
 
 std::string to_string(Composition::Kind k) {
@@ -368,6 +407,24 @@ std::string to_string(ValueDist::Kind k) {
       return "subnormal";
   }
   return "?";
+}
+
+std::string to_string(ScoreBias::Kind k) {
+  switch (k) {
+    case ScoreBias::Kind::tensor:
+      return "tensor";
+    case ScoreBias::Kind::alibi:
+      return "alibi";
+    case ScoreBias::Kind::relative:
+      return "relative";
+  }
+  return "?";
+}
+
+std::optional<ScoreBias::Kind> bias_kind_from_string(const std::string& s) {
+  for (ScoreBias::Kind k : {ScoreBias::Kind::tensor, ScoreBias::Kind::alibi, ScoreBias::Kind::relative})
+    if (to_string(k) == s) return k;
+  return std::nullopt;
 }
 
 std::string describe(const Composition& c) {

@@ -2,6 +2,7 @@
 // The Case: a complete, serializable description of one attention problem
 // (docs/semantics.md, "The problem space"). Everything a backend computes, and every
 // input value, follows from a Case alone.
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -63,6 +64,30 @@ struct Composition {
   bool operator==(const Composition&) const = default;
 };
 
+// An additive bias on the scores (docs/semantics.md, "Score bias"): after the scale and the softcap,
+// before the mask and the softmax,
+//   S_ij = softcap(scale q_i . k_j) + bias[b][h][i][j]
+// The bias is an input in the case dtype (held exactly in float64), broadcast over the dimensions
+// it does not span. Three kinds, all handed to backends as that one tensor:
+struct ScoreBias {
+  enum class Kind {
+    tensor,    // elements drawn from `values`, shaped [B|1][Hq|1][Sq|1][Skv|1] (`spans`)
+    alibi,     // ALiBi: -slope_h |j - i - (Skv - Sq)| (bottom-right aligned, FlashAttention's),
+               // slope_h = 2^(-8 (h + 1) / Hq), rounded to the case dtype; shaped [1][Hq][Sq][Skv]
+    relative,  // a relative-position table: table[h][j - i + Sq - 1], Hq x (Sq + Skv - 1) entries
+               // drawn from `values`; shaped [1][Hq][Sq][Skv]
+  };
+  Kind kind = Kind::tensor;
+  // tensor: whether it spans (batch, heads_q, seq_q, seq_kv); a dimension it does not span has
+  // extent 1 and is broadcast. alibi and relative span heads, seq_q and seq_kv.
+  std::array<bool, 4> spans{true, true, true, true};
+  ValueDist values;
+  bool operator==(const ScoreBias&) const = default;
+
+  // The bias tensor's shape for a case of shape `s`: [B|1][Hq|1][Sq|1][Skv|1].
+  std::vector<int64_t> tensor_shape(const Shape& s) const;
+};
+
 struct Case {
   uint64_t seed = 0;
   Shape shape;
@@ -70,6 +95,7 @@ struct Case {
   Layouts layouts;                // per tensor, how it is laid out in memory handed to a backend (harness/layout.h)
   std::optional<double> scale;    // default 1/sqrt(head_dim_qk)
   std::optional<double> softcap;  // S = c * tanh(S / c)
+  std::optional<ScoreBias> bias;  // added after the softcap (above)
   MaskExpr mask;
   ValueDist q, k, v;
   ValueDist d_out;
@@ -193,6 +219,12 @@ uint64_t estimate_host_bytes(const Case& c, const HostWork& work = {});
 
 std::string to_string(Composition::Kind k);
 std::string to_string(ValueDist::Kind k);
+std::string to_string(ScoreBias::Kind k);
+std::optional<ScoreBias::Kind> bias_kind_from_string(const std::string& s);
+// The names of the bias dimensions, in `spans` order: batch, heads, q, kv.
+inline constexpr const char* kBiasDimNames[4] = {"batch", "heads", "q", "kv"};
+// The largest relative-position table or bias tensor a case may ask for, in elements.
+inline constexpr int64_t kMaxBiasElements = int64_t{1} << 28;
 std::string describe(const Composition& c);
 std::string describe_shape(const Shape& s);
 

@@ -323,6 +323,49 @@ json to_json(const Composition& c) {
   return j;
 }
 
+namespace {
+// "bias": {"kind", "spans" (tensor only: the dimensions it spans, of batch, heads, q, kv),
+// "values" (tensor and relative)}.
+json bias_to_json(const ScoreBias& b) {
+  json j{{"kind", to_string(b.kind)}};
+  if (b.kind == ScoreBias::Kind::tensor) {
+    json spans = json::array();
+    for (size_t d = 0; d < 4; ++d)
+      if (b.spans[d]) spans.push_back(kBiasDimNames[d]);
+    j["spans"] = spans;
+  }
+  if (b.kind != ScoreBias::Kind::alibi) j["values"] = dist_to_json(b.values);
+  return j;
+}
+
+ScoreBias bias_from(const json& j) {
+  ObjectReader r(j, "bias");
+  ScoreBias b;
+  const std::string kind = r.string("kind", "tensor");
+  const auto k = bias_kind_from_string(kind);
+  if (!k) throw CaseError("bias.kind", "expected 'tensor', 'alibi' or 'relative', got '" + kind + "'");
+  b.kind = *k;
+  if (const json* spans = r.maybe("spans")) {
+    if (b.kind != ScoreBias::Kind::tensor) throw CaseError("bias.spans", "only a bias of kind tensor is broadcast");
+    if (!spans->is_array() || spans->size() > 4) throw CaseError("bias.spans", "expected a list of dimensions among batch, heads, q, kv");
+    b.spans = {false, false, false, false};
+    for (const auto& e : *spans) {
+      size_t d = 0;
+      while (d < 4 && !(e.is_string() && e.get<std::string>() == kBiasDimNames[d])) ++d;
+      if (d == 4) throw CaseError("bias.spans", "expected a list of dimensions among batch, heads, q, kv");
+      if (b.spans[d]) throw CaseError("bias.spans", std::string("'") + kBiasDimNames[d] + "' given twice");
+      b.spans[d] = true;
+    }
+  }
+  if (const json* v = r.maybe("values")) {
+    if (b.kind == ScoreBias::Kind::alibi) throw CaseError("bias.values", "ALiBi's values follow from the shape");
+    b.values = dist_from(*v, "bias.values", b.values);
+  }
+  r.finish();
+  return b;
+}
+}  // namespace
+
 json to_json(const Case& c) {
   const Shape& s = c.shape;
   json j;
@@ -340,6 +383,7 @@ json to_json(const Case& c) {
     j["layouts"] = layouts_to_json(c.layouts);
   j["scale"] = c.scale ? json(*c.scale) : json(nullptr);
   j["softcap"] = c.softcap ? json(*c.softcap) : json(nullptr);
+  if (c.bias) j["bias"] = bias_to_json(*c.bias);
   j["mask"] = to_json(c.mask);
   using T = TensorId;
   j["values"] = json{{case_key(T::Q), dist_to_json(c.q)}, {case_key(T::K), dist_to_json(c.k)}, {case_key(T::V), dist_to_json(c.v)}};
@@ -384,6 +428,7 @@ Case case_from_json(const json& j, const Limits& limits) {
   if (const json* l = r.maybe("layouts")) c.layouts = layouts_from(*l);
   c.scale = r.optional_number("scale");
   c.softcap = r.optional_number("softcap");
+  if (const json* b = r.maybe("bias")) c.bias = bias_from(*b);
   if (const json* m = r.maybe("mask")) c.mask = mask_from(*m, "mask", 0);
   // Each tensor's distribution, under its case key in "values" (Q, K, V) or "grads" (dO, dLSE).
   auto read_dists = [&](const char* key, std::initializer_list<std::pair<TensorId, ValueDist*>> tensors) {

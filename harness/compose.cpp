@@ -29,6 +29,7 @@ const Tensor& ComposedResult::operator[](TensorId t) const {
     case TensorId::dO:
     case TensorId::dLSE:
     case TensorId::mask:
+    case TensorId::Bias:
       break;
   }
   throw std::logic_error(std::string("not an output: ") + name_of(t));
@@ -177,6 +178,7 @@ class Engine {
     p.q = slice_seq(in_.q, r.q0, r.q1);
     p.k = slice_seq(in_.k, r.k0, r.k1);
     p.v = slice_seq(in_.v, r.k0, r.k1);
+    if (c_.bias) p.bias = slice_bias(in_.bias, r.q0, r.q1, r.k0, r.k1);
     materialize_mask(p);
     return p;
   }

@@ -59,6 +59,7 @@ class BaselineAs final : public Backend {
   BaselineAs(std::unique_ptr<Backend> inner, bool takes_dlse) : inner_(std::move(inner)), takes_dlse_(takes_dlse) {}
   std::string name() const override { return inner_->name(); }
   std::optional<Contract> contract(DType d) const override { return inner_->contract(d); }
+  SupportEnvelope envelope() const override { return inner_->envelope(); }
   bool backward_takes_dlse() const override { return takes_dlse_; }
   Forward forward(const Problem& p) override { return inner_->forward(p); }
   Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {

@@ -22,6 +22,7 @@ const char* clause_name(EnvelopeClause c) {
     case EnvelopeClause::seq: return "seq";
     case EnvelopeClause::grid: return "grid";
     case EnvelopeClause::softcap: return "softcap";
+    case EnvelopeClause::bias: return "bias";
     case EnvelopeClause::mask: return "mask";
     case EnvelopeClause::alignment: return "alignment";
     case EnvelopeClause::lse: return "lse";
@@ -94,6 +95,7 @@ bool SupportEnvelope::restricts(EnvelopeClause c) const {
     case EnvelopeClause::seq: return min_seq_kv > 1 || max_seq != kUnbounded;
     case EnvelopeClause::grid: return max_batch_heads != kUnbounded;
     case EnvelopeClause::softcap: return !softcap;
+    case EnvelopeClause::bias: return !bias;
     case EnvelopeClause::mask: return masks != MaskSupport::any;
     case EnvelopeClause::alignment: return alignment_bytes > 1;
     case EnvelopeClause::lse: return packed_lse;
@@ -137,6 +139,9 @@ std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeCla
     case EnvelopeClause::softcap:
       if (softcap || !p.softcap) return std::nullopt;
       return std::string("a softcap (takes none)");
+    case EnvelopeClause::bias:
+      if (bias || !p.has_bias()) return std::nullopt;
+      return std::string("a score bias (takes none)");
     case EnvelopeClause::mask:
       if (masks == MaskSupport::any) return std::nullopt;
       if (const DenseMaskShape m = dense_mask_shape(p); m.all || (m.top_left_causal && s.seq_q == s.seq_kv)) return std::nullopt;
@@ -180,6 +185,7 @@ json to_json(const SupportEnvelope& e) {
               {"max_seq", bound(e.max_seq)},
               {"max_batch_heads", bound(e.max_batch_heads)},
               {"softcap", e.softcap},
+              {"bias", e.bias},
               {"masks", e.masks == MaskSupport::any ? "any" : "causal_or_none"},
               {"alignment_bytes", e.alignment_bytes},
               {"packed_lse", e.packed_lse},
@@ -189,12 +195,12 @@ json to_json(const SupportEnvelope& e) {
 SupportEnvelope envelope_from_json(const json& j) {
   if (!j.is_object()) throw std::invalid_argument("envelope: expected an object");
   static const char* const kKeys[] = {"dtypes",          "max_head_dim", "head_dim_multiple", "distinct_head_dims", "grouped_heads",
-                                      "min_seq_kv",      "max_seq",      "max_batch_heads",   "softcap",            "masks",
+                                      "min_seq_kv",      "max_seq",      "max_batch_heads",   "softcap",            "bias",              "masks",
                                       "alignment_bytes", "packed_lse",   "library_decides"};
   for (const auto& item : j.items())
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return item.key() == k; }) == std::end(kKeys))
       throw std::invalid_argument("envelope: unknown key '" + item.key() + "'");
-  SupportEnvelope e;  // a key left out keeps its unrestricted default
+  SupportEnvelope e;  // a key left out keeps its default: unrestricted, but for the bias (none)
   try {
     if (j.contains("dtypes")) {
       e.dtypes.clear();
@@ -217,6 +223,7 @@ SupportEnvelope envelope_from_json(const json& j) {
     bound("max_seq", e.max_seq);
     bound("max_batch_heads", e.max_batch_heads);
     get("softcap", e.softcap);
+    get("bias", e.bias);
     if (j.contains("masks")) {
       const std::string masks = j.at("masks").get<std::string>();
       if (masks != "any" && masks != "causal_or_none") throw std::invalid_argument("envelope: masks: '" + masks + "'");
@@ -249,7 +256,7 @@ SupportEnvelope declared_envelope(const json* declared, const std::vector<DType>
   if (dtypes.empty())
     throw std::invalid_argument(declared ? "the envelope names no dtype it has a contract for" : "its contracts name no dtype");
   e.dtypes = dtypes;
-  e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype});
+  e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype, EnvelopeClause::bias});
   return e;
 }
 
@@ -263,6 +270,7 @@ std::string describe(const SupportEnvelope& e) {
   if (e.min_seq_kv > 1) add("Skv >= " + std::to_string(e.min_seq_kv));
   if (e.max_seq != SupportEnvelope::kUnbounded) add("S <= " + std::to_string(e.max_seq));
   if (!e.softcap) add("no softcap");
+  if (e.bias) add("score bias");
   if (e.masks == MaskSupport::causal_or_none) add("masks: none or causal");
   if (e.alignment_bytes > 1) add(std::to_string(e.alignment_bytes) + "-byte aligned");
   if (e.packed_lse) add("packed LSE");

@@ -1,6 +1,8 @@
 #include "harness/inputs.h"
 
 #include <bit>
+#include <cmath>
+#include <cstdlib>
 
 #include "harness/parallel.h"
 #include "harness/rng.h"
@@ -76,12 +78,50 @@ Inputs generate_inputs(const Case& c) {
     for (size_t i = begin; i < end; ++i) g.data[i] = static_cast<float>(draw_value(c.d_lse, c.seed, TensorId::dLSE, i, 1));
   });
   in.d_lse = std::move(g);
+  if (c.bias) in.bias = generate_bias(c);
   return in;
+}
+
+Tensor generate_bias(const Case& c) {
+  const ScoreBias& b = *c.bias;
+  const Shape& s = c.shape;
+  switch (b.kind) {
+    case ScoreBias::Kind::tensor:
+      return make(c, b.values, TensorId::Bias, b.tensor_shape(s));
+    case ScoreBias::Kind::relative: {
+      // table[h][r], r = j - i + Sq - 1 in [0, Sq + Skv - 1)
+      const Tensor table = make(c, b.values, TensorId::Bias, {s.heads_q, s.seq_q + s.seq_kv - 1});
+      Tensor t(b.tensor_shape(s));
+      parallel_for(static_cast<size_t>(s.heads_q * s.seq_q), static_cast<size_t>(s.seq_kv), [&](size_t begin, size_t end) {
+        for (size_t row = begin; row < end; ++row) {
+          const int64_t h = static_cast<int64_t>(row) / s.seq_q, i = static_cast<int64_t>(row) % s.seq_q;
+          for (int64_t j = 0; j < s.seq_kv; ++j) t.data[row * static_cast<size_t>(s.seq_kv) + static_cast<size_t>(j)] =
+              table.data[static_cast<size_t>(h * (s.seq_q + s.seq_kv - 1) + j - i + s.seq_q - 1)];
+        }
+      });
+      return t;
+    }
+    case ScoreBias::Kind::alibi: {
+      Tensor t(b.tensor_shape(s));
+      parallel_for(static_cast<size_t>(s.heads_q * s.seq_q), static_cast<size_t>(s.seq_kv), [&](size_t begin, size_t end) {
+        for (size_t row = begin; row < end; ++row) {
+          const int64_t h = static_cast<int64_t>(row) / s.seq_q, i = static_cast<int64_t>(row) % s.seq_q;
+          const double slope = std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(s.heads_q));
+          for (int64_t j = 0; j < s.seq_kv; ++j)
+            t.data[row * static_cast<size_t>(s.seq_kv) + static_cast<size_t>(j)] =
+                round_to(c.dtype, -slope * static_cast<double>(std::llabs(j - i - (s.seq_kv - s.seq_q))));
+        }
+      });
+      return t;
+    }
+  }
+  return {};
 }
 
 uint64_t checksum(const Inputs& in) {
   uint64_t h = 1469598103934665603ull;
-  for (const Tensor* t : {&in.q, &in.k, &in.v, &in.d_out, &in.d_lse}) {
+  for (const Tensor* t : {&in.q, &in.k, &in.v, &in.d_out, &in.d_lse, &in.bias}) {
+    if (t == &in.bias && t->data.empty()) break;  // a case without a bias keeps the checksum it always had
     for (int64_t d : t->shape) h = (h ^ static_cast<uint64_t>(d)) * 1099511628211ull;
     for (double x : t->data) h = (h ^ std::bit_cast<uint64_t>(x)) * 1099511628211ull;
   }
@@ -101,6 +141,7 @@ Problem full_problem(const Case& c, const Inputs& in) {
   p.q = in.q;
   p.k = in.k;
   p.v = in.v;
+  if (c.bias) p.bias = in.bias;
   materialize_mask(p);
   return p;
 }

@@ -13,6 +13,7 @@ namespace attnfuzz {
 
 struct Inputs {
   Tensor q, k, v, d_out, d_lse;
+  Tensor bias;  // the score bias as backends receive it (ScoreBias::tensor_shape); empty when none
 };
 
 // Value of element `index` of tensor `id` (Q, K, V, dO or dLSE: its draw stream,
@@ -20,7 +21,9 @@ struct Inputs {
 // dimension (1 for dLSE), which the row kinds (row_shift, sparse_rows) read.
 double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index, uint64_t row_length);
 Inputs generate_inputs(const Case& c);
-// FNV-1a over the bit patterns of every input, in a fixed order: a reproducer
+// The case's bias tensor (harness/case.h, ScoreBias), rounded to the case dtype.
+Tensor generate_bias(const Case& c);
+// FNV-1a over the bit patterns of every input (the bias after the others, where there is one), in a fixed order: a reproducer
 // records it and replay refuses to judge inputs that differ.
 uint64_t checksum(const Inputs& in);
 // The whole case as one call: inputs, scale, softcap and the materialized mask.

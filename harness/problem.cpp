@@ -88,4 +88,19 @@ void materialize_mask(Problem& p) {
     std::copy_n(p.mask.begin(), plane, p.mask.begin() + static_cast<std::ptrdiff_t>(idx));
 }
 
+Tensor slice_bias(const Tensor& bias, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
+  const auto& n = bias.shape;
+  const bool cut_q = n[2] > 1, cut_k = n[3] > 1;
+  if ((!cut_q || (q0 == 0 && q1 == n[2])) && (!cut_k || (k0 == 0 && k1 == n[3]))) return bias;
+  const int64_t rows = cut_q ? q1 - q0 : 1, cols = cut_k ? k1 - k0 : 1;
+  Tensor out({n[0], n[1], rows, cols});
+  double* dst = out.data.data();
+  for (int64_t bh = 0; bh < n[0] * n[1]; ++bh)
+    for (int64_t i = 0; i < rows; ++i) {
+      const double* src = bias.data.data() + static_cast<size_t>((bh * n[2] + (cut_q ? q0 + i : 0)) * n[3] + (cut_k ? k0 : 0));
+      dst = std::copy_n(src, cols, dst);
+    }
+  return out;
+}
+
 }  // namespace attnfuzz

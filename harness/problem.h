@@ -35,6 +35,20 @@ struct Problem {
   // Materialized: [B][Hq][Sq][Skv], 1 = visible.
   std::vector<uint8_t> mask;
   Tensor q, k, v;  // [B][Hq][Sq][Dqk], [B][Hkv][Skv][Dqk], [B][Hkv][Skv][Dv]
+  // The score bias of this call (harness/case.h, ScoreBias), [B|1][Hq|1][Sq|1][Skv|1] over the
+  // call's rows and keys: empty when the case has none. bias_requires_grad: the backward returns
+  // dBias, shaped like it (the float64 reference and the contract baselines compute it; no case
+  // asks for it yet: dBias is not judged).
+  Tensor bias;
+  bool bias_requires_grad = false;
+
+  bool has_bias() const { return !bias.data.empty(); }
+  // Where bias[b][h][i][j] is in `bias` (and dBias), broadcast over the dimensions of extent 1.
+  size_t bias_offset(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    const auto& n = bias.shape;
+    return static_cast<size_t>((((n[0] > 1 ? b : 0) * n[1] + (n[1] > 1 ? h : 0)) * n[2] + (n[2] > 1 ? i : 0)) * n[3] + (n[3] > 1 ? j : 0));
+  }
+  double bias_at(int64_t b, int64_t h, int64_t i, int64_t j) const { return bias.data[bias_offset(b, h, i, j)]; }
 
   bool visible(int64_t b, int64_t h, int64_t i, int64_t j) const {
     return mask[static_cast<size_t>(((b * shape.heads_q + h) * shape.seq_q + i) * shape.seq_kv + j)] != 0;
@@ -53,10 +67,15 @@ struct Forward {
 
 struct Gradients {
   Tensor dq, dk, dv;
+  Tensor dbias;  // shaped like Problem::bias where bias_requires_grad, else empty
   UnwrittenCounts unwritten;
 };
 
 // Fills problem.mask from the expression, offsets and restrictions.
 void materialize_mask(Problem& p);
+
+// The part of a bias tensor ([B|1][Hq|1][Sq|1][Skv|1]) over rows [q0, q1) and keys [k0, k1):
+// the spanned sequence dimensions cut, the broadcast ones kept at extent 1.
+Tensor slice_bias(const Tensor& bias, int64_t q0, int64_t q1, int64_t k0, int64_t k1);
 
 }  // namespace attnfuzz

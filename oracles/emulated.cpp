@@ -99,6 +99,7 @@ HeadState<Acc> scores(const Problem& pr, const Numerics<Acc>& nx, int64_t b, int
       Acc sc = acc * scale;
       st.s_pre[static_cast<size_t>(i * s.seq_kv + j)] = sc;
       if (pr.softcap) sc = static_cast<Acc>(*pr.softcap) * std::tanh(sc / static_cast<Acc>(*pr.softcap));
+      if (pr.has_bias()) sc += static_cast<Acc>(pr.bias_at(b, h, i, j));  // the bias is in the case dtype: exact
       row[static_cast<size_t>(j)] = sc;
       if (vis[j]) m = std::max(m, sc);
     }
@@ -147,6 +148,8 @@ Gradients backward_impl(const Problem& pr, const Numerics<Acc>& nx, const Forwar
   std::vector<Acc> dq_acc(static_cast<size_t>(s.batch * s.heads_q * s.seq_q * s.head_dim_qk), 0);
   std::vector<Acc> dk_acc(static_cast<size_t>(s.batch * s.heads_kv * s.seq_kv * s.head_dim_qk), 0);
   std::vector<Acc> dv_acc(static_cast<size_t>(s.batch * s.heads_kv * s.seq_kv * s.head_dim_v), 0);
+  // dBias: dS before the softcap's chain rule, summed at Acc over the broadcast dimensions.
+  std::vector<Acc> dbias_acc(pr.bias_requires_grad ? pr.bias.numel() : 0, 0);
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const HeadState<Acc> st = scores(pr, nx, b, h);
@@ -167,6 +170,7 @@ Gradients backward_impl(const Problem& pr, const Numerics<Acc>& nx, const Forwar
           Acc dp = 0;
           nx.each(s.head_dim_v, [&](int64_t d) { dp += doi_op[d] * vj[d]; });
           Acc val = st.p[ij] * (dp - delta + g);
+          if (pr.bias_requires_grad) dbias_acc[pr.bias_offset(b, h, i, j)] += val;
           if (pr.softcap) {
             const Acc t = std::tanh(st.s_pre[ij] / static_cast<Acc>(*pr.softcap));
             val *= 1 - t * t;
@@ -203,6 +207,10 @@ Gradients backward_impl(const Problem& pr, const Numerics<Acc>& nx, const Forwar
   for (size_t i = 0; i < dq_acc.size(); ++i) g.dq.data[i] = nx.store(dq_acc[i]);
   for (size_t i = 0; i < dk_acc.size(); ++i) g.dk.data[i] = nx.store(dk_acc[i]);
   for (size_t i = 0; i < dv_acc.size(); ++i) g.dv.data[i] = nx.store(dv_acc[i]);
+  if (pr.bias_requires_grad) {
+    g.dbias = Tensor(pr.bias.shape);
+    for (size_t i = 0; i < dbias_acc.size(); ++i) g.dbias.data[i] = nx.store(dbias_acc[i]);
+  }
   return g;
 }
 

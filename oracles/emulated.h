@@ -15,6 +15,11 @@ class EmulatedBackend final : public Backend {
   std::string name() const override;
   std::optional<Contract> contract(DType) const override { return contract_; }
   HostScores host_scores() const override { return HostScores::one_head; }  // HeadState: Sq x Skv scores of one head
+  SupportEnvelope envelope() const override {  // the whole semantics
+    SupportEnvelope e = Backend::envelope();
+    e.bias = true;
+    return e;
+  }
   Forward forward(const Problem& p) override;
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override;
 

@@ -23,6 +23,9 @@ HeadScores head_scores(const Problem& p, int64_t b, int64_t h) {
     out.tanh_t = (sc.array() / c).tanh().matrix();
     sc = c * out.tanh_t;
   }
+  if (p.has_bias())
+    for (int64_t i = 0; i < s.seq_q; ++i)
+      for (int64_t j = 0; j < s.seq_kv; ++j) sc(i, j) += p.bias_at(b, h, i, j);
   out.lse.resize(s.seq_q);
   out.p.resize(s.seq_q, s.seq_kv);
   for (int64_t i = 0; i < s.seq_q; ++i) {
@@ -67,6 +70,7 @@ Gradients reference_backward(const Problem& p, const Forward& fwd, const Tensor&
   const Shape& s = p.shape;
   Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
               Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
+  if (p.bias_requires_grad) g.dbias = Tensor(p.bias.shape);
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const int64_t hk = h / s.group();
@@ -83,6 +87,11 @@ Gradients reference_backward(const Problem& p, const Forward& fwd, const Tensor&
       const Eigen::VectorXd delta = d_o.cwiseProduct(o).rowwise().sum();
       // dS = P * (dP - D + g); P = 0 on masked entries and empty rows, so no NaN can enter.
       Mat ds = hs.p.cwiseProduct((dp.colwise() - (delta - g_lse)).eval());
+      // dBias is dS after the softcap (the bias is added to the capped score), summed over
+      // the dimensions the bias broadcasts.
+      if (p.bias_requires_grad)
+        for (int64_t i = 0; i < s.seq_q; ++i)
+          for (int64_t j = 0; j < s.seq_kv; ++j) g.dbias.data[p.bias_offset(b, h, i, j)] += ds(i, j);
       if (p.softcap) ds = ds.cwiseProduct((1.0 - hs.tanh_t.array().square()).matrix());
       MMap(g.dq.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (ds * k);
       MMap(g.dk.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += p.scale * (ds.transpose() * q);

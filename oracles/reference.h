@@ -15,7 +15,7 @@ using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajo
 using CMap = Eigen::Map<const Mat>;
 using MMap = Eigen::Map<Mat>;
 struct HeadScores {
-  Mat s;       // scores after the softcap (masked entries included)
+  Mat s;       // scores after the softcap and the bias (masked entries included)
   Mat p;       // softmax probabilities, 0 where masked and on fully masked rows
   Mat tanh_t;  // tanh(S_pre / c) when softcapped (for the backward's chain rule)
   Eigen::VectorXd lse;
@@ -27,6 +27,11 @@ class ReferenceBackend final : public Backend {
   std::string name() const override { return "reference"; }
   HostScores host_scores() const override { return HostScores::one_head; }  // head_scores: Sq x Skv float64 matrices
   std::string version() const override;
+  SupportEnvelope envelope() const override {  // the whole semantics
+    SupportEnvelope e = Backend::envelope();
+    e.bias = true;
+    return e;
+  }
   Forward forward(const Problem& p) override { return reference_forward(p); }
   Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
     return reference_backward(p, f, d_out, d_lse);

@@ -128,6 +128,23 @@ inline at::Tensor laid_out(const Problem& p, TensorId role, const Tensor& t, at:
   return view;
 }
 
+// The score bias (harness/case.h, ScoreBias) in `st` on `dev`, in its broadcast shape
+// [B|1][Hq|1][Sq|1][Skv|1], as a caller hands it over; undefined when the call has none. Its
+// values are in the case dtype, so `st` holds them exactly.
+inline at::Tensor bias_tensor(const Problem& p, at::ScalarType st, at::Device dev) {
+  if (!p.has_bias()) return {};
+  return to_torch(p.bias, dev).to(st);
+}
+
+// SDPA's float attn_mask for a call with a bias: the bias where `visible`, -inf elsewhere. With
+// every key visible, the bias itself in its broadcast shape (the kernels' broadcast of a mask's
+// dimensions of extent 1 is then what is tested).
+inline at::Tensor biased_mask(const Problem& p, const at::Tensor& visible, at::ScalarType st, at::Device dev) {
+  at::Tensor bias = bias_tensor(p, st, dev);
+  if (visible.all().item<bool>()) return bias;
+  return bias.expand(visible.sizes()).masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
 // The mask rebuilt from its expression with tensor operations: an implementation of
 // the mask algebra independent of harness/mask.cpp, so the two oracles also check the
 // masks (alignment, windows, segments, blocks). Random leaves have no closed form and

@@ -31,6 +31,12 @@ class TorchComposedBackend final : public Backend {
     if (!torch_device_available(dev_, &why)) return why;
     return Backend::unsupported_reason(p);
   }
+  // Everything the semantics has, the score bias included (added to the graph's scores).
+  SupportEnvelope envelope() const override {
+    SupportEnvelope e = Backend::envelope();
+    e.bias = true;
+    return e;
+  }
 
   Forward forward(const Problem& p) override {
     return rethrow_plain([&] { return forward_impl(p); });
@@ -81,6 +87,7 @@ class TorchComposedBackend final : public Backend {
     // Scores accumulate in `accum` from the (exact) operand values.
     at::Tensor scores = at::matmul(g.q.to(accum), k.to(accum).transpose(-2, -1)) * p.scale;
     if (p.softcap) scores = at::tanh(scores / *p.softcap) * *p.softcap;
+    if (p.has_bias()) scores = scores + bias_tensor(p, accum, dev);  // broadcast from its own shape
     g.row_has = mask.any(-1, /*keepdim=*/true);
     // Fully masked rows keep their finite scores so logsumexp stays finite; their P
     // is zeroed below, which is what keeps NaN out of the gradient.

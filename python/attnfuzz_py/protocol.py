@@ -41,7 +41,7 @@ PROBLEM_FIELDS = ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim_q
 DTYPE_NAMES = ("fp32", "fp16", "bf16")  # the problem's dtype (harness DType)
 TENSOR = struct.Struct("<12q")  # name, type, ndim, offset (bytes), sizes[4], strides[4] (elements)
 # A tensor's name is its index here: the wire columns of harness/tensors.def (tests/tensor_names_test.py).
-TENSOR_NAMES = ("q", "k", "v", "o", "lse", "mask", "d_out", "d_lse", "d_q", "d_k", "d_v")
+TENSOR_NAMES = ("q", "k", "v", "o", "lse", "mask", "d_out", "d_lse", "d_q", "d_k", "d_v", "bias")
 TYPE_NAMES = ("fp32", "fp16", "bf16", "u8")  # a tensor's element type (ShmType)
 
 _MAGIC = b"AF1 "
