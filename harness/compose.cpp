@@ -68,7 +68,11 @@ class Engine {
         n.fwd = empty_forward(r.q1 - r.q0);
       } else {
         n.leaf = std::make_unique<Problem>(make_leaf(r));
-        if (auto why = be_.unsupported_reason(*n.leaf)) throw UnsupportedError(be_.name() + " does not support a part: " + *why);
+        std::optional<std::string> why = be_.unsupported_reason(*n.leaf);
+        // The bias clause holds whatever a backend's own check says (harness/envelope.h): a
+        // backend that never reads Problem::bias would compute without it.
+        if (!why && n.leaf->has_bias()) why = be_.envelope().breach(*n.leaf, EnvelopeClause::bias);
+        if (why) throw UnsupportedError(be_.name() + " does not support a part: " + *why);
         n.fwd = be_.forward(*n.leaf);
         for (const auto& [t, k] : n.fwd.unwritten) unwritten_fwd_[t] += k;
         if (!be_.masked_rows_zero()) normalize_masked_rows(*n.leaf, n.fwd);

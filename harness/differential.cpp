@@ -237,7 +237,31 @@ class DifferentialSession::Impl {
 
   static bool q_indexed(TensorId t) { return t == TensorId::O || t == TensorId::LSE || t == TensorId::dQ; }
 
-  ErrorStats error_of(const Tensor& t, TensorId o) const { return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr); }
+  ErrorStats error_of(const Tensor& t, TensorId o) const { return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr, overflow_of(o)); }
+  // An upper bound of the backward's intermediates dP = dO V^T and dS = P (dP - D + g) (and so of
+  // what a kernel stores of them in the case dtype): |dP_ij| <= |dO_i| |V_j| and
+  // |D_i| = |dO_i . O_i| <= |dO_i| max_j |V_j| (O is an average of V's rows), so
+  // |dS_ij| <= 2 max_i |dO_i| max_j |V_j| + max |g|. Computed once, from the inputs.
+  double gradient_intermediates_bound() const {
+    if (intermediates_bound_ < 0) {
+      auto largest_row = [](const Tensor& t) {
+        const size_t w = static_cast<size_t>(t.shape.back());
+        double m = 0;
+        for (size_t r = 0; r * w < t.numel(); ++r) {
+          double n2 = 0;
+          for (size_t d = 0; d < w; ++d) n2 += t.data[r * w + d] * t.data[r * w + d];
+          m = std::max(m, n2);
+        }
+        return std::sqrt(m);
+      };
+      double g = 0;
+      for (double x : in_.d_lse.data) g = std::max(g, std::fabs(x));
+      intermediates_bound_ = 2.0 * largest_row(in_.d_out) * largest_row(in_.v) + g;
+    }
+    return intermediates_bound_;
+  }
+  // Where output o's storage type (the LSE's fp32, the case dtype otherwise) rounds to infinity.
+  double overflow_of(TensorId o) const { return overflow_threshold(o == TensorId::LSE ? DType::f32 : c_.dtype); }
 
   void add(const std::string& backend, CompositionClass comp, std::optional<TensorId> tensor, FindingClass cls, std::string detail,
            std::map<FindingMetric, double> metrics = {}) {
@@ -451,11 +475,21 @@ class DifferentialSession::Impl {
       // (P itself below 2^-126 is the error model's underflow term). Beside the storage type's
       // smallest subnormal it matters only for elements near 1e-35 (H-4: dV rows of 1e-37).
       in.tiny = t == TensorId::LSE ? 0.0 : std::max(smallest_subnormal(c_.dtype), kSmallestNormalF32 * reduction_length(t, c_.shape));
+      in.overflow = overflow_of(t);
+      in.intermediates_overflow = (t == TensorId::dQ || t == TensorId::dK || t == TensorId::dV) &&
+                                  gradient_intermediates_bound() >= overflow_threshold(c_.dtype);
       const double u_acc = rounding_units(contract, c_.dtype, 0.0).accumulate;
       in.row_scale_variance = u_acc * u_acc * reduction_length(t, c_.shape);
       in.rungs = &rung_errors(comp, takes_dlse, t);
       in.declared = contract;
       TensorVerdict v = judge_tensor(t, in, opt_.rule);
+      if (v.err.nonfinite_under_contract)
+        run.notes.push_back(std::string(name_of(t)) + ": " + std::to_string(v.err.nonfinite_under_contract) +
+                            " NaN/Inf elements not judged: " +
+                            (in.intermediates_overflow ? "dO V^T may reach " + std::to_string(gradient_intermediates_bound()) + ", past " +
+                                                             std::string(to_string(c_.dtype)) + "'s range"
+                                                       : "the naive computation under the " + std::string(to_string(contract)) +
+                                                             " contract is not finite there either"));
       if (!v.pass) add(run.backend, comp_class, t, *v.failure, failure_detail(v, contract), failure_metrics(v));
       run.tensors.push_back(v);
     }
@@ -495,6 +529,7 @@ class DifferentialSession::Impl {
   bool reference_ready_ = false;
   ComposedResult ref_;
   std::vector<uint8_t> skip_;
+  mutable double intermediates_bound_ = -1;
   std::optional<ErrorTerms> terms_;
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
   std::map<std::tuple<Contract, double, std::string>, OutputsModel> models_;

@@ -40,6 +40,18 @@ double unit_roundoff(DType d) {
 
 double smallest_normal(DType d) { return std::ldexp(1.0, d == DType::f16 ? -14 : -126); }
 
+double overflow_threshold(DType d) {
+  switch (d) {
+    case DType::f32:
+      return std::ldexp(static_cast<double>((1 << 25) - 1), 103);  // (2^24 - 1/2) 2^104
+    case DType::f16:
+      return 65520.0;
+    case DType::bf16:
+      return std::ldexp(511.0, 119);  // (2^8 - 1/2) 2^120
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
 double largest_finite(DType d) {
   switch (d) {
     case DType::f32:

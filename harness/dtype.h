@@ -17,6 +17,9 @@ double unit_roundoff(DType d);
 double smallest_subnormal(DType d);
 // The largest finite value of the type: 65504, about 3.39e38, about 3.40e38.
 double largest_finite(DType d);
+// The magnitude from which rounding to nearest gives infinity: the largest finite value plus half
+// its ulp (65520 for fp16).
+double overflow_threshold(DType d);
 // The smallest normal value of the type: 2^-126 (fp32, bf16), 2^-14 (fp16).
 double smallest_normal(DType d);
 // fp32's smallest normal number, 2^-126: kernels flush what falls below it (FTZ, tensor cores).

@@ -179,6 +179,13 @@ struct JudgeInput {
   const std::vector<uint8_t>* skip_rows = nullptr;  // rows left out (fully masked)
   const Tensor* row_dof = nullptr;                  // per row: its independent errors (may be null: every element)
   double tiny = 0;                                  // the storage type's smallest subnormal
+  // Where the storage type rounds to infinity (harness/metrics.h, compare): an infinity of the
+  // reference's sign there is the correctly stored value, judged equal and left out of the blocks.
+  double overflow = std::numeric_limits<double>::infinity();
+  // Whether the case's intermediates may leave the storage type's range (a gradient's dP or dS:
+  // harness/differential.cpp, gradient_intermediates_bound): then every NaN or Inf is the type's
+  // range met by a correct implementation's intermediate, not judged (the run notes how many).
+  bool intermediates_overflow = false;
   // The relative variance of a scale error shared by a whole row from its fp32 (accumulation
   // precision) quantities, u_acc^2 L: the row projection's floor (verdict.cpp, row_projection).
   double row_scale_variance = 0;

@@ -3,7 +3,7 @@
 //
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
 //                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
-//                                     [--outliers MAGNITUDE]
+//                                     [--outliers MAGNITUDE] [--bias tensor|alibi|relative]
 //
 // --oracle-device cuda judges with the GPU oracle set (a gpu-preset build on a GPU machine):
 // the same reference, baselines and error terms (docs/gpu.md), minutes faster at S >= 1024.
@@ -51,6 +51,7 @@ int run(int argc, char** argv) {
   bool causal = true;
   double outliers = 0;
   Device oracle_device = Device::cpu;
+  std::optional<ScoreBias> bias;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
@@ -83,9 +84,16 @@ int run(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--outliers")) {
       outliers = std::stod(next());
       if (!(outliers >= 0 && outliers <= 1e4)) throw std::invalid_argument("--outliers takes a magnitude in [0, 1e4]");
+    } else if (!std::strcmp(argv[i], "--bias")) {
+      const char* name = next();
+      const auto kind = bias_kind_from_string(name);
+      if (!kind) throw std::invalid_argument(std::string("--bias: tensor, alibi or relative, not ") + name);
+      bias = ScoreBias{};
+      bias->kind = *kind;
+      if (*kind == ScoreBias::Kind::tensor) bias->spans = {false, true, true, true};  // one bias per head, as a learned one
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--bias tensor|alibi|relative]\n");
       return 2;
     }
   }
@@ -106,12 +114,14 @@ int run(int argc, char** argv) {
         cfg.dim = dim;
         cfg.causal = causal;
         cfg.outliers = outliers;
+        cfg.bias = bias;
         const auto t0 = std::chrono::steady_clock::now();
         const auto points = measure_sensitivity(cfg, *correct, oracles);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("\n### %s, S=%ld, D=%ld, H=2, %s%s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
+        std::printf("\n### %s, S=%ld, D=%ld, H=2, %s%s%s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
                     std::string(to_string(d)).c_str(), s, dim, causal ? "causal" : "no mask",
-                    outliers > 0 ? (", outliers of " + std::to_string(outliers).substr(0, 5)).c_str() : "", secs);
+                    outliers > 0 ? (", outliers of " + std::to_string(outliers).substr(0, 5)).c_str() : "",
+                    bias ? (", bias " + to_string(bias->kind)).c_str() : "", secs);
         for (const auto& p : points) {
           const std::string planted = p.threshold <= 0     ? "-"
                                       : p.moved.empty()       ? "(the threshold)"

@@ -29,6 +29,8 @@ const char* to_string(Plant p) {
       return "dlse";
     case Plant::softmax_scale:
       return "softmax_scale";
+    case Plant::bias_scale:
+      return "bias_scale";
   }
   return "?";
 }
@@ -47,6 +49,7 @@ Case sensitivity_case(const SensitivityConfig& cfg) {
   c.mask = cfg.causal ? MaskExpr::causal_mask(Align::bottom_right) : MaskExpr{};
   c.d_lse = ValueDist{};  // normal: the dLSE plant needs a dLSE term
   if (cfg.outliers > 0) c.q = c.k = c.v = ValueDist{ValueDist::Kind::outliers, 0.0, 1.0, 0.05, cfg.outliers};
+  c.bias = cfg.bias;
   return c;
 }
 
@@ -249,6 +252,21 @@ std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, 
       return flagged(run, findings, "any");
     });
     if (pt.threshold > 0) planted_error(pt, with_scale_off(pt.threshold));
+    points.push_back(pt);
+  }
+  if (c.bias) {
+    SensitivityPoint pt{"any", Plant::bias_scale};
+    pt.correct_passes = passes;
+    auto with_bias_off = [&](double delta) {
+      Inputs off = session.inputs();
+      for (double& x : off.bias.data) x *= 1.0 + delta;
+      return run_composition(correct, c, off, single);
+    };
+    pt.threshold = smallest_flagged(std::max(least_natural / 8, 1e-9), 4.0, [&](double delta) {
+      const BackendRun run = session.judge(correct, single, with_bias_off(delta), &findings);
+      return flagged(run, findings, "any");
+    });
+    if (pt.threshold > 0) planted_error(pt, with_bias_off(pt.threshold));
     points.push_back(pt);
   }
   return points;

@@ -4,6 +4,7 @@
 // outputs and find the smallest delta the harness flags, next to the kernel's natural
 // error. docs/verdicts.md holds the table; tests/test_sensitivity.cpp keeps a small grid
 // under the goal (threshold <= 8x the natural error).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ enum class Plant {
   lse_shift,      // LSE += delta (absolute)
   dlse,           // the backward's dLSE term scaled by 1 - delta
   softmax_scale,  // the softmax scale off by a relative delta
+  bias_scale,     // the score bias off by a relative delta (cases with a bias)
 };
 const char* to_string(Plant p);
 // The plants that apply to output t (dlse and softmax_scale are reported under "any").
@@ -37,6 +39,9 @@ struct SensitivityConfig {
   // Q, K and V with 5% outliers of this magnitude (0: normal values): logits of 50-70, whose
   // probabilities reach fp16's subnormal range (harness/error_model.h, "subnormal").
   double outliers = 0;
+  // A score bias (harness/case.h): the bias_scale plant is measured, and every other plant with
+  // the bias present. The correct backend must take one (torch.math; mutant_ok does not).
+  std::optional<ScoreBias> bias;
 };
 
 // The ratio compares the planted error with the natural error in the same units. For an
@@ -62,7 +67,7 @@ std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, 
                                                   const ToleranceRule& rule = {});
 
 // The case the configuration describes: B=1, causal (bottom-right) or not, normal values (or
-// outliers), dLSE normal.
+// outliers), dLSE normal, the configuration's bias.
 Case sensitivity_case(const SensitivityConfig& cfg);
 
 }  // namespace attnfuzz
