@@ -9,6 +9,7 @@
 //                                   [--aimed [--edge-share F]]   (the aimed mix, docs/fuzzing.md)
 //                                   [--sample FILE]   (stacks for bench/symbolize_samples.py)
 //                                   [--breaking-share P]   (the share of values that break kernels)
+//                                   [--bias-share P]       (the share of cases with a score bias)
 // Prints cases/s and judged cases/s (a case some backend ran), and with --aimed, per backend,
 // the share of the cases aimed inside its envelope that it ran.
 #include <cstdio>
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
   uint64_t cases = 1000, seed = 7;
   bool determinism = true, aimed = false;
   double edge_share = kDefaultEdgeShare;
-  std::optional<double> breaking_share;
+  std::optional<double> breaking_share, bias_share;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -130,10 +131,12 @@ int main(int argc, char** argv) {
       sample_path = argv[++i];
     else if (a == "--breaking-share" && has_value)  // 0: the stream as it was before those values existed
       breaking_share = std::stod(argv[++i]);
+    else if (a == "--bias-share" && has_value)  // 0: the stream as it was before the bias existed
+      bias_share = std::stod(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: bench_case_rate [--tier toy|small|real] [--cases N] [--seed S] --backends a,b [--oracle-device auto|cpu|cuda] "
-                   "[--no-determinism-check] [--aimed [--edge-share F]] [--sample FILE] [--breaking-share P]\n");
+                   "[--no-determinism-check] [--aimed [--edge-share F]] [--sample FILE] [--breaking-share P] [--bias-share P]\n");
       return 2;
     }
   }
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
   CaseMix mix;
   mix.gen = RandomCaseOptions::for_tier(*t);
   if (breaking_share) mix.gen.p_breaking_values = *breaking_share;
+  if (bias_share) mix.gen.p_bias = *bias_share;
   mix.edge_share = edge_share;
   const std::vector<std::string> names = bench::split_commas(backends_arg);
   std::vector<std::unique_ptr<Backend>> owned;

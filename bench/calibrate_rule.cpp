@@ -45,12 +45,14 @@ int main(int argc, char** argv) {
       rc.dtypes = {dtype_from_string(next())};
     else if (a == "--breaking-share")  // the share of cases with values that break kernels (docs/fuzzing.md)
       rc.p_breaking_values = std::stod(next());
+    else if (a == "--bias-share")  // the share of cases with a score bias (docs/fuzzing.md)
+      rc.p_bias = std::stod(next());
     else if (a == "--verbose")
       verbose = true;
     else {
       std::fprintf(
           stderr,
-          "usage: bench_calibrate_rule [--cases N] [--seed S] [--max-seq N] [--max-dim N] [--dtype D] [--breaking-share P] --backends a,b [--verbose]\n");
+          "usage: bench_calibrate_rule [--cases N] [--seed S] [--max-seq N] [--max-dim N] [--dtype D] [--breaking-share P] [--bias-share P] --backends a,b [--verbose]\n");
       return 2;
     }
   }

@@ -58,6 +58,19 @@ const char* heads_of(const Case& c) {
 
 const char* softcap_of(const Case& c) { return c.softcap ? "yes" : "no"; }
 
+const char* bias_of(const Case& c) {
+  if (!c.bias) return "none";
+  switch (c.bias->kind) {
+    case ScoreBias::Kind::tensor:
+      return "tensor";
+    case ScoreBias::Kind::alibi:
+      return "alibi";
+    case ScoreBias::Kind::relative:
+      return "relative";
+  }
+  return "none";
+}
+
 const char* dlse_of(const Case& c) { return c.d_lse.kind == ValueDist::Kind::zero ? "no" : "yes"; }
 
 const char* seq_of(const Case& c) {
@@ -83,7 +96,7 @@ const std::vector<CaseFeature>& side_features() {
   static const std::vector<CaseFeature> sides{
       {"layout", {"dense", "strided", "packed"}, layout_of}, {"heads", {"mha", "gqa", "mqa"}, heads_of},
       {"softcap", {"no", "yes"}, softcap_of},                {"dlse", {"no", "yes"}, dlse_of},
-      {"seq", {"square", "wide", "tall"}, seq_of},
+      {"seq", {"square", "wide", "tall"}, seq_of},                {"bias", {"none", "tensor", "alibi", "relative"}, bias_of},
   };
   return sides;
 }

@@ -52,8 +52,9 @@ std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfil
     const bool gpu = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.on_gpu(); });
     CaseMix mix;
     mix.gen = tier_options(tier, gpu, max_seq, max_dim);
-    mix.gen.p_breaking_values = breaking.value_or(gpu ? 0.0 : kCpuBreakingShare);
-    if (!breaking) mix.gen.breaking_left_out = {kCpuBreakingLeftOut};  // the default's share only
+    mix.gen.p_breaking_values = breaking.value_or(gpu ? kGpuBreakingShare : kCpuBreakingShare);
+    if (!breaking)  // the default's share only: an explicit share draws every kind
+      mix.gen.breaking_left_out = gpu ? kGpuBreakingLeftOut : std::vector<ValueFeature>{kCpuBreakingLeftOut};
     mix.gen.p_bias = bias.value_or(gpu ? 0.0 : kCpuBiasShare);
     mix.edge_share = share;
     mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
@@ -171,8 +172,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option_function<double>(
       "--breaking-share", [&a](double share) { a.breaking_share = share; },
       "share of cases carrying values that break kernels: rows with LSE far below zero, scores near fp16's overflow, "
-      "subnormal inputs, dO zero in rows, large dO or dLSE (docs/fuzzing.md; default 0.25 where every backend computes on "
-      "the CPU, 0 where one runs on a GPU)");
+      "subnormal inputs, dO zero in rows, large dO or dLSE (docs/fuzzing.md; default 0.25, without scores near fp16's "
+      "overflow, and on a GPU without rows far below zero either; a share given draws every kind)");
   cmd->add_option_function<double>(
       "--bias-share", [&a](double share) { a.bias_share = share; },
       "share of cases with a score bias: a dense tensor broadcast over some dimensions, ALiBi or a relative-position table "

@@ -36,7 +36,7 @@ struct CampaignArgs {
   std::string case_mix = "auto";
   double edge_share = kDefaultEdgeShare;
   // The share of cases with values that break kernels (docs/fuzzing.md); unset: kCpuBreakingShare
-  // where every backend computes on the CPU, 0 where one runs on a GPU (not triaged there yet).
+  // or kGpuBreakingShare, with the kinds their defaults leave out.
   std::optional<double> breaking_share;
   // The share of cases with a score bias; unset: kCpuBiasShare on the CPU, 0 on a GPU.
   std::optional<double> bias_share;

@@ -16,7 +16,7 @@ fail=0
 check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
-for flag in "--case-mix sideways" "--edge-share 1.5" "--edge-share -0.1" "--tier huge" "--breaking-share 2" "--breaking-share -1"; do
+for flag in "--case-mix sideways" "--edge-share 1.5" "--edge-share -0.1" "--tier huge" "--breaking-share 2" "--breaking-share -1" "--bias-share 1.5" "--bias-share -1"; do
   for cmd in campaign check; do
     "$bin" $cmd --cases 5 --jobs 1 --quiet --backends torch.math $flag --out "$tmp/bad" >"$tmp/out" 2>"$tmp/err"
     rc=$?
@@ -41,9 +41,20 @@ check "--breaking-share 1: judged ones counted" "[ \"\$(json $tmp/breaking/summa
 "$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --backends torch.math --out "$tmp/default" >/dev/null 2>&1
 check "a CPU campaign's default draws breaking values in about a quarter of its cases" \
   "n=\$(json $tmp/default/summary.json \"sum(x['cases'] for x in $v.values())\"); [ \$n -ge 2 ] && [ \$n -le 15 ]"
-"$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --breaking-share 0 --backends torch.math \
+"$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --breaking-share 0 --bias-share 0 --backends torch.math \
   --out "$tmp/plain" >/dev/null 2>&1
 check "--breaking-share 0 draws none" "[ \"\$(json $tmp/plain/summary.json \"len($v)\")\" = 0 ]"
+
+# Score biases (docs/fuzzing.md, "Score biases"): with --bias-share 1 every case has one, counted
+# per kind under each backend's sides in summary.json; with 0, none.
+"$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --bias-share 1 --backends torch.math \
+  --out "$tmp/bias" >/dev/null 2>&1
+rc=$?
+b="d['coverage']['features']['sides']['torch.math']['bias']"
+check "--bias-share 1: exit 0, every judged case with a bias, several kinds (got $rc)" \
+  "[ $rc -eq 0 ] && [ \"\$(json $tmp/bias/summary.json \"$b.get('none', 0)\")\" = 0 ] && [ \"\$(json $tmp/bias/summary.json \"len($b)\")\" -ge 2 ]"
+check "--bias-share 0: no bias" \
+  "[ \"\$(json $tmp/plain/summary.json \"sorted(d['coverage']['features']['sides']['torch.math']['bias'])\")\" = \"['none']\" ]"
 
 # An aimed campaign over two CPU backends with envelopes of their own (no softcap; Dqk == Dv).
 "$bin" campaign --case-mix aimed --cases 60 --jobs 2 --tier toy --seed 5 --no-minimize --quiet \
