@@ -308,7 +308,10 @@ class PluginBackend final : public Backend {
     try {
       if (!envelope_json) return attnfuzz::declared_envelope(nullptr, contract_dtypes);
       const nlohmann::json j = nlohmann::json::parse(envelope_json);
-      return attnfuzz::declared_envelope(&j, contract_dtypes);
+      SupportEnvelope e = attnfuzz::declared_envelope(&j, contract_dtypes);
+      // The ABI hands a plugin no bias: one that says it takes one would compute without it.
+      if (e.bias) throw std::invalid_argument("declares \"bias\": true, but the plugin ABI hands over no score bias");
+      return e;
     } catch (const std::exception& ex) {
       throw std::runtime_error("plugin " + path_ + ": " + (envelope_json ? "malformed attnfuzz_plugin_envelope(): " : "contract_json: ") +
                                ex.what());
