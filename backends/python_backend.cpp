@@ -160,10 +160,12 @@ class PythonBackend final : public Backend {
     const ShmTensor o = mem.add(R::O, place(p.layouts, R::O, p.shape), dt);
     const ShmTensor lse = mem.add(R::LSE, place(p.layouts, R::LSE, p.shape), ShmType::f32);
     const ShmTensor mask = add_mask(mem, p);
+    const std::optional<ShmTensor> bias = add_bias(mem, p);
     for (const ShmTensor* t : {&q, &k, &v}) shm_surround(arena_, *t, p.layouts.surround.fill);
     shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
     shm_poison(arena_, o), shm_poison(arena_, lse);
     copy_mask(mask, p);
+    if (bias) shm_store(arena_, *bias, p.bias);
     add_stats(call(request_payload(BridgeOp::forward, arena_.size(), p, &mem), "forward"));
     Forward f;
     f.o = shm_load(arena_, o, &f.unwritten[TensorId::O]);
@@ -184,6 +186,7 @@ class PythonBackend final : public Backend {
     // The forward's tensors first, in its order: at the forward's offsets, so the worker's views
     // of them (kept by their table entries) serve the backward too.
     const ShmTensor mask = add_mask(mem, p);
+    const std::optional<ShmTensor> bias = add_bias(mem, p);
     const ShmTensor d_o = mem.add(R::dO, place(p.layouts, R::dO, p.shape), dt);
     std::optional<ShmTensor> g;  // dLSE, laid out as LSE; only for adapters that honour it (as in the C ABI)
     if (backward_takes_dlse()) g = mem.add(R::dLSE, place(p.layouts, R::LSE, p.shape), ShmType::f32);
@@ -197,6 +200,7 @@ class PythonBackend final : public Backend {
     if (g) shm_store(arena_, *g, d_lse);
     shm_poison(arena_, dq), shm_poison(arena_, dk), shm_poison(arena_, dv);
     copy_mask(mask, p);
+    if (bias) shm_store(arena_, *bias, p.bias);
     add_stats(call(request_payload(BridgeOp::backward, arena_.size(), p, &mem), "backward"));
     Gradients out;
     out.dq = shm_load(arena_, dq, &out.unwritten[TensorId::dQ]);
@@ -217,6 +221,19 @@ class PythonBackend final : public Backend {
     pl.extent = static_cast<int64_t>(p.mask.size());
     pl.buffer = TensorId::mask;
     return mem.add(TensorId::mask, pl, ShmType::u8);
+  }
+  // The score bias, where the call has one: dense in its broadcast shape [B|1][Hq|1][Sq|1][Skv|1]
+  // (harness/case.h, ScoreBias), in the case dtype, which holds its values exactly.
+  static std::optional<ShmTensor> add_bias(ShmLayout& mem, const Problem& p) {
+    if (!p.has_bias()) return std::nullopt;
+    const auto& n = p.bias.shape;
+    Placement pl;
+    pl.ndim = 4;
+    pl.sizes = {n.at(0), n.at(1), n.at(2), n.at(3)};
+    pl.strides = {n[1] * n[2] * n[3], n[2] * n[3], n[3], 1};
+    pl.extent = static_cast<int64_t>(p.bias.data.size());
+    pl.buffer = layout_of(TensorId::Bias);
+    return mem.add(TensorId::Bias, pl, shm_type(p.dtype));
   }
   void copy_mask(const ShmTensor& m, const Problem& p) {
     if (!p.mask.empty()) std::memcpy(arena_.at(m.buffer), p.mask.data(), p.mask.size());

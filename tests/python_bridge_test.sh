@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Python bridge end to end (docs/python-backends.md): the shipped adapters pass small cases
 # with no false alarm, planted bugs are flagged, faults become clear errors, another protocol
-# version is refused, and the doc holds the minimal adapter verbatim.
-#   python_bridge_test.sh ATTNFUZZ SOURCE_DIR PYTHON [all|correct|faults|own]
-# The sections (1-2 correct, 3 faults, 4 own) run as separate ctests, side by side.
+# version is refused, the doc holds the minimal adapter verbatim, and the score bias reaches the
+# adapters that declare it (and only those).
+#   python_bridge_test.sh ATTNFUZZ SOURCE_DIR PYTHON [all|correct|faults|own|bias]
+# The sections (1-2 correct, 3 faults, 4 own, 5 bias) run as separate ctests, side by side.
 set -uo pipefail
 bin=$1 src=$2 section=${4:-all}
 want() { [ "$section" = all ] || [ "$section" = "$1" ]; }
@@ -77,7 +78,7 @@ camp CompilesForever camp-forever ATTNFUZZ_COMPILE_LIMIT_S=2
 ls "$work/camp-forever/findings" 2>/dev/null | grep -q -- "---timeout-" || { fail "CompilesForever: no timeout finding"; tail -5 "$work/camp-forever.txt"; }
 expect WrongShape 1 "o has shape \[1, 2, 63, 32\], expected \[1, 2, 64, 32\]"
 expect Declines 0 "planted: declines every problem"
-expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 3"
+expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 4"
 # A start-up error is one line on stderr that names the log file holding the traceback (issue 26, item 18).
 TMPDIR=$work "$bin" run "$src/corpus/seed-flex-lse-merge.json" --backends "py:no_such_module_for_attnfuzz:Thing" >"$work/nomod.out" 2>"$work/nomod.err"
 rc=$?
@@ -103,6 +104,105 @@ sed -i 's/^KERNELS = .*/KERNELS = "my_kernels"/; s/self.name = "triton_flash"/se
 grep -q "py.my_flash.interpreted .*q_split.*dV .* ok " "$work/my_kernel.txt" || { fail "the doc's own-Triton-kernel steps did not run the copy"; tail -5 "$work/my_kernel.txt"; }
 grep -q "my_kernel/my_adapter.py" "$src/docs/python-backends.md" && grep -q 'KERNELS = "my_kernels"' "$src/docs/python-backends.md" \
   || fail "docs/python-backends.md no longer gives these steps"
+fi
+
+if want bias; then
+# 5. The score bias (harness/case.h, ScoreBias) through the bridge: every kind (a tensor over
+# several broadcast patterns, ALiBi, a relative table), with masks, GQA, Sq != Skv, Dqk != Dv, the
+# three dtypes, a softcap and compositions, through SDPA's math kernel and FlexEager beside the C++
+# torch.math, and on four of the cases (a worker's start-up is most of a run) SDPA's CPU flash
+# kernel, Minimal and the JAX adapters too (Minimal on the softcap's as well): no finding, and
+# each adapter ran (a skip would pass vacuously). A planted adapter that drops the bias is
+# flagged; adapters that do not declare it are refused every biased call, with the reason.
+mkdir -p "$work/bias"
+head='"format": "attnfuzz-case/1", "grads": {"d_out": {"dist": "normal"}, "d_lse": {"dist": "normal", "sigma": 0.5}}'
+gqa='"batch": 2, "heads_q": 4, "heads_kv": 2, "seq_q": 24, "seq_kv": 40, "head_dim_qk": 16'
+case_file() { echo "{$head, $2}" >"$work/bias/$1.json"; }
+case_file tensor-full-q-split '"seed": 11, "shape": {'"$gqa"'}, "dtype": "fp32", "mask": {"kind": "causal", "align": "bottom_right"},
+  "bias": {"kind": "tensor", "values": {"dist": "normal", "sigma": 2.0}}, "composition": {"kind": "q_split", "bounds": [10]}'
+case_file tensor-heads-kv-fp16 '"seed": 12, "shape": {'"$gqa"'}, "dtype": "fp16",
+  "mask": {"kind": "sliding_window", "left": 8, "right": 2, "align": "top_left"},
+  "bias": {"kind": "tensor", "spans": ["heads", "kv"], "values": {"dist": "normal", "sigma": 2.0}},
+  "composition": {"kind": "kv_split", "bounds": [16]}'
+case_file tensor-batch-kv-bf16-unmasked '"seed": 13, "shape": {'"$gqa"'}, "dtype": "bf16",
+  "bias": {"kind": "tensor", "spans": ["batch", "kv"], "values": {"dist": "normal", "sigma": 2.0}}'
+# A bias constant along the keys (here one scalar) moves the LSE alone: the softmax does not see it.
+case_file tensor-scalar-mask-partition '"seed": 14, "dtype": "fp32",
+  "shape": {"batch": 1, "heads_q": 2, "seq_q": 20, "seq_kv": 20, "head_dim_qk": 8},
+  "mask": {"kind": "prefix_lm", "prefix": 6, "align": "top_left"}, "bias": {"kind": "tensor", "spans": [], "values": {"dist": "normal", "sigma": 2.0}},
+  "composition": {"kind": "mask_partition", "window": {"left": 4, "right": 0, "align": "top_left"}}'
+case_file alibi-nested '"seed": 15, "shape": {"batch": 1, "heads_q": 4, "heads_kv": 1, "seq_q": 32, "seq_kv": 32, "head_dim_qk": 16}, "dtype": "fp32",
+  "mask": {"kind": "causal", "align": "top_left"}, "bias": {"kind": "alibi"},
+  "composition": {"kind": "kv_split", "bounds": [20], "children": [{"kind": "q_split", "bounds": [12]}]}'
+case_file relative-outliers-bf16 '"seed": 16, "shape": {'"$gqa"'}, "dtype": "bf16", "mask": {"kind": "causal", "align": "bottom_right"},
+  "bias": {"kind": "relative", "values": {"dist": "outliers", "sigma": 0.5, "fraction": 0.2, "magnitude": -10000}},
+  "composition": {"kind": "q_split", "bounds": [8, 16]}'
+case_file relative-fp16-document '"seed": 17, "shape": {"batch": 2, "heads_q": 2, "seq_q": 18, "seq_kv": 18, "head_dim_qk": 16}, "dtype": "fp16",
+  "mask": {"kind": "document", "segments_q": [5, 7, 6], "segments_kv": [5, 7, 6]},
+  "bias": {"kind": "relative", "values": {"dist": "normal", "sigma": 1.5}}, "composition": {"kind": "kv_split", "bounds": [9]}'
+case_file softcap-tensor-heads-q-kv '"seed": 18, "shape": {'"$gqa"', "head_dim_v": 24}, "dtype": "fp32", "softcap": 5.0,
+  "mask": {"kind": "causal", "align": "bottom_right"},
+  "bias": {"kind": "tensor", "spans": ["heads", "q", "kv"], "values": {"dist": "normal", "sigma": 2.0}}'
+py=attnfuzz_py.adapters
+jax=no
+"$ATTNFUZZ_PYTHON" -c "import jax" 2>/dev/null && jax=yes
+biased="torch.math,py:$py.sdpa:Sdpa?kernel=math,py:$py.flex:FlexEager"
+more="py:$py.sdpa:Sdpa?kernel=flash,py:$py.minimal:Minimal"
+[ $jax = yes ] && more="$more,py:$py.jax_sdpa:JaxSdpa,py:$py.jax_sdpa:JaxF32Logits"
+all_on=" tensor-full-q-split tensor-batch-kv-bf16-unmasked alibi-nested relative-fp16-document "
+ran() {  # ran OUT BACKEND [no_lse]: the backend ran the single call, and every composition but
+  # those an adapter without an LSE cannot merge (no_lse)
+  grep -qE "^$2 +single .* ok " "$1" || fail "$2 did not run the single call of $(basename "$1" .txt)"
+  local skips
+  skips=$(grep -E "^$2 +[^ ]+ +skipped" "$1")
+  [ "${3:-}" = no_lse ] && skips=$(echo "$skips" | grep -v "returns no LSE, so its parts cannot be merged")
+  if [ -n "$skips" ]; then fail "$2 was skipped on $(basename "$1" .txt)"; echo "$skips" | head -2; fi
+}
+for c in "$work"/bias/*.json; do
+  name=$(basename "$c" .json)
+  out="$work/bias-$name.txt"
+  all=no backends=$biased
+  case $all_on in *" $name "*) all=yes backends="$biased,$more" ;; esac
+  case $name in softcap*) all=yes backends="$biased,py:$py.minimal:Minimal" ;; esac  # the others take no softcap
+  "$bin" run "$c" --backends "$backends" --no-determinism-check >"$out" 2>&1
+  rc=$?
+  [ $rc = 0 ] || { fail "biased case $(basename "$c"): exit $rc"; grep -E "FAIL|error|finding" "$out" | head -5; }
+  for b in torch.math py.flex_eager; do ran "$out" "$b"; done
+  case $c in
+    *softcap*) grep -qE "^py.sdpa.math +single +skipped: .*softcap" "$out" || fail "SDPA should decline the softcap of $(basename "$c")" ;;
+    *)
+      ran "$out" py.sdpa.math no_lse
+      if [ $all = yes ]; then
+        ran "$out" py.sdpa.flash no_lse
+        if [ $jax = yes ]; then for b in py.jax.xla py.jax.f32_logits; do ran "$out" $b no_lse; done; fi
+      fi
+      ;;
+  esac
+  if [ $all = yes ] && grep -q '"dtype": "fp32"' "$c"; then ran "$out" py.minimal; fi
+done
+[ $jax = yes ] || echo "note: no JAX in $ATTNFUZZ_PYTHON: the JAX adapters' bias was not run"
+
+# A planted adapter that declares the bias and drops it is flagged.
+sed 's/"fp16"/"fp32"/' "$work/bias/tensor-heads-kv-fp16.json" >"$work/ignores-bias.json"
+"$bin" run "$work/ignores-bias.json" --backends "reference,py:bridge_test_adapters:IgnoresBias" --no-determinism-check >"$work/ignores-bias.txt" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "IgnoresBias: exit $rc, expected 1"
+grep -q "py.ignores_bias/single/O/" "$work/ignores-bias.txt" || { fail "IgnoresBias: the dropped bias is not flagged"; tail -5 "$work/ignores-bias.txt"; }
+
+# Adapters that do not declare the bias are refused every biased call, with the reason; the
+# same adapters run the case without its bias.
+declines="py:bridge_test_adapters:NoBias,py:$py.triton_flash:TritonFlash?device=cpu"
+"$bin" run "$work/bias/alibi-nested.json" --backends "reference,$declines" --no-determinism-check >"$work/no-bias.txt" 2>&1
+rc=$?
+[ $rc = 0 ] || fail "adapters without the bias beside the reference: exit $rc, expected 0"
+for b in py.no_bias py.triton_flash.interpreted; do
+  grep -qE "^$b +single +skipped: .*a score bias \(takes none\)" "$work/no-bias.txt" || { fail "$b: no refusal of the bias"; grep "^$b" "$work/no-bias.txt" | head -3; }
+  if grep -qE "^$b .* ok " "$work/no-bias.txt"; then fail "$b ran a biased call"; fi
+done
+sed 's/, "bias": {"kind": "alibi"}//' "$work/bias/alibi-nested.json" >"$work/alibi-nested-unbiased.json"
+"$bin" run "$work/alibi-nested-unbiased.json" --backends "reference,$declines" --no-determinism-check >"$work/no-bias-unbiased.txt" 2>&1 ||
+  fail "adapters without the bias on the case without it: exit $?"
+for b in py.no_bias py.triton_flash.interpreted; do ran "$work/no-bias-unbiased.txt" "$b"; done
 fi
 
 if [ $fails = 0 ]; then echo "python bridge ($section): all checks passed"; else echo "python bridge ($section): $fails check(s) failed"; exit 1; fi

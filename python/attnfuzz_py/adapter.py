@@ -19,13 +19,22 @@ class Problem:
       evaluated at (q + q_offset, kv + kv_offset) and and-ed with `restrictions` (bands)
     mask: the same mask materialized, numpy uint8 [B][Hq][Sq][Skv], 1 = visible
       (None in supports(), which sees the problem without tensors)
+    bias_shape: None, or the extents (B|1, Hq|1, Sq|1, Skv|1) of the call's score bias (in
+      supports() too); bias: None, or that bias in the case dtype, as the adapter's tensors come
+      (a torch tensor on its device, or numpy), broadcast over its dimensions of extent 1:
+      S = softcap(scale q.k) + bias, then the mask (None in supports())
     """
 
-    def __init__(self, fields: dict, mask=None):
+    bias_shape = None
+
+    def __init__(self, fields: dict, mask=None, bias=None):
         self.__dict__.update(fields)
         if "mask" in fields:  # the expression given as such (tests), not as the request's text
             self._extra = {"mask": fields["mask"], "restrictions": fields.get("restrictions", [])}
         self._mask = mask  # the array, or (from the worker) a function making its kept view
+        self._bias = bias  # the tensor, or (from the worker) a function making it
+        if bias is not None and not callable(bias) and "bias_shape" not in fields:
+            self.bias_shape = tuple(bias.shape)
 
     @property
     def mask(self):
@@ -36,6 +45,12 @@ class Problem:
     @mask.setter
     def mask(self, value):
         self._mask = value
+
+    @property
+    def bias(self):
+        if callable(self._bias):
+            self._bias = self._bias()
+        return self._bias
 
     # The bridge sends the expression and the bands as JSON text ("extra"): parsed on first use,
     # so that adapters that read only the dense mask never pay for it.
@@ -103,7 +118,9 @@ class Adapter:
     # What campaigns aim at (docs/plugins.md, "Support envelope"; the same keys as a plugin's
     # attnfuzz_plugin_envelope()), e.g. {"max_head_dim": 256, "head_dim_multiple": 8}: a key left
     # out is unrestricted, None declares nothing. Narrowed to the dtypes of `contracts`;
-    # supports() keeps the last word on every call.
+    # supports() keeps the last word on every call. The one exception, "bias": a score bias
+    # reaches only an adapter that declares {"bias": True} (p.bias); without it, attnfuzz refuses
+    # every call that has one, whatever supports() says.
     envelope = None
     # The public function this adapter is one implementation of, when its implementations promise
     # the same numerics (e.g. "jax.nn.dot_product_attention"): passing backends of one API and one
@@ -116,7 +133,9 @@ class Adapter:
             raise ValueError(f"{type(self).__name__} takes no options, got {sorted(options)}")
 
     def supports(self, p: Problem):
-        """None when this adapter can run p, else the reason (a string). p.mask is None here."""
+        """None when this adapter can run p, else the reason (a string). p.mask and p.bias are None
+        here; p.bias_shape says whether the call has a bias (one reaches only an adapter whose
+        envelope declares {"bias": True})."""
         return None
 
     def forward(self, p: Problem, q, k, v):

@@ -17,6 +17,9 @@ grouped_heads="native"), `scale`, and, by the arguments it declares:
 - `causal` (instead of `mask`): True for a top-left causal call with Sq = Skv, False for an
   unmasked one; every other mask is declined (and campaigns aim at these two);
 - `softcap`: None or c (S = c * tanh(S / c)); without the argument, softcapped cases are declined;
+- `bias`: None or the score bias [B|1][Hq|1][Sq|1][Skv|1] in the case dtype, on `device`, added
+  after the softcap and before the mask, broadcast over its dimensions of extent 1 (no gradient
+  is asked for it); without the argument, cases with a bias are declined;
 - any other keyword argument: an option of the backend name (py:MODULE:NAME?block=64), a string.
 
 It returns (o [B][Hq][Sq][Dv], lse [B][Hq][Sq], natural log), or o alone with returns_lse=False.
@@ -27,7 +30,7 @@ import inspect
 
 from .adapter import Adapter
 
-PROBLEM_ARGUMENTS = ("scale", "mask", "causal", "softcap")
+PROBLEM_ARGUMENTS = ("scale", "mask", "causal", "softcap", "bias")
 _REGISTERED = []
 
 
@@ -54,6 +57,7 @@ class KernelAdapter(Adapter, metaclass=_KernelClass):
     supports_function = None  # the user's extra supports(p), or None
     mask_argument = None      # "mask", "causal" or None: how the function takes the mask
     takes_softcap = False
+    takes_bias = False
     grouped_heads = "expand"  # or "native": K and V handed over with their own Hkv heads
     option_names = ()
     backend = None            # "py:MODULE:NAME", None where the function is not at module level
@@ -71,6 +75,8 @@ class KernelAdapter(Adapter, metaclass=_KernelClass):
     def supports(self, p):
         if p.softcap is not None and not self.takes_softcap:
             return f"{self.name} takes no softcap (its function has no softcap argument)"
+        if p.bias_shape is not None and not self.takes_bias:
+            return f"{self.name} takes no score bias (its function has no bias argument)"
         if self.mask_argument != "mask":
             kind, why = self._mask_kind(p)
             if kind is None:
@@ -104,6 +110,8 @@ class KernelAdapter(Adapter, metaclass=_KernelClass):
         kwargs["scale"] = p.scale
         if self.takes_softcap:
             kwargs["softcap"] = p.softcap
+        if self.takes_bias:
+            kwargs["bias"] = p.bias
         dense = p.mask
         all_visible = dense is None or bool(dense.all())
         if self.mask_argument == "mask":
@@ -185,7 +193,7 @@ def _plane_kind(plane):
 def kernel(function=None, *, name=None, version="", contracts=None, returns_lse=True, backward_takes_dlse=None,
            masked_rows_zero=True, envelope=None, device="cpu", api=None, nondeterministic_outputs=(),
            why_nondeterministic="", batch_invariant=False, grouped_heads="expand", supports=None, backward=None):
-    """Turn `function(q, k, v, *, scale, mask=None | causal=False, softcap=None, **options)` into an
+    """Turn `function(q, k, v, *, scale, mask=None | causal=False, softcap=None, bias=None, **options)` into an
     attnfuzz backend (an Adapter subclass). The declarations are the Adapter's
     (docs/python-backends.md, "Semantics"):
 
@@ -197,7 +205,7 @@ def kernel(function=None, *, name=None, version="", contracts=None, returns_lse=
       differentiable LSE); False: attnfuzz adds the dLSE term itself
     masked_rows_zero: fully masked rows give O = 0, LSE = -inf and zero gradients
     envelope: what campaigns aim at (docs/plugins.md, "Support envelope"); a causal argument adds
-      masks="causal_or_none", no softcap argument softcap=False
+      masks="causal_or_none", no softcap argument softcap=False, a bias argument bias=True
     device: "cpu" or "cuda", where the tensors are handed over
     api, nondeterministic_outputs, why_nondeterministic, batch_invariant: as the Adapter's
     grouped_heads: "expand" (K and V repeated to the query heads before the call) or "native"
@@ -237,6 +245,8 @@ def kernel(function=None, *, name=None, version="", contracts=None, returns_lse=
         envelope.setdefault("masks", "causal_or_none")
     if "softcap" not in params:
         envelope.setdefault("softcap", False)
+    if "bias" in params:
+        envelope.setdefault("bias", True)
     at_module_level = function.__qualname__ == function.__name__
     attrs = {
         "name": name or function.__name__, "version": version, "device": device, "tensors": "torch",
@@ -247,7 +257,8 @@ def kernel(function=None, *, name=None, version="", contracts=None, returns_lse=
         "function": staticmethod(function),
         "backward_function": None if backward is None else staticmethod(backward),
         "supports_function": None if supports is None else staticmethod(supports),
-        "mask_argument": mask_argument, "takes_softcap": "softcap" in params, "grouped_heads": grouped_heads,
+        "mask_argument": mask_argument, "takes_softcap": "softcap" in params,
+        "takes_bias": "bias" in params, "grouped_heads": grouped_heads,
         "option_names": options,
         "backend": f"py:{function.__module__}:{function.__name__}" if at_module_level else None,
         "__module__": function.__module__, "__qualname__": function.__qualname__, "__doc__": function.__doc__,

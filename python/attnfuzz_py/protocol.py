@@ -17,7 +17,7 @@ Python, so the worker does not check the requests' checksums (only attnfuzz hold
 of the request pipe: nothing else can put bytes there) and keeps its replies short; attnfuzz
 checks every reply's. A request is read with one struct.unpack per part, no text parsed; the
 worker keeps the views of the last tensors it saw, keyed by their table entries (a backward
-repeats its forward's q, k, v, o, lse and mask).
+repeats its forward's q, k, v, o, lse, mask and bias).
 """
 import collections
 import json
@@ -29,13 +29,15 @@ import threading
 import numpy as np
 
 # Bumped on any change of the messages' meaning; backends/python_bridge_protocol.h has the same number.
-# 3: requests other than hello binary (2: JSON lines).
-PROTOCOL_VERSION = 3
+# 4: the score bias (the problem's bias_shape, the tensor "bias"); 3: requests other than hello
+# binary (2: JSON lines).
+PROTOCOL_VERSION = 4
 
 # The binary requests (backends/python_bridge_protocol.h).
 HEADER = struct.Struct("<5q")  # protocol, op, shm_size, tensor count, extra's length
 OPS = {1: "supports", 2: "forward", 3: "backward"}
-PROBLEM = struct.Struct("<8q2d4q")
+PROBLEM = struct.Struct("<8q2d8q")
+# Then bias_shape: the score bias's extents [B|1][Hq|1][Sq|1][Skv|1], four zeros where the call has none.
 PROBLEM_FIELDS = ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim_qk", "head_dim_v", "dtype", "scale", "softcap",
                   "q_offset", "kv_offset", "full_seq_q", "full_seq_kv")
 DTYPE_NAMES = ("fp32", "fp16", "bf16")  # the problem's dtype (harness DType)
@@ -229,10 +231,13 @@ def read_request(payload: bytes):
 
 
 def problem_fields(problem: bytes) -> dict:
-    """The problem's fields (those of the C ABI's af_problem) from its binary entry and its extra;
-    the mask expression and the bands stay JSON text in "extra" until an adapter reads them
-    (Problem.mask_expr)."""
-    fields = dict(zip(PROBLEM_FIELDS, PROBLEM.unpack_from(problem)))
+    """The problem's fields (those of the C ABI's af_problem, and bias_shape: None or the bias's
+    extents) from its binary entry and its extra; the mask expression and the bands stay JSON text
+    in "extra" until an adapter reads them (Problem.mask_expr)."""
+    words = PROBLEM.unpack_from(problem)
+    fields = dict(zip(PROBLEM_FIELDS, words))
+    bias_shape = words[len(PROBLEM_FIELDS):]
+    fields["bias_shape"] = bias_shape if any(bias_shape) else None
     fields["dtype"] = DTYPE_NAMES[fields["dtype"]]
     if fields["softcap"] != fields["softcap"]:  # NaN: none
         fields["softcap"] = None
@@ -249,14 +254,15 @@ def tensor_entry(entry: bytes):
 
 def encode_request(op: str, shm_size: int, fields: dict, tensors, mask_expr=None, restrictions=()):
     """A binary request as attnfuzz writes it (backends/python_bridge_protocol.cpp), for tests and
-    benchmarks of the worker without attnfuzz. tensors: (name, offset, type, shape, strides)."""
+    benchmarks of the worker without attnfuzz. tensors: (name, offset, type, shape, strides);
+    fields may hold bias_shape (None: no bias)."""
     import json
     extra = json.dumps({"mask": mask_expr or {"kind": "none"}, "restrictions": list(restrictions)}).encode()
     op_code = {v: k for k, v in OPS.items()}[op]
     out = HEADER.pack(PROTOCOL_VERSION, op_code, shm_size, len(tensors), len(extra))
     values = dict(fields, dtype=DTYPE_NAMES.index(fields["dtype"]),
                   softcap=float("nan") if fields.get("softcap") is None else fields["softcap"])
-    out += PROBLEM.pack(*(values[f] for f in PROBLEM_FIELDS))
+    out += PROBLEM.pack(*(values[f] for f in PROBLEM_FIELDS), *(fields.get("bias_shape") or (0, 0, 0, 0)))
     for name, offset, type_name, shape, strides in tensors:
         pad = [0] * (4 - len(shape))
         out += TENSOR.pack(TENSOR_NAMES.index(name), TYPE_NAMES.index(type_name), len(shape), offset,

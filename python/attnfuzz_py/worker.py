@@ -98,12 +98,12 @@ class _Worker:
                 "checks_support": type(a).supports is not Adapter.supports,
                 "python": platform.python_version(), "libraries": _library_versions()}
 
-    def _problem(self, key, mask=None):
+    def _problem(self, key, mask=None, bias=None):
         # A fresh Problem each call (adapters may hang things on it); the fields are shared.
         fields = self.problems.get(key)
         if fields is None:
             fields = self.problems.put(key, protocol.problem_fields(key))
-        return Problem(fields, mask)
+        return Problem(fields, mask, bias)
 
     def _tensors(self, shm_size, table):
         """name -> _Tensor of each entry of the tensor table."""
@@ -150,8 +150,11 @@ class _Worker:
                 write_result(x.numpy(), x.dtype, value, f"{a.name}: {name}", a.tensors)
 
     def _call_problem(self, key, t):
+        # The mask's view, and the bias as the adapter's tensors come (a copy on a GPU), made if
+        # the adapter reads them.
         mask = t.get("mask")
-        return self._problem(key, None if mask is None else mask.numpy)  # the mask's view made if the adapter reads it
+        bias = (lambda: self._inputs(t, ("bias",))[0]) if "bias" in t else None
+        return self._problem(key, None if mask is None else mask.numpy, bias)
 
     def forward(self, shm_size, key, table):
         t = self._tensors(shm_size, table)

@@ -108,3 +108,19 @@ class RaisesHuge(Minimal):
 
     def forward(self, p, q, k, v):
         raise ValueError("huge " + "x" * (20 << 20))
+
+
+# Declares the score bias and drops it: every biased call is wrong, so the bias must be flagged.
+class IgnoresBias(Minimal):
+    name = "ignores_bias"
+
+    def _scores(self, p, q, k):
+        p._bias = None  # planted: the call computed as if it had no bias
+        return super()._scores(p, q, k)
+
+
+# Minimal without its bias declaration: it would compute a bias right, so a refusal of biased
+# calls is the envelope's (the bias clause's default), not its supports().
+class NoBias(Minimal):
+    name = "no_bias"
+    envelope = None

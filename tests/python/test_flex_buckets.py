@@ -1,7 +1,7 @@
 """FlexCompiled's bucketed shapes (python/attnfuzz_py/adapters/flex_buckets.py) change nothing but
 the shape: eager flex_attention on the padded problem gives the float64 Minimal adapter's O, LSE,
 dQ, dK, dV of the unpadded one (to fp32 rounding), for GQA groups of 1 to 3, head dims below and above 16, Dqk != Dv, softcaps,
-a given scale, fully masked rows and a dLSE. (The compiled kernel itself runs on CUDA only.)
+score biases (broadcast over some of B, H, Sq, Skv, or none), a given scale, fully masked rows and a dLSE. (The compiled kernel itself runs on CUDA only.)
 FlexEager too, on the same problems: two softcaps in a row once made its backward fail inside
 torch (a captured Python float; docs/findings/README.md).
     python test_flex_buckets.py PACKAGE_DIR
@@ -24,13 +24,17 @@ from attnfuzz_py.adapters.flex import FlexEager, _cpu_backward_allowed  # noqa: 
 from attnfuzz_py.adapters.minimal import Minimal  # noqa: E402
 
 
-def problem(b, hkv, g, sq, skv, dqk, dv, softcap, scale, rng):
+def problem(b, hkv, g, sq, skv, dqk, dv, softcap, scale, bias_spans, rng):
     mask = (rng.random((b, hkv * g, sq, skv)) < 0.7).astype(np.uint8)
     mask[0, 0, 0, :] = 0  # a fully masked row: O = 0, LSE = -inf, no gradient
     fields = dict(batch=b, heads_q=hkv * g, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim_qk=dqk, head_dim_v=dv, dtype="fp32",
                   scale=scale if scale else dqk ** -0.5, softcap=softcap, mask={"kind": "random", "density": 0.7, "seed": 1},
                   q_offset=0, kv_offset=0, full_seq_q=sq, full_seq_kv=skv, restrictions=[])
-    return Problem(fields, mask)
+    bias = None
+    if bias_spans is not None:  # which of (B, Hq, Sq, Skv) the bias spans; extent 1 (broadcast) elsewhere
+        shape = tuple(n if span else 1 for n, span in zip((b, hkv * g, sq, skv), bias_spans))
+        bias = torch.from_numpy(rng.normal(0.0, 2.0, shape).astype(np.float32))
+    return Problem(fields, mask, bias)
 
 
 def main():
@@ -39,10 +43,13 @@ def main():
     exact = Minimal()
     eager = FlexEager(device="cpu")
     worst, cases = 0.0, 0
-    for (b, hkv, g, sq, skv, dqk, dv, softcap, scale) in [(1, 1, 1, 5, 7, 6, 6, None, None), (2, 2, 3, 9, 4, 16, 5, 3.5, None),
-                                                          (1, 3, 2, 17, 33, 20, 40, None, 0.3), (2, 1, 4, 1, 3, 33, 16, 10.0, 0.9),
-                                                          (1, 5, 1, 3, 3, 1, 2, None, None)]:
-        p = problem(b, hkv, g, sq, skv, dqk, dv, softcap, scale, rng)
+    for (b, hkv, g, sq, skv, dqk, dv, softcap, scale, bias) in [
+            (1, 1, 1, 5, 7, 6, 6, None, None, None), (2, 2, 3, 9, 4, 16, 5, 3.5, None, None),
+            (1, 3, 2, 17, 33, 20, 40, None, 0.3, None), (2, 1, 4, 1, 3, 33, 16, 10.0, 0.9, None),
+            (1, 5, 1, 3, 3, 1, 2, None, None, None),
+            (2, 2, 3, 9, 4, 16, 5, 3.5, None, (1, 1, 1, 1)), (2, 2, 2, 6, 11, 8, 8, None, None, (0, 1, 0, 1)),
+            (3, 1, 2, 5, 5, 4, 4, 2.0, 0.5, (1, 0, 1, 0)), (1, 2, 1, 7, 3, 8, 8, None, None, (0, 0, 0, 0))]:
+        p = problem(b, hkv, g, sq, skv, dqk, dv, softcap, scale, bias, rng)
         q = torch.randn(b, hkv * g, sq, dqk)
         k = torch.randn(b, hkv, skv, dqk)
         v = torch.randn(b, hkv, skv, dv)
@@ -70,7 +77,7 @@ def main():
                 print(f"FAIL {name}: max difference {err:.3g} (problem {b, hkv, g, sq, skv, dqk, dv})")
                 return 1
         cases += 1
-    print(f"flex buckets: {cases} problems, padded flex_attention and FlexEager = float64 within {worst:.2g} (relative), O LSE dQ dK dV")
+    print(f"flex buckets: {cases} problems (4 with a bias), padded flex_attention and FlexEager = float64 within {worst:.2g} (relative), O LSE dQ dK dV")
     return 0
 
 

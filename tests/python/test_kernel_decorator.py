@@ -1,6 +1,6 @@
 """@attnfuzz_py.kernel (python/attnfuzz_py/kernel.py) without the binary: the adapter it makes
-hands the function what its signature asks for (the dense mask, causal, softcap, options, K and V
-repeated under GQA), takes autograd's or the function's own backward with dO and dLSE, and gives
+hands the function what its signature asks for (the dense mask, causal, softcap, the score bias,
+options, K and V repeated under GQA), takes autograd's or the function's own backward with dO and dLSE, and gives
 what the hand-written Minimal adapter gives on the same problems.
 
     PYTHONPATH=python .deps/pyenv/bin/python -m pytest tests/python/test_kernel_decorator.py
@@ -21,14 +21,18 @@ NONE = {"kind": "none"}
 
 
 def problem(b=1, hq=1, hkv=1, sq=5, skv=5, dqk=4, dv=4, mask=NONE, softcap=None, q_offset=0, kv_offset=0, full=None,
-            dense=None):
+            dense=None, bias_spans=None):
     fq, fkv = full or (sq, skv)
     fields = dict(batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim_qk=dqk, head_dim_v=dv, dtype="fp32",
                   scale=0.37, softcap=softcap, mask=mask, q_offset=q_offset, kv_offset=kv_offset, full_seq_q=fq,
                   full_seq_kv=fkv, restrictions=[])
     if dense is None:
         dense = dense_from_mask_mod(mask_mod_for(Problem(fields)), b, hq, sq, skv).numpy().astype(np.uint8)
-    return Problem(fields, dense)
+    bias = None
+    if bias_spans is not None:  # which of (B, Hq, Sq, Skv) the bias spans; extent 1 (broadcast) elsewhere
+        shape = [n if span else 1 for n, span in zip((b, hq, sq, skv), bias_spans)]
+        bias = 2 * torch.randn(*shape, generator=torch.Generator().manual_seed(7), dtype=torch.float32)
+    return Problem(fields, dense, bias)
 
 
 def inputs(p, seed=0):
@@ -166,6 +170,41 @@ def test_softcap_is_handed_over():
     o, lse = a.forward(p, q, k, v)
     close((o, lse), reference(p, q, k, v, d_o, d_lse)[0])
     close(a.backward(p, q, k, v, o, lse, d_o, d_lse), reference(p, q, k, v, d_o, d_lse)[1])
+
+
+def biased_attention(q, k, v, *, scale, mask=None, softcap=None, bias=None):
+    s = scale * q.double() @ k.double().transpose(-1, -2)
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    if bias is not None:
+        s = s + bias.double()
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.exp(s - lse[..., None]).nan_to_num(0.0) @ v.double(), lse
+
+
+with_bias = attnfuzz_py.kernel(contracts={"fp32": "fp32"})(biased_attention)
+
+
+@pytest.mark.parametrize("spans", [(1, 1, 1, 1), (0, 1, 0, 1), (1, 0, 1, 0), (0, 0, 0, 0)])
+def test_a_bias_argument_is_handed_the_bias_and_declares_it(spans):
+    assert with_bias.envelope == {"bias": True}
+    p = problem(b=2, hq=4, hkv=2, sq=5, skv=7, mask={"kind": "causal", "align": "bottom_right"}, softcap=1.5, bias_spans=spans)
+    q, k, v, d_o, d_lse = inputs(p)
+    a = with_bias()
+    assert a.supports(p) is None
+    o, lse = a.forward(p, q, k, v)
+    close((o, lse), reference(p, q, k, v, d_o, d_lse)[0])
+    close(a.backward(p, q, k, v, o, lse, d_o, d_lse), reference(p, q, k, v, d_o, d_lse)[1])
+    p0 = problem()
+    assert a.forward(p0, *inputs(p0)[:3]) is not None and p0.bias is None  # no bias: bias=None
+
+
+def test_a_function_without_a_bias_argument_declines_a_bias():
+    a = with_mask()
+    assert a.supports(problem()) is None
+    assert "takes no score bias" in a.supports(problem(bias_spans=(0, 1, 1, 1)))
 
 
 def explicit_backward(q, k, v, o, lse, d_o, d_lse, *, scale, mask=None):

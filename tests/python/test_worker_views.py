@@ -29,7 +29,8 @@ class Recorder(Adapter):
     seen = []
 
     def forward(self, p, q, k, v):
-        Recorder.seen.append({"q": q.clone(), "ptr": q.data_ptr(), "grad": q.requires_grad, "p": p, "noted": hasattr(p, "note")})
+        Recorder.seen.append({"q": q.clone(), "ptr": q.data_ptr(), "grad": q.requires_grad, "p": p, "noted": hasattr(p, "note"),
+                              "bias": None if p.bias is None else p.bias.clone(), "bias_shape": p.bias_shape})
         q.requires_grad_()  # allowed on the object: must not reach the next call's q
         p.note = "mine"     # the same for the problem
         return q.detach() + 1, torch.arange(S, dtype=torch.float32).expand(B, H, S)
@@ -124,6 +125,16 @@ w.handle(payload(1 << 20, lines, softcap=30.0, dtype="fp16", q_offset=3))
 p = got[5]["p"]
 check((p.softcap, p.dtype, p.q_offset) == (30.0, "fp16", 3), "softcap, dtype and offsets arrive")
 
+# The score bias: its shape in the problem entry, the tensor "bias" (dense, the case dtype, its
+# broadcast dimensions of extent 1) as p.bias; none without one.
+check(got[5]["bias"] is None and got[5]["bias_shape"] is None, "a call without a bias has p.bias = p.bias_shape = None")
+bias_values = np.arange(H * S, dtype=np.float32).reshape(1, H, 1, S) - 3.5
+os.pwrite(fd, bias_values.tobytes(), 2048)
+w.handle(payload(1 << 20, lines + [line("bias", 2048, "fp32", [1, H, 1, S], [H * S, S, S, 1])], bias_shape=(1, H, 1, S)))
+p = got[6]["p"]
+check(got[6]["bias_shape"] == (1, H, 1, S) and got[6]["bias"] is not None and torch.equal(got[6]["bias"], torch.from_numpy(bias_values)),
+      f"the bias arrives as p.bias with p.bias_shape: {got[6]['bias_shape']}")
+
 # An empty reply is ok without stats (forward, backward); hello answers JSON.
 check(w.handle(payload(1 << 20, lines)) == b"", "a forward without stats is answered with an empty reply")
 
@@ -138,6 +149,9 @@ check(w.handle(protocol.encode_request("supports", 1 << 20, PROBLEM, [])) == b""
 Recorder.supports = lambda self, p: f"no seq_q={p.seq_q}"
 check(json.loads(w.handle(protocol.encode_request("supports", 1 << 20, PROBLEM, [])))["reason"] == f"no seq_q={S}",
       "supports answers the reason")
+Recorder.supports = lambda self, p: f"bias {p.bias_shape} {p.bias}"
+check(json.loads(w.handle(protocol.encode_request("supports", 1 << 20, dict(PROBLEM, bias_shape=(2, 1, 1, S)), [])))["reason"]
+      == f"bias (2, 1, 1, {S}) None", "supports sees the bias's shape, not its values")
 del Recorder.supports
 
 # The replies' checksum is FNV-1a 64 of kind, seq (8 bytes, little-endian) and payload, as

@@ -4,7 +4,8 @@
     py:attnfuzz_py.adapters.flex:FlexCompiled[?device=cuda][&matmul_precision=highest|high]
 
 The case's mask expression becomes a mask_mod (attnfuzz_py.masks) and a BlockMask; a softcap
-becomes a score_mod; GQA uses enable_gqa; the LSE comes from return_aux=AuxRequest(lse=True).
+and a score bias become a score_mod (the bias a captured tensor, looked up at the call's indices,
+at 0 along its broadcast dimensions); GQA uses enable_gqa; the LSE comes from return_aux=AuxRequest(lse=True).
 The backward is autograd through flex_attention with grad_outputs (dO, dLSE): the gradient
 that flows into the LSE is exactly what the FlexAttention seed bug mishandled.
 
@@ -64,10 +65,25 @@ def _cpu_backward_allowed():
         fa._validate_device = original
 
 
+def bias_lookup(p, device):
+    """The call's score bias as a function (b, h, q_idx, kv_idx) -> its fp32 value, for a
+    score_mod: the captured tensor indexed at 0 along its dimensions of extent 1 (broadcast).
+    None where the call has no bias."""
+    if p.bias is None:
+        return None
+    bias = p.bias.to(device=device, dtype=torch.float32)  # exact: its values are the case dtype's
+    nb, nh, nq, nkv = bias.shape
+
+    def lookup(b, h, q_idx, kv_idx):
+        return bias[b if nb > 1 else 0, h if nh > 1 else 0, q_idx if nq > 1 else 0, kv_idx if nkv > 1 else 0]
+    return lookup
+
+
 class FlexEager(Adapter):
     name = "flex_eager"
     api = "torch.nn.attention.flex_attention"  # eager and compiled: one function, one numerics
     contracts = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
+    envelope = {"bias": True}  # in the score_mod
     backward_takes_dlse = True
     masked_rows_zero = True
 
@@ -102,6 +118,7 @@ class FlexEager(Adapter):
 
     def _attend(self, p, q, k, v):
         score_mod = None
+        bias = bias_lookup(p, self.device)
         if p.softcap is not None:
             # c as a tensor, not a Python float: eager flex_attention's backward goes through an
             # internal torch.compile, which fails (PendingUnbackedSymbolNotFound) once a captured
@@ -110,7 +127,11 @@ class FlexEager(Adapter):
             c = torch.tensor(p.softcap, dtype=torch.float32, device=self.device)
 
             def score_mod(score, b, h, q_idx, kv_idx):
-                return c * torch.tanh(score / c)
+                capped = c * torch.tanh(score / c)
+                return capped if bias is None else capped + bias(b, h, q_idx, kv_idx)  # the bias after the softcap
+        elif bias is not None:
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return score + bias(b, h, q_idx, kv_idx)
         out, aux = self._call(self._fn, q, k, v, score_mod=score_mod, block_mask=self._block_mask(p), scale=p.scale,
                               enable_gqa=p.group > 1, return_aux=fa.AuxRequest(lse=True))
         return out, aux.lse

@@ -28,11 +28,15 @@ numbers, and the strides. So each call is put in a fixed form, exactly:
 - the scale: scale=1.0 to flex_attention, the real scale applied first in the score_mod from a
   captured fp32 tensor (the same fp32 product the kernel makes with its scale; the softcap's c
   is a captured tensor as well).
+- the score bias: dense over the padded problem in fp32 (exact: its values are the case
+  dtype's), zeros in the padding, looked up in the score_mod after the softcap: one function,
+  whatever dimensions the bias broadcasts over.
 
 Padded results are dropped. What this does not test of the compiled kernel: head dims that are
 not powers of two (its masked loads of them), the caller's strides (padded tensors are
 contiguous BHSD), GQA groups of 2 and 3, mask_mods other than a lookup (FlexEager runs the
-expressions), and in the backward, sequence lengths other than the buckets and Sq != Skv.
+expressions), a bias's broadcast lookup (FlexEager indexes it at 0 along its broadcast
+dimensions), and in the backward, sequence lengths other than the buckets and Sq != Skv.
 """
 import torch
 import torch.nn.attention.flex_attention as fa
@@ -95,19 +99,38 @@ class Buckets:
             return dense[b, h, q_idx, kv_idx]
         return fa.create_block_mask(mask_mod, self.b, self.hkv * self.g, self.sq, self.skv, device=device)
 
+    def dense_bias(self, device):
+        """The score bias over the padded problem, fp32 [B'][Hkv'*G'][Sq'][Skv'], zeros in the
+        padding; None where the call has none."""
+        p = self.p
+        if p.bias is None:
+            return None
+        out = torch.zeros(self.b, self.hkv, self.g, self.sq, self.skv, dtype=torch.float32, device=device)
+        full = p.bias.to(device=device, dtype=torch.float32).expand(p.batch, p.heads_q, p.seq_q, p.seq_kv)
+        out[:p.batch, :p.heads_kv, :p.group, :p.seq_q, :p.seq_kv] = full.reshape(p.batch, p.heads_kv, p.group, p.seq_q, p.seq_kv)
+        return out.view(self.b, self.hkv * self.g, self.sq, self.skv)
+
     def score_mod(self, device):
-        """The scale (and the softcap) as a score_mod on captured fp32 tensors."""
+        """The scale (and the softcap, then the bias) as a score_mod on captured fp32 tensors."""
         p = self.p
         scale = torch.tensor(p.scale, dtype=torch.float32, device=device)
         if p.softcap is None:
             def scaled(score, b, h, q_idx, kv_idx):
                 return score * scale
-            return scaled
-        cap = torch.tensor(p.softcap, dtype=torch.float32, device=device)
+            mod = scaled
+        else:
+            cap = torch.tensor(p.softcap, dtype=torch.float32, device=device)
 
-        def capped(score, b, h, q_idx, kv_idx):
-            return cap * torch.tanh(score * scale / cap)
-        return capped
+            def capped(score, b, h, q_idx, kv_idx):
+                return cap * torch.tanh(score * scale / cap)
+            mod = capped
+        bias = self.dense_bias(device)
+        if bias is None:
+            return mod
+
+        def biased(score, b, h, q_idx, kv_idx):
+            return mod(score, b, h, q_idx, kv_idx) + bias[b, h, q_idx, kv_idx]
+        return biased
 
     def attend(self, fn, q, k, v, device):
         return fn(q, k, v, score_mod=self.score_mod(device), block_mask=self.block_mask(device), scale=1.0,

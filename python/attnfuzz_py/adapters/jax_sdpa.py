@@ -6,7 +6,9 @@
 JaxSdpa is jax.nn.dot_product_attention. implementation=xla runs wherever JAX does; cudnn needs
 a GPU build of JAX. Where JAX is not installed, every problem is declined with that reason
 (skipped, visibly). Tensors arrive as numpy views (bf16 through ml_dtypes) and go to JAX's
-default device; the mask is the dense boolean mask in JAX's [B][N][T][S]; GQA is native. No LSE
+default device; the mask is the dense boolean mask in JAX's [B][N][T][S]; a score bias is JAX's
+`bias` argument, in its broadcast shape (4-D, broadcastable to [B][N][T][S]: the harness's
+[B|1][Hq|1][Sq|1][Skv|1]), added to the scaled logits before the mask; GQA is native. No LSE
 from the public API, backward through jax.vjp from dO (no dLSE). Both implementations mask with a
 large finite negative (cuDNN: the mask becomes a bias), so fully masked rows average V instead of
 giving 0: masked_rows_zero is False (those rows are not compared, and the report says so).
@@ -15,6 +17,8 @@ What each declares, and why:
 - fp32 on a GPU: XLA runs float32 dots at its DEFAULT precision, which on tensor-core GPUs is
   TF32 (jax.default_matmul_precision): declared "tf32". precision=highest runs every call under
   jax.default_matmul_precision("highest") and declares "fp32". On the CPU, "fp32" either way.
+- A score bias: xla and JaxF32Logits declare it (envelope "bias"); implementation=cudnn does
+  not (its bias path has not run: CI's JAX has no GPU), so attnfuzz refuses it a biased call.
 - implementation=cudnn takes fp16 and bf16 only, head dims that are multiples of 8 up to 256
   (128 before Hopper) and Dqk == Dv (the public API): the envelope declares them, supports()
   declines the rest with JAX's reason, before JAX is called. Because the mask reaches cuDNN as a
@@ -31,9 +35,9 @@ Shapes: every call runs on bucketed shapes, jitted on a GPU, so that a campaign 
 first real-size case) and JAX's persistent cache (JAX_COMPILATION_CACHE_DIR, which campaigns set
 under their directory) keeps them across workers and --resume:
 - B, Hkv and the GQA group G padded to powers of two, Sq and Skv to 32, 128, 512, 2048, ... (the
-  smallest >= S), all padding zero. Padded keys are masked for every query; padded queries see
-  no key, their dO is zero, and so is what they add to dK and dV; padded batches and heads are
-  zero. The padded results are dropped.
+  smallest >= S), all padding zero (a bias's dimensions of extent 1 stay 1). Padded keys are
+  masked for every query; padded queries see no key, their dO is zero, and so is what they add
+  to dK and dV; padded batches and heads are zero. The padded results are dropped.
 - xla: Dqk and Dv padded with zero columns to the next power of two >= 16 (zero columns add exact
   zeros to every dot product; the scale is the call's own, given explicitly). cudnn: head dims as
   they are (cuDNN's kernels differ per head dim, and there are seven).
@@ -106,6 +110,21 @@ class _Padded:
             np.asarray(p.mask).reshape(p.batch, p.heads_kv, p.group, p.seq_q, p.seq_kv) != 0
         return out.reshape(self.b, self.hkv * self.g, self.sq, self.skv)
 
+    def bias(self, x):
+        """The score bias [B|1][Hq|1][Sq|1][Skv|1] on the padded problem: its dimensions of
+        extent 1 kept (JAX broadcasts them), zeros in the padding, query head h of kv head h // G
+        at its place in its group (as queries())."""
+        p = self.p
+        nb, nh, nq, nkv = x.shape
+        b, sq, skv = (self.b if nb > 1 else 1), (self.sq if nq > 1 else 1), (self.skv if nkv > 1 else 1)
+        if nh == 1:
+            out = np.zeros((b, 1, sq, skv), dtype=x.dtype)
+            out[:nb, :, :nq, :nkv] = x
+            return out
+        out = np.zeros((b, self.hkv, self.g, sq, skv), dtype=x.dtype)
+        out[:nb, :p.heads_kv, :p.group, :nq, :nkv] = x.reshape(nb, p.heads_kv, p.group, nq, nkv)
+        return out.reshape(b, self.hkv * self.g, sq, skv)
+
     def of_queries(self, y, d):
         """[B'][Hq'][Sq'][D'] -> [B][Hq][Sq][d]."""
         p = self.p
@@ -146,8 +165,8 @@ class _JaxAttention(Adapter):
     backward_takes_dlse = False
     masked_rows_zero = False
     # What supports() declines, so that campaigns aim inside it: jax.nn.dot_product_attention
-    # takes no softcap and one head dim for Q, K and V.
-    envelope = {"distinct_head_dims": False, "softcap": False}
+    # takes no softcap and one head dim for Q, K and V. Its `bias` takes the score bias.
+    envelope = {"distinct_head_dims": False, "softcap": False, "bias": True}
 
     def __init__(self, precision="default"):
         if precision not in _PRECISIONS:
@@ -182,16 +201,17 @@ class _JaxAttention(Adapter):
 
     def _jitted(self, scale):
         """(forward, backward), jitted once (per scale where the scale is a constant): jit's cache
-        then keys the compiled programs on the padded shapes and dtype alone. Both take the
-        scale as their last argument before dO (ignored where it is a constant)."""
+        then keys the compiled programs on the padded shapes and dtype alone (and the bias's, or
+        its absence). Both take (q, k, v, mask, bias or None), then the scale (ignored where it is a
+        constant), then the backward dO."""
         cache = self.__dict__.setdefault("_jit_cache", {})
         key = None if self.traced_scale else scale
         if key not in cache:
-            def attend(q, k, v, mask, s):
-                return self._attend(s if self.traced_scale else scale)(q, k, v, mask)
+            def attend(q, k, v, mask, bias, s):
+                return self._attend(s if self.traced_scale else scale)(q, k, v, mask, bias)
 
-            def backward(q, k, v, mask, s, d_o):
-                _, pullback = jax.vjp(lambda q_, k_, v_: attend(q_, k_, v_, mask, s), q, k, v)
+            def backward(q, k, v, mask, bias, s, d_o):
+                _, pullback = jax.vjp(lambda q_, k_, v_: attend(q_, k_, v_, mask, bias, s), q, k, v)
                 return pullback(d_o)
             # On the CPU op by op, as JAX runs eagerly: XLA's CPU compiler takes no fp16 dot with an
             # fp32 result inside a jitted program (dot_product_attention's xla path), and the CPU
@@ -201,7 +221,8 @@ class _JaxAttention(Adapter):
 
     def _padded_inputs(self, p, q, k, v):
         pad = _Padded(p, self.pad_head_dims)
-        return pad, [jnp.asarray(x) for x in (pad.queries(q, pad.dqk), pad.keys(k, pad.dqk), pad.keys(v, pad.dv), pad.mask())]
+        bias = None if p.bias is None else jnp.asarray(pad.bias(p.bias))
+        return pad, [jnp.asarray(x) for x in (pad.queries(q, pad.dqk), pad.keys(k, pad.dqk), pad.keys(v, pad.dv), pad.mask())] + [bias]
 
     def forward(self, p, q, k, v):
         pad, args = self._padded_inputs(p, q, k, v)
@@ -250,9 +271,10 @@ class JaxSdpa(_JaxAttention):
     def _attend(self, scale):
         implementation = self.implementation
 
-        def attend(q, k, v, mask):  # [B][H][S][D] and [B][Hq][Sq][Skv] in, JAX's [B][S][H][D] inside
+        def attend(q, k, v, mask, bias):  # [B][H][S][D], [B][Hq][Sq][Skv] in, JAX's [B][S][H][D] inside
             t = lambda x: jnp.swapaxes(x, 1, 2)
-            out = jax.nn.dot_product_attention(t(q), t(k), t(v), mask=mask, scale=scale, implementation=implementation)
+            out = jax.nn.dot_product_attention(t(q), t(k), t(v), bias=bias, mask=mask, scale=scale,
+                                               implementation=implementation)
             return t(out)
         return attend
 
@@ -261,11 +283,13 @@ class JaxF32Logits(_JaxAttention):
     name = "jax.f32_logits"
 
     def _attend(self, scale):
-        def attend(q, k, v, mask):  # [B][H][S][D] and [B][Hq][Sq][Skv]
+        def attend(q, k, v, mask, bias):  # [B][H][S][D], [B][Hq][Sq][Skv], the bias [B|1][Hq|1][Sq|1][Skv|1]
             group = q.shape[1] // k.shape[1]
             if group > 1:
                 k, v = jnp.repeat(k, group, axis=1), jnp.repeat(v, group, axis=1)
             logits = jnp.einsum("bhtd,bhsd->bhts", q, k, preferred_element_type=jnp.float32) * scale
+            if bias is not None:
+                logits = logits + bias.astype(jnp.float32)
             logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
             probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)
             return jnp.einsum("bhts,bhsd->bhtd", probs, v, preferred_element_type=jnp.float32).astype(q.dtype)

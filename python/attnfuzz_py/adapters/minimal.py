@@ -3,8 +3,8 @@
     ./attnfuzz run corpus/seed-flex-lse-merge.json --backends reference,py:attnfuzz_py.adapters.minimal:Minimal
 
 Float64 math on the whole score matrix, the mask read from the dense mask attnfuzz sends.
-Handles GQA, Dqk != Dv, Sq != Skv, softcap, any mask, any layout (torch reads the strides),
-dLSE and fully masked rows (O = 0, LSE = -inf, zero gradients).
+Handles GQA, Dqk != Dv, Sq != Skv, softcap, a score bias, any mask, any layout (torch reads the
+strides), dLSE and fully masked rows (O = 0, LSE = -inf, zero gradients).
 """
 import torch
 
@@ -15,6 +15,7 @@ class Minimal(Adapter):
     name = "minimal"
     version = "1.0"
     contracts = {"fp32": "fp32"}  # float64 inside: well within the fp32 contract
+    envelope = {"bias": True}  # a score bias reaches only adapters that declare it
 
     def supports(self, p):
         return None if p.dtype == "fp32" else "minimal adapter: fp32 only"
@@ -27,6 +28,8 @@ class Minimal(Adapter):
         if p.softcap is not None:
             t = torch.tanh(s / p.softcap)
             s = p.softcap * t
+        if p.bias is not None:  # after the softcap, broadcast over its dimensions of extent 1
+            s = s + p.bias.double()
         s = s.masked_fill(~p.dense_mask(), float("-inf"))
         lse = torch.logsumexp(s, dim=-1)  # -inf on fully masked rows
         prob = torch.exp(s - lse[..., None]).nan_to_num(0.0)  # exp(-inf - -inf) is NaN: no key, no weight

@@ -3,8 +3,9 @@ parity check against the LibTorch C++ backends (torch.sdpa.*, oracles/torch_sdpa
 
     py:attnfuzz_py.adapters.sdpa:Sdpa?kernel=math|flash|efficient|cudnn[&device=cuda]
 
-Like the C++ backends: the mask as an additive float mask (0 visible, -inf masked), no LSE from
-the public API, backward through autograd from dO only (no dLSE), and for the flash kernel K and
+Like the C++ backends: the mask as an additive float mask (0 visible, -inf masked; with a score
+bias, the bias where visible, and the bias alone in its broadcast shape where every key is
+visible), no LSE from the public API, backward through autograd from dO only (no dLSE), and for the flash kernel K and
 V repeated per group (dK, dV summed back by autograd); fully masked rows follow the convention
 with the math kernel only. On the CPU, math and flash exist.
 """
@@ -22,6 +23,7 @@ class Sdpa(Adapter):
     contracts = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
     returns_lse = False
     backward_takes_dlse = False
+    envelope = {"bias": True}  # the bias goes in the float attn_mask
 
     def __init__(self, kernel="math", device="cpu"):
         if kernel not in _KERNELS:
@@ -43,7 +45,13 @@ class Sdpa(Adapter):
         return None
 
     def _attend(self, p, q, k, v):
-        mask = torch.zeros(p.mask.shape, dtype=q.dtype, device=q.device).masked_fill(~p.dense_mask(q.device), float("-inf"))
+        visible = p.dense_mask(q.device)
+        if p.bias is None:
+            mask = torch.zeros(p.mask.shape, dtype=q.dtype, device=q.device).masked_fill(~visible, float("-inf"))
+        elif bool(visible.all()):  # SDPA's own broadcast of the mask's dimensions of extent 1 is then what runs
+            mask = p.bias
+        else:
+            mask = p.bias.expand(visible.shape).masked_fill(~visible, float("-inf"))
         gqa = p.group > 1
         if gqa and self.kernel != "math":
             k, v = k.repeat_interleave(p.group, 1), v.repeat_interleave(p.group, 1)
