@@ -55,7 +55,9 @@ std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfil
     mix.gen.p_breaking_values = breaking.value_or(gpu ? kGpuBreakingShare : kCpuBreakingShare);
     if (!breaking)  // the default's share only: an explicit share draws every kind
       mix.gen.breaking_left_out = gpu ? kGpuBreakingLeftOut : std::vector<ValueFeature>{kCpuBreakingLeftOut};
-    mix.gen.p_bias = bias.value_or(gpu ? 0.0 : kCpuBiasShare);
+    // By default a bias only where some backend under test takes one: the others skip such cases.
+    const bool takes_bias = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.envelope.bias; });
+    mix.gen.p_bias = bias.value_or(gpu || !takes_bias ? 0.0 : kCpuBiasShare);
     mix.edge_share = share;
     mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
     // The GPU real tier shrinks for what its workers keep on the host, not for the CPU set's
@@ -177,8 +179,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option_function<double>(
       "--bias-share", [&a](double share) { a.bias_share = share; },
       "share of cases with a score bias: a dense tensor broadcast over some dimensions, ALiBi or a relative-position table "
-      "(docs/case-format.md; default 0.2 where every backend computes on the CPU, 0 where one runs on a GPU); aimed cases "
-      "keep it only for backends that take one");
+      "(docs/case-format.md; default 0.2 where every backend computes on the CPU and one of them takes a bias, else 0); "
+      "aimed cases keep it only for backends that take one");
   // A campaign's cases are judged against the float64 reference: longer rows than 2^16 are refused.
   add_shared_option(cmd, Flag::max_seq, a.max_seq)->check(CLI::Range(1, 1 << 16));
   add_shared_option(cmd, Flag::max_dim, a.max_dim);

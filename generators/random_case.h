@@ -45,8 +45,9 @@ struct RandomCaseOptions {
 inline constexpr double kCpuBreakingShare = 0.25, kGpuBreakingShare = 0.25;
 inline constexpr ValueFeature kCpuBreakingLeftOut = ValueFeature::logits_near_overflow;
 inline const std::vector<ValueFeature> kGpuBreakingLeftOut{ValueFeature::logits_near_overflow, ValueFeature::lse_far_below_zero};
-// The share of a campaign's cases with a score bias by default, on the CPU; 0 on a GPU, where the
-// GPU oracle set does not compute with a bias yet (a real-size case would fall back to Eigen).
+// The share of a campaign's cases with a score bias by default, on the CPU where some backend
+// under test takes one (the others skip such cases); 0 on a GPU until the GPU oracle set's bias
+// has run there.
 inline constexpr double kCpuBiasShare = 0.2;
 
 class SplitMix {
