@@ -3,6 +3,8 @@
 //  - the mask: the dense mask is matched against cuDNN's native masking (no mask, causal,
 //    diagonal band, each with or without padding to per-batch lengths); the first native
 //    plan that reproduces it exactly and that cuDNN accepts runs, else an additive bias;
+//  - the score bias: cuDNN's bias input, with a native plan the bias alone (where cuDNN takes a
+//    bias with that mask), else inside the fallback's bias (the score bias where visible);
 //  - the layouts: Q, K, V, O, dO and the gradients live on the device each at its placement
 //    (harness/layout.h: any order, padded rows and heads, offsets, packed views) and cuDNN
 //    gets their strides; pointers not 16-byte aligned and a non-packed LSE are declined;
@@ -24,7 +26,8 @@ namespace attnfuzz {
 // ---- The mask plan (pure) ----
 
 std::string CudnnMaskPlan::describe() const {
-  if (bias) return std::string("bias[") + (bias_per_batch ? "B" : "1") + "," + (bias_per_head ? "H" : "1") + "]";
+  const std::string tensor = std::string("bias[") + (bias_per_batch ? "B" : "1") + "," + (bias_per_head ? "H" : "1") + "]";
+  if (bias) return tensor;
   std::string s;
   const char* align = alignment == Align::top_left ? "tl" : "br";
   if (!left_bound && !right_bound)
@@ -38,7 +41,8 @@ std::string CudnnMaskPlan::describe() const {
     if (right_bound) s += "right=" + std::to_string(*right_bound);
     s += ")";
   }
-  return padding() ? s + "+padding" : s;
+  if (padding()) s += "+padding";
+  return score_bias ? s + "+" + tensor : s;
 }
 
 namespace {
@@ -169,23 +173,26 @@ bool cudnn_mask_plan_visible(const CudnnMaskPlan& plan, const Problem& p, int64_
 }
 
 std::vector<CudnnMaskPlan> cudnn_mask_plans(const Problem& p) {
-  // The plans depend on the shape and the dense mask alone. A real-size case asks for them
-  // again and again (the support check, every forward and backward, the dLSE term's extra
-  // calls), and finding them walks the mask about ten times (some 50 ms at S=1088 with 8
-  // heads); comparing the mask with the last one asked about is one pass.
+  // The plans depend on the shape, the dense mask and the score bias's extents alone (not its
+  // values). A real-size case asks for them again and again (the support check, every forward
+  // and backward, the dLSE term's extra calls), and finding them walks the mask about ten times
+  // (some 50 ms at S=1088 with 8 heads); comparing the mask with the last one asked about is one
+  // pass.
   struct Last {
     int64_t batch = -1, heads_q = -1, seq_q = -1, seq_kv = -1;
+    std::vector<int64_t> bias_shape;  // empty: no score bias
     std::vector<uint8_t> mask;
     std::vector<CudnnMaskPlan> plans;
   };
   thread_local Last last;
   const Shape& s = p.shape;
+  const std::vector<int64_t> bias_shape = p.has_bias() ? p.bias.shape : std::vector<int64_t>{};
   const bool large = p.mask.size() >= (size_t{1} << 16);
   if (large && last.batch == s.batch && last.heads_q == s.heads_q && last.seq_q == s.seq_q && last.seq_kv == s.seq_kv &&
-      last.mask == p.mask)
+      last.bias_shape == bias_shape && last.mask == p.mask)
     return last.plans;
   std::vector<CudnnMaskPlan> plans = find_mask_plans(p);
-  if (large) last = {s.batch, s.heads_q, s.seq_q, s.seq_kv, p.mask, plans};
+  if (large) last = {s.batch, s.heads_q, s.seq_q, s.seq_kv, bias_shape, p.mask, plans};
   return plans;
 }
 
@@ -193,18 +200,27 @@ namespace {
 
 std::vector<CudnnMaskPlan> find_mask_plans(const Problem& p) {
   std::vector<CudnnMaskPlan> plans;
+  // The score bias's own broadcast: [B|1][Hq|1][Sq|1][Skv|1] (its q and kv extents are
+  // expanded on upload, cuDNN's bias being [.][.][Sq][Skv]).
+  const bool score_bias = p.has_bias();
+  const bool bias_batch = score_bias && p.bias.shape[0] > 1, bias_heads = score_bias && p.bias.shape[1] > 1;
   const bool same_heads = heads_agree(p);
   if (same_heads) {
     CudnnMaskPlan padded;
     shortest_lengths(p, padded.seq_len_q, padded.seq_len_kv);
     for (const CudnnMaskPlan& base : {CudnnMaskPlan{}, padded})
-      for (const CudnnMaskPlan& c : native_candidates(p, base))
+      for (CudnnMaskPlan c : native_candidates(p, base)) {
+        c.score_bias = score_bias;
+        c.bias_per_batch = bias_batch;
+        c.bias_per_head = bias_heads;
         if (std::find(plans.begin(), plans.end(), c) == plans.end() && reproduces(c, p)) plans.push_back(c);
+      }
   }
   CudnnMaskPlan bias;
   bias.bias = true;
-  bias.bias_per_head = !same_heads;
-  bias.bias_per_batch = !batches_agree(p);
+  bias.score_bias = score_bias;
+  bias.bias_per_head = !same_heads || bias_heads;
+  bias.bias_per_batch = !batches_agree(p) || bias_batch;
   plans.push_back(bias);
   return plans;
 }
@@ -330,7 +346,7 @@ GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan) {
   g.left_bound = plan.left_bound;
   g.right_bound = plan.right_bound;
   g.bottom_right = (plan.left_bound || plan.right_bound) && plan.alignment == Align::bottom_right;
-  g.bias = plan.bias;
+  g.bias = plan.bias_input();
   g.bias_batch = plan.bias_per_batch ? s.batch : 1;
   g.bias_heads = plan.bias_per_head ? s.heads_q : 1;
   return g;
@@ -358,7 +374,7 @@ class DeviceCall {
       seq_len_q_.upload(plan.seq_len_q.data(), bytes);
       seq_len_kv_.upload(plan.seq_len_kv.data(), bytes);
     }
-    if (plan.bias) upload_bias();
+    if (plan.bias_input()) upload_bias();
   }
 
   // cuDNN's forward into O and Stats.
@@ -411,16 +427,23 @@ class DeviceCall {
     return ptrs;
   }
 
-  // The dense mask as an additive [bias_batch][bias_heads][Sq][Skv] tensor in the io type.
+  // The additive [bias_batch][bias_heads][Sq][Skv] tensor in the io type: the score bias (0
+  // without one) where the key is visible; with the fallback plan, masked_bias where the mask
+  // hides it (a native plan masks by itself). Over a dimension of extent 1 the mask (fallback)
+  // and the score bias agree across it, so index 0 stands for all.
   void upload_bias() {
     const GraphSpec& g = sel_.spec;
-    const uint16_t visible = to_bits(p_.dtype, 0.0), masked = to_bits(p_.dtype, masked_bias(p_.dtype));
+    const bool carries_mask = sel_.plan.bias;
+    const uint16_t zero = to_bits(p_.dtype, 0.0), masked = to_bits(p_.dtype, masked_bias(p_.dtype));
     std::vector<uint16_t> host(static_cast<size_t>(g.bias_batch * g.bias_heads * g.seq_q * g.seq_kv));
     size_t idx = 0;
     for (int64_t b = 0; b < g.bias_batch; ++b)
       for (int64_t h = 0; h < g.bias_heads; ++h)
         for (int64_t i = 0; i < g.seq_q; ++i)
-          for (int64_t j = 0; j < g.seq_kv; ++j) host[idx++] = p_.visible(b, h, i, j) ? visible : masked;
+          for (int64_t j = 0; j < g.seq_kv; ++j)
+            host[idx++] = carries_mask && !p_.visible(b, h, i, j) ? masked
+                          : p_.has_bias()                         ? to_bits(p_.dtype, p_.bias_at(b, h, i, j))
+                                                                  : zero;
     bias_ = DeviceBuffer(host.size() * sizeof(uint16_t));
     bias_.upload(host.data(), host.size() * sizeof(uint16_t));
   }
@@ -449,16 +472,17 @@ class CudnnSdpaBackend final : public Backend {
   bool backward_takes_dlse() const override { return false; }
 
   // cuDNN 9 SDPA on sm90 for sure: fp16/bf16, head dims that are multiples of 8 up to 128, two
-  // keys or more, any mask (natively where exact, else as a bias), GQA. The adapter enforces what
-  // it cannot hand on: the dtype, the softcap (the graph has none), 16-byte aligned tensors and
-  // the LSE packed [B][H][S] (the backward reads its Stats in no other layout); the graph build
-  // decides the rest (choose()).
+  // keys or more, any mask (natively where exact, else as a bias), a score bias, GQA. The
+  // adapter enforces what it cannot hand on: the dtype, the softcap (the graph has none),
+  // 16-byte aligned tensors and the LSE packed [B][H][S] (the backward reads its Stats in no
+  // other layout); the graph build decides the rest (choose()).
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.max_head_dim = 128;
     e.head_dim_multiple = 8;
     e.min_seq_kv = 2;
     e.softcap = false;
+    e.bias = true;
     e.alignment_bytes = 16;
     e.packed_lse = true;
     e.library_decides = SupportEnvelope::library_decides_all_but(

@@ -5,8 +5,10 @@
 // cuDNN has no arbitrary mask input, so every Problem's dense mask is mapped onto
 // cuDNN's native masking when some native configuration reproduces it exactly
 // (diagonal band, padding to per-batch lengths, or both), and onto an additive bias
-// tensor otherwise. That mapping is a pure function, declared here so it is tested
-// without a GPU. This header needs no CUDA or cuDNN header.
+// tensor otherwise. A score bias (harness/case.h, ScoreBias) rides in cuDNN's bias input,
+// next to a native mask or inside the bias that carries the mask. That mapping is a pure
+// function, declared here so it is tested without a GPU. This header needs no CUDA or cuDNN
+// header.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -38,21 +40,30 @@ std::map<std::string, std::string> cudnn_sdpa_environment();
 // where shift (set_diagonal_alignment) is 0 for top_left, and for bottom_right it is
 // Skv - Sq without padding, seq_len_kv[b] - seq_len_q[b] with it (cuDNN aligns the
 // diagonal to each sequence's actual end). A native plan is the same for every head.
-// The bias plan instead adds 0 where p.mask is visible and a large finite negative
-// value elsewhere, so it reproduces p.mask by construction.
+// The bias plan instead adds 0 (the score bias, when the call has one) where p.mask is
+// visible and a large finite negative value elsewhere, so it reproduces p.mask by
+// construction. cuDNN adds its bias input to the scaled scores before it masks:
+//   S_ij = scale q_i . k_j + bias_ij, then the native mask
+// which is the semantics' order without a softcap (the backend takes none).
 struct CudnnMaskPlan {
   std::vector<int32_t> seq_len_q, seq_len_kv;  // both empty: no padding mask
   std::optional<int64_t> left_bound;           // >= 1 when set (cuDNN rejects <= 0)
   std::optional<int64_t> right_bound;          // >= 0 when set (cuDNN rejects < 0)
   Align alignment = Align::top_left;           // meaningful only with a bound
-  // The bias fallback: a [B or 1][Hq or 1][Sq][Skv] tensor, broadcast over the batch
-  // (heads) when every batch (head) has the same mask.
+  // The bias fallback: the mask as a bias tensor.
   bool bias = false;
+  // The call's score bias rides in the bias tensor (with a native plan, alone).
+  bool score_bias = false;
+  // The bias tensor is [B or 1][Hq or 1][Sq][Skv]: broadcast over the batch (heads) when
+  // every batch (head) has the same mask (the fallback) and the score bias does not span it.
   bool bias_per_batch = false, bias_per_head = false;
 
   bool padding() const { return !seq_len_q.empty(); }
   bool native() const { return !bias; }
-  // "none", "causal_tl", "causal_br", "band_br(left=3,right=0)", each with "+padding", or "bias[B,1]".
+  // Whether the graph takes a bias tensor.
+  bool bias_input() const { return bias || score_bias; }
+  // "none", "causal_tl", "causal_br", "band_br(left=3,right=0)", each with "+padding", then with a
+  // score bias "+bias[B,1]"; or the fallback "bias[B,1]".
   std::string describe() const;
   bool operator==(const CudnnMaskPlan&) const = default;
 };
@@ -64,7 +75,8 @@ bool cudnn_mask_plan_visible(const CudnnMaskPlan& plan, const Problem& p, int64_
 // backend tries them (the first cuDNN accepts is used): without padding before with;
 // within each, no mask, top-left causal, bottom-right causal, then diagonal bands
 // (top-left, then bottom-right alignment) with bounds read off the dense mask. The
-// bias plan always comes last, so the list is never empty.
+// bias plan always comes last, so the list is never empty. With a score bias every plan
+// carries it (score_bias, broadcast as the bias tensor's extents say).
 std::vector<CudnnMaskPlan> cudnn_mask_plans(const Problem& p);
 // The first of cudnn_mask_plans(p): the plan used when cuDNN accepts every candidate.
 CudnnMaskPlan plan_cudnn_mask(const Problem& p);

@@ -1,7 +1,9 @@
 // LibTorch's fused CUDA attention kernels, one forced at a time (see torch_sdpa_cuda.h).
 // The op-level backends call the underlying op exactly as at::scaled_dot_product_attention
 // would after choosing that kernel (head dim padded to 8 for flash; the boolean mask turned
-// into an additive bias: -inf with an aligned stride for efficient, -65504 for cuDNN), so the
+// into an additive bias: -inf with an aligned stride for efficient, -65504 for cuDNN; a score
+// bias travels as a float attn_mask, the bias where visible and -inf where masked, which the
+// efficient path aligns and expands and the cuDNN path passes on as it is), so the
 // two differ only in the LSE they return. Backward is LibTorch's autograd through the same call: the LSE output is not
 // differentiable, so no backend here takes dLSE and the composition engine adds that term.
 #include "backends/torch_sdpa_cuda.h"
@@ -88,15 +90,19 @@ const char* kernel_name(CudaSdpaKernel k) {
 
 // The mask as LibTorch takes it: nothing, is_causal (top-left, LibTorch's meaning), or a
 // boolean [B][Hq][Sq][Skv] tensor. is_causal is used whenever it is exact, so the kernels'
-// causal paths (block skipping) are exercised, not only their masked ones.
+// causal paths (block skipping) are exercised, not only their masked ones. With a score bias,
+// a float mask in the query dtype instead (float_mask_arg).
 struct MaskArg {
   bool is_causal = false;
   std::optional<at::Tensor> mask;
 };
 
-// `with_values` false: a boolean mask of the right sizes but unfilled, for a caller that only
-// looks at its metadata (LibTorch's kernel choice), so no copy to the device.
-MaskArg mask_arg(const Problem& p, at::Device dev, bool with_values = true) {
+// Whether the dense mask is all visible, or top-left causal.
+struct DenseMaskKind {
+  bool all = true, causal = true;
+};
+
+DenseMaskKind dense_mask_kind(const Problem& p) {
   const Shape& s = p.shape;
   // The last large mask asked about and its answer: every call of a real-size case (its
   // LibTorch choice, forward, backward, the dLSE term's extra calls) asks about the same mask,
@@ -120,6 +126,39 @@ MaskArg mask_arg(const Problem& p, at::Device dev, bool with_values = true) {
     causal = shape.top_left_causal;
     if (large) last = {s.seq_q, s.seq_kv, p.mask, all, causal};
   }
+  return {all, causal};
+}
+
+// The dense mask on the device, as LibTorch's boolean attn_mask (true = visible).
+at::Tensor visible_mask(const Problem& p, at::Device dev) {
+  const Shape& s = p.shape;
+  return at::from_blob(const_cast<uint8_t*>(p.mask.data()), {s.batch, s.heads_q, s.seq_q, s.seq_kv}, at::kByte).to(at::kBool).to(dev);
+}
+
+// With a score bias, the attn_mask a caller hands the public entry point: the bias where
+// visible and -inf where masked, in the query dtype (torch_common.h, biased_mask), the bias
+// alone in its broadcast shape where every key is visible; never is_causal, which the public
+// entry point takes with no attn_mask. `with_values` false: unfilled, as in mask_arg.
+MaskArg float_mask_arg(const Problem& p, at::Device dev, at::ScalarType st, bool with_values) {
+  const Shape& s = p.shape;
+  const bool all = dense_mask_kind(p).all;
+  MaskArg m;
+  if (!with_values) {
+    // biased_mask's result is contiguous either way (masked_fill writes a contiguous copy).
+    const std::vector<int64_t> sizes = all ? p.bias.shape : std::vector<int64_t>{s.batch, s.heads_q, s.seq_q, s.seq_kv};
+    m.mask = at::empty(sizes, at::TensorOptions().dtype(st).device(dev));
+    return m;
+  }
+  m.mask = all ? bias_tensor(p, st, dev) : biased_mask(p, visible_mask(p, dev), st, dev);
+  return m;
+}
+
+// `with_values` false: a mask of the right sizes but unfilled, for a caller that only looks
+// at its metadata (LibTorch's kernel choice), so no copy to the device.
+MaskArg mask_arg(const Problem& p, at::Device dev, at::ScalarType st, bool with_values = true) {
+  if (p.has_bias()) return float_mask_arg(p, dev, st, with_values);
+  const Shape& s = p.shape;
+  const auto [all, causal] = dense_mask_kind(p);
   MaskArg m;
   if (all) return m;
   if (causal) {
@@ -130,7 +169,7 @@ MaskArg mask_arg(const Problem& p, at::Device dev, bool with_values = true) {
     m.mask = at::empty({s.batch, s.heads_q, s.seq_q, s.seq_kv}, at::TensorOptions().dtype(at::kBool).device(dev));
     return m;
   }
-  m.mask = at::from_blob(const_cast<uint8_t*>(p.mask.data()), {s.batch, s.heads_q, s.seq_q, s.seq_kv}, at::kByte).to(at::kBool).to(dev);
+  m.mask = visible_mask(p, dev);
   return m;
 }
 
@@ -148,6 +187,23 @@ at::Tensor additive_bias(const at::Tensor& mask, at::ScalarType st) {
 // the bias is not padded. A row with no visible key then attends uniformly, not to nothing.
 at::Tensor cudnn_bias(const at::Tensor& mask, at::ScalarType st) {
   return at::zeros(mask.sizes(), mask.options().dtype(st)).masked_fill(mask.logical_not(), -65504.0);
+}
+
+// What LibTorch 2.11's public entry point does to a float attn_mask before the efficient op
+// (preprocess_mask in aten/src/ATen/native/transformers/attention.cpp; the cuDNN op gets the
+// float mask as it is): unless its last stride is 1 and every other stride a multiple of 8
+// elements, the last dimension is padded past the next multiple of 8 and cut back, so rows start
+// 8-element aligned; then it is expanded (a view: stride 0 where it broadcasts) to
+// [B, Hq, Sq, Skv].
+at::Tensor efficient_float_mask(const at::Tensor& mask, const at::Tensor& q, const at::Tensor& k) {
+  bool aligned = mask.stride(-1) == 1;
+  for (int64_t d = 0; d + 1 < mask.dim(); ++d) aligned = aligned && mask.stride(d) % 8 == 0;
+  at::Tensor m = mask;
+  if (!aligned) {
+    const int64_t n = mask.size(-1);
+    m = at::constant_pad_nd(mask, {0, 8 - n % 8}).narrow(-1, 0, n);
+  }
+  return m.expand({q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
 at::Tensor pad_last_dim_to_8(const at::Tensor& t) {
@@ -192,11 +248,13 @@ class TorchCudaSdpaBackend final : public Backend {
   // Dqk == Dv and no mask but is_causal; efficient any boolean mask, but no GQA. The adapter
   // enforces the dtype (no contract, nothing to judge) and the softcap (SDPA takes none); the rest
   // is LibTorch's to decide (choice_refusal), so the cases just outside stay reject or correct.
+  // A score bias reaches efficient and cuDNN as a float attn_mask; flash takes no attn_mask.
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.head_dim_multiple = 8;
     e.alignment_bytes = 16;
     e.softcap = false;
+    e.bias = kernel_ != CudaSdpaKernel::flash;
     e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype, EnvelopeClause::softcap});
     switch (kernel_) {
       case CudaSdpaKernel::flash:
@@ -269,7 +327,7 @@ class TorchCudaSdpaBackend final : public Backend {
     auto views = laid_out_views(p, {R::Q, R::K, R::V}, opts, false);
     at::Tensor q = views[R::Q], k = views[R::K], v = views[R::V];
     q.set_requires_grad(true);  // the choice differs for training: backward must be supported
-    const MaskArg m = mask_arg(p, dev, false);
+    const MaskArg m = mask_arg(p, dev, st, false);
     WarningCollector warnings;
     c10::WarningUtils::WarningHandlerGuard guard(&warnings);
     c10::WarningUtils::WarnAlways warn_always(true);
@@ -305,7 +363,7 @@ class TorchCudaSdpaBackend final : public Backend {
     c.q = c.q.detach().set_requires_grad(requires_grad);
     c.k = c.k.detach().set_requires_grad(requires_grad);
     c.v = c.v.detach().set_requires_grad(requires_grad);
-    const MaskArg m = mask_arg(p, dev);
+    const MaskArg m = mask_arg(p, dev, st);
     const bool gqa = s.group() > 1;
     ForceKernel force(kernel_);
     if (entry_ == CudaSdpaEntry::public_api) {
@@ -328,7 +386,7 @@ class TorchCudaSdpaBackend final : public Backend {
         at::Tensor k = gqa ? c.k.repeat_interleave(s.group(), 1) : c.k;
         at::Tensor v = gqa ? c.v.repeat_interleave(s.group(), 1) : c.v;
         std::optional<at::Tensor> bias;
-        if (m.mask) bias = additive_bias(*m.mask, st);
+        if (m.mask) bias = p.has_bias() ? efficient_float_mask(*m.mask, c.q, k) : additive_bias(*m.mask, st);
         auto r = at::_scaled_dot_product_efficient_attention(c.q, k, v, bias, true, 0.0, m.is_causal, p.scale);
         c.out = std::get<0>(r);
         lse = std::get<1>(r);
@@ -336,7 +394,7 @@ class TorchCudaSdpaBackend final : public Backend {
       }
       case CudaSdpaKernel::cudnn: {
         std::optional<at::Tensor> bias;
-        if (m.mask) bias = cudnn_bias(*m.mask, st);
+        if (m.mask) bias = p.has_bias() ? *m.mask : cudnn_bias(*m.mask, st);
         auto r = at::_scaled_dot_product_cudnn_attention(c.q, c.k, c.v, bias, true, 0.0, m.is_causal, false, p.scale);
         c.out = std::get<0>(r);
         lse = std::get<1>(r);

@@ -107,7 +107,8 @@ uint32_t SupportEnvelope::library_decides_all_but(std::initializer_list<Envelope
   uint32_t bits = 0;
   for (EnvelopeClause c : kAllEnvelopeClauses) bits |= bit(c);
   for (EnvelopeClause c : enforced) bits &= ~bit(c);
-  return bits;
+  // Never the bias (decided_by_library): a bit set there would be lost by to_json.
+  return bits & ~bit(EnvelopeClause::bias);
 }
 
 std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeClause c) const {

@@ -77,7 +77,7 @@ struct SupportEnvelope {
   // The bias clause never is: a library the harness hands no bias to cannot judge a call that has one.
   bool decided_by_library(EnvelopeClause c) const { return c != EnvelopeClause::bias && (library_decides & bit(c)); }
   static constexpr uint32_t bit(EnvelopeClause c) { return uint32_t{1} << static_cast<int>(c); }
-  // Every clause but these is left to the library.
+  // Every clause but these (and the bias, which never is) is left to the library.
   static uint32_t library_decides_all_but(std::initializer_list<EnvelopeClause> enforced);
   // Whether the clause restricts anything (an unrestricted clause has no "just outside").
   bool restricts(EnvelopeClause c) const;

@@ -1,8 +1,8 @@
 #pragma once
 // What the project's CUDA kernels share (oracles/gpu_attention.cu, oracles/gpu_error_terms.cu):
-// device buffers, the Sq x Skv scratch kept between calls, the mask's 64 x 64 tile map and the
-// one tiled matrix-product kernel every product goes through. Included by .cu files only; its
-// definitions have internal linkage (one copy per kernel file).
+// device buffers, the Sq x Skv scratch kept between calls, the mask's 64 x 64 tile map, the score
+// bias and the one tiled matrix-product kernel every product goes through. Included by .cu files
+// only; its definitions have internal linkage (one copy per kernel file).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -122,6 +122,39 @@ struct DeviceMask {
     AF_CUDA(cudaGetLastError());
   }
   MaskView view() const { return v; }
+};
+
+// ---- the score bias: float64 in its broadcast shape [E0][E1][E2][E3] (HostAttention::bias) ----
+struct BiasView {
+  const double* values;  // null: no bias
+  int64_t heads_q;       // the problem's Hq: query head zq is (b, h) = (zq / Hq, zq % Hq)
+  int64_t extent[4];
+  __device__ bool on() const { return values != nullptr; }
+  // bias[b][h][i][j] of query head zq, broadcast over the extents of 1.
+  __device__ double at(int64_t zq, int64_t i, int64_t j) const {
+    const int64_t b = extent[0] > 1 ? zq / heads_q : 0, h = extent[1] > 1 ? zq % heads_q : 0;
+    return values[((b * extent[1] + h) * extent[2] + (extent[2] > 1 ? i : 0)) * extent[3] + (extent[3] > 1 ? j : 0)];
+  }
+};
+
+// The bias on the device, as the host holds it (float64: exact for every case dtype).
+struct DeviceBias {
+  DeviceBuffer<double> values;
+  BiasView v{};
+  explicit DeviceBias(const HostAttention& a) {
+    v.heads_q = a.heads_q;
+    for (int d = 0; d < 4; ++d) v.extent[d] = a.bias_extent[d];
+    if (!a.bias) return;
+    const int64_t full[4] = {a.batch, a.heads_q, a.seq_q, a.seq_kv};
+    for (int d = 0; d < 4; ++d)
+      if (a.bias_extent[d] != 1 && a.bias_extent[d] != full[d])
+        throw std::invalid_argument("bias extent " + std::to_string(a.bias_extent[d]) + " in dimension " + std::to_string(d) +
+                                    " is neither 1 nor " + std::to_string(full[d]));
+    values = DeviceBuffer<double>(static_cast<size_t>(a.bias_extent[0] * a.bias_extent[1] * a.bias_extent[2] * a.bias_extent[3]));
+    values.upload(a.bias);
+    v.values = values.get();
+  }
+  BiasView view() const { return v; }
 };
 
 // Indices inside one chunk of heads: zq is a query head (b * Hq + h) counted from the chunk's

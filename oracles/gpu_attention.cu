@@ -197,18 +197,21 @@ struct ColumnProduct {
 };
 
 // ---- element-wise steps ----
-struct Cap {
-  bool on;
+// The score from S_pre: S = softcap(S_pre) + bias, each step rounded in T (emulated.cpp's order).
+struct Score {
+  bool capped;
   double c;
+  BiasView bias;
   template <class T>
-  __device__ T apply(T s_pre) const {
-    return on ? mul_rn(static_cast<T>(c), tanh_t(div_rn(s_pre, static_cast<T>(c)))) : s_pre;
+  __device__ T of(T s_pre, int64_t zq, int64_t i, int64_t j) const {
+    const T s = capped ? mul_rn(static_cast<T>(c), tanh_t(div_rn(s_pre, static_cast<T>(c)))) : s_pre;
+    return bias.on() ? add_rn(s, static_cast<T>(bias.at(zq, i, j))) : s;  // the bias is in the case dtype: exact in T
   }
 };
 
 // LSE of each row, the sum over visible keys in order (the contract baselines).
 template <class T>
-__global__ void row_lse_ordered(const T* s, T* lse, MaskView m, Heads h, Cap cap, int64_t heads, bool reversed) {
+__global__ void row_lse_ordered(const T* s, T* lse, MaskView m, Heads h, Score score, int64_t heads, bool reversed) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= heads * m.sq) return;
   const int64_t z = row / m.sq, i = row % m.sq, zq = h.first_q + z;
@@ -216,7 +219,7 @@ __global__ void row_lse_ordered(const T* s, T* lse, MaskView m, Heads h, Cap cap
   T mx = neg_inf<T>();
   for (int64_t j = 0; j < m.skv; ++j)
     if (m.visible(zq, i, j)) {
-      const T x = cap.apply(sr[j]);
+      const T x = score.of(sr[j], zq, i, j);
       mx = mx < x ? x : mx;  // std::max(m, x)
     }
   if (mx == neg_inf<T>()) {
@@ -226,13 +229,13 @@ __global__ void row_lse_ordered(const T* s, T* lse, MaskView m, Heads h, Cap cap
   T l = 0;
   for (int64_t n = 0; n < m.skv; ++n) {
     const int64_t j = reversed ? m.skv - 1 - n : n;
-    if (m.visible(zq, i, j)) l = add_rn(l, exp_t(sub_rn(cap.apply(sr[j]), mx)));
+    if (m.visible(zq, i, j)) l = add_rn(l, exp_t(sub_rn(score.of(sr[j], zq, i, j), mx)));
   }
   lse[zq * m.sq + i] = add_rn(mx, log_t(l));
 }
 
 // LSE of each row, one warp per row (the reference; the order is free).
-__global__ void row_lse_warp(const double* s, double* lse, MaskView m, Heads h, Cap cap, int64_t heads) {
+__global__ void row_lse_warp(const double* s, double* lse, MaskView m, Heads h, Score score, int64_t heads) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= heads * m.sq) return;
@@ -240,7 +243,7 @@ __global__ void row_lse_warp(const double* s, double* lse, MaskView m, Heads h, 
   const double* sr = s + row * m.skv;
   double mx = -INFINITY;
   for (int64_t j = lane; j < m.skv; j += 32)
-    if (m.visible(zq, i, j)) mx = fmax(mx, cap.apply(sr[j]));
+    if (m.visible(zq, i, j)) mx = fmax(mx, score.of(sr[j], zq, i, j));
   for (int off = 16; off; off /= 2) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   if (mx == -INFINITY) {
     if (lane == 0) lse[zq * m.sq + i] = mx;
@@ -248,44 +251,45 @@ __global__ void row_lse_warp(const double* s, double* lse, MaskView m, Heads h, 
   }
   double l = 0;
   for (int64_t j = lane; j < m.skv; j += 32)
-    if (m.visible(zq, i, j)) l += exp(cap.apply(sr[j]) - mx);
+    if (m.visible(zq, i, j)) l += exp(score.of(sr[j], zq, i, j) - mx);
   for (int off = 16; off; off /= 2) l += __shfl_xor_sync(0xffffffffu, l, off);
   if (lane == 0) lse[zq * m.sq + i] = mx + log(l);
 }
 
 template <class T>
-__device__ T probability(const T* s, const T* lse, const MaskView& m, const Cap& cap, int64_t zq, int64_t i, int64_t j, T s_pre) {
+__device__ T probability(const T* lse, const MaskView& m, const Score& score, int64_t zq, int64_t i, int64_t j, T s_pre) {
   const T l = lse[zq * m.sq + i];
   if (l == neg_inf<T>() || !m.visible(zq, i, j)) return T(0);
-  return exp_t(sub_rn(cap.apply(s_pre), l));
+  return exp_t(sub_rn(score.of(s_pre, zq, i, j), l));
 }
 
 // S_pre -> P in place.
 template <class T>
-__global__ void probabilities(T* s, const T* lse, MaskView m, Heads h, Cap cap, int64_t heads) {
+__global__ void probabilities(T* s, const T* lse, MaskView m, Heads h, Score score, int64_t heads) {
   const int64_t n = heads * m.sq * m.skv;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = e % m.skv, i = (e / m.skv) % m.sq, z = e / (m.skv * m.sq);
-    s[e] = probability(s, lse, m, cap, h.first_q + z, i, j, s[e]);
+    s[e] = probability(lse, m, score, h.first_q + z, i, j, s[e]);
   }
 }
 
-// S_pre -> P and dP -> dS in place: dS = P (dP - D + g), times 1 - tanh^2 under a softcap.
+// S_pre -> P and dP -> dS in place: dS = P (dP - D + g), times 1 - tanh^2 under a softcap (the
+// bias, added after the softcap, moves no chain factor).
 template <class T>
-__global__ void score_gradients(T* s, T* dp, const T* lse, const T* delta, const T* d_lse, MaskView m, Heads h, Cap cap, int64_t heads,
+__global__ void score_gradients(T* s, T* dp, const T* lse, const T* delta, const T* d_lse, MaskView m, Heads h, Score score, int64_t heads,
                                 bool reference) {
   const int64_t n = heads * m.sq * m.skv;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = e % m.skv, i = (e / m.skv) % m.sq, zq = h.first_q + e / (m.skv * m.sq);
     const T s_pre = s[e];
-    const T p = probability(s, lse, m, cap, zq, i, j, s_pre);
+    const T p = probability(lse, m, score, zq, i, j, s_pre);
     T ds = 0;
     if (p != T(0)) {
       const T d = delta[zq * m.sq + i], g = d_lse[zq * m.sq + i];
       // Eigen's order for the reference (dP - (D - g)); emulated.cpp's for the baselines.
       ds = reference ? mul_rn(p, sub_rn(dp[e], sub_rn(d, g))) : mul_rn(p, add_rn(sub_rn(dp[e], d), g));
-      if (cap.on) {
-        const T th = tanh_t(div_rn(s_pre, static_cast<T>(cap.c)));
+      if (score.capped) {
+        const T th = tanh_t(div_rn(s_pre, static_cast<T>(score.c)));
         ds = mul_rn(ds, sub_rn(T(1), mul_rn(th, th)));
       }
     }
@@ -322,7 +326,8 @@ __global__ void lse_out(const T* lse, double* out, int64_t n) {
   if (e < n) out[e] = static_cast<double>(lse[e]);  // fp32 LSE under a contract, float64 otherwise
 }
 
-// Everything one call keeps on the device: inputs in the working type, the mask and its tiles.
+// Everything one call keeps on the device: inputs in the working type, the mask and its tiles,
+// the score bias.
 template <class T>
 struct DeviceProblem {
   const HostAttention& a;
@@ -330,16 +335,17 @@ struct DeviceProblem {
   int64_t group, rows_q;
   DeviceBuffer<T> q, k, v;
   DeviceMask mask;
+  DeviceBias bias;
 
   DeviceProblem(const HostAttention& a_, const Numerics& n_)
-      : a(a_), n(n_), group(a.heads_q / a.heads_kv), rows_q(a.batch * a.heads_q * a.seq_q), mask(a) {
+      : a(a_), n(n_), group(a.heads_q / a.heads_kv), rows_q(a.batch * a.heads_q * a.seq_q), mask(a), bias(a) {
     upload_operand(q, a.q, rows_q * a.dim_qk);
     upload_operand(k, a.k, a.batch * a.heads_kv * a.seq_kv * a.dim_qk);
     upload_operand(v, a.v, a.batch * a.heads_kv * a.seq_kv * a.dim_v);
   }
 
   MaskView view() const { return mask.view(); }
-  Cap cap() const { return {a.softcap.has_value(), a.softcap.value_or(1.0)}; }
+  Score score() const { return {a.softcap.has_value(), a.softcap.value_or(1.0), bias.view()}; }
   bool keep() const { return n.reference64 || n.contract == Contract::fp64; }
 
   // Host float64 -> device T; `operand` rounds as the contract's matmul operand.
@@ -374,12 +380,12 @@ struct DeviceProblem {
     product(sp, heads);
     if constexpr (std::is_same_v<T, double>) {
       if (n.reference64) {
-        row_lse_warp<<<grid_for(heads * a.seq_q * 32, kThreads), kThreads>>>(s, lse, view(), h, cap(), heads);
+        row_lse_warp<<<grid_for(heads * a.seq_q * 32, kThreads), kThreads>>>(s, lse, view(), h, score(), heads);
         AF_CUDA(cudaGetLastError());
         return;
       }
     }
-    row_lse_ordered<T><<<grid_for(heads * a.seq_q, 128), 128>>>(s, lse, view(), h, cap(), heads, n.reversed);
+    row_lse_ordered<T><<<grid_for(heads * a.seq_q, 128), 128>>>(s, lse, view(), h, score(), heads, n.reversed);
     AF_CUDA(cudaGetLastError());
   }
 
@@ -408,7 +414,7 @@ void forward_impl(const HostAttention& a, const Numerics& n, double* o, double* 
     const int64_t heads = std::min(per_chunk, a.batch * a.heads_q - first);
     dp.scores_and_lse(s, lse.get(), first, heads);
     probabilities<T>
-        <<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s, lse.get(), dp.view(), Heads{first, dp.group}, dp.cap(), heads);
+        <<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s, lse.get(), dp.view(), Heads{first, dp.group}, dp.score(), heads);
     AF_CUDA(cudaGetLastError());
     RowProduct<T> pv{s,       dp.v.get(), out.get(), T(1), false, n.contract, n.dtype, dp.keep(), dp.view(), Heads{first, dp.group},
                      a.seq_q, a.dim_v,    a.seq_kv};
@@ -456,7 +462,7 @@ void backward_impl(const HostAttention& a, const Numerics& n, const double* o_ho
     dp.scores_and_lse(s, lse.get(), first, heads);
     dp.product(DpProduct<T>{d_out_op.get(), dp.v.get(), dpb, dp.view(), h, a.seq_q, a.seq_kv, a.dim_v}, heads);
     score_gradients<T><<<grid_for(heads * a.seq_q * a.seq_kv, kThreads), kThreads>>>(s, dpb, lse.get(), delta.get(), d_lse.get(), dp.view(),
-                                                                                     h, dp.cap(), heads, n.reference64);
+                                                                                     h, dp.score(), heads, n.reference64);
     AF_CUDA(cudaGetLastError());
     dp.product(
         RowProduct<T>{dpb, dp.k.get(), dq.get(), scale, true, n.contract, n.dtype, dp.keep(), dp.view(), h, a.seq_q, a.dim_qk, a.seq_kv},

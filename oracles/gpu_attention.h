@@ -8,11 +8,15 @@
 // Sq x Skv buffers in device memory (scores, then P; dP, then dS), a group of heads at a
 // time within a memory budget; 64 x 64 tiles the mask hides completely are skipped.
 //
-//   forward:  S = scale Q K^T (softcap: c tanh(S / c)), masked -> -inf,
+//   forward:  S_pre = scale Q K^T, S = softcap(S_pre) + bias (softcap: c tanh(S_pre / c);
+//             bias: the score bias, 0 without one), masked -> -inf,
 //             LSE = log sum exp S (natural log; -inf on rows with no visible key),
 //             P = exp(S - LSE), O = P V
-//   backward: D = rowsum(dO * O), dP = dO V^T, dS = P (dP - D + dLSE) [(1 - tanh^2)],
+//   backward: D = rowsum(dO * O), dP = dO V^T, dS = P (dP - D + dLSE) [(1 - tanh^2(S_pre / c))],
 //             dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO (dK, dV summed over the group)
+// The contract baselines add the bias in the accumulation type after the softcap, as
+// oracles/emulated.cpp does (the bias is in the case dtype, so converting it is exact).
+// dBias (the bracketed chain factor left out) is not computed.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +37,11 @@ struct HostAttention {
   // [B][Hq][Sq][Skv], 1 = visible; or one [Sq][Skv] plane that every (b, h) shares.
   const uint8_t* mask = nullptr;
   bool mask_one_plane = false;
+  // The score bias (harness/case.h, ScoreBias), dense [E0][E1][E2][E3] with each extent E
+  // either the problem's (B, Hq, Sq, Skv) or 1, broadcast over the dimensions of extent 1;
+  // null without one.
+  const double* bias = nullptr;
+  int64_t bias_extent[4] = {1, 1, 1, 1};
 };
 
 // How to compute: the float64 reference, or the naive computation under a contract with

@@ -203,8 +203,9 @@ struct ColumnProduct {
 };
 
 // Q K^T, Q^2 K^2^T -> P, s and P_c (every element written: tiles the mask hides hold no product).
-__global__ void score_terms(ScoreBuffers s, const double* lse, MaskView m, Heads h, int64_t heads, double scale, bool capped, double cap,
-                            int64_t dim_qk) {
+// S = softcap(scale Q K^T) + bias: |S| in s is the biased score's.
+__global__ void score_terms(ScoreBuffers s, const double* lse, MaskView m, BiasView bias, Heads h, int64_t heads, double scale, bool capped,
+                            double cap, int64_t dim_qk) {
   const int64_t n = heads * m.sq * m.skv;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = e % m.skv, i = (e / m.skv) % m.sq, zq = h.first_q + e / (m.skv * m.sq);
@@ -217,6 +218,7 @@ __global__ void score_terms(ScoreBuffers s, const double* lse, MaskView m, Heads
         score = cap * t;
         chain = 1.0 - t * t;
       }
+      if (bias.on()) score += bias.at(zq, i, j);
       const double l = lse[zq * m.sq + i];
       const bool live = isfinite(l);
       if (live) p = exp(score - l);
@@ -392,6 +394,7 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   upload(d.d_out, d_out_host, rows_q * a.dim_v);
   upload(d.d_lse, d_lse_host, rows_q);
   const DeviceMask mask(a);
+  const DeviceBias bias(a);
   const int64_t o_idx = 0, lse_idx = 1, dq_idx = 2, dk_idx = 3, dv_idx = 4;
   d.operand[o_idx] = DeviceBuffer<double>(n(rows_q * a.dim_v));
   d.score[o_idx] = DeviceBuffer<double>(n(rows_q * a.dim_v));
@@ -492,7 +495,7 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     // Scores, P, the sensitivity s.
     product(PairProduct{d.q.get(), d.k.get(), s.p, false, m, h, a.seq_q, a.seq_kv, a.dim_qk}, heads);
     product(PairProduct{d.q.get(), d.k.get(), s.sens, true, m, h, a.seq_q, a.seq_kv, a.dim_qk}, heads);
-    score_terms<<<elementwise_grid, kThreads>>>(s, d.lse.get(), m, h, heads, scale, capped, a.softcap.value_or(1.0), a.dim_qk);
+    score_terms<<<elementwise_grid, kThreads>>>(s, d.lse.get(), m, bias.view(), h, heads, scale, capped, a.softcap.value_or(1.0), a.dim_qk);
     AF_CUDA(cudaGetLastError());
     // O and LSE.
     product(RowProduct{s, Factor::p2, d.v.get(), RowRhs::squared, a.dim_v, RowOut::root, 1.0, d.operand[o_idx].get(), nullptr, nullptr,

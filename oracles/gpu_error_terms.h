@@ -4,8 +4,9 @@
 // device buffers with the tiled product of oracles/device_common.cuh. Plain C++ interface, as
 // oracles/gpu_attention.h (no CUDA header reaches the harness).
 //
-// Per query head, with P the reference probabilities, s_ij the score sensitivity and
-// P_c = P (1 - tanh^2) under a softcap (P without):
+// Per query head, with P the reference probabilities, s_ij the score sensitivity, S the scores
+// after the softcap and the bias (S = softcap(S_pre) + bias, oracles/gpu_attention.h) and
+// P_c = P (1 - tanh^2(S_pre / c)) under a softcap (P without):
 //   s_ij   = scale sqrt(Dqk/3 ((QK^T)_ij^2 / 3 + (Q^2 K^2^T)_ij / 2)) + |S_ij| + |LSE_i|
 //   w      = P s,  dS = P_c (dP - (D - g)),  dS2 = dS^2 + (P_c dP)^2 + (P_c (D - g))^2
 //   wd     = |dS| (s + 2 t^2 / (1 - t^2)) + P_c sqrt(Dv/3 (dP^2 / 3 + (dO^2 V^2^T) / 2)),

@@ -3,13 +3,15 @@
 #include <chrono>
 #include <cstring>
 
+#include "harness/compose.h"
 #include "oracles/gpu_error_terms.h"
 
 namespace attnfuzz {
 namespace {
 
 // The Problem's tensors as the kernels take them. The dense mask is [B][Hq][Sq][Skv]; when
-// every (b, h) plane is the same (every mask kind but random ones) only one plane travels.
+// every (b, h) plane is the same (every mask kind but random ones) only one plane travels. The
+// bias travels in its broadcast shape.
 gpu::HostAttention host_attention(const Problem& p) {
   const Shape& s = p.shape;
   gpu::HostAttention a;
@@ -19,6 +21,10 @@ gpu::HostAttention host_attention(const Problem& p) {
   a.softcap = p.softcap;
   a.q = p.q.ptr(), a.k = p.k.ptr(), a.v = p.v.ptr();
   a.mask = p.mask.data();
+  if (p.has_bias()) {
+    a.bias = p.bias.ptr();
+    for (size_t d = 0; d < 4; ++d) a.bias_extent[d] = p.bias.shape[d];
+  }
   const size_t plane = static_cast<size_t>(s.seq_q * s.seq_kv), planes = static_cast<size_t>(s.batch * s.heads_q);
   a.mask_one_plane = true;
   if (p.mask_expr && !varies_by_head(*p.mask_expr)) return a;
@@ -43,6 +49,7 @@ Forward run_forward(const Problem& p, const gpu::Numerics& n, gpu::Timing* t) {
 
 Gradients run_backward(const Problem& p, const gpu::Numerics& n, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse,
                        gpu::Timing* t) {
+  if (p.bias_requires_grad) throw UnsupportedError("dBias is not computed on the GPU yet (the kernels return dQ, dK and dV only)");
   const Shape& s = p.shape;
   const auto t0 = Clock::now();
   Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),

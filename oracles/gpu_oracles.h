@@ -18,12 +18,18 @@ bool cuda_kernels_available(std::string* why);
 // where the time went (host: the output tensors and the mask's plane check).
 ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse, gpu::Timing* t = nullptr);
 
-// The float64 reference on the GPU: same semantics as ReferenceBackend (oracles/reference.h).
+// The float64 reference on the GPU: same semantics as ReferenceBackend (oracles/reference.h),
+// the score bias included; the backward computes no dBias (a problem asking for it is refused).
 class CudaReference64Backend final : public Backend {
  public:
   std::string name() const override { return "cuda.reference64"; }
   std::string version() const override;
   Device device() const override { return Device::cuda; }
+  SupportEnvelope envelope() const override {
+    SupportEnvelope e = Backend::envelope();
+    e.bias = true;
+    return e;
+  }
   Forward forward(const Problem& p) override;
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override;
   // Where the time of the last call went (host-timed: upload, kernels, download).
@@ -34,13 +40,19 @@ class CudaReference64Backend final : public Backend {
 };
 
 // The naive computation under a contract on the GPU: same rounding points and accumulation
-// order as EmulatedBackend (oracles/emulated.h); docs/gpu.md says where the two can differ.
+// order as EmulatedBackend (oracles/emulated.h), the score bias included; docs/gpu.md says where
+// the two can differ. No dBias, as above.
 class CudaEmulatedBackend final : public Backend {
  public:
   CudaEmulatedBackend(Contract contract, bool reversed_order) : contract_(contract), reversed_(reversed_order) {}
   std::string name() const override;
   std::string version() const override;
   Device device() const override { return Device::cuda; }
+  SupportEnvelope envelope() const override {
+    SupportEnvelope e = Backend::envelope();
+    e.bias = true;
+    return e;
+  }
   std::optional<Contract> contract(DType) const override { return contract_; }
   Forward forward(const Problem& p) override;
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override;

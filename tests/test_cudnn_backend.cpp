@@ -175,6 +175,32 @@ TEST(CudnnMaskPlanner, BiasBroadcastsOnlyWhatIsShared) {
   EXPECT_EQ(cudnn_mask_plans(per_batch).size(), 1u);
 }
 
+// A score bias rides in every plan, broadcast as it is; the fallback's bias tensor also as the
+// mask is. The plans of a large mask are kept by content: the bias's extents are part of it.
+TEST(CudnnMaskPlanner, ScoreBiasRidesInEveryPlan) {
+  Problem p = mask_problem({2, 3, 1, 256, 256, 8, 8}, [](int64_t, int64_t, int64_t i, int64_t j) { return j <= i; });
+  const std::vector<CudnnMaskPlan> plain = cudnn_mask_plans(p);
+  ASSERT_EQ(plain.front().describe(), "causal_tl");
+  for (const auto& plan : plain) EXPECT_FALSE(plan.score_bias || (plan.native() && plan.bias_input())) << plan.describe();
+  p.bias = Tensor({1, 3, 1, 256});  // the planner reads its extents, not its values
+  const std::vector<CudnnMaskPlan> biased = cudnn_mask_plans(p);
+  ASSERT_EQ(biased.size(), plain.size());
+  EXPECT_EQ(biased.front().describe(), "causal_tl+bias[1,H]");
+  EXPECT_EQ(biased.back().describe(), "bias[1,H]");
+  for (const auto& plan : biased) {
+    EXPECT_TRUE(plan.score_bias && plan.bias_input()) << plan.describe();
+    EXPECT_EQ(model_mismatches(plan, p), 0u) << plan.describe();
+  }
+  p.bias = Tensor({2, 1, 256, 1});
+  EXPECT_EQ(plan_cudnn_mask(p).describe(), "causal_tl+bias[B,1]");
+  p.bias = {};
+  EXPECT_EQ(describe_all(cudnn_mask_plans(p)), describe_all(plain));
+  // A mask that differs per head: the fallback is per head whatever the bias spans.
+  Problem per_head = mask_problem({2, 2, 1, 4, 4, 8, 8}, [](int64_t, int64_t h, int64_t i, int64_t j) { return (i + j + h) % 2 == 0; });
+  per_head.bias = Tensor({2, 1, 1, 1});
+  EXPECT_EQ(describe_all(cudnn_mask_plans(per_head)), std::vector<std::string>{"bias[B,H]"});
+}
+
 TEST(CudnnMaskPlanner, PerBatchLengthsWithABottomRightDiagonal) {
   const std::vector<int64_t> lq{5, 8, 0}, lkv{9, 3, 0};
   const Problem p = mask_problem({3, 2, 1, 8, 12, 8, 8}, [&](int64_t b, int64_t, int64_t i, int64_t j) {
@@ -299,6 +325,71 @@ INSTANTIATE_TEST_SUITE_P(Masks, CudnnModes, ::testing::Combine(::testing::Values
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param).name) + "_" + std::string(to_string(std::get<1>(info.param)));
                          });
+
+// A score bias of each kind over a native mask and over the fallback: the backend against the
+// float64 reference through the harness's verdicts, the score bias in the plan cuDNN runs.
+struct BiasMode {
+  Mode mode;
+  ScoreBias bias;
+  const char* plan;  // what the backend must run; null: any plan that carries the bias
+};
+
+std::vector<BiasMode> bias_modes() {
+  const std::vector<Mode> m = modes();
+  auto named = [&](const char* name) {
+    return *std::find_if(m.begin(), m.end(), [&](const Mode& x) { return std::string(x.name) == name; });
+  };
+  ScoreBias key_padding;  // [B][1][1][Skv]: a per-batch additive key mask
+  key_padding.spans = {true, false, false, true};
+  key_padding.values = ValueDist{ValueDist::Kind::outliers, 0.0, 0.5, 0.2, -1e4};
+  ScoreBias per_head;  // [1][H][Sq][Skv]
+  per_head.spans = {false, true, true, true};
+  per_head.values = ValueDist{ValueDist::Kind::normal, 0.0, 4.0};
+  ScoreBias relative{ScoreBias::Kind::relative};
+  return {
+      // cuDNN takes a bias with its causal mask (cuDNN 9 SDPA, forward and backward).
+      {named("causal_top_left"), ScoreBias{ScoreBias::Kind::alibi}, "causal_tl+bias[1,H]"},
+      {named("no_mask"), key_padding, nullptr},
+      {named("sliding_window"), per_head, nullptr},
+      {named("padding"), relative, nullptr},
+      {named("random_mask_as_bias"), relative, "bias[B,H]"},
+      {named("gqa_causal"), key_padding, nullptr},
+  };
+}
+
+TEST(CudnnBackend, MatchesTheReferenceWithAScoreBias) {
+  SKIP_WITHOUT_CUDNN();
+  auto be = make_cudnn_sdpa_backend();
+  EXPECT_TRUE(be->envelope().bias);
+  for (const BiasMode& bm : bias_modes())
+    for (DType dtype : {DType::f16, DType::bf16}) {
+      Case c = mode_case(bm.mode, dtype, 20251205);
+      c.bias = bm.bias;
+      validate(c);
+      const Problem p = full_problem(c, generate_inputs(c));
+      const std::string where = std::string(bm.mode.name) + " " + std::string(to_string(dtype)) + "\n" + write_case(c);
+      if (auto why = be->unsupported_reason(p)) {
+        ADD_FAILURE() << "cuDNN refused the case: " << *why << "\n" << where;
+        continue;
+      }
+      const auto plan = cudnn_sdpa_selected_plan(*be, p);
+      ASSERT_TRUE(plan.has_value());
+      EXPECT_TRUE(plan->score_bias) << plan->describe();
+      if (bm.plan) {
+        EXPECT_EQ(plan->describe(), bm.plan) << "cuDNN refused the plans before it; all candidates: "
+                                             << join(describe_all(cudnn_mask_plans(p))) << "\n"
+                                             << where;
+      }
+      std::cout << "  " << bm.mode.name << " " << to_string(dtype) << ": " << plan->describe() << "\n";
+      const DiffReport r = run_differential(c, {be.get()}, default_oracles());
+      for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail << "\n" << where;
+      for (const auto& run : r.runs) {
+        if (run.backend == "cudnn") {
+          EXPECT_FALSE(run.skipped) << run.skip_reason << "\n" << where;
+        }
+      }
+    }
+}
 
 // Per-batch lengths no mask expression produces (a varlen batch): the backend directly,
 // against the reference, with a relative error bound per tensor over the visible rows.

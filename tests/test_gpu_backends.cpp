@@ -1,4 +1,5 @@
-// The LibTorch CUDA backends against the float64 reference on random cases (label gpu).
+// The LibTorch CUDA backends against the float64 reference on random cases, with and without a
+// score bias (label gpu).
 // Without a GPU (or with a CPU-only LibTorch) each test is reported as skipped, with the reason.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include "harness/differential.h"
 #include "harness/inputs.h"
 #include "backends/registry.h"
+#include "backends/torch_sdpa_cuda.h"
 
 namespace attnfuzz {
 namespace {
@@ -23,15 +25,8 @@ std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info
   return n;
 }
 
-class GpuBackend : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GpuBackend, NoFindingOnRandomCases) {
-  std::unique_ptr<Backend> be;
-  try {
-    be = make_backend(GetParam());
-  } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
-  }
+// `p_bias`: the share of the cases with a score bias (random_bias's; its own draw stream).
+void expect_no_finding(Backend* be, double p_bias, int min_ran) {
   int ran = 0;
   std::map<std::string, int> skip_reasons;
   // Fused kernels refuse much of the random mix (fp32, arbitrary masks, head dims), so cases
@@ -40,6 +35,7 @@ TEST_P(GpuBackend, NoFindingOnRandomCases) {
   for (uint64_t seed = 0; seed < 2000 && ran < 150; ++seed, ++tried) {
     RandomCaseOptions opt;
     opt.max_seq = 64;
+    opt.p_bias = p_bias;
     Case c = random_case(seed + 5'000'000, opt);
     // Packed tensors: LibTorch's flash kernel faults on unaligned rows (known deviation F-2,
     // docs/findings), which ends the test at its first GPU error; campaigns cover the layouts
@@ -47,7 +43,7 @@ TEST_P(GpuBackend, NoFindingOnRandomCases) {
     c.layouts = Layouts{};
     DiffOptions dopt;
     dopt.gpu_health = gpu_health;
-    const DiffReport r = run_differential(c, {be.get()}, default_oracles(), dopt);
+    const DiffReport r = run_differential(c, {be}, default_oracles(), dopt);
     for (const auto& run : r.runs) {
       if (run.skipped)
         ++skip_reasons[run.skip_reason.substr(0, 160)];
@@ -63,7 +59,19 @@ TEST_P(GpuBackend, NoFindingOnRandomCases) {
   for (const auto& [why, n] : skip_reasons) std::cout << "  skipped " << n << "x: " << why << "\n";
   std::cout << "  ran " << ran << " backend runs over " << tried << " cases\n";
   // A backend that refused nearly everything would make this test pass without testing anything.
-  EXPECT_GE(ran, 30) << GetParam() << " ran too few cases to say anything";
+  EXPECT_GE(ran, min_ran) << be->name() << " ran too few cases to say anything";
+}
+
+class GpuBackend : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuBackend, NoFindingOnRandomCases) {
+  std::unique_ptr<Backend> be;
+  try {
+    be = make_backend(GetParam());
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  expect_no_finding(be.get(), 0.0, 30);
 }
 
 INSTANTIATE_TEST_SUITE_P(Torch, GpuBackend,
@@ -72,6 +80,35 @@ INSTANTIATE_TEST_SUITE_P(Torch, GpuBackend,
                                            // Fails on LibTorch 2.11: docs/findings/ (cuDNN, unaligned rows).
                                            "torch.cudnn", "torch.sdpa.cudnn"),
                          backend_param_name);
+
+// Every case with a score bias, which LibTorch's efficient and cuDNN kernels take as a float
+// attn_mask (backends/torch_sdpa_cuda.cpp); flash takes none and declines it by its envelope.
+class GpuBackendWithABias : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuBackendWithABias, NoFindingOnRandomCasesWithABias) {
+  std::unique_ptr<Backend> be;
+  try {
+    be = make_backend(GetParam());
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  EXPECT_TRUE(be->envelope().bias);
+  expect_no_finding(be.get(), 1.0, 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Torch, GpuBackendWithABias,
+                         ::testing::Values("torch.f64.cuda", "torch.math.cuda", "torch.efficient", "torch.sdpa.efficient", "torch.cudnn",
+                                           "torch.sdpa.cudnn"),
+                         backend_param_name);
+
+// Runs everywhere (an envelope needs no GPU).
+TEST(GpuBackendBias, FlashDeclinesABias) {
+  for (CudaSdpaEntry entry : {CudaSdpaEntry::op, CudaSdpaEntry::public_api})
+    for (CudaSdpaKernel k : {CudaSdpaKernel::flash, CudaSdpaKernel::efficient, CudaSdpaKernel::cudnn}) {
+      const auto be = make_torch_cuda_sdpa_backend(k, entry);
+      EXPECT_EQ(be->envelope().bias, k != CudaSdpaKernel::flash) << be->name();
+    }
+}
 
 // The envelope a fused backend declares is what its library takes (harness/envelope.h): of the
 // cases aimed inside it (generators/envelope_cases.h, the small tier), nearly all are accepted.

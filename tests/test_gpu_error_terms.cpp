@@ -1,7 +1,7 @@
 // The error model's magnitudes on the GPU (oracles/gpu_error_terms.cu, label gpu) against
-// oracles/error_terms.cpp on random cases: every TermTensors tensor within 1e-10 of the CPU
-// one, relative to the tensor's largest element. Without a usable GPU the tests report
-// themselves skipped, with the reason.
+// oracles/error_terms.cpp on random cases, with and without a score bias: every TermTensors
+// tensor within 1e-10 of the CPU one, relative to the tensor's largest element. Without a
+// usable GPU the tests report themselves skipped, with the reason.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,7 +64,7 @@ Tensor where_part_matters(const Tensor& sources, const Tensor& part, const Tenso
 
 struct Coverage {
   int cases = 0, softcap = 0, gqa = 0, dims_differ = 0, dlse = 0, masked = 0, nonzero_stored = 0, nonzero_underflow = 0,
-      nonzero_subnormal = 0;
+      nonzero_subnormal = 0, bias = 0;
   double worst = 0;
   std::string worst_where;
 };
@@ -112,6 +112,7 @@ void compare(const Case& c, Coverage& cov) {
   cov.dims_differ += c.shape.head_dim_qk != c.shape.head_dim_v;
   cov.dlse += c.d_lse.kind != ValueDist::Kind::zero;
   cov.masked += c.mask.kind != MaskExpr::Kind::all;
+  cov.bias += c.bias.has_value();
   cov.nonzero_stored += max_abs(want[TensorId::dK].stored.data) > 0;
   cov.nonzero_underflow += max_abs(want[TensorId::dV].underflow.data) > 0 && max_abs(want[TensorId::dK].underflow.data) > 0;
   bool subnormal = true;
@@ -121,7 +122,8 @@ void compare(const Case& c, Coverage& cov) {
 
 void print(const Coverage& cov) {
   std::cout << "  " << cov.cases << " cases: softcap " << cov.softcap << ", GQA/MQA " << cov.gqa << ", Dqk != Dv " << cov.dims_differ
-            << ", dLSE " << cov.dlse << ", masked " << cov.masked << "; worst " << cov.worst << " (" << cov.worst_where << ")\n";
+            << ", dLSE " << cov.dlse << ", masked " << cov.masked << ", bias " << cov.bias << "; worst " << cov.worst << " ("
+            << cov.worst_where << ")\n";
 }
 
 TEST(GpuErrorTerms, MatchTheCpuTermsOnRandomCases) {
@@ -140,6 +142,31 @@ TEST(GpuErrorTerms, MatchTheCpuTermsOnRandomCases) {
   EXPECT_GE(cov.dlse, 10);
   EXPECT_GE(cov.masked, 20);
   EXPECT_GE(cov.nonzero_stored, 10);
+}
+
+// |S| in the score sensitivity is the biased score's: every kind of bias and every broadcast
+// pattern of a dense one (tests/gpu_test_util.h), then random_bias's draws on random cases.
+TEST(GpuErrorTerms, MatchTheCpuTermsWithEveryKindOfBias) {
+  REQUIRE_GPU();
+  Coverage cov;
+  for (const Case& c : gpu_test::bias_cases()) compare(c, cov);
+  print(cov);
+  EXPECT_EQ(cov.bias, cov.cases);
+}
+
+TEST(GpuErrorTerms, MatchTheCpuTermsOnRandomCasesWithABias) {
+  REQUIRE_GPU();
+  RandomCaseOptions opt;
+  opt.max_seq = 160;
+  opt.max_dim = 80;
+  opt.max_group = 4;
+  opt.p_bias = 1.0;
+  Coverage cov;
+  for (uint64_t i = 0; i < 40; ++i) compare(random_case(9'350'000 + i, opt), cov);
+  print(cov);
+  EXPECT_EQ(cov.bias, cov.cases);
+  EXPECT_GE(cov.softcap, 2);
+  EXPECT_GE(cov.masked, 10);
 }
 
 // Several 64 x 64 tiles, whole groups across a chunk, a softcap, Dqk != Dv, fully masked rows.

@@ -1,6 +1,7 @@
 // The GPU oracle set (kernels/, label gpu): cuda.reference64 against the Eigen reference, the
 // GPU contract baselines against oracles/emulated.cpp, and the differential judging alike with
-// either set. Without a usable GPU every test reports itself skipped, with the reason.
+// either set, each also with a score bias. Without a usable GPU every test that runs a kernel
+// reports itself skipped, with the reason.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "generators/random_case.h"
 #include "harness/case_json.h"
+#include "harness/compose.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
 #include "oracles/gpu_oracles.h"
@@ -24,6 +26,8 @@
 
 namespace attnfuzz {
 namespace {
+
+using gpu_test::bias_cases;
 
 // Hand-made cases for what random draws may miss: shapes across tile edges, fully masked
 // rows, GQA and MQA, Dqk != Dv, softcap, dLSE, per-head random masks.
@@ -73,19 +77,26 @@ std::vector<Case> edge_cases() {
   return out;
 }
 
-std::vector<Case> random_cases(int n, uint64_t seed0) {
+// `p_bias`: the share of the cases with a bias of random_bias's (its own draw stream: the rest
+// of each case is the same at any share).
+std::vector<Case> random_cases(int n, uint64_t seed0, double p_bias = 0.0) {
   std::vector<Case> out;
   RandomCaseOptions opt;
   opt.max_seq = 160;
   opt.max_dim = 80;
   opt.max_group = 4;
+  opt.p_bias = p_bias;
   for (int i = 0; i < n; ++i) out.push_back(random_case(seed0 + static_cast<uint64_t>(i), opt));
   return out;
 }
 
 // First-order magnitudes of the terms behind each output element, each probability weighted
 // by 1 + |S| terms (how far an ulp of a score moves it): |P|(1+|S|)|V| for O, and the same
-// weights through |dP| + |D| + |g| for the gradients. Naive loops: the cases here are small.
+// weights through |dP| + |D| + |g| for the gradients. The terms of S are the products
+// scale |q_d k_d| and the bias b. Unweighted (the float64 comparison), a probability still
+// carries 1 + |b| 2^-12: a float64 ulp of a score as large as the mask-like +-1e4 is 2^-52 |b|,
+// which the 1e-12 (about 2^-40) bound covers for scores up to 2^12. Naive loops: the cases
+// here are small.
 struct Sensitivity {
   Tensor o, dq, dk, dv;
 };
@@ -112,7 +123,9 @@ Sensitivity sensitivity(const Problem& p, const Forward& ref, const Tensor& d_ou
           for (int64_t d = 0; d < s.head_dim_qk; ++d) sc += q[d] * k[d], terms += std::fabs(q[d] * k[d]);
           sc *= p.scale;
           if (p.softcap) sc = *p.softcap * std::tanh(sc / *p.softcap);
-          const double wij = std::exp(sc - lse) * (weighted ? 1 + p.scale * terms : 1.0);
+          const double bias = p.has_bias() ? p.bias_at(b, h, i, j) : 0.0;
+          sc += bias;
+          const double wij = std::exp(sc - lse) * (weighted ? 1 + p.scale * terms + std::fabs(bias) : 1 + std::fabs(bias) * 0x1p-12);
           const double* v = p.v.at(b, hk, j);
           double up = delta + g;
           for (int64_t d = 0; d < s.head_dim_v; ++d) {
@@ -160,9 +173,19 @@ double relative_difference(const Tensor& got, const Tensor& ref, const Tensor* t
 }
 
 struct Coverage {
-  std::map<std::string, int> masks;
+  std::map<std::string, int> masks, biases;
   int softcap = 0, gqa = 0, dims_differ = 0, dlse = 0, masked_rows = 0;
 };
+
+// The bias's kind and the dimensions it spans: "tensor[1,H,q,1]", "alibi", "relative".
+std::string bias_signature(const Case& c) {
+  if (!c.bias) return "none";
+  if (c.bias->kind != ScoreBias::Kind::tensor) return to_string(c.bias->kind);
+  const char* names[4] = {"B", "H", "q", "kv"};
+  std::string s = "tensor[";
+  for (size_t d = 0; d < 4; ++d) s += std::string(d ? "," : "") + (c.bias->spans[d] ? names[d] : "1");
+  return s + "]";
+}
 
 void compare_reference(const Case& c, Coverage& cov) {
   const Inputs in = generate_inputs(c);
@@ -194,6 +217,7 @@ void compare_reference(const Case& c, Coverage& cov) {
     for (int64_t d = 0; d < s.head_dim_qk; ++d) EXPECT_EQ(g.dq.data[static_cast<size_t>(r * s.head_dim_qk + d)], 0.0);
   }
   ++cov.masks[signature_kind(c.mask)];
+  ++cov.biases[bias_signature(c)];
   cov.softcap += c.softcap.has_value();
   cov.gqa += s.group() > 1;
   cov.dims_differ += s.head_dim_qk != s.head_dim_v;
@@ -225,6 +249,55 @@ TEST(GpuReference64, MatchesEigenOnRandomCases) {
   EXPECT_GE(cov.dims_differ, 10);
   EXPECT_GE(cov.dlse, 10);
   EXPECT_GE(cov.masked_rows, 3);
+}
+
+TEST(GpuReference64, MatchesEigenWithEveryKindOfBias) {
+  REQUIRE_GPU();
+  Coverage cov;
+  for (const Case& c : bias_cases()) compare_reference(c, cov);
+  std::cout << "  biases:";
+  for (const auto& [k, n] : cov.biases) std::cout << " " << k << "=" << n;
+  std::cout << "\n";
+  EXPECT_EQ(cov.biases.size(), 18u) << "every broadcast pattern of a dense bias, ALiBi and a relative table";
+  EXPECT_GE(cov.masked_rows, 2);
+  EXPECT_GE(cov.softcap, 3);
+}
+
+TEST(GpuReference64, MatchesEigenOnRandomCasesWithABias) {
+  REQUIRE_GPU();
+  Coverage cov;
+  for (const Case& c : random_cases(60, 9'050'000, 1.0)) compare_reference(c, cov);
+  std::cout << "  biases:";
+  for (const auto& [k, n] : cov.biases) std::cout << " " << k << "=" << n;
+  std::cout << "; softcap " << cov.softcap << ", GQA/MQA " << cov.gqa << ", fully masked rows " << cov.masked_rows << "\n";
+  EXPECT_EQ(cov.biases.count("none"), 0u);
+  EXPECT_GE(cov.biases.size(), 6u);
+  EXPECT_GE(cov.biases.count("alibi") + cov.biases.count("relative"), 2u);
+}
+
+// The backends take a bias; dBias they do not compute, and say so (no GPU needed: the backward
+// refuses before any kernel).
+TEST(GpuOracles, TakeABiasButRefuseDBias) {
+  CudaReference64Backend ref;
+  CudaEmulatedBackend emu(Contract::fp32, false);
+  EXPECT_TRUE(ref.envelope().bias);
+  EXPECT_TRUE(emu.envelope().bias);
+  Case c = bias_cases().front();
+  c.shape = {1, 1, 1, 4, 4, 8, 8};
+  const Inputs in = generate_inputs(c);
+  Problem p = full_problem(c, in);
+  ASSERT_TRUE(p.has_bias());
+  EXPECT_FALSE(ref.unsupported_reason(p).has_value());
+  p.bias_requires_grad = true;
+  const Forward f = reference_forward(p);
+  for (Backend* be : std::vector<Backend*>{&ref, &emu}) {
+    try {
+      be->backward(p, f, in.d_out, in.d_lse);
+      ADD_FAILURE() << be->name() << " computed a backward that asks for dBias";
+    } catch (const UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find("dBias"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---- the contract baselines ----
@@ -275,12 +348,10 @@ void agree(const Tensor& gpu, const Tensor& cpu, const Tensor* sens, double u_st
   }
 }
 
-TEST(GpuEmulated, AgreesWithTheCpuEmulation) {
-  REQUIRE_GPU();
-  std::vector<Case> cases = edge_cases();
-  for (const Case& c : random_cases(25, 9'100'000)) cases.push_back(c);
-  // Every element is held to the bound; the share of bit-identical elements is judged on the
-  // cases without a softcap (glibc's tanhf is off by an ulp on about a tenth of the scores).
+// Every contract and order on every case: every element is held to the bound; the share of
+// bit-identical elements is judged on the cases without a softcap (glibc's tanhf is off by an
+// ulp on about a tenth of the scores).
+void expect_agreement(const std::vector<Case>& cases) {
   std::map<std::string, Agreement> by_tensor, no_softcap;
   for (const Case& c : cases) {
     const Inputs in = generate_inputs(c);
@@ -322,6 +393,21 @@ TEST(GpuEmulated, AgreesWithTheCpuEmulation) {
   }
 }
 
+TEST(GpuEmulated, AgreesWithTheCpuEmulation) {
+  REQUIRE_GPU();
+  std::vector<Case> cases = edge_cases();
+  for (const Case& c : random_cases(25, 9'100'000)) cases.push_back(c);
+  expect_agreement(cases);
+}
+
+// The bias is added in the accumulation type after the softcap on both sides: the same bound.
+TEST(GpuEmulated, AgreesWithTheCpuEmulationWithABias) {
+  REQUIRE_GPU();
+  std::vector<Case> cases = bias_cases();
+  for (const Case& c : random_cases(15, 9'150'000, 1.0)) cases.push_back(c);
+  expect_agreement(cases);
+}
+
 // The differential reaches the same verdicts with the GPU oracle set as with the CPU one:
 // a correct backend passes under both, a backend with a planted 2% error in O fails under both.
 class ScaledOutput final : public Backend {
@@ -336,17 +422,17 @@ class ScaledOutput final : public Backend {
     return inner_.backward(p, f, d_out, d_lse);
   }
   std::optional<Contract> contract(DType d) const override { return natural_contract(d); }
+  SupportEnvelope envelope() const override { return inner_.envelope(); }
 
  private:
   ReferenceBackend inner_;
 };
 
-TEST(GpuOracleSet, JudgesLikeTheCpuSet) {
-  REQUIRE_GPU();
+void expect_same_verdicts(const std::vector<Case>& random) {
   const OracleSet cpu = make_oracles(Device::cpu), gpu = make_oracles(Device::cuda);
   EXPECT_EQ(gpu.reference->device(), Device::cuda);
   int planted_found = 0, cases = 0;
-  for (const Case& c : random_cases(20, 9'200'000)) {
+  for (const Case& c : random) {
     EmulatedBackend correct(natural_contract(c.dtype), false);
     ScaledOutput planted;
     for (Backend* be : std::vector<Backend*>{&correct, &planted}) {
@@ -360,6 +446,16 @@ TEST(GpuOracleSet, JudgesLikeTheCpuSet) {
     ++cases;
   }
   EXPECT_GE(planted_found, cases / 2) << "the planted error went unnoticed too often to compare verdicts";
+}
+
+TEST(GpuOracleSet, JudgesLikeTheCpuSet) {
+  REQUIRE_GPU();
+  expect_same_verdicts(random_cases(20, 9'200'000));
+}
+
+TEST(GpuOracleSet, JudgesLikeTheCpuSetWithABias) {
+  REQUIRE_GPU();
+  expect_same_verdicts(random_cases(20, 9'250'000, 1.0));
 }
 
 }  // namespace
