@@ -174,7 +174,8 @@ MaskArg mask_arg(const Problem& p, at::Device dev, at::ScalarType st, bool with_
 }
 
 // What the public entry point does to a boolean mask before the efficient/cuDNN ops:
-// an additive bias in the query dtype whose rows start 16-element aligned.
+// an additive bias in the query dtype whose rows start aligned (LibTorch 2.11 pads them to a
+// multiple of 8 elements, this to 16: the same values, a longer row stride).
 at::Tensor additive_bias(const at::Tensor& mask, at::ScalarType st) {
   at::Tensor bias = at::zeros(mask.sizes(), mask.options().dtype(st)).masked_fill(mask.logical_not(), -INFINITY);
   const int64_t skv = bias.size(-1), rem = skv % 16;

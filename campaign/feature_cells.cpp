@@ -58,18 +58,7 @@ const char* heads_of(const Case& c) {
 
 const char* softcap_of(const Case& c) { return c.softcap ? "yes" : "no"; }
 
-const char* bias_of(const Case& c) {
-  if (!c.bias) return "none";
-  switch (c.bias->kind) {
-    case ScoreBias::Kind::tensor:
-      return "tensor";
-    case ScoreBias::Kind::alibi:
-      return "alibi";
-    case ScoreBias::Kind::relative:
-      return "relative";
-  }
-  return "none";
-}
+const char* bias_of(const Case& c) { return c.bias ? to_string(c.bias->kind) : "none"; }
 
 const char* dlse_of(const Case& c) { return c.d_lse.kind == ValueDist::Kind::zero ? "no" : "yes"; }
 

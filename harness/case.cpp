@@ -99,7 +99,7 @@ void check_magnitudes(const Case& c) {
 void check_bias(const Case& c) {
   const ScoreBias& b = *c.bias;
   if (b.kind != ScoreBias::Kind::tensor && b.spans != ScoreBias{}.spans)
-    throw CaseError("bias.spans", "only a bias of kind tensor is broadcast (" + to_string(b.kind) + " spans heads, q and kv)");
+    throw CaseError("bias.spans", "only a bias of kind tensor is broadcast (" + std::string(to_string(b.kind)) + " spans heads, q and kv)");
   check_dist(b.values, "bias.values");
   const double dtype_max = largest_finite(c.dtype);
   if (largest_drawn(b.values) > dtype_max)
@@ -409,7 +409,7 @@ std::string to_string(ValueDist::Kind k) {
   return "?";
 }
 
-std::string to_string(ScoreBias::Kind k) {
+const char* to_string(ScoreBias::Kind k) {
   switch (k) {
     case ScoreBias::Kind::tensor:
       return "tensor";
@@ -423,7 +423,7 @@ std::string to_string(ScoreBias::Kind k) {
 
 std::optional<ScoreBias::Kind> bias_kind_from_string(const std::string& s) {
   for (ScoreBias::Kind k : {ScoreBias::Kind::tensor, ScoreBias::Kind::alibi, ScoreBias::Kind::relative})
-    if (to_string(k) == s) return k;
+    if (s == to_string(k)) return k;
   return std::nullopt;
 }
 

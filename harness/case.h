@@ -219,7 +219,7 @@ uint64_t estimate_host_bytes(const Case& c, const HostWork& work = {});
 
 std::string to_string(Composition::Kind k);
 std::string to_string(ValueDist::Kind k);
-std::string to_string(ScoreBias::Kind k);
+const char* to_string(ScoreBias::Kind k);
 std::optional<ScoreBias::Kind> bias_kind_from_string(const std::string& s);
 // The names of the bias dimensions, in `spans` order: batch, heads, q, kv.
 inline constexpr const char* kBiasDimNames[4] = {"batch", "heads", "q", "kv"};

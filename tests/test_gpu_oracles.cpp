@@ -180,7 +180,7 @@ struct Coverage {
 // The bias's kind and the dimensions it spans: "tensor[1,H,q,1]", "alibi", "relative".
 std::string bias_signature(const Case& c) {
   if (!c.bias) return "none";
-  if (c.bias->kind != ScoreBias::Kind::tensor) return to_string(c.bias->kind);
+  if (c.bias->kind != ScoreBias::Kind::tensor) return std::string(to_string(c.bias->kind));
   const char* names[4] = {"B", "H", "q", "kv"};
   std::string s = "tensor[";
   for (size_t d = 0; d < 4; ++d) s += std::string(d ? "," : "") + (c.bias->spans[d] ? names[d] : "1");

@@ -121,7 +121,7 @@ int run(int argc, char** argv) {
         std::printf("\n### %s, S=%ld, D=%ld, H=2, %s%s%s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
                     std::string(to_string(d)).c_str(), s, dim, causal ? "causal" : "no mask",
                     outliers > 0 ? (", outliers of " + std::to_string(outliers).substr(0, 5)).c_str() : "",
-                    bias ? (", bias " + to_string(bias->kind)).c_str() : "", secs);
+                    bias ? (", bias " + std::string(to_string(bias->kind))).c_str() : "", secs);
         for (const auto& p : points) {
           const std::string planted = p.threshold <= 0     ? "-"
                                       : p.moved.empty()       ? "(the threshold)"
