@@ -47,8 +47,8 @@ inline constexpr ValueFeature kCpuBreakingLeftOut = ValueFeature::logits_near_ov
 inline const std::vector<ValueFeature> kGpuBreakingLeftOut{ValueFeature::logits_near_overflow, ValueFeature::lse_far_below_zero};
 // The share of a campaign's cases with a score bias by default, on the CPU where some backend
 // under test takes one (the others skip such cases); 0 on a GPU, where LibTorch's cuDNN op faults
-// (sticky) on a bias broadcast over the keys, which would cost a campaign its workers' contexts
-// until triaged (docs/findings/LEDGER.md, s47-torch-cudnn-float-mask-broadcast-kv).
+// (sticky) on a bias broadcast over the keys, a real LibTorch 2.11 fault that would cost a campaign
+// its workers' contexts again and again (docs/findings/LEDGER.md, s47-torch-cudnn-float-mask-broadcast-kv).
 inline constexpr double kCpuBiasShare = 0.2;
 
 class SplitMix {
