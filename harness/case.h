@@ -223,7 +223,7 @@ const char* to_string(ScoreBias::Kind k);
 std::optional<ScoreBias::Kind> bias_kind_from_string(const std::string& s);
 // The names of the bias dimensions, in `spans` order: batch, heads, q, kv.
 inline constexpr const char* kBiasDimNames[4] = {"batch", "heads", "q", "kv"};
-// The largest relative-position table or bias tensor a case may ask for, in elements.
+// The largest bias tensor a case may ask for, in elements (as materialized: ScoreBias::tensor_shape).
 inline constexpr int64_t kMaxBiasElements = int64_t{1} << 28;
 std::string describe(const Composition& c);
 std::string describe_shape(const Shape& s);

@@ -476,7 +476,9 @@ class DifferentialSession::Impl {
       // smallest subnormal it matters only for elements near 1e-35 (H-4: dV rows of 1e-37).
       in.tiny = t == TensorId::LSE ? 0.0 : std::max(smallest_subnormal(c_.dtype), kSmallestNormalF32 * reduction_length(t, c_.shape));
       in.overflow = overflow_of(t);
-      in.intermediates_overflow = (t == TensorId::dQ || t == TensorId::dK || t == TensorId::dV) &&
+      // fp32's range is out of reach for the inputs check_magnitudes admits (dO V^T within it): the
+      // bound is worth its pass over dO and V for the 16-bit types only.
+      in.intermediates_overflow = c_.dtype != DType::f32 && (t == TensorId::dQ || t == TensorId::dK || t == TensorId::dV) &&
                                   gradient_intermediates_bound() >= overflow_threshold(c_.dtype);
       const double u_acc = rounding_units(contract, c_.dtype, 0.0).accumulate;
       in.row_scale_variance = u_acc * u_acc * reduction_length(t, c_.shape);

@@ -257,7 +257,7 @@ SupportEnvelope declared_envelope(const json* declared, const std::vector<DType>
   if (dtypes.empty())
     throw std::invalid_argument(declared ? "the envelope names no dtype it has a contract for" : "its contracts name no dtype");
   e.dtypes = dtypes;
-  e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype, EnvelopeClause::bias});
+  e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype});  // and the bias, which never is
   return e;
 }
 
