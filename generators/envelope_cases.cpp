@@ -68,6 +68,7 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
   }
   if (!e.softcap) c.softcap.reset();
   if (!e.bias) c.bias.reset();
+  if (c.bias && !e.bias_grad) c.bias->requires_grad = false;
   if (e.masks == MaskSupport::causal_or_none && !all_or_top_left_causal(c.mask))
     c.mask = r.chance(0.5) ? MaskExpr::all_visible() : MaskExpr::causal_mask(Align::top_left);
   // Causal over a square call only: there every convention of causal agrees.
@@ -155,6 +156,10 @@ Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const
       break;
     case EnvelopeClause::bias:
       c.bias = random_bias(r);
+      break;
+    case EnvelopeClause::bias_grad:
+      if (!c.bias) c.bias = random_bias(r);
+      c.bias->requires_grad = true;
       break;
     case EnvelopeClause::mask:
       // A sliding window narrower than the queries, or the keys after the diagonal: neither is

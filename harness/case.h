@@ -82,6 +82,9 @@ struct ScoreBias {
   // extent 1 and is broadcast. alibi and relative span heads, seq_q and seq_kv.
   std::array<bool, 4> spans{true, true, true, true};
   ValueDist values;
+  // The bias is a leaf that needs its gradient: the backward returns dBias (the sum of dS over the
+  // broadcast dimensions, shaped like the bias), judged as a sixth output.
+  bool requires_grad = false;
   bool operator==(const ScoreBias&) const = default;
 
   // The bias tensor's shape for a case of shape `s`: [B|1][Hq|1][Sq|1][Skv|1].

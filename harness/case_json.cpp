@@ -325,7 +325,7 @@ json to_json(const Composition& c) {
 
 namespace {
 // "bias": {"kind", "spans" (tensor only: the dimensions it spans, of batch, heads, q, kv),
-// "values" (tensor and relative)}.
+// "values" (tensor and relative), "requires_grad" (default false: no dBias)}.
 json bias_to_json(const ScoreBias& b) {
   json j{{"kind", to_string(b.kind)}};
   if (b.kind == ScoreBias::Kind::tensor) {
@@ -335,6 +335,7 @@ json bias_to_json(const ScoreBias& b) {
     j["spans"] = spans;
   }
   if (b.kind != ScoreBias::Kind::alibi) j["values"] = dist_to_json(b.values);
+  if (b.requires_grad) j["requires_grad"] = true;
   return j;
 }
 
@@ -360,6 +361,10 @@ ScoreBias bias_from(const json& j) {
   if (const json* v = r.maybe("values")) {
     if (b.kind == ScoreBias::Kind::alibi) throw CaseError("bias.values", "ALiBi's values follow from the shape");
     b.values = dist_from(*v, "bias.values", b.values);
+  }
+  if (const json* g = r.maybe("requires_grad")) {
+    if (!g->is_boolean()) throw CaseError("bias.requires_grad", "expected true or false");
+    b.requires_grad = g->get<bool>();
   }
   r.finish();
   return b;

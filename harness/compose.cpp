@@ -23,6 +23,8 @@ const Tensor& ComposedResult::operator[](TensorId t) const {
       return grads.dk;
     case TensorId::dV:
       return grads.dv;
+    case TensorId::dBias:
+      return grads.dbias;
     case TensorId::Q:
     case TensorId::K:
     case TensorId::V:
@@ -69,9 +71,14 @@ class Engine {
       } else {
         n.leaf = std::make_unique<Problem>(make_leaf(r));
         std::optional<std::string> why = be_.unsupported_reason(*n.leaf);
-        // The bias clause holds whatever a backend's own check says (harness/envelope.h): a
-        // backend that never reads Problem::bias would compute without it.
-        if (!why && n.leaf->has_bias()) why = be_.envelope().breach(*n.leaf, EnvelopeClause::bias);
+        // The bias clauses hold whatever a backend's own check says (harness/envelope.h): a
+        // backend that never reads Problem::bias would compute without it, and one that never
+        // writes Gradients::dbias would leave dBias unjudged.
+        if (!why && n.leaf->has_bias()) {
+          const SupportEnvelope e = be_.envelope();
+          why = e.breach(*n.leaf, EnvelopeClause::bias);
+          if (!why) why = e.breach(*n.leaf, EnvelopeClause::bias_grad);
+        }
         if (why) throw UnsupportedError(be_.name() + " does not support a part: " + *why);
         n.fwd = be_.forward(*n.leaf);
         for (const auto& [t, k] : n.fwd.unwritten) unwritten_fwd_[t] += k;
@@ -182,7 +189,10 @@ class Engine {
     p.q = slice_seq(in_.q, r.q0, r.q1);
     p.k = slice_seq(in_.k, r.k0, r.k1);
     p.v = slice_seq(in_.v, r.k0, r.k1);
-    if (c_.bias) p.bias = slice_bias(in_.bias, r.q0, r.q1, r.k0, r.k1);
+    if (c_.bias) {
+      p.bias = slice_bias(in_.bias, r.q0, r.q1, r.k0, r.k1);
+      p.bias_requires_grad = c_.bias->requires_grad;
+    }
     materialize_mask(p);
     return p;
   }

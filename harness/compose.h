@@ -43,6 +43,10 @@ struct ComposedResult {
   const Tensor& operator[](TensorId t) const;
 };
 
+// Whether the case has output t: every output but dBias, which only a bias that requires a
+// gradient has (harness/case.h, ScoreBias::requires_grad).
+inline bool case_has_output(const Case& c, TensorId t) { return t != TensorId::dBias || (c.bias && c.bias->requires_grad); }
+
 // Throws UnsupportedError when a leaf is not supported by the backend (with its reason);
 // whatever a backend throws otherwise passes through. `record_calls` keeps every leaf call
 // (the error model of a composition is evaluated per call: harness/error_model.h).

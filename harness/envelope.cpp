@@ -23,6 +23,7 @@ const char* clause_name(EnvelopeClause c) {
     case EnvelopeClause::grid: return "grid";
     case EnvelopeClause::softcap: return "softcap";
     case EnvelopeClause::bias: return "bias";
+    case EnvelopeClause::bias_grad: return "bias_grad";
     case EnvelopeClause::mask: return "mask";
     case EnvelopeClause::alignment: return "alignment";
     case EnvelopeClause::lse: return "lse";
@@ -96,6 +97,7 @@ bool SupportEnvelope::restricts(EnvelopeClause c) const {
     case EnvelopeClause::grid: return max_batch_heads != kUnbounded;
     case EnvelopeClause::softcap: return !softcap;
     case EnvelopeClause::bias: return !bias;
+    case EnvelopeClause::bias_grad: return !bias_grad;
     case EnvelopeClause::mask: return masks != MaskSupport::any;
     case EnvelopeClause::alignment: return alignment_bytes > 1;
     case EnvelopeClause::lse: return packed_lse;
@@ -107,8 +109,8 @@ uint32_t SupportEnvelope::library_decides_all_but(std::initializer_list<Envelope
   uint32_t bits = 0;
   for (EnvelopeClause c : kAllEnvelopeClauses) bits |= bit(c);
   for (EnvelopeClause c : enforced) bits &= ~bit(c);
-  // Never the bias (decided_by_library): a bit set there would be lost by to_json.
-  return bits & ~bit(EnvelopeClause::bias);
+  // Never the bias clauses (decided_by_library): a bit set there would be lost by to_json.
+  return bits & ~bit(EnvelopeClause::bias) & ~bit(EnvelopeClause::bias_grad);
 }
 
 std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeClause c) const {
@@ -143,6 +145,9 @@ std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeCla
     case EnvelopeClause::bias:
       if (bias || !p.has_bias()) return std::nullopt;
       return std::string("a score bias (takes none)");
+    case EnvelopeClause::bias_grad:
+      if (bias_grad || !p.bias_requires_grad) return std::nullopt;
+      return std::string("a bias that requires a gradient (returns no dBias)");
     case EnvelopeClause::mask:
       if (masks == MaskSupport::any) return std::nullopt;
       if (const DenseMaskShape m = dense_mask_shape(p); m.all || (m.top_left_causal && s.seq_q == s.seq_kv)) return std::nullopt;
@@ -187,6 +192,7 @@ json to_json(const SupportEnvelope& e) {
               {"max_batch_heads", bound(e.max_batch_heads)},
               {"softcap", e.softcap},
               {"bias", e.bias},
+              {"bias_grad", e.bias_grad},
               {"masks", e.masks == MaskSupport::any ? "any" : "causal_or_none"},
               {"alignment_bytes", e.alignment_bytes},
               {"packed_lse", e.packed_lse},
@@ -196,7 +202,7 @@ json to_json(const SupportEnvelope& e) {
 SupportEnvelope envelope_from_json(const json& j) {
   if (!j.is_object()) throw std::invalid_argument("envelope: expected an object");
   static const char* const kKeys[] = {"dtypes",          "max_head_dim", "head_dim_multiple", "distinct_head_dims", "grouped_heads",
-                                      "min_seq_kv",      "max_seq",      "max_batch_heads",   "softcap",            "bias",              "masks",
+                                      "min_seq_kv",      "max_seq",      "max_batch_heads",   "softcap",            "bias",              "bias_grad",         "masks",
                                       "alignment_bytes", "packed_lse",   "library_decides"};
   for (const auto& item : j.items())
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return item.key() == k; }) == std::end(kKeys))
@@ -225,6 +231,7 @@ SupportEnvelope envelope_from_json(const json& j) {
     bound("max_batch_heads", e.max_batch_heads);
     get("softcap", e.softcap);
     get("bias", e.bias);
+    get("bias_grad", e.bias_grad);
     if (j.contains("masks")) {
       const std::string masks = j.at("masks").get<std::string>();
       if (masks != "any" && masks != "causal_or_none") throw std::invalid_argument("envelope: masks: '" + masks + "'");
@@ -257,7 +264,7 @@ SupportEnvelope declared_envelope(const json* declared, const std::vector<DType>
   if (dtypes.empty())
     throw std::invalid_argument(declared ? "the envelope names no dtype it has a contract for" : "its contracts name no dtype");
   e.dtypes = dtypes;
-  e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype});  // and the bias, which never is
+  e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype});  // and the bias clauses, which never are
   return e;
 }
 
@@ -271,7 +278,7 @@ std::string describe(const SupportEnvelope& e) {
   if (e.min_seq_kv > 1) add("Skv >= " + std::to_string(e.min_seq_kv));
   if (e.max_seq != SupportEnvelope::kUnbounded) add("S <= " + std::to_string(e.max_seq));
   if (!e.softcap) add("no softcap");
-  if (e.bias) add("score bias");
+  if (e.bias) add(e.bias_grad ? "score bias with dBias" : "score bias");
   if (e.masks == MaskSupport::causal_or_none) add("masks: none or causal");
   if (e.alignment_bytes > 1) add(std::to_string(e.alignment_bytes) + "-byte aligned");
   if (e.packed_lse) add("packed LSE");

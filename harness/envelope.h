@@ -16,6 +16,9 @@
 //   bias        no score bias (harness/case.h, ScoreBias), unless E.bias. Unlike the other clauses
 //               the default refuses: a bias reaches only code that says it takes one (plugins
 //               have no ABI for it; Python adapters declare it), and the clause is always enforced
+//   bias_grad   no dBias asked (a bias that requires a gradient: ScoreBias::requires_grad), unless
+//               E.bias_grad. Refuses by default and always enforced, as the bias clause is: a
+//               backend that takes a bias but returns no dBias cannot be judged on a case that has one
 //   mask        any mask when E.masks == any; with causal_or_none, the call's dense mask is
 //               all-visible, or causal (key j visible to query i iff j <= i) with Sq == Skv, where
 //               every convention of causal agrees (LibTorch's flash refuses is_causal otherwise)
@@ -50,11 +53,11 @@ struct Problem;
 enum class MaskSupport { any, causal_or_none };
 
 // The clauses, for the generators' one-clause-outside cases and the reports.
-enum class EnvelopeClause { dtype, head_dim, head_dims, gqa, seq, grid, softcap, bias, mask, alignment, lse };
+enum class EnvelopeClause { dtype, head_dim, head_dims, gqa, seq, grid, softcap, bias, bias_grad, mask, alignment, lse };
 inline constexpr EnvelopeClause kAllEnvelopeClauses[] = {
     EnvelopeClause::dtype, EnvelopeClause::head_dim, EnvelopeClause::head_dims, EnvelopeClause::gqa,
     EnvelopeClause::seq,   EnvelopeClause::grid,     EnvelopeClause::softcap,   EnvelopeClause::bias,
-    EnvelopeClause::mask,  EnvelopeClause::alignment, EnvelopeClause::lse};
+    EnvelopeClause::bias_grad, EnvelopeClause::mask, EnvelopeClause::alignment, EnvelopeClause::lse};
 const char* clause_name(EnvelopeClause c);
 
 struct SupportEnvelope {
@@ -68,16 +71,19 @@ struct SupportEnvelope {
   int64_t max_batch_heads = kUnbounded;
   bool softcap = true;
   bool bias = false;
+  bool bias_grad = false;
   MaskSupport masks = MaskSupport::any;
   int64_t alignment_bytes = 1;
   bool packed_lse = false;
   uint32_t library_decides = 0;  // bit (1 << clause): the library has the last word there
 
   bool takes(DType d) const;
-  // The bias clause never is: a library the harness hands no bias to cannot judge a call that has one.
-  bool decided_by_library(EnvelopeClause c) const { return c != EnvelopeClause::bias && (library_decides & bit(c)); }
+  // The bias clauses never are: a library the harness hands no bias (or asks no dBias) cannot judge
+  // a call that has one.
+  static constexpr bool always_enforced(EnvelopeClause c) { return c == EnvelopeClause::bias || c == EnvelopeClause::bias_grad; }
+  bool decided_by_library(EnvelopeClause c) const { return !always_enforced(c) && (library_decides & bit(c)); }
   static constexpr uint32_t bit(EnvelopeClause c) { return uint32_t{1} << static_cast<int>(c); }
-  // Every clause but these (and the bias, which never is) is left to the library.
+  // Every clause but these (and the bias clauses, which never are) is left to the library.
   static uint32_t library_decides_all_but(std::initializer_list<EnvelopeClause> enforced);
   // Whether the clause restricts anything (an unrestricted clause has no "just outside").
   bool restricts(EnvelopeClause c) const;

@@ -200,9 +200,9 @@ void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tens
 // The model of every output of one run: sigma per element and the dof of each row, indexed by
 // output_index (row_dof empty where every element counts as independent).
 struct OutputsModel {
-  std::array<Tensor, 5> sigma, row_dof;
+  std::array<Tensor, kOutputs.size()> sigma, row_dof;
 };
-using OutputTensors = std::array<const Tensor*, 5>;  // one tensor per output, indexed by output_index
+using OutputTensors = std::array<const Tensor*, kOutputs.size()>;  // one tensor per output, indexed by output_index
 
 // The whole problem run as one call: model_sigma_and_row_dof of each output.
 OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u);

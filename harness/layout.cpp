@@ -120,6 +120,7 @@ std::array<int64_t, 4> role_sizes(TensorId r, const Shape& s, int32_t* ndim) {
       return {s.batch, s.heads_q, s.seq_q, 1};
     case R::mask:  // not laid out: the bridge passes it dense, [B][Hq][Sq][Skv]
     case R::Bias:  // not laid out: dense, its broadcast dimensions of extent 1 (harness/case.h, ScoreBias)
+    case R::dBias:  // as the bias
       break;
   }
   return {};

@@ -37,8 +37,8 @@ struct Problem {
   Tensor q, k, v;  // [B][Hq][Sq][Dqk], [B][Hkv][Skv][Dqk], [B][Hkv][Skv][Dv]
   // The score bias of this call (harness/case.h, ScoreBias), [B|1][Hq|1][Sq|1][Skv|1] over the
   // call's rows and keys: empty when the case has none. bias_requires_grad: the backward returns
-  // dBias, shaped like it (the float64 reference and the contract baselines compute it; no case
-  // asks for it yet: dBias is not judged).
+  // dBias, shaped like it (ScoreBias::requires_grad; a backend whose envelope has no bias_grad
+  // is never handed such a call).
   Tensor bias;
   bool bias_requires_grad = false;
 

@@ -18,7 +18,7 @@ constexpr bool wire_codes_distinct() {
 }
 static_assert(rows_in_enum_order());
 static_assert(wire_codes_distinct());
-static_assert(kOutputs.size() == 5 && kOutputs[0] == TensorId::O && kOutputs[4] == TensorId::dV);
+static_assert(kOutputs.size() == 6 && kOutputs[0] == TensorId::O && kOutputs[4] == TensorId::dV && kOutputs[5] == TensorId::dBias);
 
 template <typename Key>
 std::optional<TensorId> find(Key key) {

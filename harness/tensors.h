@@ -66,7 +66,8 @@ inline constexpr size_t kTensorCount = tensor_table::kCount;
 // Every tensor, in table order.
 inline constexpr std::array<TensorId, kTensorCount> kAllTensors =
     tensor_table::select<kTensorCount>([](const tensor_table::Row&) { return true; });
-// The outputs every backend is judged on (O, LSE, dQ, dK, dV), in report order.
+// The outputs a backend is judged on (O, LSE, dQ, dK, dV, and dBias where the case asks for it),
+// in report order.
 inline constexpr auto kOutputs =
     tensor_table::select<tensor_table::count_if(tensor_table::is_output)>(tensor_table::is_output);
 // The tensors a case lays out one by one (harness/layout.h), in the case format's order.
