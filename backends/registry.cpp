@@ -308,6 +308,20 @@ OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape,
   return make_oracles(d);
 }
 
+Device choose_oracle_device(const std::vector<Backend*>& backends, const Case& c, std::optional<Device> forced, std::string* why) {
+  if (c.bias && c.bias->requires_grad) {
+    if (why) *why = "the case asks dBias, which only the CPU set computes";
+    return Device::cpu;
+  }
+  return choose_oracle_device(backends, c.shape, forced, why);
+}
+
+OracleSet oracles_for(const std::vector<Backend*>& backends, const Case& c, Device* chosen, std::string* why) {
+  const Device d = choose_oracle_device(backends, c, oracle_device_override(), why);
+  if (chosen) *chosen = d;
+  return make_oracles(d);
+}
+
 HostWork host_work(const std::vector<Backend*>& backends, Device oracles) {
   HostWork w;
   w.oracles = oracles == Device::cpu ? HostWork::Oracles::host : HostWork::Oracles::device;

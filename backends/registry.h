@@ -64,6 +64,11 @@ std::optional<Device> oracle_device_override();
 // choose_oracle_device with the override, then make_oracles: what every command judges with.
 OracleSet oracles_for(const std::vector<Backend*>& backends, const Shape& shape, Device* chosen = nullptr,
                       std::string* why = nullptr);
+// The same for a case: one that asks dBias (ScoreBias::requires_grad) gets the CPU set whatever
+// else holds, --oracle-device cuda included: the GPU set's kernels compute dQ, dK and dV only.
+Device choose_oracle_device(const std::vector<Backend*>& backends, const Case& c, std::optional<Device> forced,
+                            std::string* why = nullptr);
+OracleSet oracles_for(const std::vector<Backend*>& backends, const Case& c, Device* chosen = nullptr, std::string* why = nullptr);
 // What a run of `backends` judged by the oracle set on `oracles` keeps in host memory, for
 // estimate_host_bytes (harness/case.h): the CPU set keeps one head's matrices there, and the
 // backends what they declare (Backend::host_scores).

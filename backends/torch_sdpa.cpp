@@ -41,11 +41,13 @@ class TorchSdpaBackend final : public Backend {
   }
 
   // Any dtype, layout and mask (as an additive float mask), a score bias in that mask; no softcap;
-  // the CPU flash kernel needs Dqk == Dv.
+  // the CPU flash kernel needs Dqk == Dv. The math path is a graph of differentiable operations,
+  // so the mask's gradient is dBias; the CPU flash kernel's backward returns dQ, dK and dV only.
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.softcap = false;
     e.bias = true;
+    e.bias_grad = kind_ == SdpaKind::math;
     e.distinct_head_dims = kind_ != SdpaKind::cpu_flash;
     return e;
   }
@@ -76,12 +78,15 @@ class TorchSdpaBackend final : public Backend {
     const at::Device dev = device_of(dev_);
     Call call = run(p, kind_ == SdpaKind::math);
     at::Tensor d_o = laid_out(p, TensorId::dO, d_out, call.out.scalar_type(), dev);
-    at::Tensor dq, dk, dv;
+    at::Tensor dq, dk, dv, dbias;
     if (kind_ == SdpaKind::math) {
-      auto g = torch::autograd::grad({call.out}, {call.q, call.k, call.v}, {d_o}, false, false, true);
+      std::vector<at::Tensor> leaves{call.q, call.k, call.v};
+      if (p.bias_requires_grad) leaves.push_back(call.bias);
+      auto g = torch::autograd::grad({call.out}, leaves, {d_o}, false, false, true);
       dq = g[0];
       dk = g[1];
       dv = g[2];
+      if (p.bias_requires_grad) dbias = g[3];
     } else {
       std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(d_o, call.q, call.k_rep, call.v_rep, call.out,
                                                                                       call.lse_raw, 0.0, false, call.mask, p.scale);
@@ -89,11 +94,13 @@ class TorchSdpaBackend final : public Backend {
       dv = sum_groups(dv, p.shape);
     }
     auto out = [](const at::Tensor& t, const at::Tensor& like) { return from_torch(t.defined() ? t : at::zeros_like(like)); };
-    return {out(dq, call.q), out(dk, call.k), out(dv, call.v)};
+    Gradients r{out(dq, call.q), out(dk, call.k), out(dv, call.v)};
+    if (p.bias_requires_grad) r.dbias = dbias_from(dbias, p);
+    return r;
   }
 
   struct Call {
-    at::Tensor q, k, v, k_rep, v_rep, mask, out, lse, lse_raw;
+    at::Tensor q, k, v, bias, k_rep, v_rep, mask, out, lse, lse_raw;
   };
 
   static at::Tensor sum_groups(const at::Tensor& t, const Shape& s) {
@@ -114,7 +121,8 @@ class TorchSdpaBackend final : public Backend {
     // Additive float mask (0 visible, -inf masked): what at::scaled_dot_product_attention
     // hands its backends after converting a boolean mask.
     // With a score bias: the bias where visible (biased_mask).
-    c.mask = p.has_bias() ? biased_mask(p, mask, st, dev)
+    if (p.has_bias()) c.bias = bias_tensor(p, st, dev).set_requires_grad(requires_grad && p.bias_requires_grad);
+    c.mask = p.has_bias() ? biased_mask_of(c.bias, mask)
                           : at::zeros(mask.sizes(), at::TensorOptions().dtype(st).device(dev)).masked_fill(mask.logical_not(), -INFINITY);
     if (kind_ == SdpaKind::math) {
       c.out = std::get<0>(at::_scaled_dot_product_attention_math(c.q, c.k, c.v, c.mask, 0.0, false, std::nullopt, p.scale,

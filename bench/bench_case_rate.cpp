@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
     generating.reset();
     std::optional<RoleTimer> judging(std::in_place, "judge");
     Device chosen = Device::cpu;
-    const OracleSet base = oracles_for(backends, c.shape, &chosen);
+    const OracleSet base = oracles_for(backends, c, &chosen);
     gpu_set += chosen == Device::cuda;
     Timed reference(std::shared_ptr<Backend>(base.reference, [](Backend*) {}), "reference");
     OracleSet timed;

@@ -118,7 +118,7 @@ int minimize_command(const MinimizeOptions& opt) {
     judge = isolated_judge(*proc, isolation, needs_determinism(sig), timeout);
   } else {
     Device oracle_device = Device::cpu;
-    OracleSet oracles = oracles_for(backends, r.c.shape, &oracle_device);
+    OracleSet oracles = oracles_for(backends, r.c, &oracle_device);
     try {  // the reproducer was read without the budget: here it runs in this process
       check_memory_budget(r.c, Limits{Limits{}.memory_budget_bytes, host_work(backends, oracle_device)});
     } catch (const CaseError& e) {

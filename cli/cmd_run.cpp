@@ -239,7 +239,7 @@ int run(const RunOptions& opt) {
   Device oracle_device = Device::cpu;
   std::string why_device;
   try {
-    oracles = oracles_for(backends, c.shape, &oracle_device, &why_device);
+    oracles = oracles_for(backends, c, &oracle_device, &why_device);
   } catch (const std::runtime_error& e) {
     fmt::print(stderr, "attnfuzz: --oracle-device: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;

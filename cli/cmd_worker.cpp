@@ -28,9 +28,9 @@ int worker_command(const std::vector<std::string>& names, uint64_t memory_budget
   WorkerServices services;
   services.make_backend = [](const std::string& name) { return make_backend(name); };
   // Per case: the GPU set for GPU backends at sizes where it pays (backends/registry.h, choose_oracle_device).
-  services.oracles = [](const std::vector<Backend*>& backends, const Case& c) { return oracles_for(backends, c.shape); };
+  services.oracles = [](const std::vector<Backend*>& backends, const Case& c) { return oracles_for(backends, c); };
   services.host_work = [](const std::vector<Backend*>& backends, const Case& c) {
-    return host_work(backends, choose_oracle_device(backends, c.shape, oracle_device_override()));
+    return host_work(backends, choose_oracle_device(backends, c, oracle_device_override()));
   };
   services.memory_budget_bytes = memory_budget_mib << 20;
   services.environment = environment;

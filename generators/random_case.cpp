@@ -319,6 +319,8 @@ ScoreBias random_bias(SplitMix& r) {
         b.values.mean = r.chance(0.2) ? -2.0 : 0.0;
         break;
     }
+  // Half the biases ask dBias: a backend that returns none still runs the other half.
+  b.requires_grad = r.chance(0.5);
   return b;
 }
 

@@ -220,7 +220,7 @@ uint64_t case_size(const Case& c) {
   for (const ValueDist* d : {&c.q, &c.k, &c.v, &c.d_out}) extras += !(*d == ValueDist{});
   extras += c.d_lse.kind != ValueDist::Kind::zero;
   if (c.bias) {  // a bias costs its kind, the dimensions it spans and its values' departure from N(0, 1)
-    extras += 1 + (c.bias->kind != ScoreBias::Kind::tensor) + !(c.bias->values == ValueDist{});
+    extras += 1 + (c.bias->kind != ScoreBias::Kind::tensor) + !(c.bias->values == ValueDist{}) + c.bias->requires_grad;
     for (bool spanned : c.bias->spans) extras += spanned;
   }
   return elems * 16 + extras;
@@ -315,16 +315,22 @@ std::vector<Case> shrink_candidates(const Case& c) {
     x.d_lse = ValueDist{ValueDist::Kind::zero};
     push(x);
   }
-  // A bias: none; a plain tensor for ALiBi or a relative table; fewer spanned dimensions;
-  // ordinary values. (A finding that needs the bias keeps it: each candidate is judged.)
+  // A bias: none; no dBias; a plain tensor for ALiBi or a relative table; fewer spanned
+  // dimensions; ordinary values. (A finding that needs the bias keeps it: each candidate is judged.)
   if (c.bias) {
     Case x = c;
     x.bias.reset();
     push(x);
+    if (c.bias->requires_grad) {
+      Case g = c;
+      g.bias->requires_grad = false;
+      push(g);
+    }
     if (c.bias->kind != ScoreBias::Kind::tensor) {
       Case t = c;
       t.bias = ScoreBias{};
       t.bias->spans = {false, true, true, true};
+      t.bias->requires_grad = c.bias->requires_grad;
       push(t);
     }
     for (size_t d = 0; d < 4; ++d)

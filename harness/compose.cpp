@@ -58,6 +58,7 @@ class Engine {
     const Shape& s = c.shape;
     grads_ = {Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
               Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
+    if (case_has_output(c, TensorId::dBias)) grads_.dbias = Tensor(c.bias->tensor_shape(s));
   }
 
   Node forward(const Composition& comp, Region r) {
@@ -114,6 +115,7 @@ class Engine {
       place_seq(grads_.dq, g.dq, r.q0, true);
       place_seq(grads_.dk, g.dk, r.k0, true);
       place_seq(grads_.dv, g.dv, r.k0, true);
+      if (n.leaf->bias_requires_grad) add_dbias(g.dbias, *n.leaf);
       return;
     }
     if (comp.kind == Composition::Kind::q_split) {
@@ -127,6 +129,22 @@ class Engine {
     for (const auto& p : n.parts) fs.push_back(p.fwd);
     std::vector<PartGrad> pg = be_.merger() ? be_.merger()->backward(fs, n.fwd, d_out, d_lse) : merge_backward(fs, n.fwd, d_out, d_lse);
     for (size_t i = 0; i < n.parts.size(); ++i) backward(child(comp, i), n.parts[i], pg[i].d_out, pg[i].d_lse);
+  }
+
+  // A call's dBias into the case's: its spanned sequence dimensions at the call's rows and keys,
+  // its broadcast ones summed (every call of a composition adds its part of the sum of dS).
+  void add_dbias(const Tensor& part, const Problem& p) {
+    if (part.shape != p.bias.shape)
+      throw std::runtime_error(be_.name() + " returned a dBias of the wrong shape (" + std::to_string(part.numel()) + " elements, the bias has " +
+                               std::to_string(p.bias.numel()) + ")");
+    const auto &n = part.shape, &whole = grads_.dbias.shape;
+    const int64_t q0 = n[2] > 1 || whole[2] > 1 ? p.q_offset : 0, k0 = n[3] > 1 || whole[3] > 1 ? p.kv_offset : 0;
+    for (int64_t b = 0; b < n[0]; ++b)
+      for (int64_t h = 0; h < n[1]; ++h)
+        for (int64_t i = 0; i < n[2]; ++i)
+          for (int64_t j = 0; j < n[3]; ++j)
+            grads_.dbias.data[static_cast<size_t>(((b * whole[1] + h) * whole[2] + i + q0) * whole[3] + j + k0)] +=
+                part.data[static_cast<size_t>(((b * n[1] + h) * n[2] + i) * n[3] + j)];
   }
 
   Gradients take_grads() { return std::move(grads_); }
@@ -258,6 +276,8 @@ class Engine {
     const bool any = std::any_of(d_lse.data.begin(), d_lse.data.end(), [](double x) { return x != 0.0; });
     if (!any) return g;
     if (p.softcap) throw UnsupportedError(be_.name() + " ignores dLSE and the case is softcapped: the dLSE term cannot be added exactly");
+    // dBias's dLSE term, sum P_ij g_i, needs P itself, which no call of the backend returns.
+    if (p.bias_requires_grad) throw UnsupportedError(be_.name() + " ignores dLSE and the case asks dBias: the dLSE term cannot be added to it");
     dlse_added_ = true;
     Problem pk = p;
     pk.v = p.k;

@@ -171,7 +171,7 @@ class DifferentialSession::Impl {
         for (size_t c = 0; c < calls.records.size(); ++c) {
           const CallRecord& call = calls.records[c];
           parts.push_back({&calls.terms[c],
-                           {&call.fwd.o, &call.fwd.lse, &call.grads.dq, &call.grads.dk, &call.grads.dv},
+                           {&call.fwd.o, &call.fwd.lse, &call.grads.dq, &call.grads.dk, &call.grads.dv, &call.grads.dbias},
                            &calls.weights[c],
                            call.problem.q_offset,
                            call.problem.kv_offset});
@@ -479,7 +479,7 @@ class DifferentialSession::Impl {
       in.overflow = overflow_of(t);
       // fp32's range is out of reach for the inputs check_magnitudes admits (dO V^T within it): the
       // bound is worth its pass over dO and V for the 16-bit types only.
-      in.intermediates_overflow = c_.dtype != DType::f32 && (t == TensorId::dQ || t == TensorId::dK || t == TensorId::dV) &&
+      in.intermediates_overflow = c_.dtype != DType::f32 && kind_of(t) == TensorKind::gradient &&
                                   gradient_intermediates_bound() >= overflow_threshold(c_.dtype);
       const double u_acc = rounding_units(contract, c_.dtype, 0.0).accumulate;
       in.row_scale_variance = u_acc * u_acc * reduction_length(t, c_.shape);

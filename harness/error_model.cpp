@@ -91,6 +91,10 @@ VarianceParts element_variance(TensorId t, const TermTensors& terms, double ref,
   v.independent = storage_variance(t, r, u) + u.store * u.store * st * st / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0);
   v.score = u_score2 * sc * sc;
   v.normalizer = normalizer_variance(t, terms, u, row) * r * r;
+  if (!terms.normalizer_lse.data.empty()) {
+    const double nl = terms.normalizer_lse.data[e], na = terms.normalizer_acc.data[e];
+    v.normalizer += u.lse * u.lse * nl * nl / 3.0 + u.accumulate * u.accumulate * na * na / 6.0;
+  }
   // Lost whole where the kernel flushes (a one-source part of the row, like the operand's).
   if (!terms.underflow.data.empty()) v.operand += terms.underflow.data[e] * terms.underflow.data[e];
   if (u.fp16_operands && !terms.subnormal.data.empty()) v.subnormal = terms.subnormal.data[e] * terms.subnormal.data[e] / 3.0;
@@ -279,6 +283,7 @@ OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, co
   OutputsModel m;
   for (TensorId t : kOutputs) {
     const size_t i = output_index(t);
+    if (!ref[i] || ref[i]->data.empty()) continue;  // an output the case does not have (dBias)
     ModelOfOutput o = model_sigma_and_row_dof(t, terms[t], *ref[i], u);
     m.sigma[i] = std::move(o.sigma);
     m.row_dof[i] = std::move(o.row_dof);
@@ -290,6 +295,36 @@ namespace {
 
 bool indexed_by_queries(TensorId t) { return t == TensorId::O || t == TensorId::LSE || t == TensorId::dQ; }
 
+// dBias through a composition: each call's element variances added where its element sits in the
+// whole dBias (its spanned sequence dimensions at the call's rows and keys, the broadcast ones
+// summed, as the composition engine sums the calls' dBias), each call's rows' variances likewise.
+void combine_dbias_calls(const std::vector<CallOfComposition>& calls, const Tensor& whole, const RoundingUnits& u, Tensor& sum_sigma2,
+                         Tensor& row_var, Tensor& row_var2_dof) {
+  const auto& w = whole.shape;
+  for (const CallOfComposition& call : calls) {
+    const Tensor& part = *call.outputs[output_index(TensorId::dBias)];
+    if (part.data.empty()) continue;
+    const ModelOfOutput o = model_sigma_and_row_dof(TensorId::dBias, (*call.terms)[TensorId::dBias], part, u);
+    const auto& n = part.shape;
+    const int64_t q0 = w[2] > 1 ? call.q_offset : 0, k0 = w[3] > 1 ? call.kv_offset : 0;
+    for (int64_t b = 0; b < n[0]; ++b)
+      for (int64_t h = 0; h < n[1]; ++h)
+        for (int64_t i = 0; i < n[2]; ++i) {
+          const size_t part_row = static_cast<size_t>((b * n[1] + h) * n[2] + i),
+                       whole_row = static_cast<size_t>((b * w[1] + h) * w[2] + i + q0);
+          double var = 0;
+          for (int64_t j = 0; j < n[3]; ++j) {
+            const double s = o.sigma.data[part_row * static_cast<size_t>(n[3]) + static_cast<size_t>(j)];
+            sum_sigma2.data[whole_row * static_cast<size_t>(w[3]) + static_cast<size_t>(j + k0)] += s * s;
+            var += s * s;
+          }
+          const double dof = o.row_dof.data.empty() ? static_cast<double>(n[3]) : o.row_dof.data[part_row];
+          row_var.data[whole_row] += var;
+          row_var2_dof.data[whole_row] += var * var / std::max(1.0, dof);
+        }
+  }
+}
+
 // The composition's model of output t before the whole problem's bounds it (composed_model).
 void combine_calls(TensorId t, const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const RoundingUnits& u,
                    Tensor& sigma, Tensor& row_dof) {
@@ -297,11 +332,15 @@ void combine_calls(TensorId t, const std::vector<CallOfComposition>& calls, cons
   const std::vector<int64_t> row_shape = indexed_by_queries(t) ? ref[output_index(TensorId::LSE)]->shape
                                                                : std::vector<int64_t>{whole.shape[0], whole.shape[1], whole.shape[2]};
   Tensor sum_sigma2(whole.shape), row_var(row_shape), row_var2_dof(row_shape);
-  for (const CallOfComposition& call : calls) {
-    ModelOfOutput o = model_sigma_and_row_dof(t, (*call.terms)[t], *call.outputs[output_index(t)], u);
-    add_call_model({t, std::move(o.sigma), std::move(o.row_dof), t == TensorId::O || t == TensorId::LSE ? call.weight : nullptr,
-                    indexed_by_queries(t) ? call.q_offset : call.kv_offset},
-                   sum_sigma2, row_var, row_var2_dof);
+  if (t == TensorId::dBias) {
+    combine_dbias_calls(calls, whole, u, sum_sigma2, row_var, row_var2_dof);
+  } else {
+    for (const CallOfComposition& call : calls) {
+      ModelOfOutput o = model_sigma_and_row_dof(t, (*call.terms)[t], *call.outputs[output_index(t)], u);
+      add_call_model({t, std::move(o.sigma), std::move(o.row_dof), t == TensorId::O || t == TensorId::LSE ? call.weight : nullptr,
+                      indexed_by_queries(t) ? call.q_offset : call.kv_offset},
+                     sum_sigma2, row_var, row_var2_dof);
+    }
   }
   const int64_t width = whole.shape.size() > 3 ? whole.shape[3] : 1;
   for (size_t e = 0; e < whole.numel(); ++e) {
@@ -322,6 +361,7 @@ OutputsModel composed_model(const std::vector<CallOfComposition>& calls, const O
   OutputsModel m;
   for (TensorId t : kOutputs) {
     const size_t i = output_index(t);
+    if (!ref[i] || ref[i]->data.empty()) continue;  // an output the case does not have (dBias)
     combine_calls(t, calls, ref, u, m.sigma[i], m.row_dof[i]);
     for (size_t e = 0; e < whole.sigma[i].numel(); ++e) m.sigma[i].data[e] = std::max(m.sigma[i].data[e], whole.sigma[i].data[e]);
     if (m.row_dof[i].data.empty() || whole.row_dof[i].data.empty()) continue;

@@ -94,6 +94,21 @@
 // together too: their combined sources, (sum V)^2 / sum V^2 / sources, are at most
 // directions. A query that sees one key errs along that key however its error splits into parts.
 //
+// dBias (a bias that requires a gradient) sums dS_ij over the dimensions the bias broadcasts, dS
+// taken before the softcap's chain factor (the bias comes after the softcap). Its element e sums
+// the terms (b, h, i, j) the broadcast maps to it, and each term has dQ's parts without the
+// product with K:
+//   operand  sqrt(sum dS^2 + (P dP)^2 + (P (D - g))^2)       (dS, or an unfused graph's P dP, P D, rounded)
+//   score    sqrt(sum (|dS| s_ij + P dP_err)^2)               (P's score error, dP's accumulation)
+//   via      sqrt(sum (P_ij dD_i)^2), per rounding unit      (D's error, as for dQ)
+//   normalizer  u_lse^2 sum dS^2 (1 + LSE_i^2) / 3 + u_acc^2 sum dS^2 Skv / 6   (the stored LSE
+//            scales P, hence dS, of row i: dQ's normalizer, element by element)
+//   underflow   sum |dS| over the terms whose P is below 2^-126; subnormal: sum of f_ij (fp16)
+//   L        the number of terms summed (1 for a bias that spans every dimension)
+// A row is the bias's last dimension. Different elements sum different terms: the operand, score
+// and subnormal parts have the participation ratio of the elements' variances as sources; the
+// via and normalizer parts count as one source a row (D_i and LSE_i move a row of dS together).
+//
 // LSE (fp32 for every dtype, on an absolute scale) has its own form:
 //   sigma^2 = u_lse^2 * (1 + LSE^2) / 3 + u_acc^2 * L / 6 + (u_acc^2 + u_in^2) * score^2
 // with score = sqrt(sum_j P_ij^2 s_ij^2) and u_lse the backend's declared LSE accuracy.
@@ -131,6 +146,9 @@ struct TermTensors {
   // Per row ([B][H][S]), the cap on the operand and score parts' sources from the directions
   // of the sum's terms (above); empty: no cap. Attached by the harness (attach_directions).
   Tensor direction_sources;
+  // dBias only: sqrt(sum dS^2 (1 + LSE_i^2)) and sqrt(sum dS^2 Skv) over the terms each element
+  // sums, the normalizer part's magnitudes (above); empty elsewhere.
+  Tensor normalizer_lse, normalizer_acc;
 };
 struct ErrorTerms {
   std::array<TermTensors, kOutputs.size()> by_output;  // indexed by output_index

@@ -141,7 +141,10 @@ Problem full_problem(const Case& c, const Inputs& in) {
   p.q = in.q;
   p.k = in.k;
   p.v = in.v;
-  if (c.bias) p.bias = in.bias;
+  if (c.bias) {
+    p.bias = in.bias;
+    p.bias_requires_grad = c.bias->requires_grad;
+  }
   materialize_mask(p);
   return p;
 }

@@ -18,6 +18,7 @@ class EmulatedBackend final : public Backend {
   SupportEnvelope envelope() const override {  // the whole semantics
     SupportEnvelope e = Backend::envelope();
     e.bias = true;
+    e.bias_grad = true;
     return e;
   }
   Forward forward(const Problem& p) override;

@@ -42,6 +42,35 @@ struct SourceAccumulator {
   }
 };
 
+// dBias's terms from their sums of squares: the roots, and each row's sources (a row is the bias's
+// last dimension). Different elements sum different dS, whose operand, score and subnormal errors
+// are their own: those parts have as many sources as the participation ratio of the elements'
+// variances says. The via and normalizer parts are shared along the row (one source each, in
+// model_sigma_and_row_dof).
+void finish_dbias_terms(TermTensors& tb) {
+  const auto& n = tb.operand.shape;
+  const int64_t width = n[3];
+  const std::vector<int64_t> rows{n[0], n[1], n[2]};
+  tb.operand_sources = Tensor(rows);
+  tb.score_sources = Tensor(rows);
+  if (!tb.subnormal.data.empty()) tb.subnormal_sources = Tensor(rows);
+  for (size_t r = 0; r < tb.operand_sources.numel(); ++r) {
+    double op = 0, op2 = 0, sc = 0, sc2 = 0, sub = 0, sub2 = 0;
+    for (int64_t j = 0; j < width; ++j) {
+      const size_t e = r * static_cast<size_t>(width) + static_cast<size_t>(j);
+      op += tb.operand.data[e], op2 += tb.operand.data[e] * tb.operand.data[e];
+      sc += tb.score.data[e], sc2 += tb.score.data[e] * tb.score.data[e];
+      if (!tb.subnormal.data.empty()) sub += tb.subnormal.data[e], sub2 += tb.subnormal.data[e] * tb.subnormal.data[e];
+    }
+    tb.operand_sources.data[r] = participation(op, op2);
+    tb.score_sources.data[r] = participation(sc, sc2);
+    if (!tb.subnormal.data.empty()) tb.subnormal_sources.data[r] = participation(sub, sub2);
+  }
+  for (Tensor* x : {&tb.operand, &tb.score, &tb.subnormal, &tb.via_op, &tb.via_st, &tb.via_acc, &tb.via_sc, &tb.normalizer_lse,
+                    &tb.normalizer_acc})
+    for (double& v : x->data) v = std::sqrt(v);
+}
+
 }  // namespace
 
 ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
@@ -74,6 +103,17 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
     t[TensorId::dQ].subnormal = Tensor(qq);
     t[TensorId::dK].subnormal = Tensor(kk);
     t[TensorId::dV].subnormal = Tensor(vv);
+  }
+  // dBias: each element sums the dS_ij its broadcast covers (harness/error_model.h, "dBias"); the
+  // squares accumulate here, the roots are taken at the end.
+  const bool dbias = p.bias_requires_grad;
+  if (dbias) {
+    const auto& n = p.bias.shape;
+    t[TensorId::dBias] = TermTensors{Tensor(n), Tensor(n), Tensor(n),
+                                     static_cast<double>(s.batch * s.heads_q * s.seq_q * s.seq_kv) / static_cast<double>(p.bias.numel())};
+    TermTensors& tb = t[TensorId::dBias];
+    for (Tensor* x : {&tb.via_op, &tb.via_st, &tb.via_acc, &tb.via_sc, &tb.underflow, &tb.normalizer_lse, &tb.normalizer_acc}) *x = Tensor(n);
+    if (fp16) tb.subnormal = Tensor(n);
   }
   // dK and dV sum over a GQA group: squares accumulate here, roots are taken at the end.
   Tensor dk_partials(kk), dv_partials(vv);
@@ -197,6 +237,32 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
         sources_of(sub_sources, TensorId::dK).add(b, hk, source_sums(f.transpose(), q_norm2));
         sources_of(sub_sources, TensorId::dV).add(b, hk, source_sums(ep2.transpose(), do_norm2));
       }
+      if (dbias) {
+        // dS before the softcap's chain factor (the bias is added after the softcap), with the
+        // same parts as dQ's per term: operand rounding of dS (or of P dP and P D, unfused), the
+        // score and dP errors, D's error, the normalizer's, and the flushed and fp16-subnormal P.
+        TermTensors& tb = t[TensorId::dBias];
+        const Mat ds_b = hs.p.cwiseProduct((dp.colwise() - (delta - g)).eval());
+        const Mat dsb2 =
+            squared(ds_b) + squared(hs.p.cwiseProduct(dp)) + squared(Mat(hs.p.array().colwise() * (delta - g).array()));
+        const Mat wdb = ds_b.cwiseAbs().cwiseProduct(sens) + hs.p.cwiseProduct(dp_err);
+        Tensor* via[4] = {&tb.via_op, &tb.via_st, &tb.via_acc, &tb.via_sc};
+        for (int64_t i = 0; i < s.seq_q; ++i) {
+          const double lse_i = std::isfinite(hs.lse(i)) ? hs.lse(i) : 0.0;
+          for (int64_t j = 0; j < s.seq_kv; ++j) {
+            const double pij = hs.p(i, j), dsij = ds_b(i, j);
+            if (pij == 0) continue;
+            const size_t e = p.bias_offset(b, h, i, j);
+            tb.operand.data[e] += dsb2(i, j);
+            tb.score.data[e] += wdb(i, j) * wdb(i, j);
+            for (size_t part = 0; part < 4; ++part) via[part]->data[e] += (pij * d_err[part](i)) * (pij * d_err[part](i));
+            tb.normalizer_lse.data[e] += dsij * dsij * (1.0 + lse_i * lse_i);
+            tb.normalizer_acc.data[e] += dsij * dsij * static_cast<double>(s.seq_kv);
+            if (pij < kSmallestNormalF32) tb.underflow.data[e] += std::fabs(dsij);
+            if (fp16) tb.subnormal.data[e] += fp16_subnormal_excess2(pij) * (dsij / pij) * (dsij / pij) + fp16_subnormal_excess2(dsij);
+          }
+        }
+      }
       if (s.group() > 1) {
         MMap(dk_partials.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * squared(ds.transpose() * q);
         MMap(dv_partials.at(b, hk, 0), s.seq_kv, s.head_dim_v) += squared(hs.p.transpose() * d_o);
@@ -219,6 +285,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
         for (Tensor* via : {&tt.via_op, &tt.via_st, &tt.via_acc, &tt.via_sc}) via->data[e] = std::sqrt(via->data[e]);
     }
   }
+  if (dbias) finish_dbias_terms(t[TensorId::dBias]);
   return t;
 }
 

@@ -30,6 +30,7 @@ class ReferenceBackend final : public Backend {
   SupportEnvelope envelope() const override {  // the whole semantics
     SupportEnvelope e = Backend::envelope();
     e.bias = true;
+    e.bias_grad = true;
     return e;
   }
   Forward forward(const Problem& p) override { return reference_forward(p); }

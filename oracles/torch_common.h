@@ -139,10 +139,18 @@ inline at::Tensor bias_tensor(const Problem& p, at::ScalarType st, at::Device de
 // SDPA's float attn_mask for a call with a bias: the bias where `visible`, -inf elsewhere. With
 // every key visible, the bias itself in its broadcast shape (the kernels' broadcast of a mask's
 // dimensions of extent 1 is then what is tested).
-inline at::Tensor biased_mask(const Problem& p, const at::Tensor& visible, at::ScalarType st, at::Device dev) {
-  at::Tensor bias = bias_tensor(p, st, dev);
+// `bias` may be a leaf that requires a gradient: masked_fill passes none to the masked entries.
+inline at::Tensor biased_mask_of(const at::Tensor& bias, const at::Tensor& visible) {
   if (visible.all().item<bool>()) return bias;
   return bias.expand(visible.sizes()).masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
+}
+inline at::Tensor biased_mask(const Problem& p, const at::Tensor& visible, at::ScalarType st, at::Device dev) {
+  return biased_mask_of(bias_tensor(p, st, dev), visible);
+}
+
+// dBias from autograd's gradient of the bias leaf (undefined where nothing reached it: zeros).
+inline Tensor dbias_from(const at::Tensor& grad, const Problem& p) {
+  return grad.defined() ? from_torch(grad.reshape(p.bias.shape)) : Tensor(p.bias.shape);
 }
 
 // The mask rebuilt from its expression with tensor operations: an implementation of

@@ -31,10 +31,12 @@ class TorchComposedBackend final : public Backend {
     if (!torch_device_available(dev_, &why)) return why;
     return Backend::unsupported_reason(p);
   }
-  // Everything the semantics has, the score bias included (added to the graph's scores).
+  // Everything the semantics has, the score bias included (added to the graph's scores, a leaf
+  // whose gradient is dBias).
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.bias = true;
+    e.bias_grad = true;
     return e;
   }
 
@@ -58,14 +60,18 @@ class TorchComposedBackend final : public Backend {
     const at::Device dev = device_of(dev_);
     at::Tensor d_o = laid_out(p, TensorId::dO, d_out, g.o.scalar_type(), dev);
     at::Tensor d_l = (to_torch(d_lse, dev).unsqueeze(-1) * g.row_has).to(g.lse_raw.scalar_type());
-    auto grads = torch::autograd::grad({g.o, g.lse_raw}, {g.q, g.k, g.v}, {d_o, d_l}, /*retain_graph=*/false,
+    std::vector<at::Tensor> leaves{g.q, g.k, g.v};
+    if (p.bias_requires_grad) leaves.push_back(g.bias);
+    auto grads = torch::autograd::grad({g.o, g.lse_raw}, leaves, {d_o, d_l}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
     auto out = [&](const at::Tensor& gr, const at::Tensor& like) { return from_torch(gr.defined() ? gr : at::zeros_like(like)); };
-    return {out(grads[0], g.q), out(grads[1], g.k), out(grads[2], g.v)};
+    Gradients r{out(grads[0], g.q), out(grads[1], g.k), out(grads[2], g.v)};
+    if (p.bias_requires_grad) r.dbias = dbias_from(grads[3], p);
+    return r;
   }
 
   struct Graph {
-    at::Tensor q, k, v, o, lse_raw, lse_out, row_has;
+    at::Tensor q, k, v, bias, o, lse_raw, lse_out, row_has;
   };
 
   Graph build(const Problem& p, bool requires_grad) const {
@@ -87,7 +93,10 @@ class TorchComposedBackend final : public Backend {
     // Scores accumulate in `accum` from the (exact) operand values.
     at::Tensor scores = at::matmul(g.q.to(accum), k.to(accum).transpose(-2, -1)) * p.scale;
     if (p.softcap) scores = at::tanh(scores / *p.softcap) * *p.softcap;
-    if (p.has_bias()) scores = scores + bias_tensor(p, accum, dev);  // broadcast from its own shape
+    if (p.has_bias()) {  // broadcast from its own shape: autograd sums dBias over the broadcast dimensions
+      g.bias = bias_tensor(p, accum, dev).set_requires_grad(requires_grad && p.bias_requires_grad);
+      scores = scores + g.bias;
+    }
     g.row_has = mask.any(-1, /*keepdim=*/true);
     // Fully masked rows keep their finite scores so logsumexp stays finite; their P
     // is zeroed below, which is what keeps NaN out of the gradient.
