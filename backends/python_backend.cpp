@@ -193,12 +193,16 @@ class PythonBackend final : public Backend {
     const ShmTensor dq = mem.add(R::dQ, place(p.layouts, R::dQ, p.shape), dt);
     const ShmTensor dk = mem.add(R::dK, place(p.layouts, R::dK, p.shape), dt);
     const ShmTensor dv = mem.add(R::dV, place(p.layouts, R::dV, p.shape), dt);
+    // dBias, where the problem asks for it (only of an adapter whose envelope has bias_grad:
+    // harness/envelope.h): dense in the bias's broadcast shape, as the bias comes.
+    const std::optional<ShmTensor> dbias = p.bias_requires_grad ? add_bias(mem, p, R::dBias) : std::nullopt;
     for (const ShmTensor* t : {&q, &k, &v, &o, &lse, &d_o}) shm_surround(arena_, *t, p.layouts.surround.fill);
     if (g) shm_surround(arena_, *g, p.layouts.surround.fill);
     shm_store(arena_, q, p.q), shm_store(arena_, k, p.k), shm_store(arena_, v, p.v);
     shm_store(arena_, o, fwd.o), shm_store(arena_, lse, fwd.lse), shm_store(arena_, d_o, d_out);
     if (g) shm_store(arena_, *g, d_lse);
     shm_poison(arena_, dq), shm_poison(arena_, dk), shm_poison(arena_, dv);
+    if (dbias) shm_poison(arena_, *dbias);
     copy_mask(mask, p);
     if (bias) shm_store(arena_, *bias, p.bias);
     add_stats(call(request_payload(BridgeOp::backward, arena_.size(), p, &mem), "backward"));
@@ -206,6 +210,7 @@ class PythonBackend final : public Backend {
     out.dq = shm_load(arena_, dq, &out.unwritten[TensorId::dQ]);
     out.dk = shm_load(arena_, dk, &out.unwritten[TensorId::dK]);
     out.dv = shm_load(arena_, dv, &out.unwritten[TensorId::dV]);
+    if (dbias) out.dbias = shm_load(arena_, *dbias, &out.unwritten[TensorId::dBias]);
     return out;
   }
 
@@ -222,9 +227,10 @@ class PythonBackend final : public Backend {
     pl.buffer = TensorId::mask;
     return mem.add(TensorId::mask, pl, ShmType::u8);
   }
-  // The score bias, where the call has one: dense in its broadcast shape [B|1][Hq|1][Sq|1][Skv|1]
-  // (harness/case.h, ScoreBias), in the case dtype, which holds its values exactly.
-  static std::optional<ShmTensor> add_bias(ShmLayout& mem, const Problem& p) {
+  // The score bias (or, as_tensor dBias, its gradient), where the call has one: dense in its
+  // broadcast shape [B|1][Hq|1][Sq|1][Skv|1] (harness/case.h, ScoreBias), in the case dtype,
+  // which holds the bias's values exactly.
+  static std::optional<ShmTensor> add_bias(ShmLayout& mem, const Problem& p, TensorId as_tensor = TensorId::Bias) {
     if (!p.has_bias()) return std::nullopt;
     const auto& n = p.bias.shape;
     Placement pl;
@@ -232,8 +238,8 @@ class PythonBackend final : public Backend {
     pl.sizes = {n.at(0), n.at(1), n.at(2), n.at(3)};
     pl.strides = {n[1] * n[2] * n[3], n[2] * n[3], n[3], 1};
     pl.extent = static_cast<int64_t>(p.bias.data.size());
-    pl.buffer = layout_of(TensorId::Bias);
-    return mem.add(TensorId::Bias, pl, shm_type(p.dtype));
+    pl.buffer = layout_of(as_tensor);
+    return mem.add(as_tensor, pl, shm_type(p.dtype));
   }
   void copy_mask(const ShmTensor& m, const Problem& p) {
     if (!p.mask.empty()) std::memcpy(arena_.at(m.buffer), p.mask.data(), p.mask.size());

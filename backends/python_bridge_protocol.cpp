@@ -65,7 +65,7 @@ std::string request_payload(BridgeOp op, size_t shm_size, const Problem& p, cons
   const std::string extra = problem_extra_json(p).dump();
   const size_t n = layout ? layout->tensors().size() : 0;
   std::string out;
-  out.reserve(8 * (5 + 18 + 12 * n) + extra.size());
+  out.reserve(8 * (5 + 19 + 12 * n) + extra.size());
   for (int64_t w : {int64_t{kPythonBridgeProtocol}, static_cast<int64_t>(op), static_cast<int64_t>(shm_size), static_cast<int64_t>(n),
                     static_cast<int64_t>(extra.size())})
     put(out, w);
@@ -75,6 +75,7 @@ std::string request_payload(BridgeOp op, size_t shm_size, const Problem& p, cons
   put(out, p.softcap ? *p.softcap : std::numeric_limits<double>::quiet_NaN());
   for (int64_t w : {p.q_offset, p.kv_offset, p.full_seq_q, p.full_seq_kv}) put(out, w);
   for (size_t i = 0; i < 4; ++i) put(out, p.has_bias() ? p.bias.shape.at(i) : int64_t{0});
+  put(out, int64_t{p.has_bias() && p.bias_requires_grad});
   if (layout)
     for (const auto& [tensor, t] : layout->tensors()) {
       for (int64_t w : {wire_code(tensor), static_cast<int64_t>(t.type), int64_t{t.pl.ndim}, static_cast<int64_t>(t.first_element())})

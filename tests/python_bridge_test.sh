@@ -78,7 +78,8 @@ camp CompilesForever camp-forever ATTNFUZZ_COMPILE_LIMIT_S=2
 ls "$work/camp-forever/findings" 2>/dev/null | grep -q -- "---timeout-" || { fail "CompilesForever: no timeout finding"; tail -5 "$work/camp-forever.txt"; }
 expect WrongShape 1 "o has shape \[1, 2, 63, 32\], expected \[1, 2, 64, 32\]"
 expect Declines 0 "planted: declines every problem"
-expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks 4"
+protocol=$(sed -n 's/^inline constexpr int kPythonBridgeProtocol = \([0-9]*\);$/\1/p' "$src/backends/python_bridge_protocol.h")
+expect OtherProtocol 2 "speaks bridge protocol 999, this attnfuzz speaks $protocol (use the python/ package of the same attnfuzz checkout)"
 # A start-up error is one line on stderr that names the log file holding the traceback (issue 26, item 18).
 TMPDIR=$work "$bin" run "$src/corpus/seed-flex-lse-merge.json" --backends "py:no_such_module_for_attnfuzz:Thing" >"$work/nomod.out" 2>"$work/nomod.err"
 rc=$?

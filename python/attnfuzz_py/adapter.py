@@ -23,9 +23,12 @@ class Problem:
       supports() too); bias: None, or that bias in the case dtype, as the adapter's tensors come
       (a torch tensor on its device, or numpy), broadcast over its dimensions of extent 1:
       S = softcap(scale q.k) + bias, then the mask (None in supports())
+    bias_requires_grad: True where the backward returns dBias too (Adapter.backward; in
+      supports() too). Only an adapter whose envelope declares {"bias_grad": True} gets such a call.
     """
 
     bias_shape = None
+    bias_requires_grad = False
 
     def __init__(self, fields: dict, mask=None, bias=None):
         self.__dict__.update(fields)
@@ -108,7 +111,7 @@ class Adapter:
     returns_lse = True           # forward returns the LSE (else return None for it)
     # Outputs that may legitimately differ bitwise run to run on identical inputs, e.g.
     # ("dK", "dV") for a backward accumulating them with atomic adds: still judged against the
-    # reference every run, not reported by the determinism check. Names: O, LSE, dQ, dK, dV.
+    # reference every run, not reported by the determinism check. Names: O, LSE, dQ, dK, dV, dBias.
     nondeterministic_outputs = ()
     why_nondeterministic = ""    # said in the report beside them
     # Whether each (batch, head) problem gives the same bits whatever else shares the call (no
@@ -118,9 +121,10 @@ class Adapter:
     # What campaigns aim at (docs/plugins.md, "Support envelope"; the same keys as a plugin's
     # attnfuzz_plugin_envelope()), e.g. {"max_head_dim": 256, "head_dim_multiple": 8}: a key left
     # out is unrestricted, None declares nothing. Narrowed to the dtypes of `contracts`;
-    # supports() keeps the last word on every call. The one exception, "bias": a score bias
-    # reaches only an adapter that declares {"bias": True} (p.bias); without it, attnfuzz refuses
-    # every call that has one, whatever supports() says.
+    # supports() keeps the last word on every call. The exceptions, "bias" and "bias_grad": a score
+    # bias reaches only an adapter that declares {"bias": True} (p.bias), and one whose gradient is
+    # asked (p.bias_requires_grad) only an adapter that also declares {"bias_grad": True}; without
+    # them, attnfuzz refuses every such call, whatever supports() says.
     envelope = None
     # The public function this adapter is one implementation of, when its implementations promise
     # the same numerics (e.g. "jax.nn.dot_product_attention"): passing backends of one API and one
@@ -135,7 +139,8 @@ class Adapter:
     def supports(self, p: Problem):
         """None when this adapter can run p, else the reason (a string). p.mask and p.bias are None
         here; p.bias_shape says whether the call has a bias (one reaches only an adapter whose
-        envelope declares {"bias": True})."""
+        envelope declares {"bias": True}), p.bias_requires_grad whether its dBias is asked (only of
+        one that declares {"bias_grad": True} too)."""
         return None
 
     def forward(self, p: Problem, q, k, v):
@@ -143,7 +148,11 @@ class Adapter:
         raise NotImplementedError
 
     def backward(self, p: Problem, q, k, v, o, lse, d_o, d_lse):
-        """Returns (dQ, dK, dV). d_lse is None unless backward_takes_dlse."""
+        """Returns (dQ, dK, dV), dK and dV summed over each kv head's query heads; and where
+        p.bias_requires_grad, (dQ, dK, dV, dBias): dBias shaped like p.bias, the gradient of the
+        biased score (dS_ij = P_ij (dP_ij - D_i + dLSE_i), before any softcap's chain factor) summed
+        over the dimensions the bias broadcasts (what autograd gives a leaf bias of p.bias's shape).
+        d_lse is None unless backward_takes_dlse."""
         raise NotImplementedError
 
     def stats(self):

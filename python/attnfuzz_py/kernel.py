@@ -18,8 +18,10 @@ grouped_heads="native"), `scale`, and, by the arguments it declares:
   unmasked one; every other mask is declined (and campaigns aim at these two);
 - `softcap`: None or c (S = c * tanh(S / c)); without the argument, softcapped cases are declined;
 - `bias`: None or the score bias [B|1][Hq|1][Sq|1][Skv|1] in the case dtype, on `device`, added
-  after the softcap and before the mask, broadcast over its dimensions of extent 1 (no gradient
-  is asked for it); without the argument, cases with a bias are declined;
+  after the softcap and before the mask, broadcast over its dimensions of extent 1; without the
+  argument, cases with a bias are declined. Where a case asks for dBias, autograd's backward
+  hands the function a leaf bias that requires grad and returns its gradient (the envelope
+  declares bias_grad unless you say otherwise); a backward= function returns it as a fourth value;
 - any other keyword argument: an option of the backend name (py:MODULE:NAME?block=64), a string.
 
 It returns (o [B][Hq][Sq][Dv], lse [B][Hq][Sq], natural log), or o alone with returns_lse=False.
@@ -105,13 +107,15 @@ class KernelAdapter(Adapter, metaclass=_KernelClass):
             self._mask_kinds[key] = (None, why) if plane is None else _plane_kind(plane)
         return self._mask_kinds[key]
 
-    def _arguments(self, p, device):
+    def _arguments(self, p, device, bias=None):
+        """The function's keyword arguments; bias: the score bias to hand it (a leaf that
+        requires grad), else p.bias."""
         kwargs = dict(self.options)
         kwargs["scale"] = p.scale
         if self.takes_softcap:
             kwargs["softcap"] = p.softcap
         if self.takes_bias:
-            kwargs["bias"] = p.bias
+            kwargs["bias"] = p.bias if bias is None else bias
         dense = p.mask
         all_visible = dense is None or bool(dense.all())
         if self.mask_argument == "mask":
@@ -132,9 +136,9 @@ class KernelAdapter(Adapter, metaclass=_KernelClass):
         # Repeated inside the autograd graph: the gradients of a kv head's group add up by themselves.
         return k.repeat_interleave(p.group, dim=1), v.repeat_interleave(p.group, dim=1)
 
-    def _call(self, p, q, k, v):
+    def _call(self, p, q, k, v, bias=None):
         k, v = self._expanded(p, k, v)
-        result = self.function(q, k, v, **self._arguments(p, q.device))
+        result = self.function(q, k, v, **self._arguments(p, q.device, bias))
         if isinstance(result, (tuple, list)):
             if len(result) != 2:
                 raise ValueError(f"{self.name}: the function returned {len(result)} values, expected (o, lse)")
@@ -155,8 +159,13 @@ class KernelAdapter(Adapter, metaclass=_KernelClass):
             return self._explicit_backward(p, q, k, v, o, lse, d_o, d_lse)
         import torch
         q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+        inputs = (q, k, v)
+        bias = None
+        if p.bias_requires_grad:  # a leaf of the bias's own (broadcast) shape: its gradient is dBias
+            bias = p.bias.detach().requires_grad_()
+            inputs += (bias,)
         with torch.enable_grad():
-            o2, lse2 = self._call(p, q, k, v)
+            o2, lse2 = self._call(p, q, k, v, bias)
         if not isinstance(o2, torch.Tensor) or o2.grad_fn is None:
             raise ValueError(f"{self.name}: the function's output has no autograd graph; make it differentiable "
                              "or give @kernel(backward=...)")
@@ -168,15 +177,28 @@ class KernelAdapter(Adapter, metaclass=_KernelClass):
                                  "term itself)")
             outputs.append(lse2)
             grads.append(d_lse.to(lse2.dtype))
-        grads_in = torch.autograd.grad(outputs, (q, k, v), grads, allow_unused=True)
-        return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads_in, (q, k, v)))
+        grads_in = torch.autograd.grad(outputs, inputs, grads, allow_unused=True)
+        if bias is not None and grads_in[3] is None:
+            raise ValueError(f"{self.name}: the bias has no autograd path to the function's outputs, so its dBias "
+                             "cannot come from autograd: declare envelope={'bias_grad': False} (cases that ask for "
+                             "dBias are then declined), or give @kernel(backward=...) returning dBias")
+        return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads_in, inputs))
 
     def _explicit_backward(self, p, q, k, v, o, lse, d_o, d_lse):
         kx, vx = self._expanded(p, k, v)
-        dq, dk, dv = self.backward_function(q, kx, vx, o, lse, d_o, d_lse, **self._arguments(p, q.device))
+        grads = self.backward_function(q, kx, vx, o, lse, d_o, d_lse, **self._arguments(p, q.device))
+        if len(grads) not in (3, 4):
+            raise ValueError(f"{self.name}: the backward returned {len(grads)} values, expected (dq, dk, dv) or "
+                             "(dq, dk, dv, dbias)")
+        dq, dk, dv = grads[:3]
         if kx is not k:  # the query heads of each kv head's group add up
             dk = dk.unflatten(1, (p.heads_kv, p.group)).sum(2)
             dv = dv.unflatten(1, (p.heads_kv, p.group)).sum(2)
+        if p.bias_requires_grad:
+            if len(grads) != 4 or grads[3] is None:
+                raise ValueError(f"{self.name}: this case asks for dBias, and the backward returned none: return "
+                                 "(dq, dk, dv, dbias), dbias shaped like the bias (or declare envelope={'bias_grad': False})")
+            return dq, dk, dv, grads[3]
         return dq, dk, dv
 
 
@@ -205,14 +227,17 @@ def kernel(function=None, *, name=None, version="", contracts=None, returns_lse=
       differentiable LSE); False: attnfuzz adds the dLSE term itself
     masked_rows_zero: fully masked rows give O = 0, LSE = -inf and zero gradients
     envelope: what campaigns aim at (docs/plugins.md, "Support envelope"); a causal argument adds
-      masks="causal_or_none", no softcap argument softcap=False, a bias argument bias=True
+      masks="causal_or_none", no softcap argument softcap=False, a bias argument bias=True (and,
+      with autograd's backward, bias_grad=True: dBias is the gradient of the bias handed in)
     device: "cpu" or "cuda", where the tensors are handed over
     api, nondeterministic_outputs, why_nondeterministic, batch_invariant: as the Adapter's
     grouped_heads: "expand" (K and V repeated to the query heads before the call) or "native"
       (the function takes Hkv < Hq heads itself; then dK and dV are its own)
     supports: an extra supports(p) -> None or the reason it declines p (an attnfuzz_py.Problem)
     backward: backward(q, k, v, o, lse, d_o, d_lse, *, scale, ...) -> (dq, dk, dv) instead of
-      autograd (with grouped_heads="expand" it gets and returns Hq heads; they are summed here)
+      autograd (with grouped_heads="expand" it gets and returns Hq heads; they are summed here), or
+      (dq, dk, dv, dbias) with dbias shaped like the bias where the case asks for dBias (only with
+      envelope={"bias_grad": True}, which a backward= function must declare itself)
     """
     if function is None:
         return lambda f: kernel(f, name=name, version=version, contracts=contracts, returns_lse=returns_lse,
@@ -247,6 +272,8 @@ def kernel(function=None, *, name=None, version="", contracts=None, returns_lse=
         envelope.setdefault("softcap", False)
     if "bias" in params:
         envelope.setdefault("bias", True)
+        if backward is None:  # autograd's backward returns dBias; a backward= function declares it itself
+            envelope.setdefault("bias_grad", True)
     at_module_level = function.__qualname__ == function.__name__
     attrs = {
         "name": name or function.__name__, "version": version, "device": device, "tensors": "torch",

@@ -29,21 +29,23 @@ import threading
 import numpy as np
 
 # Bumped on any change of the messages' meaning; backends/python_bridge_protocol.h has the same number.
-# 4: the score bias (the problem's bias_shape, the tensor "bias"); 3: requests other than hello
-# binary (2: JSON lines).
-PROTOCOL_VERSION = 4
+# 5: dBias (the problem's bias_requires_grad, the backward's output "d_bias"); 4: the score bias
+# (the problem's bias_shape, the tensor "bias"); 3: requests other than hello binary (2: JSON lines).
+PROTOCOL_VERSION = 5
 
 # The binary requests (backends/python_bridge_protocol.h).
 HEADER = struct.Struct("<5q")  # protocol, op, shm_size, tensor count, extra's length
 OPS = {1: "supports", 2: "forward", 3: "backward"}
-PROBLEM = struct.Struct("<8q2d8q")
-# Then bias_shape: the score bias's extents [B|1][Hq|1][Sq|1][Skv|1], four zeros where the call has none.
+PROBLEM = struct.Struct("<8q2d9q")
+# Then bias_shape: the score bias's extents [B|1][Hq|1][Sq|1][Skv|1], four zeros where the call has
+# none; then bias_requires_grad: 1 where the backward returns dBias (the tensor "d_bias", shaped
+# like the bias), else 0.
 PROBLEM_FIELDS = ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim_qk", "head_dim_v", "dtype", "scale", "softcap",
                   "q_offset", "kv_offset", "full_seq_q", "full_seq_kv")
 DTYPE_NAMES = ("fp32", "fp16", "bf16")  # the problem's dtype (harness DType)
 TENSOR = struct.Struct("<12q")  # name, type, ndim, offset (bytes), sizes[4], strides[4] (elements)
 # A tensor's name is its index here: the wire columns of harness/tensors.def (tests/tensor_names_test.py).
-TENSOR_NAMES = ("q", "k", "v", "o", "lse", "mask", "d_out", "d_lse", "d_q", "d_k", "d_v", "bias")
+TENSOR_NAMES = ("q", "k", "v", "o", "lse", "mask", "d_out", "d_lse", "d_q", "d_k", "d_v", "bias", "d_bias")
 TYPE_NAMES = ("fp32", "fp16", "bf16", "u8")  # a tensor's element type (ShmType)
 
 _MAGIC = b"AF1 "
@@ -231,13 +233,15 @@ def read_request(payload: bytes):
 
 
 def problem_fields(problem: bytes) -> dict:
-    """The problem's fields (those of the C ABI's af_problem, and bias_shape: None or the bias's
-    extents) from its binary entry and its extra; the mask expression and the bands stay JSON text
-    in "extra" until an adapter reads them (Problem.mask_expr)."""
+    """The problem's fields (those of the C ABI's af_problem, bias_shape: None or the bias's
+    extents, and bias_requires_grad) from its binary entry and its extra; the mask expression and
+    the bands stay JSON text in "extra" until an adapter reads them (Problem.mask_expr)."""
     words = PROBLEM.unpack_from(problem)
     fields = dict(zip(PROBLEM_FIELDS, words))
-    bias_shape = words[len(PROBLEM_FIELDS):]
+    n = len(PROBLEM_FIELDS)
+    bias_shape = words[n:n + 4]
     fields["bias_shape"] = bias_shape if any(bias_shape) else None
+    fields["bias_requires_grad"] = bool(words[n + 4])
     fields["dtype"] = DTYPE_NAMES[fields["dtype"]]
     if fields["softcap"] != fields["softcap"]:  # NaN: none
         fields["softcap"] = None
@@ -255,14 +259,15 @@ def tensor_entry(entry: bytes):
 def encode_request(op: str, shm_size: int, fields: dict, tensors, mask_expr=None, restrictions=()):
     """A binary request as attnfuzz writes it (backends/python_bridge_protocol.cpp), for tests and
     benchmarks of the worker without attnfuzz. tensors: (name, offset, type, shape, strides);
-    fields may hold bias_shape (None: no bias)."""
+    fields may hold bias_shape (None: no bias) and bias_requires_grad (default False)."""
     import json
     extra = json.dumps({"mask": mask_expr or {"kind": "none"}, "restrictions": list(restrictions)}).encode()
     op_code = {v: k for k, v in OPS.items()}[op]
     out = HEADER.pack(PROTOCOL_VERSION, op_code, shm_size, len(tensors), len(extra))
     values = dict(fields, dtype=DTYPE_NAMES.index(fields["dtype"]),
                   softcap=float("nan") if fields.get("softcap") is None else fields["softcap"])
-    out += PROBLEM.pack(*(values[f] for f in PROBLEM_FIELDS), *(fields.get("bias_shape") or (0, 0, 0, 0)))
+    out += PROBLEM.pack(*(values[f] for f in PROBLEM_FIELDS), *(fields.get("bias_shape") or (0, 0, 0, 0)),
+                        int(bool(fields.get("bias_requires_grad"))))
     for name, offset, type_name, shape, strides in tensors:
         pad = [0] * (4 - len(shape))
         out += TENSOR.pack(TENSOR_NAMES.index(name), TYPE_NAMES.index(type_name), len(shape), offset,

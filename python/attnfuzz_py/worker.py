@@ -17,7 +17,7 @@ from .tensors import as_numpy, to_device, write_result
 
 _TRACEBACK_LINES = 12
 _TRACEBACK_LINE_CHARS = 500  # a line may quote a huge exception message: the reply stays a few KB
-OUTPUT_NAMES = ("O", "LSE", "dQ", "dK", "dV")  # harness/error_model.h's Output, for nondeterministic_outputs
+OUTPUT_NAMES = ("O", "LSE", "dQ", "dK", "dV", "dBias")  # harness/tensors.h's kOutputs, for nondeterministic_outputs
 
 
 class _Tensor:
@@ -167,8 +167,10 @@ class _Worker:
     def backward(self, shm_size, key, table):
         t = self._tensors(shm_size, table)
         ins = self._inputs(t, ("q", "k", "v", "o", "lse", "d_out", "d_lse"))
-        dq, dk, dv = self.adapter.backward(self._call_problem(key, t), *ins)
-        self._write(t, (("d_q", dq), ("d_k", dk), ("d_v", dv)))
+        p = self._call_problem(key, t)
+        if p.bias_requires_grad and "d_bias" not in t:
+            raise RuntimeError("the problem asks for dBias but the request has no d_bias tensor: a bridge bug")
+        self._write(t, _gradients(self.adapter.name, p, self.adapter.backward(p, *ins)))
 
     def handle(self, payload):
         """The reply's JSON text (bytes) to one request."""
@@ -197,6 +199,27 @@ class _Worker:
             stats = self.adapter.stats()
             return _json_ok({"stats": stats}) if stats else _OK
         raise ValueError(f"unknown request '{op}'")
+
+
+def _gradients(name, p, grads):
+    """The backward's results as (wire name, value): (dQ, dK, dV), and dBias where the call asks
+    for it (p.bias_requires_grad). A dBias that was not asked for may come as a fourth None; any
+    other count is the adapter's error, said at once rather than as a wrong gradient."""
+    try:
+        grads = tuple(grads)
+        n = len(grads)
+    except TypeError:  # not iterable: said below by its type
+        n = None
+    if p.bias_requires_grad:
+        if n != 4 or grads[3] is None:
+            got = "None for dBias" if n == 4 else f"{n} values" if n is not None else type(grads).__name__
+            raise ValueError(f"{name}: backward returned {got}, but this call asks for dBias (p.bias_requires_grad, "
+                             "the adapter's envelope declares bias_grad): return (dQ, dK, dV, dBias), dBias shaped like p.bias")
+        return ("d_q", grads[0]), ("d_k", grads[1]), ("d_v", grads[2]), ("d_bias", grads[3])
+    if n == 3 or (n == 4 and grads[3] is None):
+        return ("d_q", grads[0]), ("d_k", grads[1]), ("d_v", grads[2])
+    got = f"{n} values" if n is not None else type(grads).__name__
+    raise ValueError(f"{name}: backward returned {got}, expected (dQ, dK, dV) (this call asks for no dBias)")
 
 
 def _json_ok(reply):

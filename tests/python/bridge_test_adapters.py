@@ -124,3 +124,27 @@ class IgnoresBias(Minimal):
 class NoBias(Minimal):
     name = "no_bias"
     envelope = None
+
+
+# dBias 2% too large: a scaling bug in a bias-gradient kernel (tests/test_python_dbias.cpp).
+class DbiasScaled(Minimal):
+    name = "dbias_scaled"
+
+    def backward(self, p, q, k, v, o, lse, d_o, d_lse):
+        grads = super().backward(p, q, k, v, o, lse, d_o, d_lse)
+        return grads[:3] + (1.02 * grads[3],) if p.bias_requires_grad else grads
+
+
+# dBias not summed over the dimensions the bias broadcasts: the gradient of the first batch
+# element, head, query or key stands for the sum (a kernel that writes dBias per program without
+# reducing the broadcast).
+class DbiasNotSummed(Minimal):
+    name = "dbias_not_summed"
+
+    def backward(self, p, q, k, v, o, lse, d_o, d_lse):
+        if not p.bias_requires_grad:
+            return super().backward(p, q, k, v, o, lse, d_o, d_lse)
+        bias_shape = p.bias.shape
+        p._bias = p.bias.expand(p.batch, p.heads_q, p.seq_q, p.seq_kv)  # a dense bias: its dBias is dS itself
+        dq, dk, dv, ds = super().backward(p, q, k, v, o, lse, d_o, d_lse)
+        return dq, dk, dv, ds[tuple(slice(0, n) for n in bias_shape)]  # planted: index 0 instead of the sum

@@ -189,7 +189,7 @@ with_bias = attnfuzz_py.kernel(contracts={"fp32": "fp32"})(biased_attention)
 
 @pytest.mark.parametrize("spans", [(1, 1, 1, 1), (0, 1, 0, 1), (1, 0, 1, 0), (0, 0, 0, 0)])
 def test_a_bias_argument_is_handed_the_bias_and_declares_it(spans):
-    assert with_bias.envelope == {"bias": True}
+    assert with_bias.envelope == {"bias": True, "bias_grad": True}  # autograd returns dBias
     p = problem(b=2, hq=4, hkv=2, sq=5, skv=7, mask={"kind": "causal", "align": "bottom_right"}, softcap=1.5, bias_spans=spans)
     q, k, v, d_o, d_lse = inputs(p)
     a = with_bias()

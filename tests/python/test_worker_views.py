@@ -163,6 +163,50 @@ for n in (0, 1, 7, 8, 9, 63, 200):
         h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
     check(protocol._frame_sum(b"R", 0x0123456789ABCDEF, data) == h, f"the frame checksum of a {n}-byte payload")
 
+# dBias (protocol 5): the problem's bias_requires_grad reaches p, the adapter's fourth result lands in
+# d_bias (the bias's shape, dense); a missing or unasked-for dBias is the adapter's error, said so.
+class Gradients(Adapter):
+    name = "gradients"
+    returns_dbias = None  # None: where asked; True, False: planted misuse
+
+    def backward(self, p, q, k, v, o, lse, d_o, d_lse):
+        Gradients.asked = p.bias_requires_grad
+        g = (q.detach() * 2, k.detach() * 3, v.detach() * 4)
+        returns_dbias = p.bias_requires_grad if Gradients.returns_dbias is None else Gradients.returns_dbias
+        return g + (p.bias * 5,) if returns_dbias else g
+
+
+g_worker = _Worker(f"/proc/{os.getpid()}/fd/{fd}")
+g_worker.hello({"module": "__main__", "class": "Gradients", "options": {}})
+dense = strides_of(shape, [0, 1, 2, 3])
+at = {name: 8192 + 256 * i for i, name in enumerate(("q", "k", "v", "o", "d_out", "d_q", "d_k", "d_v", "bias", "d_bias"))}
+bias_shape = (1, H, 1, S)
+grad_lines = [line(n, at[n], "fp32", shape, dense) for n in ("q", "k", "v", "o", "d_out", "d_q", "d_k", "d_v")]
+grad_lines += [line("lse", 12288, "fp32", [B, H, S], [H * S, S, 1]), line("d_lse", 12544, "fp32", [B, H, S], [H * S, S, 1]),
+               line("bias", at["bias"], "fp32", list(bias_shape), [H * S, S, S, 1])]
+with_dbias = grad_lines + [line("d_bias", at["d_bias"], "fp32", list(bias_shape), [H * S, S, S, 1])]
+os.pwrite(fd, bias_values.tobytes(), at["bias"])
+os.pwrite(fd, np.full(H * S, np.nan, np.float32).tobytes(), at["d_bias"])
+
+
+def backward(lines, asks):
+    return g_worker.handle(protocol.encode_request("backward", 1 << 20, dict(PROBLEM, bias_shape=bias_shape, bias_requires_grad=asks),
+                                                   lines))
+
+
+check(backward(with_dbias, True) == b"" and Gradients.asked, "a backward asking for dBias reaches the adapter as p.bias_requires_grad")
+d_bias = np.frombuffer(os.pread(fd, H * S * 4, at["d_bias"]), np.float32).reshape(bias_shape)
+check(np.array_equal(d_bias, 5 * bias_values), f"dBias lands in d_bias, in the bias's shape: {d_bias.ravel()}")
+check(backward(grad_lines, False) == b"" and not Gradients.asked, "a backward without dBias: p.bias_requires_grad is False")
+for returns_dbias, asks, lines_, message in [(False, True, with_dbias, "asks for dBias"), (True, False, grad_lines, "asks for no dBias"),
+                                             (True, True, grad_lines, "no d_bias tensor")]:
+    Gradients.returns_dbias = returns_dbias
+    try:
+        backward(lines_, asks)
+        check(False, f"a backward with dBias {'asked' if asks else 'not asked'} and {'returned' if returns_dbias else 'missing'} is refused")
+    except (ValueError, RuntimeError) as e:
+        check(message in str(e), f"the refusal says '{message}': {e}")
+
 # Another protocol version is refused, naming both: a binary request, and a JSON one (protocol 2's).
 bad = bytearray(payload(1 << 20, lines))
 bad[0:8] = (7).to_bytes(8, "little")

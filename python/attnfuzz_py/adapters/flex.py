@@ -9,6 +9,16 @@ at 0 along its broadcast dimensions); GQA uses enable_gqa; the LSE comes from re
 The backward is autograd through flex_attention with grad_outputs (dO, dLSE): the gradient
 that flows into the LSE is exactly what the FlexAttention seed bug mishandled.
 
+dBias: where the call asks for it, the captured bias is a leaf of the bias's broadcast shape
+that requires grad, and flex_attention's backward returns the gradient of that captured tensor
+(FlexAttention's "learnable biases"): eager's dense backward differentiates the score_mod (run on
+the CPU here: tests/python/test_dbias_adapters.py), Inductor's compiled backward writes the
+captured tensors' gradients with an atomic-add scatter (torch/_inductor/kernel/flex/common.py,
+torch 2.11; NOT YET RUN on a GPU). Each score element adds once, so a dense bias's gradient is
+exact and repeatable (FlexCompiled's bucketed bias is dense over the padded problem); a bias
+looked up at 0 along a broadcast dimension (FlexCompiled shapes=static) sums many adds in the
+order the GPU's threads come, so there dBias is declared nondeterministic.
+
 On the CPU (torch 2.11): flex_attention refuses inputs that require grad ("does not support
 backward on CPU"), but its eager implementation has a device-generic dense backward, the same
 one CUDA eager runs. FlexEager lifts that one guard for its backward (and says so in its
@@ -65,13 +75,13 @@ def _cpu_backward_allowed():
         fa._validate_device = original
 
 
-def bias_lookup(p, device):
-    """The call's score bias as a function (b, h, q_idx, kv_idx) -> its fp32 value, for a
-    score_mod: the captured tensor indexed at 0 along its dimensions of extent 1 (broadcast).
-    None where the call has no bias."""
-    if p.bias is None:
+def bias_lookup(bias, device):
+    """The score bias (p.bias, or a leaf of it that requires grad) as a function (b, h, q_idx,
+    kv_idx) -> its fp32 value, for a score_mod: the captured tensor indexed at 0 along its
+    dimensions of extent 1 (broadcast). None where the call has no bias."""
+    if bias is None:
         return None
-    bias = p.bias.to(device=device, dtype=torch.float32)  # exact: its values are the case dtype's
+    bias = bias.to(device=device, dtype=torch.float32)  # exact: its values are the case dtype's; differentiable
     nb, nh, nq, nkv = bias.shape
 
     def lookup(b, h, q_idx, kv_idx):
@@ -83,7 +93,7 @@ class FlexEager(Adapter):
     name = "flex_eager"
     api = "torch.nn.attention.flex_attention"  # eager and compiled: one function, one numerics
     contracts = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
-    envelope = {"bias": True}  # in the score_mod
+    envelope = {"bias": True, "bias_grad": True}  # in the score_mod; dBias as the captured tensor's gradient
     backward_takes_dlse = True
     masked_rows_zero = True
 
@@ -116,9 +126,10 @@ class FlexEager(Adapter):
         return fa.create_block_mask(mask_mod, p.batch if per_head else None, p.heads_q if per_head else None,
                                     p.seq_q, p.seq_kv, device=self.device)
 
-    def _attend(self, p, q, k, v):
+    def _attend(self, p, q, k, v, bias=None):
+        """O and LSE; bias: the score bias to capture (a leaf that requires grad), else p.bias."""
         score_mod = None
-        bias = bias_lookup(p, self.device)
+        bias = bias_lookup(p.bias if bias is None else bias, self.device)
         if p.softcap is not None:
             # c as a tensor, not a Python float: eager flex_attention's backward goes through an
             # internal torch.compile, which fails (PendingUnbackedSymbolNotFound) once a captured
@@ -145,10 +156,15 @@ class FlexEager(Adapter):
 
     def backward(self, p, q, k, v, o, lse, d_o, d_lse):
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        inputs = [q, k, v]
+        bias = None
+        if p.bias_requires_grad:  # a leaf of the bias's own (broadcast) shape: its gradient is dBias
+            bias = p.bias.detach().requires_grad_()
+            inputs.append(bias)
         guard = _cpu_backward_allowed() if self.device == "cpu" else contextlib.nullcontext()
         with guard:
-            out, out_lse = self._attend(p, q, k, v)
-        return self._grad([out, out_lse], [q, k, v], [d_o.to(out.dtype), d_lse.to(out_lse.dtype)])
+            out, out_lse = self._attend(p, q, k, v, bias)
+        return self._grad([out, out_lse], inputs, [d_o.to(out.dtype), d_lse.to(out_lse.dtype)])
 
     def _grad(self, outputs, inputs, grads):
         return torch.autograd.grad(outputs, inputs, grads, allow_unused=True)
@@ -188,6 +204,10 @@ class FlexCompiled(FlexEager):
             import torch.fx.experimental._config as fx_config
             fx_config.backed_size_oblivious = True
             self._fn_forward = torch.compile(fa.flex_attention, fullgraph=True, dynamic=True)
+        if shapes == "static":  # the bias's broadcast lookup: its gradient in atomic adds (the module's docstring)
+            self.nondeterministic_outputs = ("dBias",)
+            self.why_nondeterministic = ("Inductor's flex backward adds a captured bias's gradient with atomic adds; a bias "
+                                         "broadcast over a dimension gets many adds per element (torch 2.11)")
         watch_torch_compile()
         self._stats = {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}  # since the last reply
         self._totals = {"compile_s": 0.0, "compiles": 0, "run_s": 0.0, "calls": 0}  # since the start

@@ -30,7 +30,10 @@ numbers, and the strides. So each call is put in a fixed form, exactly:
   is a captured tensor as well).
 - the score bias: dense over the padded problem in fp32 (exact: its values are the case
   dtype's), zeros in the padding, looked up in the score_mod after the softcap: one function,
-  whatever dimensions the bias broadcasts over.
+  whatever dimensions the bias broadcasts over. Where dBias is asked, the dense bias is made by
+  autograd from a leaf of the bias's broadcast shape: flex_attention's backward gives the dense
+  tensor's gradient (one add per score element), and autograd drops its padding and sums it over
+  the broadcast dimensions into the leaf's.
 
 Padded results are dropped. What this does not test of the compiled kernel: head dims that are
 not powers of two (its masked loads of them), the caller's strides (padded tensors are
@@ -99,19 +102,21 @@ class Buckets:
             return dense[b, h, q_idx, kv_idx]
         return fa.create_block_mask(mask_mod, self.b, self.hkv * self.g, self.sq, self.skv, device=device)
 
-    def dense_bias(self, device):
-        """The score bias over the padded problem, fp32 [B'][Hkv'*G'][Sq'][Skv'], zeros in the
-        padding; None where the call has none."""
+    def dense_bias(self, device, bias=None):
+        """The score bias (bias: a leaf that requires grad, else p.bias) over the padded problem,
+        fp32 [B'][Hkv'*G'][Sq'][Skv'], zeros in the padding, made by differentiable ops; None where
+        the call has none."""
         p = self.p
-        if p.bias is None:
+        bias = p.bias if bias is None else bias
+        if bias is None:
             return None
         out = torch.zeros(self.b, self.hkv, self.g, self.sq, self.skv, dtype=torch.float32, device=device)
-        full = p.bias.to(device=device, dtype=torch.float32).expand(p.batch, p.heads_q, p.seq_q, p.seq_kv)
+        full = bias.to(device=device, dtype=torch.float32).expand(p.batch, p.heads_q, p.seq_q, p.seq_kv)
         out[:p.batch, :p.heads_kv, :p.group, :p.seq_q, :p.seq_kv] = full.reshape(p.batch, p.heads_kv, p.group, p.seq_q, p.seq_kv)
         return out.view(self.b, self.hkv * self.g, self.sq, self.skv)
 
-    def score_mod(self, device):
-        """The scale (and the softcap, then the bias) as a score_mod on captured fp32 tensors."""
+    def score_mod(self, device, bias=None):
+        """The scale (and the softcap, then the bias: dense_bias's) as a score_mod on captured fp32 tensors."""
         p = self.p
         scale = torch.tensor(p.scale, dtype=torch.float32, device=device)
         if p.softcap is None:
@@ -124,7 +129,7 @@ class Buckets:
             def capped(score, b, h, q_idx, kv_idx):
                 return cap * torch.tanh(score * scale / cap)
             mod = capped
-        bias = self.dense_bias(device)
+        bias = self.dense_bias(device, bias)
         if bias is None:
             return mod
 
@@ -132,8 +137,8 @@ class Buckets:
             return mod(score, b, h, q_idx, kv_idx) + bias[b, h, q_idx, kv_idx]
         return biased
 
-    def attend(self, fn, q, k, v, device):
-        return fn(q, k, v, score_mod=self.score_mod(device), block_mask=self.block_mask(device), scale=1.0,
+    def attend(self, fn, q, k, v, device, bias=None):
+        return fn(q, k, v, score_mod=self.score_mod(device, bias), block_mask=self.block_mask(device), scale=1.0,
                   enable_gqa=self.g > 1, return_aux=fa.AuxRequest(lse=True))
 
 
@@ -145,12 +150,19 @@ def forward(fn, p, q, k, v, device):
 
 
 def backward(fn, grad, p, q, k, v, d_o, d_lse, device):
-    """dQ, dK, dV by autograd through the padded call (fn: compiled with static shapes, or not);
-    grad(outputs, inputs, grad_outputs) runs the backward."""
+    """dQ, dK, dV (and dBias where p.bias_requires_grad) by autograd through the padded call (fn:
+    compiled with static shapes, or not); grad(outputs, inputs, grad_outputs) runs the backward."""
     b = Buckets(p, pad_seq=True)
     qp, kp, vp = (x.requires_grad_() for x in b.inputs(q, k, v))
-    out, aux = b.attend(fn, qp, kp, vp, device)
+    inputs = [qp, kp, vp]
+    bias = None
+    if p.bias_requires_grad:  # a leaf of the bias's own (broadcast) shape: its gradient is dBias
+        bias = p.bias.detach().requires_grad_()
+        inputs.append(bias)
+    out, aux = b.attend(fn, qp, kp, vp, device, bias)
     g_o = b.pad(d_o.to(out.dtype), True, b.dv)
     g_lse = b.pad_rows(d_lse.to(aux.lse.dtype))
-    dq, dk, dv = grad([out, aux.lse], [qp, kp, vp], [g_o, g_lse])
-    return b.unpad(dq, True, p.head_dim_qk), b.unpad(dk, False, p.head_dim_qk), b.unpad(dv, False, p.head_dim_v)
+    grads = grad([out, aux.lse], inputs, [g_o, g_lse])
+    dq, dk, dv = grads[:3]
+    unpadded = (b.unpad(dq, True, p.head_dim_qk), b.unpad(dk, False, p.head_dim_qk), b.unpad(dv, False, p.head_dim_v))
+    return unpadded + tuple(grads[3:])

@@ -19,6 +19,9 @@ What each declares, and why:
   jax.default_matmul_precision("highest") and declares "fp32". On the CPU, "fp32" either way.
 - A score bias: xla and JaxF32Logits declare it (envelope "bias"); implementation=cudnn does
   not (its bias path has not run: CI's JAX has no GPU), so attnfuzz refuses it a biased call.
+  dBias (envelope "bias_grad", the same two): jax.vjp with respect to the bias argument too, on
+  the padded bias (its dimensions of extent 1 kept, so JAX's broadcast sums them), the padding
+  dropped after.
 - implementation=cudnn takes fp16 and bf16 only, head dims that are multiples of 8 up to 256
   (128 before Hopper) and Dqk == Dv (the public API): the envelope declares them, supports()
   declines the rest with JAX's reason, before JAX is called. Because the mask reaches cuDNN as a
@@ -125,6 +128,15 @@ class _Padded:
         out[:nb, :p.heads_kv, :p.group, :nq, :nkv] = x.reshape(nb, p.heads_kv, p.group, nq, nkv)
         return out.reshape(b, self.hkv * self.g, sq, skv)
 
+    def of_bias(self, y, shape):
+        """The padded bias's gradient back to the bias's shape [B|1][Hq|1][Sq|1][Skv|1] (bias()'s inverse)."""
+        p = self.p
+        nb, nh, nq, nkv = shape
+        y = np.asarray(y)
+        if nh > 1:
+            y = y.reshape(y.shape[0], self.hkv, self.g, *y.shape[2:])[:, :p.heads_kv, :p.group].reshape(y.shape[0], nh, *y.shape[2:])
+        return np.ascontiguousarray(y[:nb, :, :nq, :nkv])
+
     def of_queries(self, y, d):
         """[B'][Hq'][Sq'][D'] -> [B][Hq][Sq][d]."""
         p = self.p
@@ -166,7 +178,7 @@ class _JaxAttention(Adapter):
     masked_rows_zero = False
     # What supports() declines, so that campaigns aim inside it: jax.nn.dot_product_attention
     # takes no softcap and one head dim for Q, K and V. Its `bias` takes the score bias.
-    envelope = {"distinct_head_dims": False, "softcap": False, "bias": True}
+    envelope = {"distinct_head_dims": False, "softcap": False, "bias": True, "bias_grad": True}
 
     def __init__(self, precision="default"):
         if precision not in _PRECISIONS:
@@ -203,7 +215,7 @@ class _JaxAttention(Adapter):
         """(forward, backward), jitted once (per scale where the scale is a constant): jit's cache
         then keys the compiled programs on the padded shapes and dtype alone (and the bias's, or
         its absence). Both take (q, k, v, mask, bias or None), then the scale (ignored where it is a
-        constant), then the backward dO."""
+        constant), then the backward dO; the third, the backward that returns dBias as well."""
         cache = self.__dict__.setdefault("_jit_cache", {})
         key = None if self.traced_scale else scale
         if key not in cache:
@@ -213,10 +225,15 @@ class _JaxAttention(Adapter):
             def backward(q, k, v, mask, bias, s, d_o):
                 _, pullback = jax.vjp(lambda q_, k_, v_: attend(q_, k_, v_, mask, bias, s), q, k, v)
                 return pullback(d_o)
+
+            def backward_with_bias(q, k, v, mask, bias, s, d_o):  # dQ, dK, dV, dBias
+                _, pullback = jax.vjp(lambda q_, k_, v_, b_: attend(q_, k_, v_, mask, b_, s), q, k, v, bias)
+                return pullback(d_o)
             # On the CPU op by op, as JAX runs eagerly: XLA's CPU compiler takes no fp16 dot with an
             # fp32 result inside a jitted program (dot_product_attention's xla path), and the CPU
             # compiles in milliseconds anyway.
-            cache[key] = (jax.jit(attend), jax.jit(backward)) if _on_gpu() else (attend, backward)
+            functions = (attend, backward, backward_with_bias)
+            cache[key] = tuple(jax.jit(f) for f in functions) if _on_gpu() else functions
         return cache[key]
 
     def _padded_inputs(self, p, q, k, v):
@@ -233,8 +250,11 @@ class _JaxAttention(Adapter):
     def backward(self, p, q, k, v, o, lse, d_o, d_lse):
         pad, args = self._padded_inputs(p, q, k, v)
         with self._precision():
-            dq, dk, dv = self._jitted(float(p.scale))[1](*args, jnp.float32(p.scale), jnp.asarray(pad.queries(d_o, pad.dv)))
-        return pad.of_queries(dq, p.head_dim_qk), pad.of_keys(dk, p.head_dim_qk), pad.of_keys(dv, p.head_dim_v)
+            run = self._jitted(float(p.scale))[2 if p.bias_requires_grad else 1]
+            grads = run(*args, jnp.float32(p.scale), jnp.asarray(pad.queries(d_o, pad.dv)))
+        dq, dk, dv = grads[:3]
+        out = (pad.of_queries(dq, p.head_dim_qk), pad.of_keys(dk, p.head_dim_qk), pad.of_keys(dv, p.head_dim_v))
+        return out + (pad.of_bias(grads[3], p.bias.shape),) if p.bias_requires_grad else out
 
 
 class JaxSdpa(_JaxAttention):

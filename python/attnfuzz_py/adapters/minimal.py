@@ -3,8 +3,8 @@
     ./attnfuzz run corpus/seed-flex-lse-merge.json --backends reference,py:attnfuzz_py.adapters.minimal:Minimal
 
 Float64 math on the whole score matrix, the mask read from the dense mask attnfuzz sends.
-Handles GQA, Dqk != Dv, Sq != Skv, softcap, a score bias, any mask, any layout (torch reads the
-strides), dLSE and fully masked rows (O = 0, LSE = -inf, zero gradients).
+Handles GQA, Dqk != Dv, Sq != Skv, softcap, a score bias and its gradient, any mask, any layout
+(torch reads the strides), dLSE and fully masked rows (O = 0, LSE = -inf, zero gradients).
 """
 import torch
 
@@ -15,7 +15,7 @@ class Minimal(Adapter):
     name = "minimal"
     version = "1.0"
     contracts = {"fp32": "fp32"}  # float64 inside: well within the fp32 contract
-    envelope = {"bias": True}  # a score bias reaches only adapters that declare it
+    envelope = {"bias": True, "bias_grad": True}  # a score bias (and its dBias) reaches only adapters that declare it
 
     def supports(self, p):
         return None if p.dtype == "fp32" else "minimal adapter: fp32 only"
@@ -45,6 +45,9 @@ class Minimal(Adapter):
         dp = d_o @ v.double().repeat_interleave(p.group, dim=1).transpose(-1, -2)
         D = (d_o * o).sum(-1, keepdim=True)
         ds = prob * (dp - D + g[..., None])
+        # dBias: the gradient of the biased score (the bias comes after the softcap), summed over
+        # the dimensions the bias broadcasts (those of extent 1), as autograd sums a broadcast.
+        dbias = ds.sum_to_size(p.bias.shape) if p.bias_requires_grad else None
         if t is not None:
             ds = ds * (1 - t * t)
 
@@ -54,4 +57,4 @@ class Minimal(Adapter):
         dq = p.scale * ds @ k.double().repeat_interleave(p.group, dim=1)
         dk = per_kv_head(p.scale * ds.transpose(-1, -2) @ q.double())
         dv = per_kv_head(prob.transpose(-1, -2) @ d_o)
-        return dq, dk, dv
+        return (dq, dk, dv, dbias) if p.bias_requires_grad else (dq, dk, dv)

@@ -8,6 +8,18 @@ bias, the bias where visible, and the bias alone in its broadcast shape where ev
 visible), no LSE from the public API, backward through autograd from dO only (no dLSE), and for the flash kernel K and
 V repeated per group (dK, dV summed back by autograd); fully masked rows follow the convention
 with the math kernel only. On the CPU, math and flash exist.
+
+dBias: the float attn_mask is built from a leaf bias of the bias's broadcast shape that requires
+grad, and autograd returns its gradient (the broadcast and masked_fill's backward sum and zero it).
+Declared (envelope "bias_grad") per kernel, by what torch 2.11 does with a mask that requires grad:
+- math: a gradient for attn_mask (measured on the CPU, fp32/fp16/bf16, broadcast masks included);
+- efficient (CUDA only): _scaled_dot_product_efficient_attention_backward computes grad_bias
+  (torch/_meta_registrations.py, grad_input_mask[3]); declared from torch's source, NOT YET RUN
+  on a GPU;
+- flash: the CPU kernel refuses a mask that requires grad (sdp_utils_cpp.h, check_attn_mask_shape:
+  "No available kernel"), and the CUDA kernel takes no mask at all: not declared;
+- cudnn: _scaled_dot_product_cudnn_attention_backward returns dQ, dK, dV only (its meta
+  registration): not declared.
 """
 import torch
 import torch.nn.functional as F
@@ -23,12 +35,15 @@ class Sdpa(Adapter):
     contracts = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
     returns_lse = False
     backward_takes_dlse = False
-    envelope = {"bias": True}  # the bias goes in the float attn_mask
+    # The kernels whose backward gives attn_mask a gradient (the module's docstring).
+    _BIAS_GRAD_KERNELS = ("math", "efficient")
 
     def __init__(self, kernel="math", device="cpu"):
         if kernel not in _KERNELS:
             raise ValueError(f"kernel must be one of {sorted(_KERNELS)}, got '{kernel}'")
         self.kernel, self.device = kernel, device
+        # The bias goes in the float attn_mask; its gradient only where the kernel returns one.
+        self.envelope = {"bias": True, "bias_grad": kernel in self._BIAS_GRAD_KERNELS}
         self.name = f"sdpa.{kernel}" + (".cuda" if device == "cuda" else "")
         self.version = f"torch {torch.__version__}"
         self.masked_rows_zero = kernel == "math"
@@ -44,14 +59,16 @@ class Sdpa(Adapter):
             return "the flash kernel needs Dqk == Dv"
         return None
 
-    def _attend(self, p, q, k, v):
+    def _attend(self, p, q, k, v, bias=None):
+        """SDPA's output; bias: the score bias to use (a leaf that requires grad), else p.bias."""
         visible = p.dense_mask(q.device)
-        if p.bias is None:
+        bias = p.bias if bias is None else bias
+        if bias is None:
             mask = torch.zeros(p.mask.shape, dtype=q.dtype, device=q.device).masked_fill(~visible, float("-inf"))
         elif bool(visible.all()):  # SDPA's own broadcast of the mask's dimensions of extent 1 is then what runs
-            mask = p.bias
+            mask = bias
         else:
-            mask = p.bias.expand(visible.shape).masked_fill(~visible, float("-inf"))
+            mask = bias.expand(visible.shape).masked_fill(~visible, float("-inf"))
         gqa = p.group > 1
         if gqa and self.kernel != "math":
             k, v = k.repeat_interleave(p.group, 1), v.repeat_interleave(p.group, 1)
@@ -65,5 +82,10 @@ class Sdpa(Adapter):
 
     def backward(self, p, q, k, v, o, lse, d_o, d_lse):
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-        out = self._attend(p, q, k, v)
-        return torch.autograd.grad([out], [q, k, v], [d_o.to(out.dtype)], allow_unused=True)
+        inputs = [q, k, v]
+        bias = None
+        if p.bias_requires_grad:  # a leaf of the bias's own (broadcast) shape: its gradient is dBias
+            bias = p.bias.detach().requires_grad_()
+            inputs.append(bias)
+        out = self._attend(p, q, k, v, bias)
+        return torch.autograd.grad([out], inputs, [d_o.to(out.dtype)], allow_unused=True)
