@@ -352,7 +352,7 @@ TEST(TorchDeterministic, CallsLeaveTheGlobalSettingAsTheyFoundIt) {
 // The cases of the GPU tests: fp16 and bf16, causal and not, at the size where LibTorch's
 // default-mode dQ was measured to differ between runs (N-1: B=2 H=8, here S=1024 D=128); then a
 // grouped-query case (flash only: the efficient kernel's envelope takes no GQA) and a smaller,
-// unaligned one.
+// odd-sized one (Sq != Skv, neither a multiple of a tile).
 struct DeterminismCase {
   Case c;
   bool required;  // every variant that runs must take it (the others may be declined, with the reason)
