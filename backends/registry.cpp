@@ -92,11 +92,24 @@ std::vector<Entry> entries() {
     e.push_back({"torch.sdpa." + k, "at::scaled_dot_product_attention with only the " + k + " kernel enabled, CUDA (no LSE)",
                  [kernel] { return make_torch_cuda_sdpa_backend(kernel, CudaSdpaEntry::public_api); }, cuda});
   }
+  // The ops again with LibTorch's deterministic algorithms on for each call, declaring no output
+  // nondeterministic (docs/gpu.md, "Deterministic mode"). A suffix, as cuda.emulated.*.reversed:
+  // the same backend (TorchCudaSdpaBackend) in another mode, not another kernel or entry point.
+  for (auto [kernel, kname] : {std::pair{CudaSdpaKernel::flash, "flash"}, std::pair{CudaSdpaKernel::efficient, "efficient"},
+                               std::pair{CudaSdpaKernel::cudnn, "cudnn"}}) {
+    const std::string k = kname;
+    e.push_back({"torch." + k + ".deterministic",
+                 "torch." + k + " under torch.use_deterministic_algorithms(True) (warn_only false) for each call, held to bitwise repeatable "
+                 "outputs, CUDA",
+                 [kernel] { return make_torch_cuda_sdpa_backend(kernel, CudaSdpaEntry::op, CudaSdpaDeterminism::deterministic_algorithms); },
+                 cuda});
+  }
 #else
   const std::string no_torch = "this build has no LibTorch (configured with ATTNFUZZ_WITH_TORCH=OFF)";
   for (const char* n :
        {"torch.f64", "torch.math", "torch.sdpa.math", "torch.sdpa.cpu_flash", "torch.f64.cuda", "torch.math.cuda", "torch.sdpa.math.cuda",
-        "torch.flash", "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient", "torch.cudnn", "torch.sdpa.cudnn"})
+        "torch.flash", "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient", "torch.cudnn", "torch.sdpa.cudnn",
+        "torch.flash.deterministic", "torch.efficient.deterministic", "torch.cudnn.deterministic"})
     e.push_back({n, "LibTorch backend", nullptr, [no_torch](std::string* why) {
                    *why = no_torch;
                    return false;

@@ -9,6 +9,9 @@
 // dBias (a bias that requires a gradient) is the autograd gradient of the bias, a leaf in its
 // broadcast shape from which the float attn_mask is built: the efficient kernel only (see
 // bias_grad_support below for what LibTorch 2.11 computes and why the cuDNN kernel declines).
+// The .deterministic variants are the same backends with LibTorch's deterministic algorithms on
+// for each call (DeterministicAlgorithms below; what each kernel does then: docs/gpu.md,
+// "Deterministic mode").
 #include "backends/torch_sdpa_cuda.h"
 
 #include <ATen/Context.h>
@@ -20,6 +23,7 @@
 #include <cmath>
 #include <limits>
 
+#include "harness/compose.h"
 #include "oracles/torch_common.h"
 
 namespace attnfuzz {
@@ -54,6 +58,42 @@ class ForceKernel {
  private:
   std::array<bool, 5> saved_{};
 };
+
+// LibTorch's deterministic algorithms (torch.use_deterministic_algorithms(True), warn_only
+// false: at::Context::setDeterministicAlgorithms) on for the lifetime of the guard, where `on`;
+// the process's previous setting, warn_only included, is restored after it. Process-wide, as
+// ForceKernel's flags (the autograd engine's device threads, which run the backward, read them
+// too); the process runs other backends, which must find the setting as it was.
+class DeterministicAlgorithms {
+ public:
+  explicit DeterministicAlgorithms(bool on) : on_(on) {
+    if (!on_) return;
+    auto& c = at::globalContext();
+    saved_ = c.deterministicAlgorithms();
+    saved_warn_only_ = c.deterministicAlgorithmsWarnOnly();
+    c.setDeterministicAlgorithms(true, false);
+  }
+  ~DeterministicAlgorithms() {
+    if (on_) at::globalContext().setDeterministicAlgorithms(saved_, saved_warn_only_);
+  }
+  DeterministicAlgorithms(const DeterministicAlgorithms&) = delete;
+  DeterministicAlgorithms& operator=(const DeterministicAlgorithms&) = delete;
+
+ private:
+  bool on_, saved_ = false, saved_warn_only_ = false;
+};
+
+// LibTorch's refusal of an operation that has no deterministic implementation while
+// deterministic algorithms are on (at::Context::alertNotDeterministic: "<op> does not have a
+// deterministic implementation, but you set 'torch.use_deterministic_algorithms(True)'. You can
+// ..."), as one line without the advice; nothing for any other error.
+std::optional<std::string> nondeterministic_refusal(const c10::Error& e) {
+  std::string m = e.what_without_backtrace();
+  if (m.find("does not have a deterministic implementation") == std::string::npos) return std::nullopt;
+  m = m.substr(0, m.find('\n'));
+  if (const size_t advice = m.find(". You can"); advice != std::string::npos) m.resize(advice);
+  return m;
+}
 
 // LibTorch explains why a kernel cannot run through warnings; this keeps them.
 class WarningCollector final : public c10::WarningHandler {
@@ -233,9 +273,13 @@ at::Tensor pad_last_dim_to_8(const at::Tensor& t) {
 
 class TorchCudaSdpaBackend final : public Backend {
  public:
-  TorchCudaSdpaBackend(CudaSdpaKernel kernel, CudaSdpaEntry entry) : kernel_(kernel), entry_(entry) {}
+  TorchCudaSdpaBackend(CudaSdpaKernel kernel, CudaSdpaEntry entry, CudaSdpaDeterminism determinism)
+      : kernel_(kernel), entry_(entry), determinism_(determinism) {}
 
-  std::string name() const override { return std::string(entry_ == CudaSdpaEntry::op ? "torch." : "torch.sdpa.") + kernel_name(kernel_); }
+  std::string name() const override {
+    return std::string(entry_ == CudaSdpaEntry::op ? "torch." : "torch.sdpa.") + kernel_name(kernel_) +
+           (deterministic() ? ".deterministic" : "");
+  }
   std::string version() const override { return "libtorch-" + torch_version(); }
   Device device() const override { return Device::cuda; }
   std::optional<Contract> contract(DType d) const override {
@@ -249,12 +293,21 @@ class TorchCudaSdpaBackend final : public Backend {
     return natural_contract(d);
   }
   bool backward_takes_dlse() const override { return false; }
-  // Measured on the H200 (docs/findings/README.md, N-1): every one of the three kernels' dQ
-  // differs bitwise between identical backward calls (FlashAttention-2 and the CUTLASS
-  // memory-efficient backward add each key block's dQ with atomics; LibTorch warns "cuDNN SDPA
-  // is not deterministic"). dK, dV and the forward repeat bit for bit, and stay checked.
-  std::vector<TensorId> nondeterministic_outputs() const override { return {TensorId::dQ}; }
-  std::string why_nondeterministic() const override { return "dQ is accumulated over key blocks in no fixed order"; }
+  // In LibTorch's default mode, measured on the H200 (docs/findings/README.md, N-1): every one of
+  // the three kernels' dQ differs bitwise between identical backward calls (FlashAttention-2 and
+  // the CUTLASS memory-efficient backward add each key block's dQ with atomics; LibTorch warns
+  // "cuDNN SDPA is not deterministic"). dK, dV and the forward repeat bit for bit, and stay
+  // checked. With deterministic algorithms on, LibTorch 2.11 promises every output: flash passes
+  // FlashAttention-2 its deterministic flag, efficient forces num_splits_key = 1, and the cuDNN
+  // kernel is not chosen at all (docs/gpu.md, "Deterministic mode"), so nothing is declared and
+  // the determinism check holds the promise.
+  std::vector<TensorId> nondeterministic_outputs() const override {
+    if (deterministic()) return {};
+    return {TensorId::dQ};
+  }
+  std::string why_nondeterministic() const override {
+    return deterministic() ? std::string() : "dQ is accumulated over key blocks in no fixed order";
+  }
   bool returns_lse() const override { return entry_ == CudaSdpaEntry::op; }
   // Rows with no visible key get an all -inf bias row: what the kernels make of it is not
   // documented, so those rows are left out of the comparison.
@@ -298,10 +351,14 @@ class TorchCudaSdpaBackend final : public Backend {
     return e;
   }
 
+  // With deterministic algorithms on, LibTorch's choice refuses the cuDNN kernel ("cuDNN SDPA is
+  // not deterministic"): the .deterministic variant of torch.cudnn declines every problem, with
+  // that reason, before any call.
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     std::string why;
     if (!torch_device_available(Device::cuda, &why)) return why;
     if (auto refused = Backend::unsupported_reason(p)) return refused;
+    DeterministicAlgorithms mode(deterministic());
     try {
       return choice_refusal(p);
     } catch (const std::exception& e) {
@@ -311,31 +368,18 @@ class TorchCudaSdpaBackend final : public Backend {
 
   Forward forward(const Problem& p) override {
     return rethrow_plain([&] {
-      c10::AutoGradMode no_grad(false);
-      Call c = run(p, false);
-      Forward f{from_torch(c.out), Tensor({p.shape.batch, p.shape.heads_q, p.shape.seq_q})};
-      if (c.lse.defined()) f.lse = from_torch(c.lse);
-      return f;
+      return in_mode([&] {
+        c10::AutoGradMode no_grad(false);
+        Call c = run(p, false);
+        Forward f{from_torch(c.out), Tensor({p.shape.batch, p.shape.heads_q, p.shape.seq_q})};
+        if (c.lse.defined()) f.lse = from_torch(c.lse);
+        return f;
+      });
     });
   }
 
   Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor&) override {
-    return rethrow_plain([&] {
-      Call c = run(p, true);
-      at::Tensor d_o = laid_out(p, TensorId::dO, d_out, c.out.scalar_type(), c.out.device());
-      std::vector<at::Tensor> inputs{c.q, c.k, c.v};
-      if (c.bias_leaf.defined()) inputs.push_back(c.bias_leaf);
-      auto g = torch::autograd::grad({c.out}, inputs, {d_o}, false, false, true);
-      auto out = [](const at::Tensor& t, const at::Tensor& like) { return from_torch(t.defined() ? t : at::zeros_like(like)); };
-      Gradients grads{out(g[0], c.q), out(g[1], c.k), out(g[2], c.v)};
-      if (c.bias_leaf.defined()) {
-        // No gradient at all would be LibTorch dropping the attn_mask's derivative: an error,
-        // not a dBias of zeros (which the verdict would take for LibTorch's answer).
-        if (!g[3].defined()) throw std::runtime_error(std::string("LibTorch returned no gradient for the ") + kernel_name(kernel_) + " attn_mask");
-        grads.dbias = from_torch(g[3]);
-      }
-      return grads;
-    });
+    return rethrow_plain([&] { return in_mode([&] { return gradients(p, d_out); }); });
   }
 
  private:
@@ -343,6 +387,43 @@ class TorchCudaSdpaBackend final : public Backend {
     at::Tensor q, k, v, out, lse;
     at::Tensor bias_leaf;  // defined when the backward returns dBias (MaskArg::bias_leaf)
   };
+
+  bool deterministic() const { return determinism_ == CudaSdpaDeterminism::deterministic_algorithms; }
+
+  // Runs f in this backend's determinism mode. Where LibTorch refuses an operation for want of a
+  // deterministic implementation, this backend declines the problem (UnsupportedError: the
+  // composition engine's refusal, a skip with the reason), never reports an error: none of the
+  // kernels' refusals in LibTorch 2.11 is known to reach here (the cuDNN one is the kernel choice's,
+  // in unsupported_reason), but an operation on the way that raises would.
+  template <class F>
+  auto in_mode(F&& f) const -> decltype(f()) {
+    DeterministicAlgorithms mode(deterministic());
+    try {
+      return f();
+    } catch (const c10::Error& e) {
+      if (!deterministic()) throw;
+      if (const auto why = nondeterministic_refusal(e))
+        throw UnsupportedError(name() + " declines under LibTorch's deterministic algorithms: " + *why);
+      throw;
+    }
+  }
+
+  Gradients gradients(const Problem& p, const Tensor& d_out) const {
+    Call c = run(p, true);
+    at::Tensor d_o = laid_out(p, TensorId::dO, d_out, c.out.scalar_type(), c.out.device());
+    std::vector<at::Tensor> inputs{c.q, c.k, c.v};
+    if (c.bias_leaf.defined()) inputs.push_back(c.bias_leaf);
+    auto g = torch::autograd::grad({c.out}, inputs, {d_o}, false, false, true);
+    auto out = [](const at::Tensor& t, const at::Tensor& like) { return from_torch(t.defined() ? t : at::zeros_like(like)); };
+    Gradients grads{out(g[0], c.q), out(g[1], c.k), out(g[2], c.v)};
+    if (c.bias_leaf.defined()) {
+      // No gradient at all would be LibTorch dropping the attn_mask's derivative: an error,
+      // not a dBias of zeros (which the verdict would take for LibTorch's answer).
+      if (!g[3].defined()) throw std::runtime_error(std::string("LibTorch returned no gradient for the ") + kernel_name(kernel_) + " attn_mask");
+      grads.dbias = from_torch(g[3]);
+    }
+    return grads;
+  }
 
   // Whether LibTorch 2.11 computes the attn_mask's gradient through this kernel, so that a bias
   // requiring a gradient gets its dBias (the bias_grad clause):
@@ -472,12 +553,20 @@ class TorchCudaSdpaBackend final : public Backend {
 
   CudaSdpaKernel kernel_;
   CudaSdpaEntry entry_;
+  CudaSdpaDeterminism determinism_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_torch_cuda_sdpa_backend(CudaSdpaKernel kernel, CudaSdpaEntry entry) {
-  return std::make_unique<TorchCudaSdpaBackend>(kernel, entry);
+std::unique_ptr<Backend> make_torch_cuda_sdpa_backend(CudaSdpaKernel kernel, CudaSdpaEntry entry, CudaSdpaDeterminism determinism) {
+  return std::make_unique<TorchCudaSdpaBackend>(kernel, entry, determinism);
 }
+
+TorchDeterminismSetting torch_determinism_setting() {
+  const auto& c = at::globalContext();
+  return {c.deterministicAlgorithms(), c.deterministicAlgorithmsWarnOnly()};
+}
+
+void set_torch_determinism_setting(TorchDeterminismSetting s) { at::globalContext().setDeterministicAlgorithms(s.deterministic, s.warn_only); }
 
 }  // namespace attnfuzz

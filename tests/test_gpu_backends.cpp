@@ -1,9 +1,11 @@
 // The LibTorch CUDA backends against the float64 reference on random cases, with and without a
-// score bias, and dBias where LibTorch returns it (label gpu).
+// score bias, and dBias where LibTorch returns it; the deterministic variants held to bitwise
+// repeatable outputs, or declining with LibTorch's reason (label gpu).
 // Without a GPU (or with a CPU-only LibTorch) each test is reported as skipped, with the reason.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 
@@ -13,9 +15,11 @@
 #include "harness/compose.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
+#include "harness/metrics.h"
 #include "backends/registry.h"
 #include "backends/torch_sdpa_cuda.h"
 #include "oracles/emulated.h"
+#include "oracles/torch_cuda_loader.h"
 #include "tests/dbias_check.h"
 
 namespace attnfuzz {
@@ -254,6 +258,311 @@ TEST_P(FusedEnvelope, AcceptsTheCasesAimedInsideIt) {
 
 INSTANTIATE_TEST_SUITE_P(Fused, FusedEnvelope, ::testing::ValuesIn(std::vector<std::string>(std::begin(kFusedGpuBackends), std::end(kFusedGpuBackends))),
                          backend_param_name);
+
+
+// LibTorch's deterministic mode (docs/gpu.md, "Deterministic mode"): the backends
+// torch.{flash,efficient,cudnn}.deterministic run their calls under
+// torch.use_deterministic_algorithms(True) (warn_only false) and declare no output
+// nondeterministic, so the determinism check holds LibTorch to that mode's promise.
+
+const CudaSdpaKernel kTorchKernels[] = {CudaSdpaKernel::flash, CudaSdpaKernel::efficient, CudaSdpaKernel::cudnn};
+
+std::unique_ptr<Backend> deterministic_variant(CudaSdpaKernel k) {
+  return make_torch_cuda_sdpa_backend(k, CudaSdpaEntry::op, CudaSdpaDeterminism::deterministic_algorithms);
+}
+
+// Runs everywhere: each variant is registered (listed, with or without a GPU, and known to
+// make_backend), declares no output nondeterministic, is not among the default backends, and is
+// the plain op backend's table in another mode: same envelope, contracts and conventions.
+TEST(TorchDeterministic, VariantsAreRegisteredAndDeclareNothingNondeterministic) {
+  const std::vector<BackendInfo> listed = list_backends();
+  for (CudaSdpaKernel k : kTorchKernels) {
+    const auto plain = make_torch_cuda_sdpa_backend(k, CudaSdpaEntry::op);
+    const auto det = deterministic_variant(k);
+    const std::string name = det->name();
+    EXPECT_EQ(name, plain->name() + ".deterministic");
+    EXPECT_TRUE(det->nondeterministic_outputs().empty()) << name;
+    EXPECT_TRUE(det->why_nondeterministic().empty()) << name;
+    // The default mode's declaration is unchanged (N-1).
+    EXPECT_EQ(plain->nondeterministic_outputs(), std::vector<TensorId>{TensorId::dQ}) << plain->name();
+    EXPECT_EQ(describe(det->envelope()), describe(plain->envelope())) << name;
+    for (DType d : {DType::f32, DType::f16, DType::bf16}) EXPECT_EQ(det->contract(d), plain->contract(d)) << name;
+    EXPECT_EQ(det->returns_lse(), plain->returns_lse()) << name;
+    EXPECT_EQ(det->backward_takes_dlse(), plain->backward_takes_dlse()) << name;
+    EXPECT_EQ(det->masked_rows_zero(), plain->masked_rows_zero()) << name;
+    EXPECT_FALSE(det->batch_invariant()) << name;
+    EXPECT_EQ(det->device(), Device::cuda) << name;
+    const auto entry = std::find_if(listed.begin(), listed.end(), [&](const BackendInfo& i) { return i.name == name; });
+    ASSERT_NE(entry, listed.end()) << name << " is not in the registry's listing";
+    EXPECT_NE(entry->description.find("use_deterministic_algorithms"), std::string::npos) << entry->description;
+    EXPECT_EQ(std::find(std::begin(kFusedGpuBackends), std::end(kFusedGpuBackends), name), std::end(kFusedGpuBackends)) << name;
+    // Known by name: made where a GPU is usable, else refused with the reason, never unknown.
+    try {
+      const auto made = make_backend(name);
+      EXPECT_EQ(made->name(), name);
+      EXPECT_TRUE(made->nondeterministic_outputs().empty()) << name;
+    } catch (const std::invalid_argument& e) {
+      ADD_FAILURE() << name << " is unknown to make_backend: " << e.what();
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("not available here"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A small case every variant's envelope takes (the cuDNN one then declines it on a GPU).
+Case small_determinism_case() {
+  Case c;
+  c.seed = 910;
+  c.shape = {1, 2, 2, 64, 64, 64, 64};
+  c.dtype = DType::f16;
+  c.mask = MaskExpr::causal_mask(Align::top_left);
+  validate(c);
+  return c;
+}
+
+// Runs everywhere: every call of a variant (its support check, forward, backward) leaves
+// LibTorch's process-wide setting as it found it, whatever the setting was and whether the call
+// ran, declined or failed (without a GPU the forward fails, and the guard unwinds).
+TEST(TorchDeterministic, CallsLeaveTheGlobalSettingAsTheyFoundIt) {
+  std::string why;
+  if (!load_torch_cuda(&why)) std::cout << "  LibTorch's CUDA half did not load (" << why << "): the calls fail, as without a GPU\n";
+  const TorchDeterminismSetting before = torch_determinism_setting();
+  const Case c = small_determinism_case();
+  const Inputs in = generate_inputs(c);
+  const Problem p = full_problem(c, in);
+  for (CudaSdpaKernel k : kTorchKernels) {
+    const auto be = deterministic_variant(k);
+    for (TorchDeterminismSetting s : {TorchDeterminismSetting{false, false}, TorchDeterminismSetting{true, true}, TorchDeterminismSetting{true, false}}) {
+      set_torch_determinism_setting(s);
+      (void)be->unsupported_reason(p);
+      EXPECT_EQ(torch_determinism_setting(), s) << be->name() << " after unsupported_reason, from " << s.deterministic << "/" << s.warn_only;
+      try {
+        const Forward f = be->forward(p);
+        EXPECT_EQ(torch_determinism_setting(), s) << be->name() << " after forward";
+        (void)be->backward(p, f, in.d_out, in.d_lse);
+      } catch (const std::exception& e) {
+        std::cout << "  " << be->name() << ": " << std::string(e.what()).substr(0, 160) << "\n";
+      }
+      EXPECT_EQ(torch_determinism_setting(), s) << be->name() << " after forward and backward, from " << s.deterministic << "/" << s.warn_only;
+    }
+  }
+  set_torch_determinism_setting(before);
+}
+
+// The cases of the GPU tests: fp16 and bf16, causal and not, at the size where LibTorch's
+// default-mode dQ was measured to differ between runs (N-1: B=2 H=8, here S=1024 D=128); then a
+// grouped-query case (flash only: the efficient kernel's envelope takes no GQA) and a smaller,
+// odd-sized one (Sq != Skv, neither a multiple of a tile).
+struct DeterminismCase {
+  Case c;
+  bool required;  // every variant that runs must take it (the others may be declined, with the reason)
+};
+
+std::vector<DeterminismCase> determinism_cases() {
+  std::vector<DeterminismCase> out;
+  uint64_t seed = 920;
+  for (DType d : {DType::f16, DType::bf16})
+    for (bool causal : {false, true}) {
+      Case c;
+      c.seed = seed++;
+      c.shape = {2, 8, 8, 1024, 1024, 128, 128};
+      c.dtype = d;
+      c.mask = causal ? MaskExpr::causal_mask(Align::top_left) : MaskExpr::all_visible();
+      validate(c);
+      out.push_back({c, true});
+    }
+  Case gqa;
+  gqa.seed = seed++;
+  gqa.shape = {2, 8, 2, 1024, 1024, 128, 128};
+  gqa.dtype = DType::bf16;
+  gqa.mask = MaskExpr::causal_mask(Align::top_left);
+  validate(gqa);
+  out.push_back({gqa, false});
+  Case odd;
+  odd.seed = seed++;
+  odd.shape = {3, 4, 4, 300, 517, 64, 64};
+  odd.dtype = DType::f16;
+  validate(odd);
+  out.push_back({odd, false});
+  return out;
+}
+
+std::string describe_case(const Case& c) {
+  const Shape& s = c.shape;
+  return std::string(to_string(c.dtype)) + " B=" + std::to_string(s.batch) + " Hq=" + std::to_string(s.heads_q) + " Hkv=" +
+         std::to_string(s.heads_kv) + " Sq=" + std::to_string(s.seq_q) + " Skv=" + std::to_string(s.seq_kv) + " D=" +
+         std::to_string(s.head_dim_qk) + (c.mask == MaskExpr::all_visible() ? "" : " causal");
+}
+
+struct CallOutputs {
+  Forward fwd;
+  Gradients grads;
+};
+
+CallOutputs forward_and_backward(Backend& be, const Problem& p, const Inputs& in) {
+  CallOutputs o;
+  o.fwd = be.forward(p);
+  o.grads = be.backward(p, o.fwd, in.d_out, in.d_lse);
+  return o;
+}
+
+// The outputs of two calls that differ in any bit, named.
+std::string differing_outputs(const Backend& be, const CallOutputs& a, const CallOutputs& b) {
+  std::string out;
+  auto check = [&](const char* name, const Tensor& x, const Tensor& y) {
+    if (!bitwise_equal(x, y)) out += (out.empty() ? "" : ", ") + std::string(name);
+  };
+  check("O", a.fwd.o, b.fwd.o);
+  if (be.returns_lse()) check("LSE", a.fwd.lse, b.fwd.lse);
+  check("dQ", a.grads.dq, b.grads.dq);
+  check("dK", a.grads.dk, b.grads.dk);
+  check("dV", a.grads.dv, b.grads.dv);
+  return out;
+}
+
+class GpuDeterministicVariant : public ::testing::TestWithParam<std::string> {};
+
+// On a GPU: two forward and backward calls on identical inputs give identical bits in every
+// output (O, LSE, dQ, dK, dV), and every call leaves LibTorch's setting as it found it. The
+// default-mode backend on the same inputs is run too and whether its dQ moved is printed: that
+// is what the mode changes (not asserted: atomics need not reorder in every run).
+TEST_P(GpuDeterministicVariant, RepeatsBitForBit) {
+  std::unique_ptr<Backend> be, plain;
+  try {
+    be = make_backend(GetParam());
+    plain = make_backend(GetParam().substr(0, GetParam().rfind(".deterministic")));
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  ASSERT_TRUE(be->nondeterministic_outputs().empty());
+  int ran = 0;
+  for (const DeterminismCase& dc : determinism_cases()) {
+    const Inputs in = generate_inputs(dc.c);
+    const Problem p = full_problem(dc.c, in);
+    const std::string what = be->name() + ", " + describe_case(dc.c);
+    const TorchDeterminismSetting before = torch_determinism_setting();
+    if (const auto why = be->unsupported_reason(p)) {
+      EXPECT_FALSE(dc.required) << what << " declined: " << *why;
+      std::cout << "  " << what << ": declined: " << why->substr(0, 200) << "\n";
+      continue;
+    }
+    EXPECT_EQ(torch_determinism_setting(), before) << what << ": unsupported_reason";
+    const CallOutputs first = forward_and_backward(*be, p, in);
+    EXPECT_EQ(torch_determinism_setting(), before) << what << ": forward and backward";
+    const CallOutputs second = forward_and_backward(*be, p, in);
+    EXPECT_EQ(differing_outputs(*be, first, second), "") << what << ": outputs differ bitwise between identical calls";
+    ++ran;
+    if (!plain->unsupported_reason(p)) {
+      const CallOutputs a = forward_and_backward(*plain, p, in), b = forward_and_backward(*plain, p, in);
+      const std::string moved = differing_outputs(*plain, a, b);
+      std::cout << "  " << what << ": repeats; default mode (" << plain->name() << "): " << (moved.empty() ? "repeated too" : moved + " moved")
+                << "\n";
+    }
+  }
+  EXPECT_GE(ran, 4) << be->name() << " ran too few cases";
+}
+
+// On a GPU, through the harness: a campaign's run of the variant (the determinism check on, the
+// GPU oracle set) on the N-1 size is not skipped and has no nondeterministic finding (its
+// outputs, dQ included, repeated bit for bit) and no backend error. Any other finding (a verdict
+// on the numbers, which the random-case tests above hold) is printed, not this test's to judge.
+TEST_P(GpuDeterministicVariant, NoFindingThroughTheHarness) {
+  std::unique_ptr<Backend> be;
+  try {
+    be = make_backend(GetParam());
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  for (const DeterminismCase& dc : determinism_cases()) {
+    if (!dc.required) continue;
+    DiffOptions dopt;
+    dopt.gpu_health = gpu_health;
+    ASSERT_TRUE(dopt.check_determinism);
+    const DiffReport r = run_differential(dc.c, {be.get()}, oracles_for({be.get()}, dc.c), dopt);
+    for (const auto& f : r.findings) {
+      if (f.signature.cls == FindingClass::nondeterministic || f.signature.cls == FindingClass::backend_error)
+        ADD_FAILURE() << f.signature.to_string() << " " << f.detail << "\n" << write_case(dc.c);
+      else
+        std::cout << "  (another finding, not this test's) " << f.signature.to_string() << " " << f.detail.substr(0, 160) << "\n";
+    }
+    ASSERT_EQ(r.runs.size(), 1u);
+    EXPECT_FALSE(r.runs[0].skipped) << describe_case(dc.c) << ": " << r.runs[0].skip_reason;
+    ASSERT_FALSE(r.gpu_error);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Torch, GpuDeterministicVariant, ::testing::Values("torch.flash.deterministic", "torch.efficient.deterministic"),
+                         backend_param_name);
+
+// On a GPU: LibTorch 2.11 does not choose its cuDNN kernel while deterministic algorithms are on
+// (sdp_utils.cpp, check_cudnn_deterministic: "cuDNN SDPA is not deterministic"), so
+// torch.cudnn.deterministic declines every case with that one-line reason before any call,
+// compositions throw UnsupportedError and the harness records a skip, not a finding; the plain
+// torch.cudnn takes the same cases, and the setting is as it was after each refusal.
+TEST(TorchDeterministic, CudnnDeclinesWithLibTorchsReason) {
+  std::unique_ptr<Backend> be, plain;
+  try {
+    be = make_backend("torch.cudnn.deterministic");
+    plain = make_backend("torch.cudnn");
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  for (const DeterminismCase& dc : determinism_cases()) {
+    if (!dc.required) continue;
+    const Inputs in = generate_inputs(dc.c);
+    const Problem p = full_problem(dc.c, in);
+    const std::string what = describe_case(dc.c);
+    EXPECT_FALSE(plain->unsupported_reason(p).has_value()) << what << ": " << plain->unsupported_reason(p).value_or("");
+    const TorchDeterminismSetting before = torch_determinism_setting();
+    const std::optional<std::string> why = be->unsupported_reason(p);
+    EXPECT_EQ(torch_determinism_setting(), before) << what;
+    ASSERT_TRUE(why.has_value()) << what << ": LibTorch chose its cuDNN kernel under deterministic algorithms";
+    EXPECT_NE(why->find("cuDNN SDPA is not deterministic"), std::string::npos) << *why;
+    EXPECT_EQ(why->find('\n'), std::string::npos) << *why;
+    EXPECT_THROW(run_composition(*be, dc.c, in, Composition{}), UnsupportedError) << what;
+    DiffOptions dopt;
+    dopt.gpu_health = gpu_health;
+    const DiffReport r = run_differential(dc.c, {be.get()}, oracles_for({be.get()}, dc.c), dopt);
+    EXPECT_TRUE(r.findings.empty()) << what << ": " << (r.findings.empty() ? "" : r.findings[0].signature.to_string());
+    ASSERT_EQ(r.runs.size(), 1u);
+    EXPECT_TRUE(r.runs[0].skipped) << what;
+    EXPECT_NE(r.runs[0].skip_reason.find("not deterministic"), std::string::npos) << r.runs[0].skip_reason;
+    EXPECT_EQ(torch_determinism_setting(), before) << what;
+  }
+}
+
+// On a GPU, what the cuDNN refusal is made of: LibTorch 2.11 refuses the cuDNN kernel in its
+// choice only. The op under it (_scaled_dot_product_cudnn_attention, what torch.cudnn calls) and
+// its backward (_cudnn_attention_backward: warns with warn_only, and is silent otherwise) check
+// nothing, so a caller of the op itself under deterministic algorithms runs cuDNN's backward with
+// no alert (whether its dQ then moves is printed: not a promise either way). Here the plain
+// torch.cudnn's calls, with the process's setting turned on around them.
+TEST(TorchDeterministic, CudnnOpRunsUnderTheModeWithNoAlert) {
+  std::unique_ptr<Backend> plain;
+  try {
+    plain = make_backend("torch.cudnn");
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const DeterminismCase dc = determinism_cases().front();
+  const Inputs in = generate_inputs(dc.c);
+  const Problem p = full_problem(dc.c, in);
+  ASSERT_FALSE(plain->unsupported_reason(p).has_value());
+  const TorchDeterminismSetting before = torch_determinism_setting();
+  set_torch_determinism_setting({true, false});
+  EXPECT_TRUE(plain->unsupported_reason(p).has_value()) << "LibTorch's choice took cuDNN under deterministic algorithms";
+  std::string moved;
+  try {
+    const CallOutputs a = forward_and_backward(*plain, p, in);
+    const CallOutputs b = forward_and_backward(*plain, p, in);
+    moved = differing_outputs(*plain, a, b);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "the cuDNN op raised under deterministic algorithms: " << e.what();
+  }
+  set_torch_determinism_setting(before);
+  std::cout << "  " << describe_case(dc.c) << ", the cuDNN op under deterministic algorithms: ran, "
+            << (moved.empty() ? "every output repeated" : moved + " moved") << "\n";
+}
 
 }  // namespace
 }  // namespace attnfuzz
