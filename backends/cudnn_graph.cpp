@@ -24,7 +24,7 @@ namespace fe = cudnn_frontend;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // Variant-pack ids of the graphs' non-virtual tensors.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kSeqLenQ, kSeqLenKv, kDO, kDQ, kDK, kDV };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kSeqLenQ, kSeqLenKv, kDO, kDQ, kDK, kDV, kDBias };
 
 // Graphs hold device-side plans; a campaign meets many shapes, so the cache is bounded.
 constexpr size_t kMaxCachedGraphs = 256;
@@ -129,6 +129,18 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphSpec& s) {
   // default backward accumulates dQ with atomics.
   auto attrs = fe::graph::SDPA_backward_attributes().set_name("sdpa_backward").set_attn_scale(s.scale()).set_deterministic_algorithm(true);
   set_mask(*g, s, attrs);
+  if (s.dbias) {
+    // The frontend lowers dBias to a reduction (ADD) of dS onto this tensor's dims
+    // (scaled_dot_product_flash_attention.h, "red_dP_dBias"), taken before the scale's product,
+    // as the semantics' dBias is; which dims the engines support is cuDNN's to say (the build).
+    const int64_t plane = s.seq_q * s.seq_kv;
+    attrs.set_dbias(g->tensor(fe::graph::Tensor_attributes()
+                                  .set_name("dBias")
+                                  .set_uid(kDBias)
+                                  .set_dim({s.dbias_batch, s.dbias_heads, s.seq_q, s.seq_kv})
+                                  .set_stride({s.dbias_heads * plane, plane, s.seq_kv, 1})
+                                  .set_data_type(io_type(s.dtype))));
+  }
   auto [d_q, d_k, d_v] = g->sdpa_backward(in.q, in.k, in.v, o, d_o, stats, std::move(attrs));
   d_q->set_output(true).set_uid(kDQ).set_dim({s.batch, s.heads_q, s.seq_q, s.dim_qk}).set_stride(as_vector(s.d_q_stride));
   d_k->set_output(true).set_uid(kDK).set_dim({s.batch, s.heads_kv, s.seq_kv, s.dim_qk}).set_stride(as_vector(s.d_k_stride));
@@ -265,6 +277,7 @@ void GraphCache::execute(const GraphSpec& spec, Pass pass, const DevicePointers&
     pack[kDQ] = ptrs.d_q;
     pack[kDK] = ptrs.d_k;
     pack[kDV] = ptrs.d_v;
+    if (spec.dbias) pack[kDBias] = ptrs.d_bias;
   }
   if (spec.bias) pack[kBias] = mut(ptrs.bias);
   if (spec.padding) {

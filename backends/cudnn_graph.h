@@ -18,7 +18,9 @@ namespace attnfuzz::cudnn_detail {
 using Strides = std::array<int64_t, 4>;  // in elements, for the logical [B][H][S][D] indices
 
 // Everything that determines an SDPA graph (forward and backward alike). Sequence
-// lengths and the bias values are data, not part of the graph.
+// lengths and the bias values are data, not part of the graph. The whole struct is the
+// graph cache's key (operator<=>, every field): a field that shapes a graph and is left out
+// of the comparison would hand one configuration's graph to another.
 struct GraphSpec {
   DType dtype = DType::f16;  // io type of Q, K, V, O and their gradients (and of the bias)
   int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 1, seq_kv = 1, dim_qk = 8, dim_v = 8;
@@ -30,6 +32,12 @@ struct GraphSpec {
   bool bottom_right = false;  // diagonal alignment (only with a bound)
   bool bias = false;          // bias input [bias_batch, bias_heads, Sq, Skv], contiguous
   int64_t bias_batch = 1, bias_heads = 1;
+  // The backward's dBias output (set_dbias): [dbias_batch, dbias_heads, Sq, Skv], contiguous, in
+  // the io type; cuDNN sums dS over the batch (heads) where its extent is 1. Only with a bias
+  // input. The forward graph does not read these, but they stay in its key too: the
+  // forward and backward graphs of one selection are built and cached as a pair.
+  bool dbias = false;
+  int64_t dbias_batch = 1, dbias_heads = 1;
 
   float scale() const;
   auto operator<=>(const GraphSpec&) const = default;
@@ -44,6 +52,7 @@ struct DevicePointers {
   void* stats = nullptr;  // forward output (fp32 [B,Hq,Sq,1], natural-log LSE); backward input
   const void* d_o = nullptr;
   void *d_q = nullptr, *d_k = nullptr, *d_v = nullptr;
+  void* d_bias = nullptr;  // backward output with GraphSpec::dbias
 };
 
 // Owns a cuDNN handle (created on first use), the built graphs and a workspace.

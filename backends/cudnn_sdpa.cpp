@@ -9,7 +9,10 @@
 //    (harness/layout.h: any order, padded rows and heads, offsets, packed views) and cuDNN
 //    gets their strides; pointers not 16-byte aligned and a non-packed LSE are declined;
 //  - conventions: fp32 Stats are the natural-log LSE; cuDNN's backward takes no dLSE, and
-//    fully masked rows follow cuDNN's own convention, both of which the harness handles.
+//    fully masked rows follow cuDNN's own convention, both of which the harness handles;
+//  - dBias (a score bias that requires a gradient): the backward graph's dBias output
+//    (set_dbias), [B or 1][Hq or 1][Sq][Skv] in the io type, cuDNN summing dS over the batch
+//    (heads) where it is 1; the sums over the rest of the bias's broadcast are ours (sum_dbias).
 #include "backends/cudnn_sdpa.h"
 
 #include <algorithm>
@@ -321,7 +324,31 @@ class DeviceTensors {
   std::map<TensorId, DeviceBuffer> buffers_;  // by the tensor that owns the buffer
 };
 
-GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan) {
+// The batch and head extents of a dBias output (GraphSpec::dbias_batch, dbias_heads).
+struct DbiasExtents {
+  int64_t batch = 1, heads = 1;
+  bool operator==(const DbiasExtents&) const = default;
+};
+
+// The dBias outputs to ask cuDNN for when the call's bias requires a gradient, nearest to the
+// bias first: its own batch and head extents (cuDNN does every sum over B and Hq it can), then
+// per head (dBias [1 or B][Hq][Sq][Skv]: the shape cuDNN's own tests and samples ask for,
+// test/python/sdpa/fp16.py and samples/cpp/sdpa/fp16_bwd.cpp of cudnn-frontend, and the only
+// one TransformerEngine lets cuDNN compute, its "1hss"), then per batch and head (no sum by
+// cuDNN). Sq and Skv are always whole: cuDNN's bias is [.][.][Sq][Skv] here (its q and kv
+// extents expanded on upload, upload_bias). Which of these the engines take on a given GPU
+// and version is cuDNN's to say: the first whose graphs build runs. {nothing}: no dBias.
+std::vector<std::optional<DbiasExtents>> dbias_candidates(const Problem& p) {
+  if (!p.bias_requires_grad || !p.has_bias()) return {std::nullopt};
+  const Shape& s = p.shape;
+  const int64_t batch = p.bias.shape[0] > 1 ? s.batch : 1, heads = p.bias.shape[1] > 1 ? s.heads_q : 1;
+  std::vector<std::optional<DbiasExtents>> out;
+  for (DbiasExtents e : {DbiasExtents{batch, heads}, DbiasExtents{batch, s.heads_q}, DbiasExtents{s.batch, s.heads_q}})
+    if (std::find(out.begin(), out.end(), std::optional<DbiasExtents>(e)) == out.end()) out.emplace_back(e);
+  return out;
+}
+
+GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan, const std::optional<DbiasExtents>& dbias) {
   const Shape& s = p.shape;
   GraphSpec g;
   g.dtype = p.dtype;
@@ -349,7 +376,35 @@ GraphSpec graph_spec(const Problem& p, const CudnnMaskPlan& plan) {
   g.bias = plan.bias_input();
   g.bias_batch = plan.bias_per_batch ? s.batch : 1;
   g.bias_heads = plan.bias_per_head ? s.heads_q : 1;
+  // A dBias needs the bias input it is the gradient of (every plan of a call with a score
+  // bias has one: CudnnMaskPlan::score_bias).
+  if (dbias && !g.bias) throw std::logic_error("cudnn: a dBias output without a bias input");
+  g.dbias = dbias.has_value();
+  g.dbias_batch = dbias ? dbias->batch : 1;
+  g.dbias_heads = dbias ? dbias->heads : 1;
   return g;
+}
+
+// dBias shaped like the call's bias ([B|1][Hq|1][Sq|1][Skv|1]) from cuDNN's [db][dh][Sq][Skv]
+// (`raw`, io-type bits): each element the sum of the cuDNN elements that broadcast onto it.
+// Accumulated in float32, in index order (b, h, i, j), and rounded once to the case dtype: what
+// a caller summing cuDNN's dBias over the rest of its bias's broadcast does (LibTorch's
+// at::sum_to, as for the efficient kernel's dBias in backends/torch_sdpa_cuda.cpp, accumulates
+// 16-bit types in float32 and stores in their type), with the accumulation type and the single
+// store of the contract baselines' sum (oracles/emulated.cpp); the summands are cuDNN's output,
+// already rounded to the case dtype once. Not in float64, which would hide the accumulation
+// such a caller's sum adds, nor in the 16-bit type, which no library accumulates in. Where
+// nothing is left to sum (cuDNN's dBias already has the bias's shape) this is cuDNN's output.
+Tensor sum_dbias(const Problem& p, const GraphSpec& g, const std::vector<uint16_t>& raw) {
+  std::vector<float> acc(p.bias.numel(), 0.0f);
+  size_t idx = 0;
+  for (int64_t b = 0; b < g.dbias_batch; ++b)
+    for (int64_t h = 0; h < g.dbias_heads; ++h)
+      for (int64_t i = 0; i < g.seq_q; ++i)
+        for (int64_t j = 0; j < g.seq_kv; ++j) acc[p.bias_offset(b, h, i, j)] += static_cast<float>(from_bits(p.dtype, raw[idx++]));
+  Tensor out(p.bias.shape);
+  for (size_t e = 0; e < acc.size(); ++e) out.data[e] = round_to(p.dtype, static_cast<double>(acc[e]));
+  return out;
 }
 
 struct Selection {
@@ -402,6 +457,7 @@ class DeviceCall {
   // cuDNN's backward from the O and Stats of forward().
   Gradients backward(GraphCache& graphs, const Tensor& d_out) {
     using R = TensorId;
+    const GraphSpec& g = sel_.spec;
     io_.upload({{R::dO, &d_out}});
     io_.allocate({R::dQ, R::dK, R::dV});  // zero-filled: padded rows and keys are not written
     DevicePointers ptrs = inputs();
@@ -411,8 +467,17 @@ class DeviceCall {
     ptrs.d_q = io_.ptr(R::dQ);
     ptrs.d_k = io_.ptr(R::dK);
     ptrs.d_v = io_.ptr(R::dV);
-    graphs.execute(sel_.spec, Pass::backward, ptrs);
-    return Gradients{io_.download(R::dQ), io_.download(R::dK), io_.download(R::dV), {}};
+    const size_t dbias_elements = g.dbias ? static_cast<size_t>(g.dbias_batch * g.dbias_heads * g.seq_q * g.seq_kv) : 0;
+    DeviceBuffer d_bias(dbias_elements * sizeof(uint16_t));  // zero-filled, as dQ
+    ptrs.d_bias = d_bias.get();
+    graphs.execute(g, Pass::backward, ptrs);
+    Gradients grads{io_.download(R::dQ), io_.download(R::dK), io_.download(R::dV), {}};
+    if (g.dbias) {
+      std::vector<uint16_t> raw(dbias_elements);
+      d_bias.download(raw.data(), raw.size() * sizeof(uint16_t));
+      grads.dbias = sum_dbias(p_, g, raw);
+    }
+    return grads;
   }
 
  private:
@@ -483,6 +548,9 @@ class CudnnSdpaBackend final : public Backend {
     e.min_seq_kv = 2;
     e.softcap = false;
     e.bias = true;
+    // dBias through the backward graph's dBias output; a shape, dtype or version cuDNN's engines
+    // do not take is refused by the graph build (choose()), with cuDNN's message.
+    e.bias_grad = true;
     e.alignment_bytes = 16;
     e.packed_lse = true;
     e.library_decides = SupportEnvelope::library_decides_all_but(
@@ -533,17 +601,27 @@ class CudnnSdpaBackend final : public Backend {
   };
 
   // The first plan (in cudnn_mask_plans' order) whose forward and backward graphs cuDNN
-  // builds and supports.
+  // builds and supports; with a dBias, for each plan the first dBias output it takes
+  // (dbias_candidates). A plan's refusal is its forward's, or its backward's with the nearest
+  // dBias.
   Choice choose(const Problem& p) const {
     std::string first_native, bias;  // the first native plan's refusal, the bias fallback's (always last)
+    const std::vector<std::optional<DbiasExtents>> dbias = dbias_candidates(p);
     for (const CudnnMaskPlan& plan : cudnn_mask_plans(p)) {
-      const GraphSpec spec = graph_spec(p, plan);
-      std::optional<std::string> err = graphs_.prepare(spec, Pass::forward);
-      if (!err) {
-        err = graphs_.prepare(spec, Pass::backward);
-        if (err) *err = "backward: " + *err;
+      std::optional<std::string> err;
+      for (const std::optional<DbiasExtents>& d : dbias) {
+        const GraphSpec spec = graph_spec(p, plan, d);
+        if (auto fwd = graphs_.prepare(spec, Pass::forward)) {
+          if (!err) err = *fwd;
+          break;  // the forward graph reads no dBias: no other candidate builds it either
+        }
+        auto bwd = graphs_.prepare(spec, Pass::backward);
+        if (!bwd) return {Selection{plan, spec}, {}};
+        if (!err) {
+          const std::string with = d ? " with dBias[" + std::string(d->batch > 1 ? "B" : "1") + "," + (d->heads > 1 ? "H" : "1") + "]" : "";
+          err = "backward" + with + ": " + *bwd;
+        }
       }
-      if (!err) return {Selection{plan, spec}, {}};
       if (!plan.native())
         bias = *err;
       else if (first_native.empty())

@@ -177,6 +177,7 @@ class PluginBackend final : public Backend {
       throw std::runtime_error("plugin " + path_ + ": malformed contract_json: " + e.what());
     }
     envelope_ = declared_envelope(envelope_json);
+    envelope_.dlse = (pl_->flags & AF_BACKWARD_TAKES_DLSE) != 0;
   }
   ~PluginBackend() override { dlclose(handle_); }
 

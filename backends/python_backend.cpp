@@ -271,6 +271,7 @@ class PythonBackend final : public Backend {
     try {
       const auto declared = r.find("envelope");
       envelope_ = declared_envelope(declared != r.end() && !declared->is_null() ? &*declared : nullptr, contract_dtypes);
+      envelope_.dlse = r.value("backward_takes_dlse", true);  // what the hello says, whatever the envelope declared
     } catch (const std::exception& e) {
       throw std::runtime_error("python backend 'py:" + spec_.text + "': envelope: " + e.what());
     }

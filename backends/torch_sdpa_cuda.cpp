@@ -6,6 +6,9 @@
 // efficient path aligns and expands and the cuDNN path passes on as it is), so the
 // two differ only in the LSE they return. Backward is LibTorch's autograd through the same call: the LSE output is not
 // differentiable, so no backend here takes dLSE and the composition engine adds that term.
+// dBias (a bias that requires a gradient) is the autograd gradient of the bias, a leaf in its
+// broadcast shape from which the float attn_mask is built: the efficient kernel only (see
+// bias_grad_support below for what LibTorch 2.11 computes and why the cuDNN kernel declines).
 #include "backends/torch_sdpa_cuda.h"
 
 #include <ATen/Context.h>
@@ -15,6 +18,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <limits>
 
 #include "oracles/torch_common.h"
 
@@ -95,6 +99,9 @@ const char* kernel_name(CudaSdpaKernel k) {
 struct MaskArg {
   bool is_causal = false;
   std::optional<at::Tensor> mask;
+  // With a bias that requires a gradient: the leaf (the bias in its broadcast shape, requiring
+  // grad) that `mask` is built from; autograd's gradient of it is dBias.
+  at::Tensor bias_leaf;
 };
 
 // Whether the dense mask is all visible, or top-left causal.
@@ -139,24 +146,36 @@ at::Tensor visible_mask(const Problem& p, at::Device dev) {
 // visible and -inf where masked, in the query dtype (torch_common.h, biased_mask), the bias
 // alone in its broadcast shape where every key is visible; never is_causal, which the public
 // entry point takes with no attn_mask. `with_values` false: unfilled, as in mask_arg.
-MaskArg float_mask_arg(const Problem& p, at::Device dev, at::ScalarType st, bool with_values) {
+// `bias_grad`: the bias is a leaf that requires grad (MaskArg::bias_leaf) and the mask is built
+// from it by the same operations as biased_mask (expand, then masked_fill), as a caller whose
+// bias is a parameter builds it; unfilled, the mask itself requires grad, so that LibTorch's
+// kernel choice sees what that caller's call shows it.
+MaskArg float_mask_arg(const Problem& p, at::Device dev, at::ScalarType st, bool with_values, bool bias_grad) {
   const Shape& s = p.shape;
   const bool all = dense_mask_kind(p).all;
   MaskArg m;
   if (!with_values) {
     // biased_mask's result is contiguous either way (masked_fill writes a contiguous copy).
     const std::vector<int64_t> sizes = all ? p.bias.shape : std::vector<int64_t>{s.batch, s.heads_q, s.seq_q, s.seq_kv};
-    m.mask = at::empty(sizes, at::TensorOptions().dtype(st).device(dev));
+    m.mask = at::empty(sizes, at::TensorOptions().dtype(st).device(dev)).set_requires_grad(bias_grad);
     return m;
   }
-  m.mask = all ? bias_tensor(p, st, dev) : biased_mask(p, visible_mask(p, dev), st, dev);
+  if (!bias_grad) {
+    m.mask = all ? bias_tensor(p, st, dev) : biased_mask(p, visible_mask(p, dev), st, dev);
+    return m;
+  }
+  m.bias_leaf = bias_tensor(p, st, dev).set_requires_grad(true);
+  m.mask = all ? m.bias_leaf
+               : m.bias_leaf.expand({s.batch, s.heads_q, s.seq_q, s.seq_kv})
+                     .masked_fill(visible_mask(p, dev).logical_not(), -std::numeric_limits<double>::infinity());
   return m;
 }
 
 // `with_values` false: a mask of the right sizes but unfilled, for a caller that only looks
-// at its metadata (LibTorch's kernel choice), so no copy to the device.
-MaskArg mask_arg(const Problem& p, at::Device dev, at::ScalarType st, bool with_values = true) {
-  if (p.has_bias()) return float_mask_arg(p, dev, st, with_values);
+// at its metadata (LibTorch's kernel choice), so no copy to the device. `bias_grad`: the
+// score bias requires a gradient (float_mask_arg).
+MaskArg mask_arg(const Problem& p, at::Device dev, at::ScalarType st, bool with_values = true, bool bias_grad = false) {
+  if (p.has_bias()) return float_mask_arg(p, dev, st, with_values, bias_grad);
   const Shape& s = p.shape;
   const auto [all, causal] = dense_mask_kind(p);
   MaskArg m;
@@ -250,12 +269,14 @@ class TorchCudaSdpaBackend final : public Backend {
   // enforces the dtype (no contract, nothing to judge) and the softcap (SDPA takes none); the rest
   // is LibTorch's to decide (choice_refusal), so the cases just outside stay reject or correct.
   // A score bias reaches efficient and cuDNN as a float attn_mask; flash takes no attn_mask.
+  // dBias: the efficient kernel only (bias_grad_support).
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.head_dim_multiple = 8;
     e.alignment_bytes = 16;
     e.softcap = false;
     e.bias = kernel_ != CudaSdpaKernel::flash;
+    e.bias_grad = bias_grad_support();
     e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype, EnvelopeClause::softcap});
     switch (kernel_) {
       case CudaSdpaKernel::flash:
@@ -302,16 +323,56 @@ class TorchCudaSdpaBackend final : public Backend {
     return rethrow_plain([&] {
       Call c = run(p, true);
       at::Tensor d_o = laid_out(p, TensorId::dO, d_out, c.out.scalar_type(), c.out.device());
-      auto g = torch::autograd::grad({c.out}, {c.q, c.k, c.v}, {d_o}, false, false, true);
+      std::vector<at::Tensor> inputs{c.q, c.k, c.v};
+      if (c.bias_leaf.defined()) inputs.push_back(c.bias_leaf);
+      auto g = torch::autograd::grad({c.out}, inputs, {d_o}, false, false, true);
       auto out = [](const at::Tensor& t, const at::Tensor& like) { return from_torch(t.defined() ? t : at::zeros_like(like)); };
-      return Gradients{out(g[0], c.q), out(g[1], c.k), out(g[2], c.v)};
+      Gradients grads{out(g[0], c.q), out(g[1], c.k), out(g[2], c.v)};
+      if (c.bias_leaf.defined()) {
+        // No gradient at all would be LibTorch dropping the attn_mask's derivative: an error,
+        // not a dBias of zeros (which the verdict would take for LibTorch's answer).
+        if (!g[3].defined()) throw std::runtime_error(std::string("LibTorch returned no gradient for the ") + kernel_name(kernel_) + " attn_mask");
+        grads.dbias = from_torch(g[3]);
+      }
+      return grads;
     });
   }
 
  private:
   struct Call {
     at::Tensor q, k, v, out, lse;
+    at::Tensor bias_leaf;  // defined when the backward returns dBias (MaskArg::bias_leaf)
   };
+
+  // Whether LibTorch 2.11 computes the attn_mask's gradient through this kernel, so that a bias
+  // requiring a gradient gets its dBias (the bias_grad clause):
+  //  - efficient: yes. derivatives.yaml (torchgen/packaged/autograd/derivatives.yaml of the 2.11
+  //    wheel) differentiates `_scaled_dot_product_efficient_attention` in "query, key, value,
+  //    attn_bias" through `_scaled_dot_product_efficient_attention_backward(..., grad_input_mask,
+  //    ...)`, which passes grad_input_mask[3] to `_efficient_attention_backward` as
+  //    bias_requires_grad. That (aten/src/ATen/native/transformers/cuda/attention_backward.cu)
+  //    allocates grad_bias as `at::empty(bias->sizes() with the last dim rounded up to 16,
+  //    bias->options()).slice(-1, 0, lastDim)`: dense, in the bias's dtype (the case dtype), of the
+  //    bias *as passed*, i.e. the expanded [B, Hq, Sq, Skv] view (efficient_float_mask), so the
+  //    kernel writes dS for every (b, h, i, j), rounded to the case dtype, and sums over nothing;
+  //    the padding past Skv is sliced off. The sums over the broadcast dimensions are then
+  //    autograd's, back through the operations the mask was built with: expand's backward is
+  //    at::sum_to (on CUDA a reduction accumulated in float32, stored once in the case dtype),
+  //    constant_pad_nd / narrow's take the padding off, masked_fill's zeroes the masked
+  //    positions (their -inf entries then add exactly 0, whatever the kernel wrote there). So
+  //    dBias is summed in float32 over dS elements each already rounded to the case dtype, and
+  //    stored in the case dtype: exactly what a PyTorch caller whose broadcast bias is a
+  //    parameter gets, which is what is tested (one rounding per summand more than the contract
+  //    baselines' single store).
+  //  - cuDNN: no. The same derivatives.yaml differentiates `_scaled_dot_product_cudnn_attention`
+  //    in "query, key, value" only, and `_scaled_dot_product_cudnn_attention_backward` returns
+  //    three tensors (ATen/ops/_scaled_dot_product_cudnn_attention_backward.h): no attn_bias
+  //    gradient exists. A call asking for dBias is declined by the envelope (an always-enforced
+  //    clause), never run.
+  //  - flash takes no bias at all.
+  // Both entry points of the efficient kernel take it: the public one builds the same
+  // operations (its preprocess_mask pads and expands a float mask) under autograd.
+  bool bias_grad_support() const { return kernel_ == CudaSdpaKernel::efficient; }
 
   // LibTorch's own verdict: at::_fused_sdp_choice with only this kernel enabled chooses it,
   // or says (in warnings and its error) why not.
@@ -328,7 +389,7 @@ class TorchCudaSdpaBackend final : public Backend {
     auto views = laid_out_views(p, {R::Q, R::K, R::V}, opts, false);
     at::Tensor q = views[R::Q], k = views[R::K], v = views[R::V];
     q.set_requires_grad(true);  // the choice differs for training: backward must be supported
-    const MaskArg m = mask_arg(p, dev, st, false);
+    const MaskArg m = mask_arg(p, dev, st, false, p.bias_requires_grad);
     WarningCollector warnings;
     c10::WarningUtils::WarningHandlerGuard guard(&warnings);
     c10::WarningUtils::WarnAlways warn_always(true);
@@ -364,7 +425,9 @@ class TorchCudaSdpaBackend final : public Backend {
     c.q = c.q.detach().set_requires_grad(requires_grad);
     c.k = c.k.detach().set_requires_grad(requires_grad);
     c.v = c.v.detach().set_requires_grad(requires_grad);
-    const MaskArg m = mask_arg(p, dev, st);
+    // dBias only where the backward is asked for it (the forward never needs the leaf).
+    const MaskArg m = mask_arg(p, dev, st, true, requires_grad && p.bias_requires_grad);
+    c.bias_leaf = m.bias_leaf;
     const bool gqa = s.group() > 1;
     ForceKernel force(kernel_);
     if (entry_ == CudaSdpaEntry::public_api) {

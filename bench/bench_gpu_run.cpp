@@ -70,7 +70,7 @@ ErrorTerms null_error_terms(const Problem& p, const Forward& f) {
   const std::array<std::vector<int64_t>, 5> shapes{f.o.shape, f.lse.shape, std::vector<int64_t>{s.batch, s.heads_q, s.seq_q, s.head_dim_qk},
                                                    std::vector<int64_t>{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk},
                                                    std::vector<int64_t>{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}};
-  for (TensorId t : kOutputs) {
+  for (TensorId t : {TensorId::O, TensorId::LSE, TensorId::dQ, TensorId::dK, TensorId::dV}) {  // its cases ask no dBias
     TermTensors& tt = e[t];
     const auto& shape = shapes[output_index(t)];
     tt.operand = tt.stored = tt.score = Tensor(shape);

@@ -60,6 +60,8 @@ const char* softcap_of(const Case& c) { return c.softcap ? "yes" : "no"; }
 
 const char* bias_of(const Case& c) { return c.bias ? to_string(c.bias->kind) : "none"; }
 
+const char* dbias_of(const Case& c) { return c.bias && c.bias->requires_grad ? "yes" : "no"; }
+
 const char* dlse_of(const Case& c) { return c.d_lse.kind == ValueDist::Kind::zero ? "no" : "yes"; }
 
 const char* seq_of(const Case& c) {
@@ -86,6 +88,7 @@ const std::vector<CaseFeature>& side_features() {
       {"layout", {"dense", "strided", "packed"}, layout_of}, {"heads", {"mha", "gqa", "mqa"}, heads_of},
       {"softcap", {"no", "yes"}, softcap_of},                {"dlse", {"no", "yes"}, dlse_of},
       {"seq", {"square", "wide", "tall"}, seq_of},                {"bias", {"none", "tensor", "alibi", "relative"}, bias_of},
+      {"dbias", {"no", "yes"}, dbias_of},
   };
   return sides;
 }

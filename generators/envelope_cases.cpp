@@ -69,6 +69,7 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
   if (!e.softcap) c.softcap.reset();
   if (!e.bias) c.bias.reset();
   if (c.bias && !e.bias_grad) c.bias->requires_grad = false;
+  if (c.bias && c.bias->requires_grad && !e.dlse) c.d_lse = ValueDist{ValueDist::Kind::zero};
   if (e.masks == MaskSupport::causal_or_none && !all_or_top_left_causal(c.mask))
     c.mask = r.chance(0.5) ? MaskExpr::all_visible() : MaskExpr::causal_mask(Align::top_left);
   // Causal over a square call only: there every convention of causal agrees.

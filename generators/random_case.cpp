@@ -173,7 +173,7 @@ void breaking_values(SplitMix& r, Case& c) {
     c.k = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 1.0, a};
   };
   const double log_uniform = r.unit();
-  switch (r.range(0, 5)) {
+  switch (r.range(0, 6)) {
     case 0:  // LSE from about -8 down to -2000: past -87 (and -103), exp(S) alone underflows fp32
       shifted(8.0 * std::exp(log_uniform * std::log(250.0)), -1.0);
       break;
@@ -194,6 +194,16 @@ void breaking_values(SplitMix& r, Case& c) {
     case 4:  // a large dO: 2^3 in fp16 (its gradients' sums stay finite), 2^8 otherwise
       c.d_out = ValueDist{ValueDist::Kind::normal, 0.0, c.dtype == DType::f16 ? kLargeGradientSigma : 256.0, 0.0, 0.0};
       break;
+    case 5: {  // NaN or an infinity in one element of Q, K, V or dO (its first row, and a share of rows)
+      ValueDist d{ValueDist::Kind::nonfinite, 0.0, 1.0, r.pick(std::vector<double>{0.0, 0.01, 0.2}), r.pick(std::vector<double>{0.0, 1.0, -1.0})};
+      switch (r.range(0, 3)) {
+        case 0: c.q = d; break;
+        case 1: c.k = d; break;
+        case 2: c.v = d; break;
+        default: c.d_out = d; break;
+      }
+      break;
+    }
     default:  // a large dLSE (fp32 for every dtype)
       c.d_lse = ValueDist{ValueDist::Kind::normal, 0.0, 256.0, 0.0, 0.0};
       break;

@@ -67,12 +67,14 @@ class Backend {
   // bf16 contract at different points of that range disagree with no promise broken.
   virtual std::string api() const { return {}; }
   // What it accepts, declared once (harness/envelope.h): its refusals and the generators' aim
-  // both read it. By default every dtype it has a contract for, and nothing else restricted.
+  // both read it. By default every dtype it has a contract for, and nothing else restricted
+  // (SupportEnvelope::dlse says what backward_takes_dlse says).
   virtual SupportEnvelope envelope() const {
     SupportEnvelope e;
     e.dtypes.clear();
     for (DType d : {DType::f32, DType::f16, DType::bf16})
       if (contract(d)) e.dtypes.push_back(d);
+    e.dlse = backward_takes_dlse();
     return e;
   }
   // Why this backend cannot run the problem, or nothing when it can: the envelope's enforced

@@ -64,8 +64,11 @@ void check_dist(const ValueDist& d, const std::string& field) {
 }
 
 // About the largest value a distribution draws (7 sigma, as above).
+// (A non-finite element is no draw: its magnitude only says which one, and the oracles see a 0
+// there: docs/semantics.md, "Non-finite inputs".)
 double largest_drawn(const ValueDist& d) {
-  return d.kind == ValueDist::Kind::zero ? 0.0 : std::fabs(d.mean) + 7 * d.sigma + std::fabs(d.magnitude);
+  if (d.kind == ValueDist::Kind::zero) return 0.0;
+  return std::fabs(d.mean) + 7 * d.sigma + (d.kind == ValueDist::Kind::nonfinite ? 0.0 : std::fabs(d.magnitude));
 }
 
 // Values must fit the case dtype, and the scores S = scale Q K^T and dP = dO V^T the fp32 that
@@ -334,6 +337,8 @@ void validate(const Case& c, const Limits& limits) {
   check_dist(c.v, "values.v");
   check_dist(c.d_out, "grads.d_out");
   check_dist(c.d_lse, "grads.d_lse");
+  if (c.d_lse.kind == ValueDist::Kind::nonfinite) throw CaseError("grads.d_lse", "nonfinite is for Q, K, V and dO");
+  if (c.bias && c.bias->values.kind == ValueDist::Kind::nonfinite) throw CaseError("bias.values", "nonfinite is for Q, K, V and dO");
   check_magnitudes(c);
   if (c.bias) check_bias(c);
 }
@@ -380,6 +385,8 @@ std::vector<ValueFeature> value_features(const Case& c) {
   if (c.d_out.kind == K::sparse_rows) out.push_back(ValueFeature::d_out_zero_rows);
   if (c.d_out.kind != K::zero && c.d_out.sigma >= kLargeGradientSigma) out.push_back(ValueFeature::d_out_large);
   if (c.d_lse.kind != K::zero && c.d_lse.sigma >= kLargeGradientSigma) out.push_back(ValueFeature::d_lse_large);
+  if (c.q.kind == K::nonfinite || c.k.kind == K::nonfinite || c.v.kind == K::nonfinite || c.d_out.kind == K::nonfinite)
+    out.push_back(ValueFeature::nonfinite_inputs);
   return out;
 }
 
@@ -403,6 +410,8 @@ std::string to_string(ValueDist::Kind k) {
       return "sparse_rows";
     case ValueDist::Kind::subnormal:
       return "subnormal";
+    case ValueDist::Kind::nonfinite:
+      return "nonfinite";
   }
   return "?";
 }

@@ -40,6 +40,9 @@ struct ValueDist {
     sparse_rows,  // normal in a `fraction` of the rows, exactly 0 in the others (0: all zero)
     subnormal,    // normal, but a `fraction` of elements are +-U(0, 1) * magnitude (the generator
                   // gives the dtype's smallest normal number: subnormal once rounded)
+    nonfinite,    // normal, but one element of the first row and of a `fraction` of the other rows
+                  // is NaN (magnitude 0), +Inf (magnitude > 0) or -Inf (magnitude < 0): Q, K, V
+                  // and dO only (docs/semantics.md, "Non-finite inputs")
   };
   Kind kind = Kind::normal;
   double mean = 0.0, sigma = 1.0, fraction = 0.0, magnitude = 0.0;
@@ -117,7 +120,8 @@ struct Case {
   X(subnormal_inputs)     /* Q, K or V with subnormal elements */                                              \
   X(d_out_zero_rows)      /* dO exactly zero in rows (sparse_rows) */                                          \
   X(d_out_large)          /* dO with sigma >= 8 */                                                             \
-  X(d_lse_large)          /* dLSE with sigma >= 8 */
+  X(d_lse_large)          /* dLSE with sigma >= 8 */                                                           \
+  X(nonfinite_inputs)     /* NaN or +-Inf elements in Q, K, V or dO */
 enum class ValueFeature {
 #define ATTNFUZZ_VALUE_FEATURE_ENUM(name) name,
   ATTNFUZZ_VALUE_FEATURES(ATTNFUZZ_VALUE_FEATURE_ENUM)

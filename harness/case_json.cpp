@@ -155,7 +155,8 @@ MaskExpr mask_from(const json& j, const std::string& path, int depth) {
 
 ValueDist::Kind dist_kind_from(const std::string& s, const std::string& field) {
   using K = ValueDist::Kind;
-  for (K k : {K::normal, K::uniform, K::large_logit, K::near_constant, K::outliers, K::zero, K::row_shift, K::sparse_rows, K::subnormal})
+  for (K k : {K::normal, K::uniform, K::large_logit, K::near_constant, K::outliers, K::zero, K::row_shift, K::sparse_rows, K::subnormal,
+              K::nonfinite})
     if (to_string(k) == s) return k;
   throw CaseError(field, "unknown distribution '" + s + "'");
 }

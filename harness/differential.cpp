@@ -77,6 +77,9 @@ class DifferentialSession::Impl {
  public:
   Impl(const Case& c, const OracleSet& o, const DiffOptions& opt) : c_(c), oracles_(o), opt_(opt), in_(generate_inputs(c)) {
     report_.input_checksum = checksum(in_);
+    // Non-finite inputs reach the backends as drawn; the oracles compute the finite problem
+    // (docs/semantics.md, "Non-finite inputs").
+    if (has_nonfinite(in_)) finite_in_ = finite_part(in_);
     report_.rule = opt_.rule;
     // On the GPU, before any backend: a backend's fault must not be met first by an oracle.
     if (oracles_.reference->on_gpu()) ensure_reference();
@@ -94,13 +97,27 @@ class DifferentialSession::Impl {
   // call. They depend on the case alone, so when they are computed changes no number.
   void ensure_reference() {
     if (reference_ready_) return;
-    ref_ = run_composition(*oracles_.reference, c_, in_, Composition{});
+    const Inputs& in = oracle_inputs();
+    ref_ = run_composition(*oracles_.reference, c_, in, Composition{});
     skip_ = masked_rows(ref_);
+    for (TensorId t : kOutputs) {
+      if (!case_has_output(c_, t)) continue;
+      std::vector<uint8_t>& rows = unjudged_[output_index(t)];
+      if (q_indexed(t)) rows = skip_;
+      if (!finite_in_) continue;
+      const std::vector<uint8_t> reached = rows_reached_by_nonfinite(c_, in_, t);
+      if (rows.empty()) rows.assign(reached.size(), 0);
+      for (size_t r = 0; r < rows.size(); ++r) rows[r] |= reached[r];
+      if (q_indexed(t)) {  // the masked rows' convention is not checked where the inputs were not finite
+        masked_unreached_ = skip_;
+        for (size_t r = 0; r < reached.size(); ++r) masked_unreached_[r] &= !reached[r];
+      }
+    }
     if (oracles_.error_terms) {
-      const Problem full = full_problem(c_, in_);
-      terms_ = oracles_.error_terms(full, ref_.fwd, in_.d_out, in_.d_lse);
+      const Problem full = full_problem(c_, in);
+      terms_ = oracles_.error_terms(full, ref_.fwd, in.d_out, in.d_lse);
       attach_row_lse(*terms_, ref_.fwd.lse);
-      attach_directions(*terms_, full, in_.d_out);
+      attach_directions(*terms_, full, in.d_out);
     }
     reference_ready_ = true;
   }
@@ -148,7 +165,7 @@ class DifferentialSession::Impl {
     auto it = emul_.find(key);
     if (it == emul_.end()) {
       BaselineAs be(oracles_.emulate(k, reversed), takes_dlse);
-      it = emul_.emplace(key, run_composition(be, c_, in_, comp)).first;
+      it = emul_.emplace(key, run_composition(be, c_, oracle_inputs(), comp)).first;
     }
     return it->second;
   }
@@ -199,7 +216,7 @@ class DifferentialSession::Impl {
     auto it = call_terms_.find(describe(comp));
     if (it != call_terms_.end()) return it->second;
     CallTerms ct;
-    ct.records = run_composition(*oracles_.reference, c_, in_, comp, true).calls;
+    ct.records = run_composition(*oracles_.reference, c_, oracle_inputs(), comp, true).calls;
     for (const CallRecord& call : ct.records) {
       ct.terms.push_back(oracles_.error_terms(call.problem, call.fwd, call.d_out, call.d_lse));
       attach_row_lse(ct.terms.back(), call.fwd.lse);
@@ -237,7 +254,15 @@ class DifferentialSession::Impl {
 
   static bool q_indexed(TensorId t) { return t == TensorId::O || t == TensorId::LSE || t == TensorId::dQ; }
 
-  ErrorStats error_of(const Tensor& t, TensorId o) const { return compare(t, ref_[o], q_indexed(o) ? &skip_ : nullptr, overflow_of(o)); }
+  // The inputs the oracles compute with: the drawn ones, or their finite part.
+  const Inputs& oracle_inputs() const { return finite_in_ ? *finite_in_ : in_; }
+  // The rows of output o left out of the verdict (fully masked, or reached by a non-finite
+  // input), or null when none is.
+  const std::vector<uint8_t>* unjudged_rows(TensorId o) const {
+    const std::vector<uint8_t>& rows = unjudged_[output_index(o)];
+    return rows.empty() ? nullptr : &rows;
+  }
+  ErrorStats error_of(const Tensor& t, TensorId o) const { return compare(t, ref_[o], unjudged_rows(o), overflow_of(o)); }
   // An upper bound of the backward's intermediates dP = dO V^T and dS = P (dP - D + g) (and so of
   // what a kernel stores of them in the case dtype): |dP_ij| <= |dO_i| |V_j| and
   // |D_i| = |dO_i . O_i| <= |dO_i| max_j |V_j| (O is an average of V's rows), so
@@ -255,8 +280,9 @@ class DifferentialSession::Impl {
         return std::sqrt(m);
       };
       double g = 0;
-      for (double x : in_.d_lse.data) g = std::max(g, std::fabs(x));
-      intermediates_bound_ = 2.0 * largest_row(in_.d_out) * largest_row(in_.v) + g;
+      const Inputs& in = oracle_inputs();
+      for (double x : in.d_lse.data) g = std::max(g, std::fabs(x));
+      intermediates_bound_ = 2.0 * largest_row(in.d_out) * largest_row(in.v) + g;
     }
     return intermediates_bound_;
   }
@@ -439,7 +465,7 @@ class DifferentialSession::Impl {
     }
     for (TensorId t : {TensorId::O, TensorId::LSE, TensorId::dQ}) {
       if (t == TensorId::LSE && !be.returns_lse()) continue;
-      const size_t bad = convention_breaks(r[t], skip_, t == TensorId::LSE);
+      const size_t bad = convention_breaks(r[t], finite_in_ ? masked_unreached_ : skip_, t == TensorId::LSE);
       if (bad)
         add(run.backend, run.composition_class, t, FindingClass::semantic,
             std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{FindingMetric::rows, double(bad)}});
@@ -470,7 +496,7 @@ class DifferentialSession::Impl {
       in.baseline_rev = &base_rev[t];
       in.sigma = error_model ? &error_model->sigma[i] : nullptr;
       in.row_dof = error_model ? &error_model->row_dof[i] : nullptr;
-      in.skip_rows = q_indexed(t) ? &skip_ : nullptr;
+      in.skip_rows = unjudged_rows(t);
       // A product below fp32's smallest normal is flushed (FTZ kernels, tensor cores), so each
       // of the L terms of an element's reduction may lose up to 2^-126: a floor on the allowance
       // (P itself below 2^-126 is the error model's underflow term). Beside the storage type's
@@ -532,6 +558,9 @@ class DifferentialSession::Impl {
   bool reference_ready_ = false;
   ComposedResult ref_;
   std::vector<uint8_t> skip_;
+  std::optional<Inputs> finite_in_;  // the inputs' finite part, where some input is not finite
+  std::array<std::vector<uint8_t>, kOutputs.size()> unjudged_;  // per output (unjudged_rows)
+  std::vector<uint8_t> masked_unreached_;                       // skip_ without the rows non-finite inputs reach
   mutable double intermediates_bound_ = -1;
   std::optional<ErrorTerms> terms_;
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;

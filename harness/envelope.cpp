@@ -193,6 +193,7 @@ json to_json(const SupportEnvelope& e) {
               {"softcap", e.softcap},
               {"bias", e.bias},
               {"bias_grad", e.bias_grad},
+              {"dlse", e.dlse},
               {"masks", e.masks == MaskSupport::any ? "any" : "causal_or_none"},
               {"alignment_bytes", e.alignment_bytes},
               {"packed_lse", e.packed_lse},
@@ -202,7 +203,7 @@ json to_json(const SupportEnvelope& e) {
 SupportEnvelope envelope_from_json(const json& j) {
   if (!j.is_object()) throw std::invalid_argument("envelope: expected an object");
   static const char* const kKeys[] = {"dtypes",          "max_head_dim", "head_dim_multiple", "distinct_head_dims", "grouped_heads",
-                                      "min_seq_kv",      "max_seq",      "max_batch_heads",   "softcap",            "bias",              "bias_grad",         "masks",
+                                      "min_seq_kv",      "max_seq",      "max_batch_heads",   "softcap",            "bias",              "bias_grad",         "dlse",              "masks",
                                       "alignment_bytes", "packed_lse",   "library_decides"};
   for (const auto& item : j.items())
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return item.key() == k; }) == std::end(kKeys))
@@ -232,6 +233,7 @@ SupportEnvelope envelope_from_json(const json& j) {
     get("softcap", e.softcap);
     get("bias", e.bias);
     get("bias_grad", e.bias_grad);
+    get("dlse", e.dlse);
     if (j.contains("masks")) {
       const std::string masks = j.at("masks").get<std::string>();
       if (masks != "any" && masks != "causal_or_none") throw std::invalid_argument("envelope: masks: '" + masks + "'");

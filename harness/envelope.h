@@ -72,6 +72,10 @@ struct SupportEnvelope {
   bool softcap = true;
   bool bias = false;
   bool bias_grad = false;
+  // Not a clause: whether the backward takes dLSE (Backend::backward_takes_dlse). The composition
+  // engine adds dLSE's term to dQ and dK for a backend that ignores it, but cannot to dBias (it
+  // needs P itself), so the generators aim no case with both dBias and a dLSE at such a backend.
+  bool dlse = true;
   MaskSupport masks = MaskSupport::any;
   int64_t alignment_bytes = 1;
   bool packed_lse = false;

@@ -1,8 +1,12 @@
 #include "harness/inputs.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "harness/parallel.h"
 #include "harness/rng.h"
@@ -32,6 +36,17 @@ double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index
     case ValueDist::Kind::subnormal: {
       const Philox4 w = random_words(seed, stream, index, kSubnormalDraw);
       if (uniform01(w[0]) < d.fraction) return ((w[1] & 1u) ? 1.0 : -1.0) * uniform01(w[2]) * d.magnitude;
+      return d.mean + d.sigma * standard_normal(seed, stream, index);
+    }
+    case ValueDist::Kind::nonfinite: {
+      // One element of the first row, and of each picked row: at a column of the row's own.
+      const uint64_t row = index / row_length;
+      if (row == 0 || row_picked(d.fraction, seed, stream, row)) {
+        const uint64_t column = random_words(seed, stream, row, kRowDraw)[1] % row_length;
+        if (index % row_length == column)
+          return d.magnitude == 0 ? std::numeric_limits<double>::quiet_NaN()
+                                  : std::copysign(std::numeric_limits<double>::infinity(), d.magnitude);
+      }
       return d.mean + d.sigma * standard_normal(seed, stream, index);
     }
     case ValueDist::Kind::zero:
@@ -147,6 +162,78 @@ Problem full_problem(const Case& c, const Inputs& in) {
   }
   materialize_mask(p);
   return p;
+}
+
+namespace {
+bool any_nonfinite(const Tensor& t) {
+  return std::any_of(t.data.begin(), t.data.end(), [](double x) { return !std::isfinite(x); });
+}
+
+// Per (batch, query head): whether a non-finite element of Q or dO of that head, or of K or V of
+// its group's head, reaches it.
+std::vector<uint8_t> heads_reached(const Shape& s, const Inputs& in) {
+  std::vector<uint8_t> reached(static_cast<size_t>(s.batch * s.heads_q), 0);
+  auto head_has = [](const Tensor& t, int64_t b, int64_t h) {
+    const size_t n = static_cast<size_t>(t.shape[2] * t.shape[3]);
+    const double* x = t.at(b, h, 0);
+    return std::any_of(x, x + n, [](double v) { return !std::isfinite(v); });
+  };
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads_q; ++h) {
+      const int64_t hk = h / s.group();
+      reached[static_cast<size_t>(b * s.heads_q + h)] =
+          head_has(in.q, b, h) || head_has(in.d_out, b, h) || head_has(in.k, b, hk) || head_has(in.v, b, hk);
+    }
+  return reached;
+}
+}  // namespace
+
+bool has_nonfinite(const Inputs& in) {
+  return any_nonfinite(in.q) || any_nonfinite(in.k) || any_nonfinite(in.v) || any_nonfinite(in.d_out);
+}
+
+Inputs finite_part(const Inputs& in) {
+  Inputs out = in;
+  for (Tensor* t : {&out.q, &out.k, &out.v, &out.d_out})
+    for (double& x : t->data)
+      if (!std::isfinite(x)) x = 0.0;
+  return out;
+}
+
+std::vector<uint8_t> rows_reached_by_nonfinite(const Case& c, const Inputs& in, TensorId t) {
+  const Shape& s = c.shape;
+  const std::vector<uint8_t> heads = heads_reached(s, in);
+  auto head = [&](int64_t b, int64_t h) { return heads[static_cast<size_t>(b * s.heads_q + h)] != 0; };
+  std::vector<uint8_t> rows;
+  switch (t) {
+    case TensorId::O:
+    case TensorId::LSE:
+    case TensorId::dQ:
+      for (int64_t b = 0; b < s.batch; ++b)
+        for (int64_t h = 0; h < s.heads_q; ++h) rows.insert(rows.end(), static_cast<size_t>(s.seq_q), head(b, h));
+      return rows;
+    case TensorId::dK:
+    case TensorId::dV:
+      for (int64_t b = 0; b < s.batch; ++b)
+        for (int64_t hk = 0; hk < s.heads_kv; ++hk) {
+          bool any = false;
+          for (int64_t h = hk * s.group(); h < (hk + 1) * s.group(); ++h) any = any || head(b, h);
+          rows.insert(rows.end(), static_cast<size_t>(s.seq_kv), any);
+        }
+      return rows;
+    case TensorId::dBias: {
+      // A row of dBias sums over the heads and batches its broadcast dimensions cover.
+      const std::vector<int64_t> n = c.bias->tensor_shape(s);
+      rows.assign(static_cast<size_t>(n[0] * n[1] * n[2]), 0);
+      for (int64_t b = 0; b < s.batch; ++b)
+        for (int64_t h = 0; h < s.heads_q; ++h)
+          if (head(b, h))
+            for (int64_t i = 0; i < n[2]; ++i) rows[static_cast<size_t>(((n[0] > 1 ? b : 0) * n[1] + (n[1] > 1 ? h : 0)) * n[2] + i)] = 1;
+      return rows;
+    }
+    default:
+      throw std::logic_error(std::string("rows_reached_by_nonfinite: not an output: ") + name_of(t));
+  }
 }
 
 }  // namespace attnfuzz

@@ -29,4 +29,15 @@ uint64_t checksum(const Inputs& in);
 // The whole case as one call: inputs, scale, softcap and the materialized mask.
 Problem full_problem(const Case& c, const Inputs& in);
 
+// Non-finite inputs (docs/semantics.md, "Non-finite inputs"). An output can depend on a NaN or an
+// infinity in Q, K, V or dO only within the (batch, query head) it sits in, and through a GQA group's
+// shared K and V: those heads' outputs are unspecified and left out of the verdict; every other
+// element must be what the finite problem gives. The oracles compute with finite_part (each
+// non-finite element replaced by 0), the backends with the inputs as drawn.
+bool has_nonfinite(const Inputs& in);
+Inputs finite_part(const Inputs& in);
+// One flag per row of output t (every dimension but the last; for dBias, of the bias's shape): 1
+// where the row sits in a head that a non-finite input reaches.
+std::vector<uint8_t> rows_reached_by_nonfinite(const Case& c, const Inputs& in, TensorId t);
+
 }  // namespace attnfuzz

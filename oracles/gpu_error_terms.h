@@ -36,7 +36,8 @@
 namespace attnfuzz::gpu {
 
 // Where the results go: host arrays shaped as oracles/error_terms.cpp's TermTensors, indexed
-// by kOutputs order (harness/tensors.h: O, LSE, dQ, dK, dV). LSE's operand and the
+// by kOutputs order (harness/tensors.h: O, LSE, dQ, dK, dV; the first five: dBias is not
+// computed here, and a case that asks it is judged by the CPU set). LSE's operand and the
 // `stored` terms of O and dQ are zero and not written; stored_dk and stored_dv only when the
 // GQA group has more than one head.
 struct HostErrorTerms {

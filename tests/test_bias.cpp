@@ -49,11 +49,18 @@ ScoreBias of_kind(ScoreBias::Kind k) {
 
 TEST(Bias, CaseFormatRoundTripsEveryKind) {
   for (const ScoreBias& b : {tensor_bias({true, false, true, false}), tensor_bias({false, false, false, false}),
-                             of_kind(ScoreBias::Kind::alibi), of_kind(ScoreBias::Kind::relative)}) {
-    const Case c = small_case(3, b);
-    const Case back = case_from_string(write_case(c));
-    EXPECT_EQ(back, c) << write_case(c);
-  }
+                             of_kind(ScoreBias::Kind::alibi), of_kind(ScoreBias::Kind::relative)})
+    for (bool grad : {false, true}) {
+      Case c = small_case(3, b);
+      c.bias->requires_grad = grad;
+      const Case back = case_from_string(write_case(c));
+      EXPECT_EQ(back, c) << write_case(c);
+      // requires_grad is written only when set, and changes no input.
+      EXPECT_EQ(write_case(c).find("requires_grad") != std::string::npos, grad);
+      Case other = c;
+      other.bias->requires_grad = !grad;
+      EXPECT_EQ(checksum(generate_inputs(c)), checksum(generate_inputs(other)));
+    }
   // Without a bias the case is written as before: no "bias" key.
   Case plain = small_case(3, {});
   plain.bias.reset();
@@ -76,7 +83,8 @@ TEST(Bias, BadBiasesAreRefusedWithTheField) {
   EXPECT_EQ(field_of(R"({"kind":"conv"})"), "bias.kind");
   EXPECT_EQ(field_of(R"({"kind":"alibi","values":{"dist":"normal"}})"), "bias.values");
   EXPECT_EQ(field_of(R"({"kind":"tensor","values":{"dist":"normal","sigma":1e5}})"), "bias.values");  // over fp16
-  EXPECT_EQ(field_of(R"({"kind":"tensor","requires_grad":true})"), "bias.requires_grad");             // not a field (yet)
+  EXPECT_EQ(field_of(R"({"kind":"tensor","requires_grad":1})"), "bias.requires_grad");               // a boolean
+  EXPECT_EQ(field_of(R"({"kind":"tensor","requires_grad":true})"), "(accepted)");
   EXPECT_EQ(field_of(R"({"kind":"relative"})"), "(accepted)");
 }
 
@@ -193,6 +201,88 @@ TEST(Bias, CompositionsCutTheBiasWithTheirCalls) {
       EXPECT_LE(rel_err(r.grads.dq, whole.grads.dq), 1e-12);
       EXPECT_LE(rel_err(r.grads.dk, whole.grads.dk), 1e-12);
     }
+    // dBias: each call's added back at its rows and keys, summed where the bias broadcasts.
+    c.bias->requires_grad = true;
+    const ComposedResult whole_db = run_composition(ref, c, in, Composition{});
+    ASSERT_EQ(whole_db.grads.dbias.shape, c.bias->tensor_shape(c.shape));
+    for (const Composition& comp : {kv, q, band, Composition{Composition::Kind::q_split, {5}, 0, 0, Align::top_left, {kv}}}) {
+      const ComposedResult r = run_composition(ref, c, in, comp);
+      SCOPED_TRACE("dBias " + describe(comp) + " " + write_case(c));
+      EXPECT_LE(rel_err(r.grads.dbias, whole_db.grads.dbias), 1e-12);
+    }
+  }
+}
+
+// Rows of P sum to 1 and D_i = sum_j P_ij dP_ij, so the sum of dS over a row's keys is dLSE_i:
+// a bias with no key dimension has dBias = the sum of dLSE over its broadcast rows (0 without
+// one), however large its terms.
+TEST(Bias, DbiasOverKeysIsTheDlseSum) {
+  Case c = small_case(21, tensor_bias({true, true, true, false}));
+  c.mask = MaskExpr::all_visible();
+  c.bias->requires_grad = true;
+  const Inputs in = generate_inputs(c);
+  ReferenceBackend ref;
+  const ComposedResult r = run_composition(ref, c, in, Composition{});
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t i = 0; i < 9; ++i) EXPECT_NEAR(*r.grads.dbias.at(b, h, i), *in.d_lse.at(b, h, i), 1e-12);
+}
+
+// A backend that ignores dLSE cannot have dLSE's term added to dBias (it needs P): it declines
+// such a case, and runs it without a dLSE.
+TEST(Bias, DbiasWithDlseIsDeclinedByABackendThatIgnoresDlse) {
+  std::unique_ptr<Backend> sdpa;
+  try {
+    sdpa = make_backend("torch.sdpa.math");
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  ASSERT_FALSE(sdpa->backward_takes_dlse());
+  EXPECT_FALSE(sdpa->envelope().dlse);
+  Case c = small_case(23, tensor_bias({false, true, true, true}));
+  c.bias->requires_grad = true;
+  try {
+    run_composition(*sdpa, c, generate_inputs(c));
+    ADD_FAILURE() << "ran a case with dBias and a dLSE";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("dLSE"), std::string::npos) << e.what();
+  }
+  c.d_lse = ValueDist{ValueDist::Kind::zero};
+  const ComposedResult r = run_composition(*sdpa, c, generate_inputs(c));
+  EXPECT_EQ(r.grads.dbias.shape, c.bias->tensor_shape(c.shape));
+}
+
+// The bias_grad clause: refused unless taken, always enforced, also by the composition engine
+// (a backend that takes a bias but would leave dBias unwritten never gets such a call).
+TEST(Bias, DbiasClauseRefusesUnlessTaken) {
+  Case c = small_case(1, tensor_bias({true, true, true, true}));
+  c.bias->requires_grad = true;
+  const Problem p = full_problem(c, generate_inputs(c));
+  ASSERT_TRUE(p.bias_requires_grad);
+  SupportEnvelope e;
+  e.bias = true;
+  e.library_decides = SupportEnvelope::library_decides_all_but({});
+  EXPECT_EQ(e.refusal(p).value_or(""), "a bias that requires a gradient (returns no dBias)");
+  e.bias_grad = true;
+  EXPECT_FALSE(e.refusal(p).has_value());
+  const auto j = nlohmann::json::parse(R"({"bias": true, "bias_grad": true})");
+  const SupportEnvelope declared = declared_envelope(&j, {DType::f32});
+  EXPECT_TRUE(declared.bias_grad);
+  EXPECT_FALSE(declared.decided_by_library(EnvelopeClause::bias_grad));
+  EXPECT_EQ(envelope_from_json(to_json(declared)), declared);
+  std::unique_ptr<Backend> flash;
+  try {
+    flash = make_backend("torch.sdpa.cpu_flash");
+  } catch (const std::exception& ex) {
+    GTEST_SKIP() << ex.what();
+  }
+  c.shape.head_dim_v = c.shape.head_dim_qk;
+  c.d_lse = ValueDist{ValueDist::Kind::zero};
+  try {
+    run_composition(*flash, c, generate_inputs(c));
+    ADD_FAILURE() << "torch.sdpa.cpu_flash ran a case that asks dBias";
+  } catch (const UnsupportedError& ex) {
+    EXPECT_NE(std::string(ex.what()).find("dBias"), std::string::npos) << ex.what();
   }
 }
 
@@ -251,13 +341,16 @@ TEST(Bias, LibTorchFloat64AgreesWithTheReference) {
     EXPECT_LE(rel_err(b.grads.dq, a.grads.dq), 1e-10);
     EXPECT_LE(rel_err(b.grads.dk, a.grads.dk), 1e-10);
     EXPECT_LE(rel_err(b.grads.dv, a.grads.dv), 1e-10);
+    if (c.bias->requires_grad) {
+      EXPECT_LE(rel_err(b.grads.dbias, a.grads.dbias), 1e-10);
+    }
   }
 }
 
 // A backend with a bias bug, around a correct one (torch.math): the bias left out, multiplied by
 // the softmax scale (applied before scaling instead of after), with its query and key axes
 // swapped, or added before the softcap.
-enum class BiasBug { none, ignored, scaled, transposed, before_softcap };
+enum class BiasBug { none, ignored, scaled, transposed, before_softcap, dbias_scaled, dbias_tail_dropped };
 
 class BuggyBias final : public Backend {
  public:
@@ -268,14 +361,32 @@ class BuggyBias final : public Backend {
   HostScores host_scores() const override { return inner_->host_scores(); }
   Forward forward(const Problem& p) override { return inner_->forward(planted(p)); }
   Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
-    return inner_->backward(planted(p), f, d_out, d_lse);
+    Gradients g = inner_->backward(planted(p), f, d_out, d_lse);
+    if (!p.bias_requires_grad) return g;
+    switch (bug_) {
+      case BiasBug::dbias_scaled:  // a 2% error in dBias alone
+        for (double& x : g.dbias.data) x *= 1.02;
+        break;
+      case BiasBug::dbias_tail_dropped: {  // the last keys' dBias never written (a kernel's last key tile)
+        const int64_t width = g.dbias.shape[3];
+        for (size_t e = 0; e < g.dbias.numel(); ++e)
+          if (static_cast<int64_t>(e % static_cast<size_t>(width)) >= width - 4) g.dbias.data[e] = 0;
+        break;
+      }
+      default:
+        break;
+    }
+    return g;
   }
 
  private:
+
   Problem planted(const Problem& p) const {
     Problem x = p;
     switch (bug_) {
       case BiasBug::none:
+      case BiasBug::dbias_scaled:
+      case BiasBug::dbias_tail_dropped:
         break;
       case BiasBug::ignored:
         for (double& b : x.bias.data) b = 0;
@@ -325,11 +436,17 @@ TEST(Bias, PlantedBiasBugsAreFlaggedAndTheCorrectBackendIsNot) {
     const char* name;
     int flagged = 0, cases = 0;
   };
-  Row rows[] = {{BiasBug::none, "none"}, {BiasBug::ignored, "ignored"}, {BiasBug::scaled, "scaled"},
-                {BiasBug::transposed, "transposed"}, {BiasBug::before_softcap, "before_softcap"}};
+  Row rows[] = {{BiasBug::none, "none"},
+                {BiasBug::ignored, "ignored"},
+                {BiasBug::scaled, "scaled"},
+                {BiasBug::transposed, "transposed"},
+                {BiasBug::before_softcap, "before_softcap"},
+                {BiasBug::dbias_scaled, "dbias_scaled"},
+                {BiasBug::dbias_tail_dropped, "dbias_tail_dropped"}};
   for (uint64_t seed = 0; seed < 12; ++seed)
     for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
       Case c = small_case(seed + 40, tensor_bias({seed % 2 == 0, true, true, true}, 2.0));
+      c.bias->requires_grad = true;  // dBias judged too: the dBias bugs are flagged there, the others anywhere
       c.shape = {1, 2, 2, 16, 16, 16, 16};
       c.dtype = dtype;
       c.softcap = 5.0;

@@ -12,11 +12,14 @@
 
 #include "generators/random_case.h"
 #include "harness/case_json.h"
+#include "harness/compose.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
+#include "backends/cudnn_graph.h"
 #include "backends/cudnn_sdpa.h"
 #include "oracles/reference.h"
 #include "backends/registry.h"
+#include "tests/dbias_check.h"
 
 namespace attnfuzz {
 namespace {
@@ -485,6 +488,89 @@ TEST(CudnnBackend, NoFindingOnRandomCases) {
   for (const auto& [why, n] : skipped) reasons += "\n  " + std::to_string(n) + " x " + why;
   EXPECT_GE(ran, 150) << "too few runs; skip reasons:" << reasons;
   std::cout << "cudnn ran " << ran << " calls; skipped:" << (reasons.empty() ? " none" : reasons) << "\n";
+}
+
+// dBias through the backward graph's dBias output (backends/cudnn_sdpa.cpp), against the float64
+// reference within 8 u M (tests/dbias_check.h says why), every broadcast shape over native masks,
+// the bias fallback, rows without keys and GQA. [1,H,Sq,Skv] is the shape cuDNN's own tests ask
+// for (cudnn-frontend test/python/sdpa/fp16.py): it must run. The others run where cuDNN takes
+// their dBias, as it is or summed by us over what cuDNN left; where it takes none, the call must
+// be refused with a one-line reason (DbiasRefusalsAreCleanOneLineReasons), never run wrong.
+TEST(CudnnBackend, DbiasMatchesTheReference) {
+  SKIP_WITHOUT_CUDNN();
+  auto be = make_cudnn_sdpa_backend();
+  ASSERT_TRUE(be->envelope().bias_grad);
+  int ran = 0;
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (const auto& dc : dbias_test::dbias_cases(dtype, true)) {
+      const bool must_run = dc.c.bias->spans == std::array<bool, 4>{false, true, true, true};
+      std::optional<std::string> refused;
+      dbias_test::expect_dbias_matches_reference(*be, dc, must_run ? nullptr : &refused);
+      if (refused) {
+        std::cout << "  cuDNN refused dBias for " << dc.name << " " << to_string(dtype) << ": " << *refused << "\n";
+        continue;
+      }
+      ++ran;
+      const Problem p = dbias_test::dbias_call(dc.c).p;
+      if (const auto plan = cudnn_sdpa_selected_plan(*be, p)) std::cout << "  " << dc.name << " " << to_string(dtype) << ": " << plan->describe() << "\n";
+    }
+  EXPECT_GE(ran, 4);  // at least the two [1,H,Sq,Skv] cases, in both dtypes
+}
+
+// A dBias cuDNN does not give is refused cleanly: by the envelope where the adapter knows (fp32,
+// a softcap), else by the graph build with cuDNN's message ("cuDNN: ..."), in one line, before
+// anything runs. A composition then throws UnsupportedError; forward and backward, called anyway
+// on a call cuDNN refused, throw std::runtime_error instead of running a backward whose dBias
+// nobody computed. (Which of the dbias_cases cuDNN refuses depends on the GPU and cuDNN version:
+// none may be, then only the envelope's refusals are seen.)
+TEST(CudnnBackend, DbiasRefusalsAreCleanOneLineReasons) {
+  SKIP_WITHOUT_CUDNN();
+  auto be = make_cudnn_sdpa_backend();
+  Case fp32 = dbias_test::dbias_case(49, {1, 2, 2, 32, 32, 64, 64}, DType::f16, {false, true, true, true}, MaskExpr::all_visible());
+  fp32.dtype = DType::f32;
+  Case capped = fp32;
+  capped.dtype = DType::bf16;
+  capped.softcap = 20.0;
+  std::vector<dbias_test::DbiasCase> cases{{"fp32", fp32}, {"softcap", capped}};
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (const auto& dc : dbias_test::dbias_cases(dtype, true)) cases.push_back(dc);
+  int refused = 0;
+  for (const auto& dc : cases) {
+    const dbias_test::DbiasCall call = dbias_test::dbias_call(dc.c);
+    const std::optional<std::string> why = be->unsupported_reason(call.p);
+    if (!why) continue;  // taken: its dBias is held to the reference above
+    ++refused;
+    SCOPED_TRACE(dc.name + ": " + *why);
+    EXPECT_FALSE(why->empty());
+    EXPECT_EQ(why->find('\n'), std::string::npos);
+    EXPECT_THROW(run_composition(*be, dc.c, generate_inputs(dc.c), Composition{}), UnsupportedError);
+    if (why->rfind("cuDNN", 0) == 0) {
+      std::cout << "  cuDNN refused " << dc.name << " " << to_string(dc.c.dtype) << ": " << *why << "\n";
+      EXPECT_THROW(be->forward(call.p), std::runtime_error);
+      EXPECT_THROW(be->backward(call.p, call.ref, call.d_out, call.d_lse), std::runtime_error);
+    }
+  }
+  EXPECT_GE(refused, 2);  // fp32 and the softcap at least
+}
+
+// Runs everywhere: the graph cache's key is the whole GraphSpec (backends/cudnn_graph.h), so two
+// calls that differ only in their dBias output (none, or its extents) never share a graph. A key
+// that ignored it would run a backward without dBias for a call that asked for one (dBias left
+// zero), or one with another reduction.
+TEST(CudnnGraphSpec, TheDbiasOutputIsPartOfTheCacheKey) {
+  cudnn_detail::GraphSpec plain;
+  plain.bias = true;
+  plain.bias_heads = 4;
+  cudnn_detail::GraphSpec with = plain;
+  with.dbias = true;
+  EXPECT_NE(plain, with);
+  cudnn_detail::GraphSpec per_head = with, per_batch = with;
+  per_head.dbias_heads = 4;
+  per_batch.dbias_batch = 2;
+  EXPECT_NE(with, per_head);
+  EXPECT_NE(with, per_batch);
+  EXPECT_NE(per_head, per_batch);
+  EXPECT_TRUE((with < per_head) != (per_head < with));  // ordered, as the std::map key needs
 }
 
 TEST(CudnnBackend, UnsupportedReasonsNameTheCause) {

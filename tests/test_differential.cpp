@@ -16,6 +16,7 @@
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
+#include "harness/errors.h"
 #include "harness/inputs.h"
 #include "oracles/emulated.h"
 #include "oracles/reference.h"
@@ -738,6 +739,119 @@ TEST_P(NoFalseAlarmsBias, LibTorchCpuBackends) {
   expect_no_false_alarms(backends, g, 3'000'000, GetParam(), 400, 2);
 }
 INSTANTIATE_TEST_SUITE_P(Random, NoFalseAlarmsBias, ::testing::Range(0, 2));
+
+// Non-finite inputs (docs/semantics.md, "Non-finite inputs"): one element of the first row, and of
+// a share of the others; the heads they reach are left out of the verdict.
+TEST(NonfiniteInputs, DrawOneElementOfTheFirstRowAndOfTheRowsPicked) {
+  Case c;
+  c.seed = 5;
+  c.shape = {2, 4, 2, 24, 31, 16, 8};
+  c.q = ValueDist{ValueDist::Kind::nonfinite, 0.0, 1.0, 0.0, 0.0};
+  c.v = ValueDist{ValueDist::Kind::nonfinite, 0.0, 1.0, 0.25, -1.0};
+  const Inputs in = generate_inputs(c);
+  size_t q_bad = 0, v_rows = 0;
+  for (size_t e = 0; e < in.q.numel(); ++e)
+    if (!std::isfinite(in.q.data[e])) {
+      ++q_bad;
+      EXPECT_TRUE(std::isnan(in.q.data[e]));
+      EXPECT_LT(e, 16u);
+    }
+  for (size_t r = 0; r < in.v.numel() / 8; ++r) {
+    size_t in_row = 0;
+    for (size_t d = 0; d < 8; ++d)
+      if (!std::isfinite(in.v.data[r * 8 + d])) {
+        ++in_row;
+        EXPECT_EQ(in.v.data[r * 8 + d], -std::numeric_limits<double>::infinity());
+      }
+    EXPECT_LE(in_row, 1u);
+    v_rows += in_row;
+    if (r == 0) {
+      EXPECT_EQ(in_row, 1u);
+    }
+  }
+  EXPECT_EQ(q_bad, 1u);
+  EXPECT_GT(v_rows, 10u);  // about a quarter of 124 rows
+  EXPECT_LT(v_rows, 50u);
+  EXPECT_TRUE(has_nonfinite(in));
+  EXPECT_FALSE(has_nonfinite(finite_part(in)));
+  // Q's element in (b 0, h 0) reaches that head's O rows and its group's dK rows only.
+  Case q_only = c;
+  q_only.v = ValueDist{};
+  const Inputs qi = generate_inputs(q_only);
+  const std::vector<uint8_t> o_rows = rows_reached_by_nonfinite(q_only, qi, TensorId::O);
+  const std::vector<uint8_t> k_rows = rows_reached_by_nonfinite(q_only, qi, TensorId::dK);
+  for (size_t r = 0; r < o_rows.size(); ++r) EXPECT_EQ(o_rows[r], r < 24u) << r;
+  for (size_t r = 0; r < k_rows.size(); ++r) EXPECT_EQ(k_rows[r], r < 31u) << r;
+  // dLSE and bias values refuse the kind.
+  Case bad = c;
+  bad.d_lse = ValueDist{ValueDist::Kind::nonfinite};
+  EXPECT_THROW(validate(bad), CaseError);
+}
+
+// A backend whose outputs leak a non-finite value into a head the inputs' non-finite elements do
+// not reach (one element of the last head's O, dQ and dK, computed with a sum over every head).
+class LeaksAcrossHeads final : public Backend {
+ public:
+  explicit LeaksAcrossHeads(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  std::optional<Contract> contract(DType d) const override { return inner_->contract(d); }
+  SupportEnvelope envelope() const override { return inner_->envelope(); }
+  bool backward_takes_dlse() const override { return inner_->backward_takes_dlse(); }
+  Forward forward(const Problem& p) override {
+    Forward f = inner_->forward(p);
+    *f.o.at(0, p.shape.heads_q - 1, 0) += 0.0 * everything(p);
+    return f;
+  }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    Gradients g = inner_->backward(p, f, d_out, d_lse);
+    double upstream = 0;
+    for (double x : d_out.data) upstream += x;
+    *g.dk.at(p.shape.batch - 1, p.shape.heads_kv - 1, 0) += 0.0 * (everything(p) + upstream);
+    return g;
+  }
+
+ private:
+  static double everything(const Problem& p) {
+    double sum = 0;
+    for (const Tensor* t : {&p.q, &p.k, &p.v})
+      for (double x : t->data) sum += x;
+    return sum;
+  }
+  std::unique_ptr<Backend> inner_;
+};
+
+TEST(NonfiniteInputs, ContainedHeadsPassAndALeakIsFound) {
+  std::unique_ptr<Backend> probe;
+  try {
+    probe = make_backend("torch.math");
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  int cases = 0, leaks_found = 0;
+  for (int tensor = 0; tensor < 4; ++tensor)
+    for (double magnitude : {0.0, 1.0, -1.0})
+      for (DType dtype : {DType::f32, DType::bf16}) {
+        Case c;
+        c.seed = 100 + static_cast<uint64_t>(tensor * 7) + static_cast<uint64_t>(magnitude + 1);
+        c.shape = {2, 4, 2, 12, 17, 8, 8};
+        c.dtype = dtype;
+        c.mask = MaskExpr::causal_mask(Align::bottom_right);
+        c.d_lse = ValueDist{};
+        const ValueDist bad{ValueDist::Kind::nonfinite, 0.0, 1.0, 0.0, magnitude};
+        (tensor == 0 ? c.q : tensor == 1 ? c.k : tensor == 2 ? c.v : c.d_out) = bad;
+        DiffOptions opt;
+        opt.check_determinism = false;
+        SCOPED_TRACE(write_case(c));
+        std::unique_ptr<Backend> correct = make_backend("torch.math");
+        const DiffReport ok = run_differential(c, {correct.get()}, default_oracles(), opt);
+        EXPECT_TRUE(ok.findings.empty()) << ok.findings.front().detail;
+        LeaksAcrossHeads leaky(make_backend("torch.math"));
+        const DiffReport leak = run_differential(c, {&leaky}, default_oracles(), opt);
+        ++cases;
+        leaks_found += !leak.findings.empty();
+      }
+  EXPECT_EQ(leaks_found, cases);
+}
 
 }  // namespace
 }  // namespace attnfuzz

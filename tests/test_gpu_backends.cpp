@@ -1,6 +1,7 @@
 // The LibTorch CUDA backends against the float64 reference on random cases, with and without a
-// score bias (label gpu).
+// score bias, and dBias where LibTorch returns it (label gpu).
 // Without a GPU (or with a CPU-only LibTorch) each test is reported as skipped, with the reason.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -9,10 +10,13 @@
 #include "generators/envelope_cases.h"
 #include "generators/random_case.h"
 #include "harness/case_json.h"
+#include "harness/compose.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
 #include "backends/registry.h"
 #include "backends/torch_sdpa_cuda.h"
+#include "oracles/emulated.h"
+#include "tests/dbias_check.h"
 
 namespace attnfuzz {
 namespace {
@@ -108,6 +112,113 @@ TEST(GpuBackendBias, FlashDeclinesABias) {
       const auto be = make_torch_cuda_sdpa_backend(k, entry);
       EXPECT_EQ(be->envelope().bias, k != CudaSdpaKernel::flash) << be->name();
     }
+}
+
+// dBias (a bias that requires a gradient), which LibTorch 2.11 computes through the efficient
+// kernel only (backends/torch_sdpa_cuda.cpp, bias_grad_support): every broadcast shape that spans
+// the keys, over masks, fp16 and bf16, against the float64 reference within 8 u M
+// (tests/dbias_check.h says why).
+class GpuBackendDbias : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuBackendDbias, MatchesTheReference) {
+  std::unique_ptr<Backend> be;
+  try {
+    be = make_backend(GetParam());
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  ASSERT_TRUE(be->envelope().bias_grad);
+  for (DType d : {DType::f16, DType::bf16})
+    for (const auto& dc : dbias_test::dbias_cases(d, false)) dbias_test::expect_dbias_matches_reference(*be, dc);
+}
+
+INSTANTIATE_TEST_SUITE_P(Torch, GpuBackendDbias, ::testing::Values("torch.efficient", "torch.sdpa.efficient"), backend_param_name);
+
+// The fp16 or bf16 contract baseline (oracles/emulated.cpp: 16-bit operands, float32
+// accumulation, dBias summed at float32 and stored once) as a backend that returns dBias, and
+// optionally with a planted fault: dBias averaged over the broadcast dimensions, not summed.
+class BaselineWithDbias final : public Backend {
+ public:
+  BaselineWithDbias(DType d, bool averaged) : inner_(natural_contract(d), false), averaged_(averaged) {}
+  std::string name() const override { return averaged_ ? "baseline.dbias_averaged" : "baseline"; }
+  SupportEnvelope envelope() const override {
+    SupportEnvelope e = inner_.envelope();
+    e.bias_grad = true;
+    return e;
+  }
+  Forward forward(const Problem& p) override { return inner_.forward(p); }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    Gradients g = inner_.backward(p, f, d_out, d_lse);
+    if (averaged_) {
+      const double n = static_cast<double>(p.shape.batch * p.shape.heads_q * p.shape.seq_q * p.shape.seq_kv) / static_cast<double>(p.bias.numel());
+      for (double& x : g.dbias.data) x = round_to(p.dtype, x / n);
+    }
+    return g;
+  }
+
+ private:
+  EmulatedBackend inner_;
+  bool averaged_;
+};
+
+// Runs everywhere: the check of tests/dbias_check.h holds what a correct 16-bit kernel computes
+// (the contract baseline passes on every case) and catches a structural fault (dBias averaged
+// over the broadcast instead of summed).
+TEST(DbiasCheck, PassesTheContractBaselineAndCatchesAPlantedFault) {
+  for (DType d : {DType::f16, DType::bf16})
+    for (const auto& dc : dbias_test::dbias_cases(d, true)) {
+      BaselineWithDbias good(d, false);
+      dbias_test::expect_dbias_matches_reference(good, dc);
+      if (dc.c.bias->spans == std::array<bool, 4>{true, true, true, true}) continue;  // nothing broadcast: averaging is summing
+      BaselineWithDbias averaged(d, true);
+      EXPECT_NONFATAL_FAILURE(dbias_test::expect_dbias_matches_reference(averaged, dc), "over 8 u M");
+    }
+}
+
+// Runs everywhere (an envelope needs no GPU): the efficient kernel returns dBias through either
+// entry point; flash (no bias) and cuDNN (LibTorch 2.11 has no attn_bias gradient for it) decline
+// a bias that requires a gradient by their envelope, with a reason, before anything runs.
+TEST(GpuBackendBias, OnlyEfficientReturnsDbias) {
+  const Case c = dbias_test::dbias_case(47, {1, 2, 2, 16, 24, 64, 64}, DType::f16, {false, true, true, true}, MaskExpr::all_visible());
+  Problem p = full_problem(c, generate_inputs(c));
+  p.bias_requires_grad = true;
+  for (CudaSdpaEntry entry : {CudaSdpaEntry::op, CudaSdpaEntry::public_api})
+    for (CudaSdpaKernel k : {CudaSdpaKernel::flash, CudaSdpaKernel::efficient, CudaSdpaKernel::cudnn}) {
+      const auto be = make_torch_cuda_sdpa_backend(k, entry);
+      const SupportEnvelope e = be->envelope();
+      EXPECT_EQ(e.bias_grad, k == CudaSdpaKernel::efficient) << be->name();
+      const std::optional<std::string> why = e.refusal(p);
+      if (k == CudaSdpaKernel::efficient) {
+        EXPECT_FALSE(why.has_value()) << be->name() << ": " << why.value_or("");
+      } else {
+        ASSERT_TRUE(why.has_value()) << be->name();
+        EXPECT_NE(why->find(k == CudaSdpaKernel::flash ? "score bias" : "requires a gradient"), std::string::npos) << be->name() << ": " << *why;
+      }
+    }
+}
+
+// On a GPU: LibTorch's cuDNN kernel, handed a case whose bias requires a gradient, refuses it with
+// the reason (its unsupported_reason, and a composition throws UnsupportedError) instead of
+// running a backward that would return no dBias. The bias spans the keys: a float mask
+// broadcast over them faults this kernel (s47-torch-cudnn-float-mask-broadcast-kv).
+TEST(GpuBackendBias, TorchCudnnDeclinesDbiasWithTheReason) {
+  const Case c = dbias_test::dbias_case(48, {2, 2, 2, 32, 64, 64, 64}, DType::bf16, {false, true, true, true}, MaskExpr::all_visible());
+  const Inputs in = generate_inputs(c);
+  Problem p = full_problem(c, in);
+  p.bias_requires_grad = true;
+  for (const char* name : {"torch.cudnn", "torch.sdpa.cudnn"}) {
+    std::unique_ptr<Backend> be;
+    try {
+      be = make_backend(name);
+    } catch (const std::exception& e) {
+      GTEST_SKIP() << e.what();
+    }
+    const std::optional<std::string> why = be->unsupported_reason(p);
+    ASSERT_TRUE(why.has_value()) << name;
+    EXPECT_NE(why->find("requires a gradient"), std::string::npos) << name << ": " << *why;
+    EXPECT_EQ(why->find('\n'), std::string::npos) << *why;
+    EXPECT_THROW(run_composition(*be, c, in, Composition{}), UnsupportedError) << name;
+  }
 }
 
 // The envelope a fused backend declares is what its library takes (harness/envelope.h): of the

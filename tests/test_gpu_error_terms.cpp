@@ -76,6 +76,7 @@ void compare(const Case& c, Coverage& cov) {
   const ErrorTerms want = reference_error_terms(p, ref, in.d_out, in.d_lse);
   const ErrorTerms got = cuda_error_terms(p, ref, in.d_out, in.d_lse);
   for (TensorId o : kOutputs) {
+    if (o == TensorId::dBias) continue;  // not computed on the GPU (the CPU set judges cases that ask it)
     const TermTensors &g = got[o], &w = want[o];
     EXPECT_EQ(g.length, w.length) << to_string(o);
     const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> parts[] = {

@@ -86,7 +86,11 @@ std::vector<Case> random_cases(int n, uint64_t seed0, double p_bias = 0.0) {
   opt.max_dim = 80;
   opt.max_group = 4;
   opt.p_bias = p_bias;
-  for (int i = 0; i < n; ++i) out.push_back(random_case(seed0 + static_cast<uint64_t>(i), opt));
+  for (int i = 0; i < n; ++i) {
+    out.push_back(random_case(seed0 + static_cast<uint64_t>(i), opt));
+    // The GPU set computes no dBias: a case that asks it is the CPU set's (choose_oracle_device).
+    if (out.back().bias) out.back().bias->requires_grad = false;
+  }
   return out;
 }
 

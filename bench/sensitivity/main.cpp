@@ -3,8 +3,10 @@
 //
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
 //                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
-//                                     [--outliers MAGNITUDE] [--bias tensor|alibi|relative]
+//                                     [--outliers MAGNITUDE] [--bias tensor|alibi|relative [--dbias]]
 //
+// --dbias makes the bias require a gradient: dBias gets its rows (a backend that returns it:
+// --backend torch.math, say; the plugins take no bias).
 // --oracle-device cuda judges with the GPU oracle set (a gpu-preset build on a GPU machine):
 // the same reference, baselines and error terms (docs/gpu.md), minutes faster at S >= 1024.
 // --backend takes any registered backend as the correct kernel. The default, mutant_ok, is a
@@ -52,6 +54,7 @@ int run(int argc, char** argv) {
   double outliers = 0;
   Device oracle_device = Device::cpu;
   std::optional<ScoreBias> bias;
+  bool dbias = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
@@ -84,6 +87,8 @@ int run(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--outliers")) {
       outliers = std::stod(next());
       if (!(outliers >= 0 && outliers <= 1e4)) throw std::invalid_argument("--outliers takes a magnitude in [0, 1e4]");
+    } else if (!std::strcmp(argv[i], "--dbias")) {
+      dbias = true;
     } else if (!std::strcmp(argv[i], "--bias")) {
       const char* name = next();
       const auto kind = bias_kind_from_string(name);
@@ -93,10 +98,12 @@ int run(int argc, char** argv) {
       if (*kind == ScoreBias::Kind::tensor) bias->spans = {false, true, true, true};  // one bias per head, as a learned one
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--bias tensor|alibi|relative]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--bias tensor|alibi|relative [--dbias]]\n");
       return 2;
     }
   }
+  if (dbias && !bias) throw std::invalid_argument("--dbias needs --bias");
+  if (bias) bias->requires_grad = dbias;
   auto correct = make_backend(backend.empty() ? "plugin:" + plugin : backend);
   const OracleSet oracles = make_oracles(oracle_device);
   std::ofstream csv;
@@ -121,7 +128,7 @@ int run(int argc, char** argv) {
         std::printf("\n### %s, S=%ld, D=%ld, H=2, %s%s%s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
                     std::string(to_string(d)).c_str(), s, dim, causal ? "causal" : "no mask",
                     outliers > 0 ? (", outliers of " + std::to_string(outliers).substr(0, 5)).c_str() : "",
-                    bias ? (", bias " + std::string(to_string(bias->kind))).c_str() : "", secs);
+                    bias ? (", bias " + std::string(to_string(bias->kind)) + (dbias ? " with dBias" : "")).c_str() : "", secs);
         for (const auto& p : points) {
           const std::string planted = p.threshold <= 0     ? "-"
                                       : p.moved.empty()       ? "(the threshold)"

@@ -67,6 +67,8 @@ Tensor& output_of(ComposedResult& r, TensorId t) {
       return r.grads.dk;
     case TensorId::dV:
       return r.grads.dv;
+    case TensorId::dBias:
+      return r.grads.dbias;
     default:
       break;
   }
@@ -122,7 +124,7 @@ ComposedResult planted(const ComposedResult& r, TensorId t, Plant plant, double 
 // grads(delta) = grads - delta * (grads - grads without dLSE): the dLSE term scaled by 1 - delta.
 ComposedResult dlse_scaled(const ComposedResult& full, const ComposedResult& no_dlse, double delta, DType dtype) {
   ComposedResult out = full;
-  for (TensorId t : {TensorId::dQ, TensorId::dK, TensorId::dV}) {
+  for (TensorId t : {TensorId::dQ, TensorId::dK, TensorId::dV, TensorId::dBias}) {
     Tensor& x = output_of(out, t);
     const Tensor& z = output_of(no_dlse, t);
     for (size_t e = 0; e < x.numel(); ++e) x.data[e] = stored(t, dtype, x.data[e] - delta * (x.data[e] - z.data[e]));
@@ -184,6 +186,7 @@ std::vector<SensitivityPoint> measure_sensitivity(const SensitivityConfig& cfg, 
 
   std::vector<SensitivityPoint> points;
   for (TensorId t : kOutputs) {
+    if (!case_has_output(c, t)) continue;
     const TensorVerdict* v0 = nullptr;
     for (const auto& tv : base.tensors)
       if (tv.tensor == t) v0 = &tv;
