@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The Python bridge end to end (docs/python-backends.md): the shipped adapters pass small cases
 # with no false alarm, planted bugs are flagged, faults become clear errors, another protocol
-# version is refused, the doc holds the minimal adapter verbatim, and the score bias reaches the
-# adapters that declare it (and only those).
-#   python_bridge_test.sh ATTNFUZZ SOURCE_DIR PYTHON [all|correct|faults|own|bias]
-# The sections (1-2 correct, 3 faults, 4 own, 5 bias) run as separate ctests, side by side.
+# version is refused, the doc holds the minimal adapter verbatim, and the score bias (and its
+# gradient, dBias) reaches the adapters that declare it (and only those).
+#   python_bridge_test.sh ATTNFUZZ SOURCE_DIR PYTHON [all|correct|faults|own|bias|dbias]
+# The sections (1-2 correct, 3 faults, 4 own, 5 bias, 6 dbias) run as separate ctests, side by side.
 set -uo pipefail
 bin=$1 src=$2 section=${4:-all}
 want() { [ "$section" = all ] || [ "$section" = "$1" ]; }
@@ -204,6 +204,80 @@ sed 's/, "bias": {"kind": "alibi"}//' "$work/bias/alibi-nested.json" >"$work/ali
 "$bin" run "$work/alibi-nested-unbiased.json" --backends "reference,$declines" --no-determinism-check >"$work/no-bias-unbiased.txt" 2>&1 ||
   fail "adapters without the bias on the case without it: exit $?"
 for b in py.no_bias py.triton_flash.interpreted; do ran "$work/no-bias-unbiased.txt" "$b"; done
+fi
+
+if want dbias; then
+# 6. dBias (a bias with "requires_grad": true) judged end to end: every kind and several broadcasts,
+# the three dtypes, a softcap, compositions (dBias summed over the calls), beside torch.math:
+# Minimal (fp32), FlexEager, and where the case has no dLSE (which they cannot take, and attnfuzz
+# cannot add to dBias) SDPA's math kernel and the JAX adapters. No finding, and each ran the
+# single call's dBias. Planted dBias bugs are flagged; an adapter that takes a bias but declares no
+# bias_grad (SDPA's flash kernel: torch's CPU kernel refuses a mask that requires grad) is refused.
+mkdir -p "$work/dbias"
+with_dlse='"grads": {"d_out": {"dist": "normal"}, "d_lse": {"dist": "normal", "sigma": 0.5}}'
+no_dlse='"grads": {"d_out": {"dist": "normal"}, "d_lse": {"dist": "zero"}}'
+gqa='"batch": 2, "heads_q": 4, "heads_kv": 2, "seq_q": 24, "seq_kv": 40, "head_dim_qk": 16'
+grad='"requires_grad": true'
+dcase() { echo "{\"format\": \"attnfuzz-case/1\", $2}" >"$work/dbias/$1.json"; }
+dcase heads-kv-q-split "$with_dlse, \"seed\": 21, \"shape\": {$gqa}, \"dtype\": \"fp32\", \"mask\": {\"kind\": \"causal\", \"align\": \"bottom_right\"},
+  \"bias\": {\"kind\": \"tensor\", \"spans\": [\"heads\", \"kv\"], \"values\": {\"dist\": \"normal\", \"sigma\": 2.0}, $grad},
+  \"composition\": {\"kind\": \"q_split\", \"bounds\": [10]}"
+dcase batch-kv-bf16-nodlse "$no_dlse, \"seed\": 22, \"shape\": {$gqa}, \"dtype\": \"bf16\",
+  \"bias\": {\"kind\": \"tensor\", \"spans\": [\"batch\", \"kv\"], \"values\": {\"dist\": \"normal\", \"sigma\": 2.0}, $grad}"
+dcase full-fp16-kv-split-nodlse "$no_dlse, \"seed\": 23, \"shape\": {$gqa}, \"dtype\": \"fp16\",
+  \"mask\": {\"kind\": \"sliding_window\", \"left\": 8, \"right\": 2, \"align\": \"top_left\"},
+  \"bias\": {\"kind\": \"tensor\", \"values\": {\"dist\": \"normal\", \"sigma\": 2.0}, $grad}, \"composition\": {\"kind\": \"kv_split\", \"bounds\": [16]}"
+dcase alibi-nested "$with_dlse, \"seed\": 24, \"shape\": {\"batch\": 1, \"heads_q\": 4, \"heads_kv\": 1, \"seq_q\": 32, \"seq_kv\": 32, \"head_dim_qk\": 16},
+  \"dtype\": \"fp32\", \"mask\": {\"kind\": \"causal\", \"align\": \"top_left\"}, \"bias\": {\"kind\": \"alibi\", $grad},
+  \"composition\": {\"kind\": \"kv_split\", \"bounds\": [20], \"children\": [{\"kind\": \"q_split\", \"bounds\": [12]}]}"
+dcase relative-bf16-q-split-nodlse "$no_dlse, \"seed\": 26, \"shape\": {$gqa}, \"dtype\": \"bf16\", \"mask\": {\"kind\": \"causal\", \"align\": \"bottom_right\"},
+  \"bias\": {\"kind\": \"relative\", \"values\": {\"dist\": \"normal\", \"sigma\": 1.5}, $grad}, \"composition\": {\"kind\": \"q_split\", \"bounds\": [8, 16]}"
+# A bias constant along the keys: without dLSE its dBias is 0 (the softmax does not see it), the rounding of a sum.
+dcase queries-mask-partition-nodlse "$no_dlse, \"seed\": 27, \"dtype\": \"fp32\", \"shape\": {\"batch\": 1, \"heads_q\": 2, \"seq_q\": 20, \"seq_kv\": 20, \"head_dim_qk\": 8},
+  \"mask\": {\"kind\": \"prefix_lm\", \"prefix\": 6, \"align\": \"top_left\"},
+  \"bias\": {\"kind\": \"tensor\", \"spans\": [\"q\"], \"values\": {\"dist\": \"normal\", \"sigma\": 2.0}, $grad},
+  \"composition\": {\"kind\": \"mask_partition\", \"window\": {\"left\": 4, \"right\": 0, \"align\": \"top_left\"}}"
+dcase softcap-heads-q-kv "$with_dlse, \"seed\": 25, \"shape\": {$gqa, \"head_dim_v\": 24}, \"dtype\": \"fp32\", \"softcap\": 5.0,
+  \"mask\": {\"kind\": \"causal\", \"align\": \"bottom_right\"},
+  \"bias\": {\"kind\": \"tensor\", \"spans\": [\"heads\", \"q\", \"kv\"], \"values\": {\"dist\": \"normal\", \"sigma\": 2.0}, $grad}"
+py=attnfuzz_py.adapters
+no_dlse_adapters="py.sdpa.math"
+backends="torch.math,py:$py.minimal:Minimal,py:$py.flex:FlexEager,py:$py.sdpa:Sdpa?kernel=math"
+if "$ATTNFUZZ_PYTHON" -c "import jax" 2>/dev/null; then
+  backends="$backends,py:$py.jax_sdpa:JaxSdpa,py:$py.jax_sdpa:JaxF32Logits" no_dlse_adapters="$no_dlse_adapters py.jax.xla py.jax.f32_logits"
+else
+  echo "note: no JAX in $ATTNFUZZ_PYTHON: the JAX adapters' dBias was not run"
+fi
+ran_dbias() { grep -qE "^$2 +single +[a-z0-9]+ +dBias .* ok " "$1" || { fail "$2 did not pass the single call's dBias of $(basename "$1" .txt)"; grep -E "^$2 " "$1" | head -2; }; }
+for c in "$work"/dbias/*.json; do
+  name=$(basename "$c" .json)
+  out="$work/dbias-$name.txt"
+  "$bin" run "$c" --backends "$backends" --no-determinism-check >"$out" 2>&1
+  rc=$?
+  [ $rc = 0 ] || { fail "dBias case $name: exit $rc"; grep -E "FAIL|error|finding" "$out" | head -5; }
+  for b in torch.math py.flex_eager; do ran_dbias "$out" $b; done
+  grep -q '"dtype": "fp32"' "$c" && ran_dbias "$out" py.minimal
+  for b in $no_dlse_adapters; do
+    case $name in
+      softcap*) ;;  # they take no softcap
+      *nodlse) ran_dbias "$out" "$b" ;;
+      *) grep -qE "^$b +single +skipped: .*ignores dLSE and the case asks dBias" "$out" || fail "$b: no refusal of dBias with a dLSE on $name" ;;
+    esac
+  done
+done
+
+# Planted dBias bugs are flagged: 1.02 times dBias, and dBias not summed over a broadcast dimension.
+for a in DbiasScaled:dbias_scaled DbiasNotSummed:dbias_not_summed; do
+  "$bin" run "$work/dbias/heads-kv-q-split.json" --backends "reference,py:bridge_test_adapters:${a%%:*}" --no-determinism-check >"$work/${a%%:*}.txt" 2>&1
+  rc=$?
+  [ $rc = 1 ] || fail "${a%%:*}: exit $rc, expected 1"
+  grep -q "py.${a##*:}/single/dBias/" "$work/${a%%:*}.txt" || { fail "${a%%:*}: the dBias bug is not flagged"; tail -5 "$work/${a%%:*}.txt"; }
+done
+# An adapter that takes a bias and declares no bias_grad is refused a call that asks dBias, with the reason.
+"$bin" run "$work/dbias/heads-kv-q-split.json" --backends "reference,py:$py.sdpa:Sdpa?kernel=flash" --no-determinism-check >"$work/dbias-flash.txt" 2>&1 ||
+  fail "Sdpa?kernel=flash beside the reference on a dBias case: exit $?"
+grep -qE "^py.sdpa.flash +single +skipped: .*a bias that requires a gradient \(returns no dBias\)" "$work/dbias-flash.txt" ||
+  { fail "py.sdpa.flash: no refusal of dBias"; grep "^py.sdpa.flash" "$work/dbias-flash.txt" | head -2; }
 fi
 
 if [ $fails = 0 ]; then echo "python bridge ($section): all checks passed"; else echo "python bridge ($section): $fails check(s) failed"; exit 1; fi

@@ -144,7 +144,8 @@ class DbiasNotSummed(Minimal):
     def backward(self, p, q, k, v, o, lse, d_o, d_lse):
         if not p.bias_requires_grad:
             return super().backward(p, q, k, v, o, lse, d_o, d_lse)
-        bias_shape = p.bias.shape
+        bias_shape = p.bias_shape
         p._bias = p.bias.expand(p.batch, p.heads_q, p.seq_q, p.seq_kv)  # a dense bias: its dBias is dS itself
+        p.bias_shape = tuple(p._bias.shape)
         dq, dk, dv, ds = super().backward(p, q, k, v, o, lse, d_o, d_lse)
         return dq, dk, dv, ds[tuple(slice(0, n) for n in bias_shape)]  # planted: index 0 instead of the sum

@@ -47,7 +47,7 @@ class Minimal(Adapter):
         ds = prob * (dp - D + g[..., None])
         # dBias: the gradient of the biased score (the bias comes after the softcap), summed over
         # the dimensions the bias broadcasts (those of extent 1), as autograd sums a broadcast.
-        dbias = ds.sum_to_size(p.bias.shape) if p.bias_requires_grad else None
+        dbias = ds.sum_to_size(p.bias_shape) if p.bias_requires_grad else None
         if t is not None:
             ds = ds * (1 - t * t)
 
