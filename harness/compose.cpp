@@ -244,6 +244,19 @@ class Engine {
     return any;
   }
 
+  // Whether some row with a visible key has a nonzero dLSE.
+  static bool dlse_on_rows_with_keys(const Problem& p, const Tensor& d_lse) {
+    const Shape& s = p.shape;
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t i = 0; i < s.seq_q; ++i) {
+          if (*d_lse.at(b, h, i) == 0.0) continue;
+          for (int64_t j = 0; j < s.seq_kv; ++j)
+            if (p.visible(b, h, i, j)) return true;
+        }
+    return false;
+  }
+
   static void zero_masked_rows(const Problem& p, Tensor& d_out, Tensor& d_lse) {
     for_each_masked_row(p, [&](int64_t b, int64_t h, int64_t i) {
       *d_lse.at(b, h, i) = 0.0;
@@ -276,8 +289,11 @@ class Engine {
     const bool any = std::any_of(d_lse.data.begin(), d_lse.data.end(), [](double x) { return x != 0.0; });
     if (!any) return g;
     if (p.softcap) throw UnsupportedError(be_.name() + " ignores dLSE and the case is softcapped: the dLSE term cannot be added exactly");
-    // dBias's dLSE term, sum P_ij g_i, needs P itself, which no call of the backend returns.
-    if (p.bias_requires_grad) throw UnsupportedError(be_.name() + " ignores dLSE and the case asks dBias: the dLSE term cannot be added to it");
+    // dBias's dLSE term, sum P_ij g_i, needs P itself, which no call of the backend returns. It is
+    // 0 where g is 0 on every row that sees a key (a fully masked row's g reaches nothing, and
+    // whether such rows' g was zeroed, as for a backend with another convention, changes nothing).
+    if (p.bias_requires_grad && dlse_on_rows_with_keys(p, d_lse))
+      throw UnsupportedError(be_.name() + " ignores dLSE and the case asks dBias: the dLSE term cannot be added to it");
     dlse_added_ = true;
     Problem pk = p;
     pk.v = p.k;
