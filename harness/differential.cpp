@@ -348,7 +348,7 @@ class DifferentialSession::Impl {
       return true;
     }
     ensure_reference();
-    run.notes = r.notes;
+    run.notes.insert(run.notes.end(), r.notes.begin(), r.notes.end());  // after describe_run's own
     run.backend_calls = r.backend_calls;
     if (opt_.check_determinism) check_determinism(be, comp, r, run);
     if (opt_.check_determinism && (be.batch_invariant() || opt_.batch_invariance_undeclared)) check_batch_invariance(be, comp, r, run);
