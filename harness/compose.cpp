@@ -138,7 +138,7 @@ class Engine {
       throw std::runtime_error(be_.name() + " returned a dBias of the wrong shape (" + std::to_string(part.numel()) + " elements, the bias has " +
                                std::to_string(p.bias.numel()) + ")");
     const auto &n = part.shape, &whole = grads_.dbias.shape;
-    const int64_t q0 = n[2] > 1 || whole[2] > 1 ? p.q_offset : 0, k0 = n[3] > 1 || whole[3] > 1 ? p.kv_offset : 0;
+    const int64_t q0 = whole[2] > 1 ? p.q_offset : 0, k0 = whole[3] > 1 ? p.kv_offset : 0;
     for (int64_t b = 0; b < n[0]; ++b)
       for (int64_t h = 0; h < n[1]; ++h)
         for (int64_t i = 0; i < n[2]; ++i)
