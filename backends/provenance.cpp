@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "attnfuzz_commit.h"  // generated at every build: cmake/CommitStamp.cmake
+
 #if ATTNFUZZ_HAVE_TORCH
 #include "oracles/torch_oracle.h"
 #endif
