@@ -55,6 +55,12 @@ std::vector<std::string> alternatives(const std::string& text) {
   }
 }
 
+// A score bias tensor broadcast over the keys ([..][..][..][1]): a float attn_mask whose last
+// dimension has stride 0 when a backend expands it.
+bool has_bias_broadcast_over_keys(const Case& c) {
+  return c.bias && c.bias->kind == ScoreBias::Kind::tensor && !c.bias->spans[3];
+}
+
 // "name(arg)" -> {name, arg}; a bare name has no argument.
 std::pair<std::string, std::string> split_term(const std::string& term) {
   const auto open = term.find('(');
@@ -68,6 +74,7 @@ CasePredicate parse_term(const std::string& term) {
   if (name == "always" && arg.empty()) return [](const Case&) { return true; };
   if (name == "masked_rows" && arg.empty()) return has_masked_row_in_a_call;
   if (name == "head_dims_differ" && arg.empty()) return [](const Case& c) { return c.shape.head_dim_qk != c.shape.head_dim_v; };
+  if (name == "bias_broadcast_kv" && arg.empty()) return has_bias_broadcast_over_keys;
   if (name == "unaligned_rows") {
     int64_t bytes = 0;
     try {
@@ -88,7 +95,7 @@ CasePredicate parse_term(const std::string& term) {
     return [dtypes](const Case& c) { return std::find(dtypes.begin(), dtypes.end(), c.dtype) != dtypes.end(); };
   }
   throw std::invalid_argument("predicate term '" + term +
-                              "': unknown (known: unaligned_rows(N), masked_rows, head_dims_differ, dtype(a|b), always)");
+                              "': unknown (known: unaligned_rows(N), masked_rows, head_dims_differ, bias_broadcast_kv, dtype(a|b), always)");
 }
 
 // "*" (any), one value, or alternatives "a|b".

@@ -21,6 +21,7 @@
 //                       padded buffer, say; a part a packing does not fit takes each tensor's own layout)
 //   masked_rows         some call of the case's composition has a query row with no visible key
 //   head_dims_differ    Dqk != Dv
+//   bias_broadcast_kv   a score bias tensor broadcast over the keys ([B|1][H|1][Sq|1][1])
 //   dtype(a|b|...)      the case's dtype is one of these (fp32, fp16, bf16)
 //   always
 #include <cstdint>

@@ -67,6 +67,16 @@ TEST(KnownPredicate, MaskedRowsLooksAtEveryCallOfTheComposition) {
   EXPECT_FALSE(masked(json_case(shape, R"("mask":{"kind":"none"},"composition":{"kind":"q_split","bounds":[3]})")));
 }
 
+TEST(KnownPredicate, BiasBroadcastOverTheKeysIsATensorBiasWithoutTheKvDimension) {
+  const CasePredicate broadcast_kv = parse_case_predicate("bias_broadcast_kv");
+  const std::string shape = R"("seq_q":8,"seq_kv":8,"head_dim_qk":16,"head_dim_v":16)";
+  EXPECT_FALSE(broadcast_kv(json_case(shape, R"("mask":{"kind":"none"})"))) << "no bias";
+  EXPECT_TRUE(broadcast_kv(json_case(shape, R"("bias":{"kind":"tensor","spans":["batch","heads","q"]})")));
+  EXPECT_FALSE(broadcast_kv(json_case(shape, R"("bias":{"kind":"tensor","spans":["heads","kv"]})")));
+  EXPECT_FALSE(broadcast_kv(json_case(shape, R"("bias":{"kind":"alibi"})"))) << "ALiBi spans the keys";
+  EXPECT_FALSE(broadcast_kv(json_case(shape, R"("bias":{"kind":"relative"})")));
+}
+
 TEST(KnownPredicate, TermsCombineAndBadOnesAreRefusedByName) {
   Case c = aligned_case();
   c.layouts[TensorId::V].offset = 3;
@@ -74,7 +84,7 @@ TEST(KnownPredicate, TermsCombineAndBadOnesAreRefusedByName) {
   EXPECT_FALSE(parse_case_predicate("unaligned_rows(16) and dtype(fp32)")(c));
   EXPECT_TRUE(parse_case_predicate("always")(c));
   for (const char* bad : {"", "unaligned_rows(0)", "unaligned_rows(x)", "dtype(fp8)", "sometimes", "unaligned_rows(16", "always and ",
-                          "masked_rows(1)"}) {
+                          "masked_rows(1)", "bias_broadcast_kv(1)"}) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(parse_case_predicate(bad), std::invalid_argument);
   }
@@ -93,7 +103,10 @@ TEST(KnownFindings, TheRecordedDeviationsCoverTheirOwnFindingsAndOnlyUnderTheirP
   for (const auto& k : known.all()) {
     SCOPED_TRACE(k.path);
     EXPECT_TRUE(k.covers(k.repro)) << "a known deviation covers the finding it was recorded from";
-    EXPECT_EQ(k.when, k.id == "F-4" ? "masked_rows" : k.id == "F-5" ? "head_dims_differ" : "unaligned_rows(16)");
+    EXPECT_EQ(k.when, k.id == "F-4"   ? "masked_rows"
+                      : k.id == "F-5" ? "head_dims_differ"
+                      : k.id == "F-6" ? "bias_broadcast_kv"
+                                      : "unaligned_rows(16)");
   }
   Case unaligned = aligned_case();
   unaligned.layouts[TensorId::Q].row_padding = 1;
