@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "harness/worker.h"
+
 namespace attnfuzz::cudnn_detail {
 namespace {
 
@@ -150,6 +152,8 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphSpec& s) {
 
 // The frontend's build sequence; the first failing step's message, or nothing.
 std::optional<std::string> build(fe::graph::Graph& g, cudnnHandle_t handle) {
+  // cuDNN compiles the engines of a new graph at run time (NVRTC): seconds each, not the kernel's run.
+  const WorkHeartbeat compiling(kCompilingProgress, "cudnn graph");
   auto failed = [](fe::error_t e, const char* step) -> std::optional<std::string> {
     if (e.is_good()) return std::nullopt;
     return std::string(step) + ": " + one_line(e.get_message());

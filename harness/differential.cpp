@@ -13,6 +13,7 @@
 
 #include "harness/inputs.h"
 #include "harness/parallel.h"
+#include "harness/worker.h"
 
 namespace attnfuzz {
 namespace {
@@ -97,6 +98,7 @@ class DifferentialSession::Impl {
   // call. They depend on the case alone, so when they are computed changes no number.
   void ensure_reference() {
     if (reference_ready_) return;
+    const WorkHeartbeat harness_work(kHarnessWorkProgress, "the reference and the error terms");
     const Inputs& in = oracle_inputs();
     ref_ = run_composition(*oracles_.reference, c_, in, Composition{});
     skip_ = masked_rows(ref_);
@@ -147,14 +149,20 @@ class DifferentialSession::Impl {
     if (!contract) throw std::invalid_argument("judge: the backend has no contract for this dtype");
     run.contract = std::string(to_string(*contract));
     const size_t before = report_.findings.size();
-    judge_numbers(be, *contract, comp, r, run);
+    {
+      const WorkHeartbeat harness_work(kHarnessWorkProgress, "the baselines and the verdict");
+      judge_numbers(be, *contract, comp, r, run);
+    }
     if (findings) findings->assign(report_.findings.begin() + static_cast<std::ptrdiff_t>(before), report_.findings.end());
     report_.findings.resize(before);
     return run;
   }
 
   DiffReport finish() {
-    check_consistency();
+    {
+      const WorkHeartbeat harness_work(kHarnessWorkProgress, "the consistency of the backends");
+      check_consistency();
+    }
     return std::move(report_);
   }
 
@@ -355,6 +363,7 @@ class DifferentialSession::Impl {
     check_all_written(r, run);
     check_masked_rows(be, r, run);
     try {
+      const WorkHeartbeat harness_work(kHarnessWorkProgress, "the baselines and the verdict");
       judge_numbers(be, *contract, comp, r, run);
     } catch (const UnsupportedError& e) {
       // The baselines run as the backend does (BaselineAs); a call they cannot make leaves

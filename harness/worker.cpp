@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,22 +32,26 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-double compile_limit_seconds() {
-  const char* v = std::getenv("ATTNFUZZ_COMPILE_LIMIT_S");
+namespace {
+double seconds_from_env(const char* name, double fallback) {
+  const char* v = std::getenv(name);
   const double t = v ? std::atof(v) : 0.0;
-  return t > 0 ? t : 900.0;
+  return t > 0 ? t : fallback;
 }
+}  // namespace
+
+double compile_limit_seconds() { return seconds_from_env("ATTNFUZZ_COMPILE_LIMIT_S", 900.0); }
+double harness_work_limit_seconds() { return seconds_from_env("ATTNFUZZ_HARNESS_WORK_LIMIT_S", 3600.0); }
 
 namespace {
 
 // The channel of the request this worker process is serving (one per process), for
 // relay_compiling: a backend's own worker (the Python bridge's) reports its compiles up here.
 WorkerChannel* serving_channel = nullptr;
+// Frames reach the pipe whole from any thread (WorkHeartbeat's beside the worker's own).
+std::mutex send_m;
 
-bool is_compiling(const std::string& payload) {
-  const size_t n = std::strlen(kCompilingProgress);
-  return payload.compare(0, n, kCompilingProgress) == 0;
-}
+bool starts_with(const std::string& payload, const char* prefix) { return payload.compare(0, std::strlen(prefix), prefix) == 0; }
 
 // The protocol's descriptors in the worker: the top two below the descriptor limit (1024
 // at most), far from the 3, 4, 5... a library or a stray write would use.
@@ -141,24 +148,28 @@ struct WorkerProcess::InFlight {
         timeout_s(timeout),
         first_deadline(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout))),
         deadline(first_deadline),
-        compile_deadline(first_deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(compile_limit_seconds()))) {}
+        compile_deadline(first_deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(compile_limit_seconds()))),
+        harness_deadline(first_deadline + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(harness_work_limit_seconds()))) {}
   bool written() const { return off == msg.size(); }
   const uint64_t seq;
   const std::string msg;
   size_t off = 0;
   const double timeout_s;
   const Clock::time_point first_deadline;
-  Clock::time_point deadline;  // moved on by compiling notices, up to compile_deadline
+  Clock::time_point deadline;  // moved on by compiling and harness-work notices, up to their deadlines
   const Clock::time_point compile_deadline;
+  const Clock::time_point harness_deadline;
   Reply reply;
 };
 
 bool WorkerProcess::take_reply(InFlight& r) {
   while (auto f = reader_.next()) {
     if (f->seq != r.seq) continue;
-    if (f->kind == 'P' && is_compiling(f->payload)) {  // compile time: the watchdog waits (kCompilingProgress)
+    const bool compiling = f->kind == 'P' && starts_with(f->payload, kCompilingProgress);
+    const bool harness_work = f->kind == 'P' && starts_with(f->payload, kHarnessWorkProgress);
+    if (compiling || harness_work) {  // not the backend's run: the watchdog waits, up to the kind's limit
       const auto wanted = InFlight::Clock::now() + std::chrono::duration_cast<InFlight::Clock::duration>(std::chrono::duration<double>(r.timeout_s));
-      r.deadline = std::max(r.deadline, std::min(wanted, r.compile_deadline));
+      r.deadline = std::max(r.deadline, std::min(wanted, compiling ? r.compile_deadline : r.harness_deadline));
       WorkerChannel::relay_compiling(f->payload);
       continue;
     }
@@ -200,7 +211,7 @@ WorkerProcess::Reply WorkerProcess::died(InFlight& r, Reply::Status st, const in
     reply.detail = "no reply within " + std::to_string(r.timeout_s) + " s; killed";
     if (r.deadline > r.first_deadline)
       reply.detail += " (waited " + std::to_string(std::chrono::duration<double>(r.deadline - r.first_deadline).count()) +
-                      " s more for compiling notices, ATTNFUZZ_COMPILE_LIMIT_S)";
+                      " s more for compiling and harness-work notices, ATTNFUZZ_COMPILE_LIMIT_S, ATTNFUZZ_HARNESS_WORK_LIMIT_S)";
   } else {
     reply.detail = describe_exit(status);
   }
@@ -269,6 +280,37 @@ void WorkerChannel::relay_compiling(const std::string& text) {
   if (serving_channel) serving_channel->progress(text);
 }
 
+bool WorkerChannel::serving() { return serving_channel != nullptr; }
+
+struct WorkHeartbeat::Beat {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread thread;
+};
+
+WorkHeartbeat::WorkHeartbeat(const char* kind, const std::string& what) {
+  if (!WorkerChannel::serving()) return;
+  const std::string text = std::string(kind) + ": " + what;
+  WorkerChannel::relay_compiling(text);
+  beat_ = std::make_unique<Beat>();
+  beat_->thread = std::thread([b = beat_.get(), text] {
+    std::unique_lock<std::mutex> lock(b->m);
+    while (!b->cv.wait_for(lock, std::chrono::duration<double>(kHeartbeatSeconds), [b] { return b->done; }))
+      WorkerChannel::relay_compiling(text);
+  });
+}
+
+WorkHeartbeat::~WorkHeartbeat() {
+  if (!beat_) return;
+  {
+    std::lock_guard<std::mutex> lock(beat_->m);
+    beat_->done = true;
+  }
+  beat_->cv.notify_one();
+  beat_->thread.join();
+}
+
 bool WorkerChannel::next_request(std::string& body) {
   serving_channel = this;
   for (;;) {
@@ -287,6 +329,7 @@ bool WorkerChannel::next_request(std::string& body) {
 }
 
 void WorkerChannel::send(char kind, const std::string& payload) {
+  std::lock_guard<std::mutex> lock(send_m);
   const std::string msg = encode_frame(kind, seq_, payload);
   size_t off = 0;
   while (off < msg.size()) {

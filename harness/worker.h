@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,16 +26,23 @@ namespace attnfuzz {
 // "REQUEST_FD,REPLY_FD" in the worker's environment.
 inline constexpr const char* kWorkerFdsEnv = "ATTNFUZZ_WORKER_FDS";
 
-// Compile time is not run time. A progress frame whose payload starts with kCompilingProgress
-// says "a JIT compiler in the backend is still at work" (torch.compile: the Python bridge sends
-// one every few seconds while a compile runs). Each one moves the request's watchdog to at
-// least timeout_s from now, but never past compile_limit_seconds() beyond the first deadline,
-// and is passed on to this process's own parent when it is a worker. So a compile of any
-// length within the limit is not a timeout, a hang (no such frames) still is, and so is a
-// compiler that runs past the limit.
+// Only the backend's own run counts against a request's watchdog. A progress frame whose payload
+// starts with one of these kinds says that other work is under way, and moves the request's
+// watchdog to at least timeout_s from now, but never past that kind's limit beyond the first
+// deadline; it is passed on to this process's own parent when it is a worker:
+//   kCompilingProgress   "compiling": a JIT compiler in the backend (torch.compile, through the
+//                        Python bridge; cuDNN building and compiling the engines of a new graph)
+//   kHarnessWorkProgress "harness": the harness's own work on the case (the float64 reference,
+//                        the contract baselines, the error model, the verdict), minutes at real
+//                        size on a CPU, and code that does not wait on a backend
+// So a compile or a large case within the limits is not a timeout; a hang (no such frames) still
+// is, and so is work that runs past its limit.
 inline constexpr const char* kCompilingProgress = "compiling";
+inline constexpr const char* kHarnessWorkProgress = "harness";
 // ATTNFUZZ_COMPILE_LIMIT_S, default 900: the most compile time one request may add.
 double compile_limit_seconds();
+// ATTNFUZZ_HARNESS_WORK_LIMIT_S, default 3600: the most harness work one request may add.
+double harness_work_limit_seconds();
 
 class WorkerProcess {
  public:
@@ -96,9 +104,12 @@ class WorkerChannel {
   bool next_request(std::string& body);
   void progress(const std::string& text) { send('P', text); }
   void reply(const std::string& body) { send('R', body); }
-  // Sends a compiling frame (kCompilingProgress) on the channel of this process's current
-  // request, if this process is a worker serving one; otherwise nothing.
+  // Sends a progress frame of a watchdog-moving kind (kCompilingProgress, kHarnessWorkProgress) on
+  // the channel of this process's current request, if this process is a worker serving one;
+  // otherwise nothing. Safe from any thread.
   static void relay_compiling(const std::string& text);
+  // Whether this process is a worker serving requests.
+  static bool serving();
 
  private:
   WorkerChannel(int in, int out) : in_(in), out_(out) {}
@@ -106,6 +117,23 @@ class WorkerChannel {
   int in_, out_;
   uint64_t seq_ = 0;  // of the request being answered
   FrameReader reader_;
+};
+
+// While it lives, tells the parent of this worker process that work of `kind` (kCompilingProgress
+// or kHarnessWorkProgress) is under way, "<kind>: <what>", at once and then every
+// kHeartbeatSeconds from a thread of its own, so that the watchdog waits (above). Where this
+// process serves no request it does nothing and starts no thread.
+class WorkHeartbeat {
+ public:
+  static constexpr double kHeartbeatSeconds = 0.25;  // well inside the shortest watchdog (1 s)
+  WorkHeartbeat(const char* kind, const std::string& what);
+  ~WorkHeartbeat();
+  WorkHeartbeat(const WorkHeartbeat&) = delete;
+  WorkHeartbeat& operator=(const WorkHeartbeat&) = delete;
+
+ private:
+  struct Beat;
+  std::unique_ptr<Beat> beat_;
 };
 
 // The path of the running executable (/proc/self/exe).
