@@ -8,6 +8,7 @@
 
 #include "campaign/coverage.h"
 #include "generators/envelope_cases.h"
+#include "generators/mutate.h"
 #include "harness/backend.h"
 #include "harness/compose.h"
 #include "harness/inputs.h"
@@ -99,6 +100,31 @@ TEST(Envelope, FittedCasesAreInsideInEveryCall) {
       for (size_t i = 0; i < broken.size(); ++i)
         ASSERT_FALSE(broken[i].has_value()) << name << " case " << g << ", call " << i << " breaks " << clause_name(*broken[i]);
     }
+  }
+}
+
+// A guided campaign's mutants (generators/mutate.h) stay valid and inside the envelope they are
+// meant for, in every call, and follow from the parent and the seed alone.
+TEST(Envelope, MutantsAreValidAndInsideInEveryCall) {
+  for (const auto& [name, e] : sample_envelopes()) {
+    CaseMix mix;
+    mix.gen = small_tier();
+    mix.targets = {{name, e, true}};
+    mix.edge_share = 0.0;
+    int changed = 0;
+    for (uint64_t g = 0; g < 150; ++g) {
+      const Case parent = aimed_campaign_case(23, g, mix).c;
+      const std::optional<Case> m = mutate_case(parent, g, e, mix);
+      if (!m) continue;
+      ++changed;
+      ASSERT_NE(*m, parent);
+      ASSERT_EQ(*m, *mutate_case(parent, g, e, mix)) << "mutant of case " << g << " is not a function of its seed";
+      ASSERT_NO_THROW(validate(*m)) << name << " mutant of case " << g;
+      const auto broken = broken_in_calls(*m, e);
+      for (size_t i = 0; i < broken.size(); ++i)
+        ASSERT_FALSE(broken[i].has_value()) << name << " mutant of case " << g << ", call " << i << " breaks " << clause_name(*broken[i]);
+    }
+    EXPECT_GT(changed, 140) << name << ": most parents have a mutant";
   }
 }
 
