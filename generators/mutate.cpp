@@ -27,11 +27,12 @@ Step pick_step(SplitMix& r) {
   return Step::reseed;
 }
 
-// x moved to the nearest multiple of 16, 64 or 128 (those up to `max`), plus 0, 0, +1 or -1.
+// x moved to the nearest multiple of 16, 64 or 128 (those up to `max` and up to x, or 16), plus
+// 0, 0, +1 or -1.
 int64_t tile_corner(SplitMix& r, int64_t x, int64_t max) {
   std::vector<int64_t> tiles;
   for (int64_t m : {16, 64, 128})
-    if (m <= max) tiles.push_back(m);
+    if (m <= max && (m <= x || m == 16)) tiles.push_back(m);
   if (tiles.empty()) return std::clamp<int64_t>(x + r.range(-1, 1), domain::kMinDim, max);
   const int64_t m = r.pick(tiles);
   const int64_t corner = std::clamp<int64_t>((x + m / 2) / m * m, m, max / m * m);

@@ -4,7 +4,9 @@
 // these steps, each drawn with the weight given, from the seed alone:
 //
 //   shape     Sq, Skv or the head dim moved to a tile corner: the nearest multiple of 16, 64 or
-//             128 (up to the tier's largest), plus 0, 0, +1 or -1                         (3)
+//             128 (a tile no larger than the size itself, or 16, and a multiple up to the
+//             tier's largest), plus 0, 0, +1 or -1: corners near the size, so that guidance
+//             does not drift toward the largest (and slowest) cases                       (3)
 //   relation  Sq and Skv swapped, or one of them moved so Sq > Skv, Sq < Skv or Sq = Skv (2)
 //   layout    every tensor dense, every tensor its own random layout, or one tensor's offset
 //             or row padding changed                                                      (1)
