@@ -74,7 +74,7 @@ struct CaseGuide {
 // Every judged case is offered to the corpus. With one worker the stream is a function of the
 // seed; with several, of the seed and of the order cases finish in (the corpus they see).
 inline constexpr double kDefaultMutationShare = 0.3;  // `campaign`'s; `check` stays blind by default
-inline constexpr double kSteerShare = 0.5;
+inline constexpr double kSteerShare = 0.25;
 inline constexpr int kSteerDraws = 4;
 // The least time between two writes of corpus.json during a campaign (and once at its end).
 inline constexpr double kCorpusSaveSeconds = 5;

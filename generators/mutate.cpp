@@ -185,7 +185,7 @@ void apply(Step step, SplitMix& r, Case& c, const RandomCaseOptions& opt) {
     case Step::values:
       return values_step(r, c);
     case Step::compose:
-      c.composition = r.chance(0.3) ? Composition{} : random_composition(r, c.shape.seq_q, c.shape.seq_kv);
+      c.composition = r.chance(0.5) ? Composition{} : random_composition(r, c.shape.seq_q, c.shape.seq_kv);
       return;
     case Step::mask:
       return mask_step(r, c);

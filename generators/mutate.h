@@ -12,7 +12,7 @@
 //             or row padding changed                                                      (1)
 //   values    larger logits (large_logit, its sigma doubled), ties (near_constant, sigma 0),
 //             outliers, one of the values that break kernels, or back to normal           (2)
-//   compose   another composition, or none                                                (1)
+//   compose   another composition, or none (half each, as the generator draws them)     (1)
 //   mask      none, causal top-left or bottom-right, a sliding window, or any random mask (2)
 //   dtype     another dtype the generator draws                                          (1)
 //   extras    a softcap added or dropped, a dLSE added or dropped, the scale redrawn     (1)
