@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "campaign/dir_lock.h"
+#include "campaign/feature_cells.h"
 #include "campaign/finding_store.h"
 #include "campaign/minimize.h"
 #include "campaign/output_file.h"
@@ -24,6 +25,7 @@
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "harness/json_input.h"
+#include "harness/rng.h"
 #include "harness/worker.h"
 
 namespace attnfuzz {
@@ -152,6 +154,115 @@ Reproducer death_finding(const Case& c, const WorkerCall& reply, int64_t index, 
   return r;
 }
 
+// A guided campaign's state beside the stream (campaign.h, "Guided campaigns"): the corpus, the
+// judged cases per backend and feature cell that steering reads, and when the corpus was saved.
+// Shared by the workers, under its own lock.
+class Guidance {
+ public:
+  Guidance(const CampaignOptions& o, const std::vector<BackendProfile>& profiles, const Coverage& saved)
+      : o_(o), profiles_(profiles), guide_(o.guide(profiles)) {
+    for (const auto& [backend, cells] : saved.cells()) cells_[backend] = cells;
+    if (o.resume) {
+      try {
+        if (auto c = rundir::read_corpus(o.out_dir)) corpus_ = std::move(*c);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("--resume: ") + e.what());
+      }
+    }
+  }
+
+  // What a draw of case g was: its parent's slot and ratio when it is a mutant.
+  struct Drawn {
+    AimedCase aimed;
+    std::optional<CorpusParent> parent;
+  };
+
+  Drawn draw(uint64_t g, const std::function<AimedCase(uint64_t)>& make_case) {
+    const uint64_t h = splitmix64(o_.seed ^ splitmix64(g ^ 0x6775696465642d31ull));
+    if (unit(h) < o_.mutation_share) {
+      std::optional<CorpusParent> parent;
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        parent = corpus_.pick(splitmix64(h + 1));
+      }
+      if (parent)
+        if (std::optional<AimedCase> mutant = guide_.mutate(parent->entry.c, parent->slot.backend, splitmix64(h + 2)))
+          return {std::move(*mutant), std::move(parent)};
+    }
+    AimedCase best = make_case(g);
+    if (unit(splitmix64(h + 3)) >= kSteerShare) return {std::move(best), std::nullopt};
+    std::lock_guard<std::mutex> lock(m_);
+    uint64_t fewest = judged_in_cell(best);
+    for (int d = 1; d < kSteerDraws && fewest > 0; ++d) {
+      AimedCase other = guide_.redraw(g, static_cast<uint64_t>(d));
+      if (const uint64_t n = judged_in_cell(other); n < fewest) {
+        fewest = n;
+        best = std::move(other);
+      }
+    }
+    return {std::move(best), std::nullopt};
+  }
+
+  // A judged case: into the corpus, its cells counted, its raise counted if it is a mutant.
+  void judged(const Drawn& d, uint64_t g, const std::vector<RunOutcome>& runs, const Coverage& case_coverage) {
+    const std::map<CorpusSlot, double> ratios = slot_ratios(runs);
+    std::lock_guard<std::mutex> lock(m_);
+    for (const auto& [backend, cells] : case_coverage.cells())
+      for (const auto& [cell, n] : cells) cells_[backend][cell] += n;
+    if (d.parent) {
+      ++corpus_.counts.mutants;
+      const auto r = ratios.find(d.parent->slot);
+      if (r != ratios.end() && r->second > d.parent->entry.ratio) ++corpus_.counts.raised;
+    }
+    dirty_ = corpus_.offer(d.aimed.c, static_cast<int64_t>(g), ratios) || d.parent || dirty_;
+  }
+
+  // Writes corpus.json when it changed, at most every kCorpusSaveSeconds unless `now`.
+  void save(double seconds, bool now) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (!dirty_ || (!now && seconds - saved_at_ < kCorpusSaveSeconds)) return;
+    rundir::write_corpus(o_.out_dir, corpus_);
+    dirty_ = false;
+    saved_at_ = seconds;
+  }
+
+  GuidedCounts counts() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return corpus_.counts;
+  }
+  size_t entries() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return corpus_.entries();
+  }
+
+ private:
+  static double unit(uint64_t h) { return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0); }
+
+  // The fewest judged cases of the draw's cell among the backends that would run it.
+  uint64_t judged_in_cell(const AimedCase& a) const {
+    const std::string cell = cell_of(a.c);
+    uint64_t fewest = UINT64_MAX;
+    for (const BackendProfile& b : profiles_) {
+      if ((!a.target.empty() && a.target != b.name) || cell_outside(b.envelope, cell)) continue;
+      const auto backend = cells_.find(b.name);
+      uint64_t n = 0;
+      if (backend != cells_.end())
+        if (const auto it = backend->second.find(cell); it != backend->second.end()) n = it->second;
+      fewest = std::min(fewest, n);
+    }
+    return fewest;
+  }
+
+  const CampaignOptions& o_;
+  const std::vector<BackendProfile>& profiles_;
+  const CaseGuide guide_;
+  mutable std::mutex m_;
+  GuidedCorpus corpus_;
+  std::map<std::string, std::map<std::string, uint64_t>> cells_;
+  bool dirty_ = false;
+  double saved_at_ = 0;
+};
+
 // The compilers' on-disk caches, one per campaign directory, for every Python worker of the
 // campaign: a kernel one worker compiled loads in the others, and in a --resume or the next
 // `check` in the same --out. A variable the user set is theirs.
@@ -179,7 +290,7 @@ std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
 
 // One request to a worker: the findings of a case, or the crash/timeout it caused.
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& o,
-                                 Coverage* coverage, bool* abandoned, bool* out_of_memory) {
+                                 Coverage* coverage, bool* abandoned, bool* out_of_memory, std::vector<RunOutcome>* runs) {
   WorkerRequest req;
   req.c = c;
   req.check_determinism = check_determinism;
@@ -209,6 +320,7 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
   }
   const WorkerReply& reply = call.reply;
   if (reply.out_of_memory && out_of_memory) *out_of_memory = true;
+  if (runs && !reply.error) *runs = reply.runs;
   if (coverage) {
     if (reply.error)
       coverage->add_case_error(*reply.error);
@@ -359,6 +471,9 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   for (const auto& b : backend_names) prefix_coverage.add_backend(b);
   for (const auto& b : profiles) prefix_coverage.set_outside_cells(b.name, b.envelope);
   std::map<uint64_t, Coverage> pending_coverage;
+  // A guided campaign's corpus and steering (nothing for a blind one: its stream is case_stream's).
+  std::optional<Guidance> guidance;
+  if (o.mutation_share > 0 && o.guide) guidance.emplace(o, profiles, saved.coverage);
   // The same for findings a known deviation covers (--known), per deviation id.
   std::map<std::string, uint64_t> prefix_known = saved.known_counts;
   std::map<uint64_t, std::map<std::string, uint64_t>> pending_known;
@@ -393,6 +508,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
       known = prefix_known;
     }
     save_state(o, prefix, prefix_coverage, known, saved.seconds + elapsed());
+    if (guidance) guidance->save(elapsed(), false);
     return total;
   };
   checkpoint();
@@ -423,7 +539,8 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
             in_flight.insert(k);
           }
           const uint64_t g = global_case_index(k, o.shard, o.shards);
-          const AimedCase aimed = make_case(g);
+          const Guidance::Drawn drawn = guidance ? guidance->draw(g, make_case) : Guidance::Drawn{make_case(g), std::nullopt};
+          const AimedCase& aimed = drawn.aimed;
           const Case& c = aimed.c;
           Coverage case_coverage;
           // Determinism (every backend twice) is checked on a sample of the stream: it doubles
@@ -431,7 +548,9 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           const bool determinism = o.determinism_every <= 1 || g % static_cast<uint64_t>(o.determinism_every) == 0;
           std::map<std::string, uint64_t> case_known;
           bool abandoned = false;
-          const std::vector<Reproducer> found = run_case(proc, c, static_cast<int64_t>(g), determinism, per_case, &case_coverage, &abandoned);
+          std::vector<RunOutcome> runs;
+          const std::vector<Reproducer> found =
+              run_case(proc, c, static_cast<int64_t>(g), determinism, per_case, &case_coverage, &abandoned, nullptr, &runs);
           if (abandoned) {
             ++abandoned_cases;
             break;  // left in flight: not part of the completed prefix
@@ -445,6 +564,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           case_coverage.add_aim(aimed);
           case_coverage.add_values(c);
           case_coverage.add_features(c);
+          if (guidance) guidance->judged(drawn, g, runs, case_coverage);
           {
             std::lock_guard<std::mutex> lock(flight_m);
             pending_coverage[k] = std::move(case_coverage);
@@ -499,6 +619,11 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   if (!worker_error.empty()) throw std::runtime_error(worker_error);
   CampaignSummary s;
   s.coverage = checkpoint();
+  if (guidance) {
+    guidance->save(elapsed(), true);
+    s.guided = guidance->counts();
+    s.corpus_entries = guidance->entries();
+  }
   if (!o.quiet)
     std::fprintf(stderr, tty ? "\r\033[K%s\n" : "%s\n",
                  rate_line(done.load(), s.coverage.judged_cases() - saved.coverage.judged_cases(), elapsed(), o, next_k.load(),
@@ -585,6 +710,7 @@ rundir::Summary summary_of(const CampaignSummary& s, const CampaignOptions& o) {
     r.known_findings = s.known;
     r.known_deviations = o.known.all().size();
   }
+  if (o.mutation_share > 0) r.guided = rundir::Summary::Guided{o.mutation_share, s.guided, s.corpus_entries};
   return r;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "campaign/coverage.h"
+#include "campaign/guided_corpus.h"
 #include "campaign/known.h"
 #include "campaign/minimize.h"
 #include "campaign/repro.h"
@@ -50,6 +51,34 @@ struct SavedCampaign {
 // the known set it names is missing or damaged.
 SavedCampaign read_saved_campaign(const std::string& out_dir);
 
+// What a guided campaign needs from the generators (the CLI wires them up), for the backends the
+// probe loaded.
+struct CaseGuide {
+  // A mutant of `parent` meant for `backend` (inside its envelope), from `seed` alone; nothing
+  // when no valid one came (generators/mutate.h).
+  std::function<std::optional<AimedCase>(const Case& parent, const std::string& backend, uint64_t seed)> mutate;
+  // Another fresh draw for case index g (draw >= 1), aimed as case_stream's draw for g is.
+  std::function<AimedCase(uint64_t g, uint64_t draw)> redraw;
+};
+
+// Guided campaigns (docs/campaigns.md, "Guided campaigns"). With the share s > 0, case g is
+//   a mutant      with probability s (from a hash of seed and g), once the corpus holds an
+//                 entry: a parent drawn from the corpus (GuidedCorpus::pick), mutated by
+//                 CaseGuide::mutate for its slot's backend; case_stream's draw if none came;
+//   steered       otherwise, with probability kSteerShare: the draw for g and kSteerDraws - 1
+//                 redraws, keeping the first whose feature cell (campaign/feature_cells.h) has
+//                 the fewest judged cases for a backend that would run it (the draw's target, or
+//                 every backend whose envelope does not rule the cell out); a draw no backend
+//                 would run counts as full;
+//   case_stream's draw for g otherwise.
+// Every judged case is offered to the corpus. With one worker the stream is a function of the
+// seed; with several, of the seed and of the order cases finish in (the corpus they see).
+inline constexpr double kDefaultMutationShare = 0.3;  // `campaign`'s; `check` stays blind by default
+inline constexpr double kSteerShare = 0.25;
+inline constexpr int kSteerDraws = 4;
+// The least time between two writes of corpus.json during a campaign (and once at its end).
+inline constexpr double kCorpusSaveSeconds = 5;
+
 struct CampaignOptions {
   uint64_t seed = 1;
   double budget_seconds = 60;  // stop claiming new cases after this long
@@ -83,6 +112,9 @@ struct CampaignOptions {
   std::vector<std::string> worker_argv;
   // Known deviations (--known): findings they cover are counted, not recorded.
   KnownFindings known;
+  // The share of cases drawn by mutation (above; 0: blind, case_stream's draws and nothing more).
+  double mutation_share = 0;
+  std::function<CaseGuide(const std::vector<BackendProfile>&)> guide;
 };
 
 struct CampaignSummary {
@@ -105,6 +137,9 @@ struct CampaignSummary {
   uint64_t next_index = 0;
   // What ran, was skipped or errored, per backend and composition, over cases_total.
   Coverage coverage;
+  // A guided campaign's mutants and raises (every invocation's), and its corpus's entries.
+  GuidedCounts guided;
+  size_t corpus_entries = 0;
 };
 
 // Starts one worker as the campaign would and has it load every backend; returns what each
@@ -126,8 +161,10 @@ void minimize_findings(const CampaignOptions& opt);
 // (WorkerProcess::abandon_when) gives no findings, adds nothing and sets *abandoned. A worker
 // that ran out of memory on the case judged nothing: no findings, the case counted unjudged
 // with the reason, and *out_of_memory set.
+// `runs`, when given, receives what each backend ran (with its limit ratios), skipped or errored.
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& opt,
-                                 Coverage* coverage = nullptr, bool* abandoned = nullptr, bool* out_of_memory = nullptr);
+                                 Coverage* coverage = nullptr, bool* abandoned = nullptr, bool* out_of_memory = nullptr,
+                                 std::vector<RunOutcome>* runs = nullptr);
 // The judge (campaign/minimize.h) that runs each case in the isolated worker `w`, with this watchdog.
 Judge isolated_judge(WorkerProcess& w, const CampaignOptions& opt, bool check_determinism, double timeout_seconds);
 Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& opt, ShrinkReport* report = nullptr,

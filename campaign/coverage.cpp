@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <set>
 
@@ -98,9 +99,14 @@ std::vector<RunOutcome> run_outcomes(const DiffReport& r) {
     }
   std::vector<RunOutcome> out;
   for (const auto& run : r.runs) {
-    RunOutcome o{run.backend, run.composition_class, Outcome::ran, "", {}};
+    RunOutcome o{run.backend, run.composition_class, Outcome::ran, "", {}, {}};
     for (const auto& t : run.tensors)
-      if (t.compared) o.tensors.push_back(t.tensor);
+      if (t.compared) {
+        o.tensors.push_back(t.tensor);
+        // No judged block, or a non-finite statistic (a NaN output is its own finding): no signal.
+        const double ratio = t.worst.granularity && t.worst.limit > 0 ? t.worst.ratio / t.worst.limit : 0.0;
+        o.limit_ratios.push_back(std::isfinite(ratio) ? ratio : 0.0);
+      }
     if (run.skipped) {
       const auto key = std::make_pair(run.backend, run.composition_class);
       const bool errored = errors.count(key) > 0;
@@ -117,16 +123,22 @@ json to_json(const std::vector<RunOutcome>& runs) {
   for (const auto& r : runs) {
     std::vector<std::string> tensors;
     for (TensorId t : r.tensors) tensors.push_back(name_of(t));
-    a.push_back({r.backend, to_string(r.composition), to_string(r.outcome), r.reason, tensors});
+    // The ratios trail: a campaign reading an older worker's five elements has none.
+    a.push_back({r.backend, to_string(r.composition), to_string(r.outcome), r.reason, tensors, r.limit_ratios});
   }
   return a;
 }
 
 std::vector<RunOutcome> run_outcomes_from_json(const json& j) {
   std::vector<RunOutcome> out;
-  for (const auto& e : j)
-    out.push_back({e.at(0).get<std::string>(), composition_of(e.at(1).get<std::string>()), outcome_from_string(e.at(2).get<std::string>()),
-                   e.at(3).get<std::string>(), e.size() > 4 ? tensors_of(e.at(4).get<std::vector<std::string>>()) : std::vector<TensorId>{}});
+  for (const auto& e : j) {
+    RunOutcome o{e.at(0).get<std::string>(), composition_of(e.at(1).get<std::string>()), outcome_from_string(e.at(2).get<std::string>()),
+                 e.at(3).get<std::string>(), e.size() > 4 ? tensors_of(e.at(4).get<std::vector<std::string>>()) : std::vector<TensorId>{}, {}};
+    if (e.size() > 5) o.limit_ratios = e.at(5).get<std::vector<double>>();
+    if (!o.limit_ratios.empty() && o.limit_ratios.size() != o.tensors.size())
+      throw std::runtime_error("runs: " + std::to_string(o.limit_ratios.size()) + " limit ratios for " + std::to_string(o.tensors.size()) + " tensors");
+    out.push_back(std::move(o));
+  }
   return out;
 }
 

@@ -36,6 +36,10 @@ struct RunOutcome {
   Outcome outcome = Outcome::ran;
   std::string reason;                // why it was skipped or what the error was
   std::vector<TensorId> tensors;  // ran: the outputs it returned and that were judged (O, LSE, ...)
+  // Per tensors[i]: its worst block's error statistic over that block's limit (harness/verdict.h,
+  // WorstBlock ratio / limit; above 1 the tensor fails), the signal guided campaigns climb
+  // (campaign/guided_corpus.h). Empty from a worker that does not send it.
+  std::vector<double> limit_ratios;
 };
 
 // The outcomes of one differential report, for the worker to send to its campaign.

@@ -119,10 +119,17 @@ MergeResult merge_shards(const std::vector<std::string>& dirs, const std::string
   json shards = json::array();
   // The campaign's own store: the same buckets, the same representatives, the same names.
   FindingStore store(rundir::findings_dir(out));
+  // Guided shards' corpora: one corpus, the best entries of every slot (campaign/guided_corpus.h).
+  std::optional<GuidedCorpus> corpus;
   for (const auto& d : dirs) {
     if (fs::exists(rundir::summary_path(d))) shards.push_back(add_summary(d, m, known));
     add_findings(d, store, m, left_out);
+    if (std::optional<GuidedCorpus> c = rundir::read_corpus(d)) {
+      if (!corpus) corpus.emplace();
+      corpus->add(*c);
+    }
   }
+  if (corpus) rundir::write_corpus(out, *corpus);
   rundir::Summary s;
   s.merged_shards = shards;
   s.cases = m.cases;
@@ -130,6 +137,7 @@ MergeResult merge_shards(const std::vector<std::string>& dirs, const std::string
   s.signatures = store.signatures();
   s.coverage = m.coverage;
   if (!known.empty()) s.known_findings = known;
+  if (corpus) s.guided = rundir::Summary::Guided{std::nullopt, corpus->counts, corpus->entries()};
   rundir::write_summary(out, s);
   m.distinct_findings = s.signatures.size();
   return m;

@@ -6,6 +6,7 @@
 //   cases     = sum of the shards' cases (refused past 2^64 - 1, never wrapped)
 //   coverage  = sum of the shards' coverage
 //   findings  = one representative per bucket over every shard, its minimized reproducer with it
+//   corpus    = the union of the guided shards' corpora (campaign/guided_corpus.h), their counts summed
 #include <cstdint>
 #include <functional>
 #include <optional>

@@ -19,7 +19,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 const std::vector<std::string>& own_names() {
   static const std::vector<std::string> names{kStateFile, kLockFile,  kFindingsDir, kSummaryFile,
-                                              kReportFile, kJUnitFile, kKnownSetFile, kCompileCacheDir};
+                                              kReportFile, kJUnitFile, kKnownSetFile, kCompileCacheDir, kCorpusFile};
   return names;
 }
 
@@ -28,6 +28,7 @@ std::string state_path(const std::string& dir) { return dir + "/" + kStateFile; 
 std::string summary_path(const std::string& dir) { return dir + "/" + kSummaryFile; }
 std::string compile_cache_dir(const std::string& dir) { return dir + "/" + kCompileCacheDir; }
 std::string known_set_path(const std::string& dir) { return dir + "/" + kKnownSetFile; }
+std::string corpus_path(const std::string& dir) { return dir + "/" + kCorpusFile; }
 
 std::string minimized_name(const std::string& finding) { return finding.substr(0, finding.size() - 5) + kMinimizedSuffix; }
 std::string finding_of_minimized(const std::string& minimized) {
@@ -68,6 +69,11 @@ std::string summary_text(const Summary& s) {
   j["coverage"] = s.coverage.to_json();
   if (s.known_findings) j["known_findings"] = *s.known_findings;
   if (s.known_deviations) j["known_deviations"] = *s.known_deviations;
+  if (s.guided) {
+    json g{{"mutants", s.guided->counts.mutants}, {"raised", s.guided->counts.raised}, {"corpus_entries", s.guided->corpus_entries}};
+    if (s.guided->mutation_share) g["mutation_share"] = *s.guided->mutation_share;
+    j["guided"] = g;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -101,5 +107,24 @@ std::optional<double> campaign_seconds(const std::string& dir) {
 }
 
 void write_state(const std::string& dir, const json& state) { write(state_path(dir), state.dump(2) + "\n"); }
+
+void write_corpus(const std::string& dir, const GuidedCorpus& corpus) {
+  json j = corpus.to_json();
+  j["format"] = kCorpusFormat;
+  write(corpus_path(dir), j.dump() + "\n");
+}
+
+std::optional<GuidedCorpus> read_corpus(const std::string& dir) {
+  const std::string path = corpus_path(dir);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  try {
+    const json j = parse_strict_json(read_input_file(path, kMaxCorpusBytes));
+    if (!has_format(j, kCorpusFormat)) throw std::runtime_error(std::string("not an ") + kCorpusFormat + " file");
+    return GuidedCorpus::from_json(j);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+}
 
 }  // namespace attnfuzz::rundir

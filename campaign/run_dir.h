@@ -7,6 +7,8 @@
 //   DIR/findings/<bucket>.min.json  its minimized reproducer
 //   DIR/state.json                  the resumable state (attnfuzz-campaign-state/1)
 //   DIR/known.json                  the campaign's copy of its --known deviations
+//   DIR/corpus.json                 a guided campaign's corpus (attnfuzz-corpus/1;
+//                                   campaign/guided_corpus.h)
 //   DIR/summary.json                the reproducible summary (attnfuzz-summary/1)
 //   DIR/compile-cache/              the compilers' caches its Python workers share (Inductor,
 //                                   Triton, XLA), kept across --resume and by `check`
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "campaign/coverage.h"
+#include "campaign/guided_corpus.h"
 
 namespace attnfuzz::rundir {
 
@@ -28,6 +31,7 @@ inline constexpr const char* kFindingsDir = "findings";
 inline constexpr const char* kStateFile = "state.json";
 inline constexpr const char* kSummaryFile = "summary.json";
 inline constexpr const char* kKnownSetFile = "known.json";
+inline constexpr const char* kCorpusFile = "corpus.json";
 inline constexpr const char* kLockFile = "lock";
 inline constexpr const char* kReportFile = "report.html";
 inline constexpr const char* kJUnitFile = "junit.xml";
@@ -36,6 +40,7 @@ inline constexpr const char* kMinimizedSuffix = ".min.json";
 
 inline constexpr const char* kSummaryFormat = "attnfuzz-summary/1";
 inline constexpr const char* kStateFormat = "attnfuzz-campaign-state/1";
+inline constexpr const char* kCorpusFormat = "attnfuzz-corpus/1";
 
 // Every name attnfuzz itself puts at the top of a campaign directory.
 const std::vector<std::string>& own_names();
@@ -45,6 +50,7 @@ std::string state_path(const std::string& dir);
 std::string summary_path(const std::string& dir);
 std::string known_set_path(const std::string& dir);
 std::string compile_cache_dir(const std::string& dir);
+std::string corpus_path(const std::string& dir);
 
 // findings/X.json -> findings/X.min.json (a path or a bare file name).
 std::string minimized_name(const std::string& finding);
@@ -74,6 +80,14 @@ struct Summary {
   Coverage coverage;
   std::optional<std::map<std::string, uint64_t>> known_findings;
   std::optional<size_t> known_deviations;
+  // A guided campaign's (absent for a blind one): its share, its mutants and their raises, and
+  // the entries its corpus ends with.
+  struct Guided {
+    std::optional<double> mutation_share;  // absent in a merge
+    GuidedCounts counts;
+    size_t corpus_entries = 0;
+  };
+  std::optional<Guided> guided;
 };
 std::string summary_text(const Summary& s);
 void write_summary(const std::string& dir, const Summary& s);
@@ -91,5 +105,12 @@ StateFile read_state(const std::string& dir);
 // nothing where DIR has no readable state (a merge's directory) or no time recorded.
 std::optional<double> campaign_seconds(const std::string& dir);
 void write_state(const std::string& dir, const nlohmann::json& state);
+
+// The largest corpus.json read back: a slot's cases may carry large masks.
+inline constexpr uint64_t kMaxCorpusBytes = uint64_t{256} << 20;
+// DIR/corpus.json: written whole, tagged kCorpusFormat; read back as the corpus, or nothing where
+// DIR has none. Throws std::runtime_error "PATH: why" for a damaged one.
+void write_corpus(const std::string& dir, const GuidedCorpus& corpus);
+std::optional<GuidedCorpus> read_corpus(const std::string& dir);
 
 }  // namespace attnfuzz::rundir

@@ -15,6 +15,7 @@
 #include "cli/flags.h"
 #include "cli/coverage_output.h"
 #include "cli/visible_gpus.h"
+#include "generators/mutate.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
 #include "harness/errors.h"
@@ -44,28 +45,55 @@ RandomCaseOptions tier_options(const std::string& tier, bool gpu, int64_t max_se
   return g;
 }
 
-// The case stream (generators/envelope_cases.h): blind, or aimed at the envelopes of the backends
-// the probe loaded, one after the other; auto aims when one of them computes on a GPU.
+// The case mix (generators/envelope_cases.h) for the backends the probe loaded: blind, or aimed at
+// their envelopes, one after the other; auto aims when one of them computes on a GPU.
+CaseMix case_mix(const CampaignArgs& a, const std::vector<BackendProfile>& backends) {
+  const bool gpu = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.on_gpu(); });
+  CaseMix mix;
+  mix.gen = tier_options(a.tier, gpu, a.max_seq, a.max_dim);
+  mix.gen.p_breaking_values = a.breaking_share.value_or(gpu ? kGpuBreakingShare : kCpuBreakingShare);
+  if (!a.breaking_share)  // the default's share only: an explicit share draws every kind
+    mix.gen.breaking_left_out = gpu ? kGpuBreakingLeftOut : std::vector<ValueFeature>{kCpuBreakingLeftOut};
+  // By default a bias only where some backend under test takes one: the others skip such cases.
+  const bool takes_bias = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.envelope.bias; });
+  mix.gen.p_bias = a.bias_share.value_or(gpu || !takes_bias ? 0.0 : kCpuBiasShare);
+  mix.edge_share = a.edge_share;
+  mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
+  // The GPU real tier shrinks for what its workers keep on the host, not for the CPU set's
+  // per-head matrices, which it never builds there.
+  mix.host_work = [backends](const Shape& s) { return host_work_of(backends, s); };
+  if (a.case_mix == "aimed" || (a.case_mix == "auto" && gpu))
+    for (const auto& b : backends) mix.targets.push_back({b.name, b.envelope, b.on_gpu()});
+  return mix;
+}
+
 std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfile>&)> case_stream(const CampaignArgs& a) {
-  return [seed = a.seed, tier = a.tier, mix_name = a.case_mix, share = a.edge_share, breaking = a.breaking_share, bias = a.bias_share, max_seq = a.max_seq,
-          max_dim = a.max_dim](const std::vector<BackendProfile>& backends) {
-    const bool gpu = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.on_gpu(); });
-    CaseMix mix;
-    mix.gen = tier_options(tier, gpu, max_seq, max_dim);
-    mix.gen.p_breaking_values = breaking.value_or(gpu ? kGpuBreakingShare : kCpuBreakingShare);
-    if (!breaking)  // the default's share only: an explicit share draws every kind
-      mix.gen.breaking_left_out = gpu ? kGpuBreakingLeftOut : std::vector<ValueFeature>{kCpuBreakingLeftOut};
-    // By default a bias only where some backend under test takes one: the others skip such cases.
-    const bool takes_bias = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.envelope.bias; });
-    mix.gen.p_bias = bias.value_or(gpu || !takes_bias ? 0.0 : kCpuBiasShare);
-    mix.edge_share = share;
-    mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
-    // The GPU real tier shrinks for what its workers keep on the host, not for the CPU set's
-    // per-head matrices, which it never builds there.
-    mix.host_work = [backends](const Shape& s) { return host_work_of(backends, s); };
-    if (mix_name == "aimed" || (mix_name == "auto" && gpu))
-      for (const auto& b : backends) mix.targets.push_back({b.name, b.envelope, b.on_gpu()});
-    return [seed, mix](uint64_t g) { return aimed_campaign_case(seed, g, mix); };
+  return [a](const std::vector<BackendProfile>& backends) {
+    return [seed = a.seed, mix = case_mix(a, backends)](uint64_t g) { return aimed_campaign_case(seed, g, mix); };
+  };
+}
+
+// A guided campaign's mutations and redraws (campaign/campaign.h, CaseGuide) over the same mix.
+std::function<CaseGuide(const std::vector<BackendProfile>&)> case_guide(const CampaignArgs& a) {
+  return [a](const std::vector<BackendProfile>& backends) {
+    const CaseMix mix = case_mix(a, backends);
+    CaseGuide guide;
+    guide.mutate = [mix, backends](const Case& parent, const std::string& backend, uint64_t seed) -> std::optional<AimedCase> {
+      const auto b = std::find_if(backends.begin(), backends.end(), [&](const BackendProfile& p) { return p.name == backend; });
+      if (b == backends.end()) return std::nullopt;  // a corpus slot of a backend not loaded now
+      std::optional<Case> c = mutate_case(parent, seed, b->envelope, mix);
+      if (!c) return std::nullopt;
+      AimedCase out{std::move(*c), "", CaseAim::blind, std::nullopt};
+      if (!mix.targets.empty()) {  // an aimed stream's mutant is aimed inside the backend it is meant for
+        out.target = backend;
+        out.aim = CaseAim::inside;
+      }
+      return out;
+    };
+    guide.redraw = [seed = a.seed, mix](uint64_t g, uint64_t draw) {
+      return aimed_campaign_case(splitmix64(seed ^ splitmix64(draw ^ 0x7265647261772d31ull)), g, mix);
+    };
+    return guide;
   };
 }
 
@@ -149,7 +177,11 @@ CampaignOptions to_options(const CampaignArgs& a) {
     throw std::invalid_argument("--breaking-share takes a share in [0, 1], got " + std::to_string(*a.breaking_share));
   if (a.bias_share && !(*a.bias_share >= 0.0 && *a.bias_share <= 1.0))
     throw std::invalid_argument("--bias-share takes a share in [0, 1], got " + std::to_string(*a.bias_share));
+  if (!(a.mutation_share >= 0.0 && a.mutation_share <= 1.0))
+    throw std::invalid_argument("--mutation-share takes a share in [0, 1], got " + std::to_string(a.mutation_share));
   o.case_stream = case_stream(a);
+  o.mutation_share = a.mutation_share;
+  if (a.mutation_share > 0) o.guide = case_guide(a);
   o.candidates = shrink_candidates;
   o.size = case_size;
   o.worker_argv = worker_argv(o.backends);
@@ -181,6 +213,9 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
       "share of cases with a score bias: a dense tensor broadcast over some dimensions, ALiBi or a relative-position table "
       "(docs/case-format.md; default 0.2 where every backend computes on the CPU and one of them takes a bias, else 0); "
       "aimed cases keep it only for backends that take one");
+  cmd->add_option("--mutation-share", a.mutation_share,
+                  "share of cases drawn by mutating the corpus of passing cases nearest their limits, with steering toward thin "
+                  "feature cells (docs/campaigns.md, \"Guided campaigns\"; default 0.3 for campaign, 0 for check; 0: blind)");
   // A campaign's cases are judged against the float64 reference: longer rows than 2^16 are refused.
   add_shared_option(cmd, Flag::max_seq, a.max_seq)->check(CLI::Range(1, 1 << 16));
   add_shared_option(cmd, Flag::max_dim, a.max_dim);
@@ -223,6 +258,9 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
              s.cases - std::min(s.judged, s.cases), s.seconds, s.seconds > 0 ? static_cast<double>(s.judged) / s.seconds : 0.0,
              s.signatures.size());
   for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
+  if (o.mutation_share > 0)
+    fmt::print("guided    {} mutant(s) of the corpus (share {}), {} raised their parent's ratio; {} corpus entries ({}/{})\n", s.guided.mutants,
+               o.mutation_share, s.guided.raised, s.corpus_entries, message_safe(o.out_dir, 4000), rundir::kCorpusFile);
   if (s.steady_seconds > 0)
     fmt::print("steady    {:.2f} judged cases/s over the last {:.0f} s (the first half holds the workers' start and most compiles)\n",
                static_cast<double>(s.steady_judged) / s.steady_seconds, s.steady_seconds);

@@ -143,6 +143,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
   ch->c.cases = 200;
   ch->c.seconds = 1e9;
   ch->c.jobs = 1;
+  ch->c.mutation_share = 0;  // a gate draws the same cases whatever it found before: blind unless asked
   ch->c.out = "attnfuzz-check";
   CLI::App* check = app.add_subcommand("check", "Pre-merge check: fixed seed and case budget, deterministic, JUnit + JSON, exit code");
   add_campaign_flags(check, ch->c);

@@ -159,10 +159,6 @@ Layouts random_layouts(SplitMix& r, const Shape& s) {
   return out;
 }
 
-namespace {
-
-// One of the values that break kernels (harness/case.h, ValueFeature; docs/fuzzing.md), in
-// equal shares, over the case's Q, K, V, dO or dLSE.
 void breaking_values(SplitMix& r, Case& c) {
   auto shifted = [&](double shift, double q_sign) {
     // Column 0 of Q (in a share of the rows) times column 0 of K (every row) adds
@@ -209,8 +205,6 @@ void breaking_values(SplitMix& r, Case& c) {
       break;
   }
 }
-
-}  // namespace
 
 RandomCaseOptions RandomCaseOptions::for_tier(domain::SizeTier t) {
   const domain::Bounds b = domain::bounds(t);

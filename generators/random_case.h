@@ -76,6 +76,9 @@ Layouts random_layouts(SplitMix& r, const Shape& s);
 // random set of dimensions, ALiBi or a relative-position table; values ordinary, saturating, or
 // mask-like (a share of entries at -1e4 or +1e4).
 ScoreBias random_bias(SplitMix& r);
+// One of the values that break kernels (harness/case.h, ValueFeature; docs/fuzzing.md), in
+// equal shares, over the case's Q, K, V, dO or dLSE.
+void breaking_values(SplitMix& r, Case& c);
 Case random_case(uint64_t seed, const RandomCaseOptions& opt = {});
 // The index-th case of a campaign's stream (`attnfuzz campaign`, bench_case_rate).
 Case campaign_case(uint64_t seed, uint64_t index, const RandomCaseOptions& opt);

@@ -53,7 +53,9 @@ echo "cluster up in $(( $(date +%s) - start )) s"
 mutants=$(dirname "$bin")/mutants
 backends="torch.math,plugin:$mutants/libattnfuzz_mutant_masked_rows_nan.so,plugin:$mutants/libattnfuzz_mutant_causal_align.so"
 seed=7 shards=4 per_shard=20
-common=(--tier toy --jobs 1 --quiet --backends "$backends")  # toy: small cases, fast
+# toy: small cases, fast; blind: a guided stream depends on the corpus each shard saw, so only
+# blind shards draw exactly the unsharded run's cases
+common=(--tier toy --jobs 1 --quiet --mutation-share 0 --backends "$backends")
 
 mkdir "$tmp/array" && cd "$tmp/array" || exit 1
 job=$(ATTNFUZZ=$bin SEED=$seed SECONDS_BUDGET=600 SHARD_PREFIX=shard \

@@ -9,6 +9,7 @@
 
 #include "campaign/coverage.h"
 #include "campaign/feature_cells.h"
+#include "campaign/guided_corpus.h"
 
 namespace attnfuzz {
 namespace {
@@ -208,6 +209,50 @@ TEST(FeatureMap, TheMapRoundTripsThroughJsonAndSums) {
   nlohmann::json old = a.to_json();
   old.erase("features");
   EXPECT_TRUE(Coverage::from_json(old).cells().empty());
+}
+
+// The guided corpus (campaign/guided_corpus.h): per backend and tensor the best kSlotSize passing
+// cases, highest ratio first; failures stay out; a draw picks deterministically; the JSON form
+// round-trips, and a union keeps every slot's best.
+TEST(GuidedCorpus, KeepsTheBestPassingCasesPerSlot) {
+  auto a_case = [](int64_t seq) {
+    Case c;
+    c.shape.seq_q = seq;
+    return c;
+  };
+  const std::vector<RunOutcome> runs{{"b", CompositionClass::single, Outcome::ran, "", {TensorId::O, TensorId::LSE}, {0.5, 1.5}},
+                                     {"b", CompositionClass::merged, Outcome::ran, "", {TensorId::O}, {0.625}}};
+  const std::map<CorpusSlot, double> ratios = slot_ratios(runs);
+  EXPECT_EQ(ratios.at(CorpusSlot{"b", TensorId::O}), 0.625);  // the largest over the compositions
+  EXPECT_EQ(ratios.at(CorpusSlot{"b", TensorId::LSE}), 1.5);
+  GuidedCorpus corpus;
+  EXPECT_FALSE(corpus.pick(7));
+  EXPECT_TRUE(corpus.offer(a_case(1), 0, ratios));
+  EXPECT_EQ(corpus.entries(), 1u) << "the failing LSE stays out";
+  for (int64_t i = 2; i < 20; ++i) corpus.offer(a_case(i), i, {{CorpusSlot{"b", TensorId::O}, 0.01 * static_cast<double>(i)}});
+  const std::vector<CorpusEntry>& slot = corpus.slots().at(CorpusSlot{"b", TensorId::O});
+  ASSERT_EQ(slot.size(), GuidedCorpus::kSlotSize);
+  EXPECT_EQ(slot.front().ratio, 0.625);
+  EXPECT_EQ(slot.back().ratio, 0.01 * 13);
+  EXPECT_FALSE(corpus.offer(a_case(40), 40, {{CorpusSlot{"b", TensorId::O}, 0.05}})) << "below the weakest of a full slot";
+  EXPECT_FALSE(corpus.offer(a_case(1), 41, {{CorpusSlot{"b", TensorId::O}, 0.5}})) << "a case already there keeps its higher ratio";
+  for (uint64_t d = 0; d < 20; ++d) EXPECT_EQ(corpus.pick(d)->entry.c, corpus.pick(d)->entry.c);
+  corpus.counts = {5, 2};
+
+  const GuidedCorpus back = GuidedCorpus::from_json(nlohmann::json::parse(corpus.to_json().dump()));
+  EXPECT_EQ(back.slots().at(CorpusSlot{"b", TensorId::O}).size(), GuidedCorpus::kSlotSize);
+  EXPECT_EQ(back.slots().at(CorpusSlot{"b", TensorId::O}).front().c, a_case(1));
+  EXPECT_EQ(back.counts.raised, 2u);
+
+  GuidedCorpus other;
+  other.offer(a_case(50), 50, {{CorpusSlot{"b", TensorId::O}, 0.875}, {CorpusSlot{"c", TensorId::dQ}, 0.25}});
+  other.counts = {1, 1};
+  GuidedCorpus both = back;
+  both.add(other);
+  EXPECT_EQ(both.slots().at(CorpusSlot{"b", TensorId::O}).front().ratio, 0.875);
+  EXPECT_EQ(both.slots().at(CorpusSlot{"b", TensorId::O}).size(), GuidedCorpus::kSlotSize);
+  EXPECT_EQ(both.slots().size(), 2u);
+  EXPECT_EQ(both.counts.mutants, 6u);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "campaign/coverage.h"
 #include "generators/envelope_cases.h"
+#include "generators/mutate.h"
 #include "harness/backend.h"
 #include "harness/compose.h"
 #include "harness/inputs.h"
@@ -84,21 +85,51 @@ RandomCaseOptions small_tier() {
   return o;
 }
 
+// The small tier's mix aimed inside `e` alone, nothing put outside.
+CaseMix inside_mix(const std::string& name, const SupportEnvelope& e) {
+  CaseMix mix;
+  mix.gen = small_tier();
+  mix.targets = {{name, e, true}};
+  mix.edge_share = 0.0;
+  return mix;
+}
+
+// A valid case, every call of it inside `e`.
+void expect_inside(const Case& c, const SupportEnvelope& e, const std::string& what) {
+  ASSERT_NO_THROW(validate(c)) << what;
+  const auto broken = broken_in_calls(c, e);
+  for (size_t i = 0; i < broken.size(); ++i)
+    ASSERT_FALSE(broken[i].has_value()) << what << ", call " << i << " breaks " << clause_name(*broken[i]);
+}
+
 TEST(Envelope, FittedCasesAreInsideInEveryCall) {
   for (const auto& [name, e] : sample_envelopes()) {
-    CaseMix mix;
-    mix.gen = small_tier();
-    mix.targets = {{name, e, true}};
-    mix.edge_share = 0.0;
+    const CaseMix mix = inside_mix(name, e);
     for (uint64_t g = 0; g < 200; ++g) {
       const AimedCase a = aimed_campaign_case(17, g, mix);
       ASSERT_EQ(a.aim, CaseAim::inside);
       ASSERT_EQ(a.target, name);
-      ASSERT_NO_THROW(validate(a.c)) << name << " case " << g;
-      const auto broken = broken_in_calls(a.c, e);
-      for (size_t i = 0; i < broken.size(); ++i)
-        ASSERT_FALSE(broken[i].has_value()) << name << " case " << g << ", call " << i << " breaks " << clause_name(*broken[i]);
+      expect_inside(a.c, e, name + " case " + std::to_string(g));
     }
+  }
+}
+
+// A guided campaign's mutants (generators/mutate.h) stay valid and inside the envelope they are
+// meant for, in every call, and follow from the parent and the seed alone.
+TEST(Envelope, MutantsAreValidAndInsideInEveryCall) {
+  for (const auto& [name, e] : sample_envelopes()) {
+    const CaseMix mix = inside_mix(name, e);
+    int changed = 0;
+    for (uint64_t g = 0; g < 150; ++g) {
+      const Case parent = aimed_campaign_case(23, g, mix).c;
+      const std::optional<Case> m = mutate_case(parent, g, e, mix);
+      if (!m) continue;
+      ++changed;
+      ASSERT_NE(*m, parent);
+      ASSERT_EQ(*m, *mutate_case(parent, g, e, mix)) << "mutant of case " << g << " is not a function of its seed";
+      expect_inside(*m, e, name + " mutant of case " + std::to_string(g));
+    }
+    EXPECT_GT(changed, 140) << name << ": most parents have a mutant";
   }
 }
 

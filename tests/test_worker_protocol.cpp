@@ -75,7 +75,7 @@ TEST(WorkerProtocol, RepliesRoundTripWithFindingsAsObjects) {
   f.finding.detail = "rms 0.5";
   f.input_checksum = 42;
   r.findings = {f};
-  r.runs = {{"scaled_output", CompositionClass::single, Outcome::ran, ""}};
+  r.runs = {{"scaled_output", CompositionClass::single, Outcome::ran, "", {TensorId::O, TensorId::LSE}, {0.75, 1.5}}};
   r.restart = true;
   r.out_of_memory = true;
   r.profiles = {{"scaled_output", Device::cpu, SupportEnvelope{}, HostScores::one_head}};
@@ -91,6 +91,11 @@ TEST(WorkerProtocol, RepliesRoundTripWithFindingsAsObjects) {
   EXPECT_EQ(back.findings[0].c, f.c);
   ASSERT_EQ(back.runs.size(), 1u);
   EXPECT_EQ(back.runs[0].backend, "scaled_output");
+  EXPECT_EQ(back.runs[0].limit_ratios, (std::vector<double>{0.75, 1.5}));
+  // An older worker's run has five elements and no ratios.
+  json older = j;
+  older["runs"][0].erase(5);
+  EXPECT_TRUE(decode_reply(older.dump()).runs.at(0).limit_ratios.empty());
   EXPECT_TRUE(back.restart);
   EXPECT_TRUE(back.out_of_memory);
   ASSERT_EQ(back.profiles.size(), 1u);
@@ -188,6 +193,13 @@ TEST_F(ServerOverPipes, AnswersAProbeAndACase) {
   EXPECT_EQ(r.findings[0].backends, names_);
   EXPECT_EQ(r.findings[0].environment.at("where"), "test");
   EXPECT_FALSE(r.runs.empty());
+  // The worst block's ratio over its limit of every judged tensor: above 1 where O mismatches.
+  bool o_over = false;
+  for (const auto& run_outcome : r.runs) {
+    ASSERT_EQ(run_outcome.limit_ratios.size(), run_outcome.tensors.size());
+    for (size_t i = 0; i < run_outcome.tensors.size(); ++i) o_over = o_over || (run_outcome.tensors[i] == TensorId::O && run_outcome.limit_ratios[i] > 1);
+  }
+  EXPECT_TRUE(o_over);
 
   // A request the server cannot read is answered with an error, and the loop goes on.
   const std::string bad = encode_frame('Q', ++seq_, R"({"op": "explode"})");
