@@ -34,7 +34,7 @@ using nlohmann::json;
 namespace {
 
 // A path named on the command line is a reproducer, or an error. Inside a directory, .json
-// files of the project's other formats (cases, summaries, campaign state) are skipped;
+// files of the project's other formats (cases, summaries, campaign state, corpora) are skipped;
 // everything else (a truncated, empty or unknown file) is judged, and so an error.
 struct ReplayInput {
   std::string path;
@@ -76,7 +76,8 @@ bool other_known_format(const std::string& text) {
     const auto f = j.is_object() ? j.find("format") : j.end();
     if (f == j.end() || !f->is_string()) return false;
     const std::string format = f->get<std::string>();
-    return format == kCaseFormat || format == rundir::kSummaryFormat || format == rundir::kStateFormat || format == kKnownSetFormat;
+    return format == kCaseFormat || format == rundir::kSummaryFormat || format == rundir::kStateFormat || format == kKnownSetFormat ||
+           format == rundir::kCorpusFormat;
   } catch (const json::exception&) {
     return false;
   }

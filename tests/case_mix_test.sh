@@ -5,6 +5,7 @@
 #   prints an `aimed` line per backend; the CPU backends, which enforce their envelopes, run
 #   every case aimed inside theirs;
 # - a blind campaign (the CPU default) aims nothing;
+# (the shares are those of fresh draws: these campaigns are unguided, --mutation-share 0)
 # - `generate --backends` writes cases inside the named backend's envelope;
 # - --breaking-share 1: every case carries values that break kernels, counted per feature in
 #   summary.json's coverage.case_mix.values; the default draws none.
@@ -30,7 +31,7 @@ check "generate --edge-share 2: exit 2, one line (got $rc)" "[ $rc -eq 2 ] && [ 
 
 # Values that break kernels (docs/fuzzing.md): with --breaking-share 1 every case holds one, and
 # summary.json counts each feature; by default a quarter of a CPU campaign's cases hold one; with 0, none.
-"$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --breaking-share 1 \
+"$bin" campaign --mutation-share 0 --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --breaking-share 1 \
   --backends torch.math --out "$tmp/breaking" >"$tmp/breaking.txt" 2>&1
 rc=$?
 check "--breaking-share 1: exit 0 (got $rc)" "[ $rc -eq 0 ]"
@@ -38,16 +39,16 @@ v="d['coverage']['case_mix']['values']"
 check "--breaking-share 1: every case counted under a value feature, several features" \
   "[ \"\$(json $tmp/breaking/summary.json \"sum(x['cases'] for x in $v.values())\")\" -ge 30 ] && [ \"\$(json $tmp/breaking/summary.json \"len($v)\")\" -ge 4 ]"
 check "--breaking-share 1: judged ones counted" "[ \"\$(json $tmp/breaking/summary.json \"sum(x['judged'] for x in $v.values())\")\" -ge 25 ]"
-"$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --backends torch.math --out "$tmp/default" >/dev/null 2>&1
+"$bin" campaign --mutation-share 0 --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --backends torch.math --out "$tmp/default" >/dev/null 2>&1
 check "a CPU campaign's default draws breaking values in about a quarter of its cases" \
   "n=\$(json $tmp/default/summary.json \"sum(x['cases'] for x in $v.values())\"); [ \$n -ge 2 ] && [ \$n -le 15 ]"
-"$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --breaking-share 0 --bias-share 0 --backends torch.math \
+"$bin" campaign --mutation-share 0 --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --breaking-share 0 --bias-share 0 --backends torch.math \
   --out "$tmp/plain" >/dev/null 2>&1
 check "--breaking-share 0 draws none" "[ \"\$(json $tmp/plain/summary.json \"len($v)\")\" = 0 ]"
 
 # Score biases (docs/fuzzing.md, "Score biases"): with --bias-share 1 every case has one, counted
 # per kind under each backend's sides in summary.json; with 0, none.
-"$bin" campaign --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --bias-share 1 --backends torch.math \
+"$bin" campaign --mutation-share 0 --cases 30 --jobs 2 --tier toy --seed 5 --no-minimize --quiet --bias-share 1 --backends torch.math \
   --out "$tmp/bias" >/dev/null 2>&1
 rc=$?
 b="d['coverage']['features']['sides']['torch.math']['bias']"
@@ -57,7 +58,7 @@ check "--bias-share 0: no bias" \
   "[ \"\$(json $tmp/plain/summary.json \"sorted(d['coverage']['features']['sides']['torch.math']['bias'])\")\" = \"['none']\" ]"
 
 # An aimed campaign over two CPU backends with envelopes of their own (no softcap; Dqk == Dv).
-"$bin" campaign --case-mix aimed --cases 60 --jobs 2 --tier toy --seed 5 --no-minimize --quiet \
+"$bin" campaign --mutation-share 0 --case-mix aimed --cases 60 --jobs 2 --tier toy --seed 5 --no-minimize --quiet \
   --backends torch.sdpa.cpu_flash,torch.sdpa.math --out "$tmp/aimed" >"$tmp/aimed.txt" 2>&1
 rc=$?
 check "aimed campaign: exit 0 (got $rc)" "[ $rc -eq 0 ]"
@@ -73,7 +74,7 @@ check "aimed campaign: every case judged" "grep -q '^done .*60 cases (60 judged,
 check "aimed campaign: the report shows the case mix" "grep -q 'Case mix' $tmp/aimed/report.html"
 
 # The CPU default stays blind.
-"$bin" campaign --cases 10 --jobs 1 --tier toy --no-minimize --quiet --backends torch.sdpa.math --out "$tmp/blind" >"$tmp/blind.txt" 2>&1
+"$bin" campaign --mutation-share 0 --cases 10 --jobs 1 --tier toy --no-minimize --quiet --backends torch.sdpa.math --out "$tmp/blind" >"$tmp/blind.txt" 2>&1
 check "blind campaign: 10 blind cases, none aimed" \
   "[ \"\$(json $tmp/blind/summary.json \"d['coverage']['case_mix']['blind']\")\" = 10 ] && ! grep -q '^aimed' $tmp/blind.txt"
 
