@@ -190,27 +190,16 @@ class Engine {
   }
 
   Problem make_leaf(const Region& r) const {
-    Problem p;
-    p.shape = c_.shape;
+    Problem p = case_problem(c_);
     p.shape.seq_q = r.q1 - r.q0;
     p.shape.seq_kv = r.k1 - r.k0;
-    p.dtype = c_.dtype;
-    p.layouts = c_.layouts;
-    p.scale = c_.effective_scale();
-    p.softcap = c_.softcap;
-    p.mask_expr = &c_.mask;
     p.q_offset = r.q0;
     p.kv_offset = r.k0;
-    p.full_seq_q = c_.shape.seq_q;
-    p.full_seq_kv = c_.shape.seq_kv;
     p.restrictions = r.restrictions;
     p.q = slice_seq(in_.q, r.q0, r.q1);
     p.k = slice_seq(in_.k, r.k0, r.k1);
     p.v = slice_seq(in_.v, r.k0, r.k1);
-    if (c_.bias) {
-      p.bias = slice_bias(in_.bias, r.q0, r.q1, r.k0, r.k1);
-      p.bias_requires_grad = c_.bias->requires_grad;
-    }
+    if (c_.bias) p.bias = slice_bias(in_.bias, r.q0, r.q1, r.k0, r.k1);
     materialize_mask(p);
     return p;
   }

@@ -143,7 +143,7 @@ uint64_t checksum(const Inputs& in) {
   return h;
 }
 
-Problem full_problem(const Case& c, const Inputs& in) {
+Problem case_problem(const Case& c) {
   Problem p;
   p.shape = c.shape;
   p.dtype = c.dtype;
@@ -153,13 +153,16 @@ Problem full_problem(const Case& c, const Inputs& in) {
   p.mask_expr = &c.mask;
   p.full_seq_q = c.shape.seq_q;
   p.full_seq_kv = c.shape.seq_kv;
+  p.bias_requires_grad = c.bias && c.bias->requires_grad;
+  return p;
+}
+
+Problem full_problem(const Case& c, const Inputs& in) {
+  Problem p = case_problem(c);
   p.q = in.q;
   p.k = in.k;
   p.v = in.v;
-  if (c.bias) {
-    p.bias = in.bias;
-    p.bias_requires_grad = c.bias->requires_grad;
-  }
+  if (c.bias) p.bias = in.bias;
   materialize_mask(p);
   return p;
 }

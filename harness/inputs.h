@@ -26,6 +26,11 @@ Tensor generate_bias(const Case& c);
 // FNV-1a over the bit patterns of every input (the bias after the others, where there is one), in a fixed order: a reproducer
 // records it and replay refuses to judge inputs that differ.
 uint64_t checksum(const Inputs& in);
+// What every call of the case shares, from the case alone: shape, dtype, layouts, scale,
+// softcap, the mask expression, the case's full lengths and whether the bias needs its gradient.
+// A call adds its tensors, its offsets and lengths, and materializes its mask (full_problem, and
+// the composition engine's parts: harness/compose.cpp).
+Problem case_problem(const Case& c);
 // The whole case as one call: inputs, scale, softcap and the materialized mask.
 Problem full_problem(const Case& c, const Inputs& in);
 

@@ -25,6 +25,16 @@
 namespace attnfuzz {
 namespace {
 
+// Makes the named backend into `var`, or skips the test with the registry's reason where it
+// cannot run here (no GPU, no CUDA LibTorch); a name the registry does not know fails
+// (make_backends throws), so a misspelt backend is never a silent skip.
+#define MAKE_BACKEND_OR_SKIP(var, name)                                       \
+  do {                                                                        \
+    BackendSet made_ = make_backends({name}, WhenUnavailable::skip);          \
+    if (made_.owned.empty()) GTEST_SKIP() << made_.skipped.front();           \
+    var = std::move(made_.owned.front());                                     \
+  } while (0)
+
 // A backend name as a gtest parameter name (no dots).
 std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string n = info.param;
@@ -74,11 +84,7 @@ class GpuBackend : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuBackend, NoFindingOnRandomCases) {
   std::unique_ptr<Backend> be;
-  try {
-    be = make_backend(GetParam());
-  } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
-  }
+  MAKE_BACKEND_OR_SKIP(be, GetParam());
   expect_no_finding(be.get(), 0.0, 30);
 }
 
@@ -95,11 +101,7 @@ class GpuBackendWithABias : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuBackendWithABias, NoFindingOnRandomCasesWithABias) {
   std::unique_ptr<Backend> be;
-  try {
-    be = make_backend(GetParam());
-  } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
-  }
+  MAKE_BACKEND_OR_SKIP(be, GetParam());
   EXPECT_TRUE(be->envelope().bias);
   expect_no_finding(be.get(), 1.0, 20);
 }
@@ -126,11 +128,7 @@ class GpuBackendDbias : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuBackendDbias, MatchesTheReference) {
   std::unique_ptr<Backend> be;
-  try {
-    be = make_backend(GetParam());
-  } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
-  }
+  MAKE_BACKEND_OR_SKIP(be, GetParam());
   ASSERT_TRUE(be->envelope().bias_grad);
   for (DType d : {DType::f16, DType::bf16})
     for (const auto& dc : dbias_test::dbias_cases(d, false)) dbias_test::expect_dbias_matches_reference(*be, dc);
@@ -212,11 +210,7 @@ TEST(GpuBackendBias, TorchCudnnDeclinesDbiasWithTheReason) {
   p.bias_requires_grad = true;
   for (const char* name : {"torch.cudnn", "torch.sdpa.cudnn"}) {
     std::unique_ptr<Backend> be;
-    try {
-      be = make_backend(name);
-    } catch (const std::exception& e) {
-      GTEST_SKIP() << e.what();
-    }
+    MAKE_BACKEND_OR_SKIP(be, name);
     const std::optional<std::string> why = be->unsupported_reason(p);
     ASSERT_TRUE(why.has_value()) << name;
     EXPECT_NE(why->find("requires a gradient"), std::string::npos) << name << ": " << *why;
@@ -232,11 +226,7 @@ class FusedEnvelope : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FusedEnvelope, AcceptsTheCasesAimedInsideIt) {
   std::unique_ptr<Backend> be;
-  try {
-    be = make_backend(GetParam());
-  } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
-  }
+  MAKE_BACKEND_OR_SKIP(be, GetParam());
   CaseMix mix;
   mix.gen = RandomCaseOptions::for_tier(domain::SizeTier::small);
   mix.targets = {{be->name(), be->envelope(), be->on_gpu()}};
@@ -428,12 +418,8 @@ class GpuDeterministicVariant : public ::testing::TestWithParam<std::string> {};
 // is what the mode changes (not asserted: atomics need not reorder in every run).
 TEST_P(GpuDeterministicVariant, RepeatsBitForBit) {
   std::unique_ptr<Backend> be, plain;
-  try {
-    be = make_backend(GetParam());
-    plain = make_backend(GetParam().substr(0, GetParam().rfind(".deterministic")));
-  } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
-  }
+  MAKE_BACKEND_OR_SKIP(be, GetParam());
+  MAKE_BACKEND_OR_SKIP(plain, GetParam().substr(0, GetParam().rfind(".deterministic")));
   ASSERT_TRUE(be->nondeterministic_outputs().empty());
   int ran = 0;
   for (const DeterminismCase& dc : determinism_cases()) {
@@ -468,11 +454,7 @@ TEST_P(GpuDeterministicVariant, RepeatsBitForBit) {
 // on the numbers, which the random-case tests above hold) is printed, not this test's to judge.
 TEST_P(GpuDeterministicVariant, NoFindingThroughTheHarness) {
   std::unique_ptr<Backend> be;
-  try {
-    be = make_backend(GetParam());
-  } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
-  }
+  MAKE_BACKEND_OR_SKIP(be, GetParam());
   for (const DeterminismCase& dc : determinism_cases()) {
     if (!dc.required) continue;
     DiffOptions dopt;
@@ -501,12 +483,8 @@ INSTANTIATE_TEST_SUITE_P(Torch, GpuDeterministicVariant, ::testing::Values("torc
 // torch.cudnn takes the same cases, and the setting is as it was after each refusal.
 TEST(TorchDeterministic, CudnnDeclinesWithLibTorchsReason) {
   std::unique_ptr<Backend> be, plain;
-  try {
-    be = make_backend("torch.cudnn.deterministic");
-    plain = make_backend("torch.cudnn");
-  } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
-  }
+  MAKE_BACKEND_OR_SKIP(be, "torch.cudnn.deterministic");
+  MAKE_BACKEND_OR_SKIP(plain, "torch.cudnn");
   for (const DeterminismCase& dc : determinism_cases()) {
     if (!dc.required) continue;
     const Inputs in = generate_inputs(dc.c);
@@ -539,11 +517,7 @@ TEST(TorchDeterministic, CudnnDeclinesWithLibTorchsReason) {
 // torch.cudnn's calls, with the process's setting turned on around them.
 TEST(TorchDeterministic, CudnnOpRunsUnderTheModeWithNoAlert) {
   std::unique_ptr<Backend> plain;
-  try {
-    plain = make_backend("torch.cudnn");
-  } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
-  }
+  MAKE_BACKEND_OR_SKIP(plain, "torch.cudnn");
   const DeterminismCase dc = determinism_cases().front();
   const Inputs in = generate_inputs(dc.c);
   const Problem p = full_problem(dc.c, in);
