@@ -82,7 +82,7 @@ if [ ! -f "$stamp" ]; then
   rm -rf "$deps/pyenv"
   python3 -m venv "$deps/pyenv"
   mkdir -p "$deps/wheels"
-  "$deps/pyenv/bin/python" -m pip install --quiet --find-links "$deps/wheels" \
+  "$deps/pyenv/bin/python" -m pip install --quiet --no-cache-dir --find-links "$deps/wheels" \
     "torch==$TORCH_VERSION" "numpy==$NUMPY_VERSION" "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION"
   touch "$stamp"
 fi
@@ -94,7 +94,7 @@ SETUPTOOLS_VERSION=${ATTNFUZZ_SETUPTOOLS_VERSION:-80.9.0}
 stamp="$deps/pyenv/.attnfuzz-pytest-$PYTEST_VERSION-setuptools-$SETUPTOOLS_VERSION"
 if [ ! -f "$stamp" ]; then
   echo "setup: adding pytest $PYTEST_VERSION and setuptools $SETUPTOOLS_VERSION to $deps/pyenv"
-  "$deps/pyenv/bin/python" -m pip install --quiet "pytest==$PYTEST_VERSION" "setuptools==$SETUPTOOLS_VERSION"
+  "$deps/pyenv/bin/python" -m pip install --quiet --no-cache-dir "pytest==$PYTEST_VERSION" "setuptools==$SETUPTOOLS_VERSION"
   touch "$stamp"
 fi
 # CUTLASS's headers ship inside the Python package (cutlass_library/source/include).

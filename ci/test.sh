@@ -18,9 +18,12 @@ stage() {  # stage NAME COMMAND...: runs it, then prints how long it took
   local name=$1
   shift
   stage_start=$SECONDS
-  "$@"
+  # A full disk shows up as a link or write failure deep in a stage's log: say so beside it.
+  "$@" || { local rc=$?; echo "ci: stage $name failed (exit $rc); free space:"; df -h "$root" /tmp 2>/dev/null || true; exit $rc; }
   printf 'ci: %-14s %4d s (total %d s)\n' "$name" $((SECONDS - stage_start)) $((SECONDS - t0))
 }
+# The whole run needs about 12 GB (the Python env 5 GB, the three build folders 4-5 GB, ccache).
+echo "ci: free space at the start: $(df -h --output=avail "$root" | tail -1 | tr -d ' ')"
 stage setup ci/setup.sh
 # The fuzz preset: the libFuzzer targets and what their `fuzz` tests load (the mutant plugins),
 # under clang with -Werror; the rest of the tree is the cpu preset's to build and test.
