@@ -21,6 +21,7 @@ namespace attnfuzz::cli {
 void add_import_command(CLI::App& app, int& exit_code) {
   struct Options {
     std::string artifact, out;
+    std::string tier = domain::tier_name(domain::kFuzzTier);
     std::vector<std::string> backends;
   };
   auto opt = std::make_shared<Options>();
@@ -28,6 +29,8 @@ void add_import_command(CLI::App& app, int& exit_code) {
   cmd->add_option("artifact", opt->artifact, "libFuzzer input (crash-*, or any corpus file)")->required();
   add_shared_option(cmd, Flag::backends, opt->backends, "that the fuzzer ran (ATTNFUZZ_FUZZ_BACKENDS)")->required();
   add_shared_option(cmd, Flag::out, opt->out, "output file (default: ARTIFACT.json)");
+  add_shared_option(cmd, Flag::tier, opt->tier, "that the fuzzer decoded at (ATTNFUZZ_FUZZ_TIER): toy, small (default) or real")
+      ->check(CLI::IsMember({"toy", "small", "real"}));
   cmd->callback([opt, &exit_code] {
     auto refuse = [&exit_code](const std::string& line) {
       fmt::print(stderr, "attnfuzz: {}\n", line);
@@ -43,7 +46,7 @@ void add_import_command(CLI::App& app, int& exit_code) {
     }
     const std::string dest = opt->out.empty() ? opt->artifact + ".json" : opt->out;
     if (const auto why = writable_file(opt->out.empty() ? "import (ARTIFACT.json)" : "--out", dest)) return refuse(*why);
-    const Case c = decode_case(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    const Case c = decode_case(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), *domain::tier_from_name(opt->tier));
     BackendSet loaded;
     try {
       refuse_repeated_backends(opt->backends);
@@ -52,7 +55,7 @@ void add_import_command(CLI::App& app, int& exit_code) {
       return refuse(std::string(dynamic_cast<const BackendLoadError*>(&e) ? "--backends: " : "") + e.what());
     }
     const std::vector<Backend*> backends = loaded.pointers();
-    const DiffReport r = run_differential(c, backends, default_oracles());
+    const DiffReport r = run_differential(c, backends, oracles_for(backends, c));
     try {
       if (r.findings.empty()) {
         write_file_atomic(dest, write_case(c));

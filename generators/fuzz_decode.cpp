@@ -51,7 +51,7 @@ Packing decode_packing(ByteReader& r, Shape& s) {
 
 }  // namespace
 
-Case decode_case(const uint8_t* data, size_t size) {
+Case decode_case(const uint8_t* data, size_t size, domain::SizeTier tier) {
   ByteReader r(data, size);
   Case c;
   Shape& s = c.shape;
@@ -80,7 +80,7 @@ Case decode_case(const uint8_t* data, size_t size) {
   };
   dist(c.q), dist(c.k), dist(c.v);
   if (r.flag()) c.d_lse = ValueDist{};
-  const domain::Bounds b = domain::bounds(domain::kFuzzTier);
+  const domain::Bounds b = domain::bounds(tier);
   s.batch = decode_int(r, domain::kMinDim, b.max_batch);
   s.heads_kv = decode_int(r, domain::kMinDim, b.max_heads_kv);
   s.heads_q = s.heads_kv * decode_int(r, 1, b.max_group);
@@ -113,6 +113,24 @@ Case decode_case(const uint8_t* data, size_t size) {
       break;
     default:
       break;
+  }
+  // A score bias after the layouts, from a seed in the bytes (its kind, the dimensions it spans,
+  // its values, dBias or not): an input that ends before this byte has none.
+  if (r.flag()) {
+    SplitMix bias_gen(r.range(0, UINT64_MAX));
+    ScoreBias bias = random_bias(bias_gen);
+    // At the real tier a dense bias over every dimension can pass the case format's limit:
+    // broadcast it over the batch, then the heads, until it fits.
+    auto elements = [&] {
+      int64_t n = 1;
+      for (int64_t e : bias.tensor_shape(s)) n *= e;
+      return n;
+    };
+    for (int dim = 0; dim < 2 && elements() > kMaxBiasElements; ++dim) bias.spans[static_cast<size_t>(dim)] = false;
+    // dBias is judged by the CPU oracle set only (backends/registry.h, oracles_for), minutes a case
+    // at the real tier: there the bias is an input without a gradient.
+    if (tier == domain::SizeTier::real) bias.requires_grad = false;
+    c.bias = bias;
   }
   c.mask = fit_mask(c.mask, s.seq_q, s.seq_kv);
   c.composition = fit_composition(c.composition, s.seq_q, s.seq_kv);

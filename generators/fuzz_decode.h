@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "generators/domain.h"
 #include "harness/case.h"
 
 namespace attnfuzz {
@@ -24,6 +25,9 @@ class ByteReader {
   size_t n_;
 };
 
-Case decode_case(const uint8_t* data, size_t size);
+// The shape comes from the tier's bounds: `small` for the ASan target on the CPU, `real` for the
+// target built with LibTorch and the GPU backends (ATTNFUZZ_FUZZ_TIER). `attnfuzz import --tier`
+// must name the tier the target ran with.
+Case decode_case(const uint8_t* data, size_t size, domain::SizeTier tier = domain::kFuzzTier);
 
 }  // namespace attnfuzz

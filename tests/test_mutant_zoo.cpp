@@ -67,7 +67,8 @@ TEST(MutantZoo, RandomSampleFindsEveryBugWithItsClass) {
   const std::map<std::string, std::string> expected{{"ignores_dlse", "mismatch"},    {"tf32_backward", "contract_violation"},
                                                     {"causal_align", "mismatch"},    {"last_tile_unmasked", "mismatch"},
                                                     {"masked_rows_nan", "semantic"}, {"gqa_backward_map", "mismatch"},
-                                                    {"underflow_rows_masked", "mismatch"}, {"batch_dependent_split", "batch_variant"}};
+                                                    {"underflow_rows_masked", "mismatch"}, {"batch_dependent_split", "batch_variant"},
+                                                    {"split_exp_overflow", "nan_inf"}};
   for (const auto& [name, cls] : expected) {
     auto be = mutant(name);
     int hits = 0, cases = 0;
@@ -75,6 +76,7 @@ TEST(MutantZoo, RandomSampleFindsEveryBugWithItsClass) {
       RandomCaseOptions opt;
       if (name == "tf32_backward") opt.dtypes = {DType::f32};
       if (name == "underflow_rows_masked") opt.p_breaking_values = 0.25;  // its trigger: rows far below zero
+      if (name == "split_exp_overflow") opt.p_breaking_values = 0.25;     // its trigger: extreme logits in a key split
       const Case c = random_case(seed + 77, opt);
       ++cases;
       const auto classes = found_classes(*be, c);
@@ -82,6 +84,22 @@ TEST(MutantZoo, RandomSampleFindsEveryBugWithItsClass) {
     }
     EXPECT_GE(hits, 3) << name << ": expected class " << cls << " found in " << hits << " of " << cases << " random cases";
   }
+}
+
+// split_exp_overflow needs extreme logits and a key split together: either alone passes.
+TEST(MutantZoo, SplitExpOverflowNeedsLargeLogitsAndAKeySplit) {
+  auto be = mutant("split_exp_overflow");
+  auto case_with = [](bool large_logits, bool split) {
+    std::string json = R"({"format":"attnfuzz-case/1","seed":3,"dtype":"bf16",
+      "shape":{"batch":1,"heads_q":2,"heads_kv":2,"seq_q":16,"seq_kv":40,"head_dim_qk":16,"head_dim_v":16},
+      "grads":{"d_out":{"dist":"normal"}})";
+    if (large_logits) json += R"(,"values":{"q":{"dist":"normal","sigma":8},"k":{"dist":"normal","sigma":8}})";
+    if (split) json += R"(,"composition":{"kind":"kv_split","bounds":[24]})";
+    return case_from_string(json + "}");
+  };
+  EXPECT_EQ(found_classes(*be, case_with(true, true)).count("nan_inf"), 1u);
+  EXPECT_TRUE(found_classes(*be, case_with(true, false)).empty());
+  EXPECT_TRUE(found_classes(*be, case_with(false, true)).empty());
 }
 
 // The JAX seed's situation as a pair: two kernels that each keep their contract (TF32 for fp32)
@@ -264,7 +282,8 @@ TEST(MutantZoo, EveryBugMinimizesToATinyReproducerWithTheSameSignature) {
   const std::map<std::string, std::string> expected{{"ignores_dlse", "mismatch"},    {"tf32_backward", "contract_violation"},
                                                     {"causal_align", "mismatch"},    {"last_tile_unmasked", "mismatch"},
                                                     {"masked_rows_nan", "semantic"}, {"gqa_backward_map", "mismatch"},
-                                                    {"underflow_rows_masked", "mismatch"}, {"batch_dependent_split", "batch_variant"}};
+                                                    {"underflow_rows_masked", "mismatch"}, {"batch_dependent_split", "batch_variant"},
+                                                    {"split_exp_overflow", "nan_inf"}};
   const OracleSet oracles = default_oracles();
   for (const auto& [name, cls] : expected) {
     auto be = mutant(name);
@@ -273,6 +292,7 @@ TEST(MutantZoo, EveryBugMinimizesToATinyReproducerWithTheSameSignature) {
       RandomCaseOptions opt;
       if (name == "tf32_backward") opt.dtypes = {DType::f32};
       if (name == "underflow_rows_masked") opt.p_breaking_values = 0.25;  // its trigger: rows far below zero
+      if (name == "split_exp_overflow") opt.p_breaking_values = 0.25;     // its trigger: extreme logits in a key split
       const Case c = random_case(seed + 77, opt);
       const DiffReport run = run_differential(c, {be.get()}, oracles);
       for (const auto& f : run.findings)

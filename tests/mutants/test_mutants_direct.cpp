@@ -81,7 +81,8 @@ Compared run_mutant(const std::string& name, const Case& c) {
 
 TEST(MutantZoo, EveryMutantLoadsWithAbiVersion1) {
   for (const char* n : {"ok", "ignores_dlse", "tf32_backward", "causal_align", "last_tile_unmasked", "masked_rows_nan", "gqa_backward_map",
-                        "crash", "hang", "underflow_rows_masked", "batch_dependent_split", "tall_causal_tile_noise"}) {
+                        "crash", "hang", "underflow_rows_masked", "batch_dependent_split", "tall_causal_tile_noise",
+                        "split_exp_overflow"}) {
     auto lib = open_plugin(mutant_path(n));
     ASSERT_TRUE(lib->plugin) << n << ": " << lib->error;
     EXPECT_EQ(lib->abi_version, ATTNFUZZ_PLUGIN_ABI_VERSION);

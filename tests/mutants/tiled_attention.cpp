@@ -51,8 +51,9 @@ const char* const kNames[] = {"mutant_ok",
                               "mutant_tf32_declared_tf32_backward",
                               "mutant_underflow_rows_masked",
                               "mutant_batch_dependent_split",
-                              "mutant_tall_causal_tile_noise"};
-static_assert(MUTANT >= 0 && MUTANT < 15, "unknown mutant");
+                              "mutant_tall_causal_tile_noise",
+                              "mutant_split_exp_overflow"};
+static_assert(MUTANT >= 0 && MUTANT < 16, "unknown mutant");
 
 // MUTANT(10) and MUTANT(11), a pair: both declare TF32 for fp32 inputs, and each alone is within
 // it. 10 computes in strict fp32, 11 rounds its backward operands to TF32 (as MUTANT(2)): the
@@ -266,6 +267,26 @@ int forward(const af_problem* p, const af_tensor* q, const af_tensor* k, const a
 #endif
               if (!visible) s[x] = kNegInf;
             }
+#if MUTANT == 15
+          // MUTANT(15): a problem that is one part of a key split (a split-KV kernel's partial, to be
+          // merged through its LSE) takes a "short row" path that sums exp(s) with no maximum
+          // subtracted and P in fp32. Exact wherever exp(s) stays normal in fp32; a part whose
+          // scores reach 88.7 overflows (O NaN, LSE inf), and one whose visible scores all lie below
+          // -87.3 loses precision to subnormals, then underflows (l = 0: O NaN, LSE -inf). It needs
+          // extreme logits and a key split together (docs/campaigns.md, "Guided campaigns").
+          if (p->seq_kv < p->full_seq_kv) {
+            for (int64_t r = 0; r < nq; ++r)
+              for (int64_t j = 0; j < BK; ++j) {
+                const float sj = s[r * BK + j];
+                if (sj == kNegInf) continue;
+                const float pj = std::exp(sj);
+                l[r] += pj;
+                for (int64_t d = 0; d < Dv; ++d) acc[r * Dv + d] += pj * vt[j * Dv + d];
+                m[r] = 0.0f;  // something is visible; LSE = 0 + log(l)
+              }
+            continue;
+          }
+#endif
           // Online softmax: rescale the running sum and accumulator to the new row maximum.
           for (int64_t r = 0; r < nq; ++r) {
             float mt = m[r];
