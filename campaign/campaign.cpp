@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -186,18 +187,27 @@ class Guidance {
         parent = corpus_.pick(splitmix64(h + 1));
       }
       if (parent)
-        if (std::optional<AimedCase> mutant = guide_.mutate(parent->entry.c, parent->slot.backend, splitmix64(h + 2)))
-          return {std::move(*mutant), std::move(parent)};
+        if (std::optional<AimedCase> mutant = guide_.mutate(parent->entry.c, parent->slot.backend, splitmix64(h + 2))) {
+          const double w = work_of(mutant->c), mean = mean_fresh_work();
+          if (w <= mean || unit(splitmix64(h + 4)) < mean / w) return {std::move(*mutant), std::move(parent)};
+        }
     }
     AimedCase best = make_case(g);
-    if (unit(splitmix64(h + 3)) >= kSteerShare) return {std::move(best), std::nullopt};
+    double best_work = work_of(best.c);
     std::lock_guard<std::mutex> lock(m_);
+    fresh_work_ += best_work;
+    ++fresh_draws_;
+    if (unit(splitmix64(h + 3)) >= kSteerShare) return {std::move(best), std::nullopt};
+    const double most = std::max(best_work, fresh_work_ / static_cast<double>(fresh_draws_));
     uint64_t fewest = judged_in_cell(best);
     for (int d = 1; d < kSteerDraws && fewest > 0; ++d) {
       AimedCase other = guide_.redraw(g, static_cast<uint64_t>(d));
+      const double w = work_of(other.c);
+      if (w > most) continue;
       if (const uint64_t n = judged_in_cell(other); n < fewest) {
         fewest = n;
         best = std::move(other);
+        best_work = w;
       }
     }
     return {std::move(best), std::nullopt};
@@ -237,6 +247,12 @@ class Guidance {
 
  private:
   static double unit(uint64_t h) { return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0); }
+  static double work_of(const Case& c) { return static_cast<double>(composition_cost(c, c.composition).work); }
+  // W of campaign.h, "Guided campaigns": before the first fresh draw, any mutant is kept.
+  double mean_fresh_work() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return fresh_draws_ ? fresh_work_ / static_cast<double>(fresh_draws_) : std::numeric_limits<double>::infinity();
+  }
 
   // The fewest judged cases of the draw's cell among the backends that would run it.
   uint64_t judged_in_cell(const AimedCase& a) const {
@@ -261,6 +277,8 @@ class Guidance {
   std::map<std::string, std::map<std::string, uint64_t>> cells_;
   bool dirty_ = false;
   double saved_at_ = 0;
+  double fresh_work_ = 0;  // the fresh draws' work, summed, and their count (mean_fresh_work)
+  uint64_t fresh_draws_ = 0;
 };
 
 // The compilers' on-disk caches, one per campaign directory, for every Python worker of the

@@ -71,6 +71,11 @@ struct CaseGuide {
 //                 every backend whose envelope does not rule the cell out); a draw no backend
 //                 would run counts as full;
 //   case_stream's draw for g otherwise.
+// Guidance keeps the stream's cost that of the fresh draws (a campaign is judged in cases per
+// second): the work of a case is its composition's (harness/case.h, composition_cost), W the
+// mean over the fresh draws so far. A mutant of work w > W is kept with probability W / w (else
+// case g is case_stream's draw), and a steering redraw replaces the draw only when its work is at
+// most the larger of the draw's and W.
 // Every judged case is offered to the corpus. With one worker the stream is a function of the
 // seed; with several, of the seed and of the order cases finish in (the corpus they see).
 inline constexpr double kDefaultMutationShare = 0.3;  // `campaign`'s; `check` stays blind by default
