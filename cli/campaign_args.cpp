@@ -38,7 +38,7 @@ std::vector<std::string> resolve_backends(const std::vector<std::string>& given)
 // kernel head dim).
 RandomCaseOptions tier_options(const std::string& tier, bool gpu, int64_t max_seq, int64_t max_dim) {
   const auto t = tier == "auto" ? std::optional(gpu ? domain::SizeTier::real : domain::kDefaultCpuTier) : domain::tier_from_name(tier);
-  if (!t) throw std::invalid_argument("--tier takes auto, toy, small or real, got '" + tier + "'");
+  if (!t) throw std::invalid_argument("--tier takes auto, toy, small, real or decode, got '" + tier + "'");
   RandomCaseOptions g = RandomCaseOptions::for_tier(*t);
   if (max_seq > 0) g.max_seq = max_seq;
   if (max_dim > 0) g.max_dim = max_dim;
@@ -198,7 +198,7 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, kMaxJobs));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
   add_shared_option(cmd, Flag::timeout, a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");
-  add_shared_option(cmd, Flag::tier, a.tier, "toy, small, real, or auto (default: real when a backend under test runs on a GPU, else small)");
+  add_shared_option(cmd, Flag::tier, a.tier, "toy, small, real, decode (Sq <= 16 against Skv <= 64k), or auto (default: real when a backend under test runs on a GPU, else small)");
   cmd->add_option("--case-mix", a.case_mix,
                   "blind (random cases of every kind), aimed (inside each backend's support envelope in turn, a share just outside), "
                   "or auto (default: aimed when a backend under test runs on a GPU)");

@@ -32,7 +32,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   add_shared_option(cmd, Flag::seed, opt->seed, "first generator seed; case i uses seed + i");
   cmd->add_option("--count", opt->count, "number of cases (more than one needs --out)")->check(CLI::Range(1, 1000000));
   add_shared_option(cmd, Flag::out, opt->out_dir, "directory for case-<seed>.json files (default: print the case)");
-  add_shared_option(cmd, Flag::tier, opt->tier, "toy, small (default) or real")->check(CLI::IsMember({"toy", "small", "real"}));
+  add_shared_option(cmd, Flag::tier, opt->tier, "toy, small (default), real or decode")->check(CLI::IsMember({"toy", "small", "real", "decode"}));
   add_shared_option(cmd, Flag::max_seq, opt->max_seq);
   add_shared_option(cmd, Flag::max_dim, opt->max_dim);
   add_shared_option(cmd, Flag::backends, opt->backends,

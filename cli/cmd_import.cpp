@@ -29,8 +29,8 @@ void add_import_command(CLI::App& app, int& exit_code) {
   cmd->add_option("artifact", opt->artifact, "libFuzzer input (crash-*, or any corpus file)")->required();
   add_shared_option(cmd, Flag::backends, opt->backends, "that the fuzzer ran (ATTNFUZZ_FUZZ_BACKENDS)")->required();
   add_shared_option(cmd, Flag::out, opt->out, "output file (default: ARTIFACT.json)");
-  add_shared_option(cmd, Flag::tier, opt->tier, "that the fuzzer decoded at (ATTNFUZZ_FUZZ_TIER): toy, small (default) or real")
-      ->check(CLI::IsMember({"toy", "small", "real"}));
+  add_shared_option(cmd, Flag::tier, opt->tier, "that the fuzzer decoded at (ATTNFUZZ_FUZZ_TIER): toy, small (default), real or decode")
+      ->check(CLI::IsMember({"toy", "small", "real", "decode"}));
   cmd->callback([opt, &exit_code] {
     auto refuse = [&exit_code](const std::string& line) {
       fmt::print(stderr, "attnfuzz: {}\n", line);

@@ -19,10 +19,13 @@
 
 namespace attnfuzz::domain {
 
-enum class SizeTier { toy, small, real };
+enum class SizeTier { toy, small, real, decode };
 
+// max_seq bounds Skv, and Sq too unless max_seq_q (> 0) bounds it apart: the decode tier's few
+// queries (one token, or a few in speculative decoding) against a long KV cache.
 struct Bounds {
-  int64_t max_batch, max_heads_kv, max_group, max_seq, max_dim;
+  int64_t max_batch, max_heads_kv, max_group, max_seq, max_dim, max_seq_q = 0;
+  int64_t seq_q_bound() const { return max_seq_q > 0 ? max_seq_q : max_seq; }
 };
 
 inline constexpr Bounds bounds(SizeTier t) {
@@ -33,6 +36,8 @@ inline constexpr Bounds bounds(SizeTier t) {
       return {2, 2, 4, 64, 256};
     case SizeTier::real:
       return {2, 4, 4, 4096, 256};
+    case SizeTier::decode:  // Sq <= 16 against Skv <= 64k, GQA groups up to 16
+      return {2, 4, 16, 65536, 256, 16};
   }
   return {2, 2, 3, 24, 16};
 }
@@ -41,9 +46,12 @@ inline constexpr SizeTier kDefaultCpuTier = SizeTier::small;  // campaigns, `att
 inline constexpr SizeTier kTestTier = SizeTier::toy;          // RandomCaseOptions{}: fast unit tests
 inline constexpr SizeTier kFuzzTier = SizeTier::small;        // the libFuzzer decoder (CPU, under ASan)
 
-inline const char* tier_name(SizeTier t) { return t == SizeTier::toy ? "toy" : t == SizeTier::small ? "small" : "real"; }
+inline const char* tier_name(SizeTier t) {
+  return t == SizeTier::toy ? "toy" : t == SizeTier::small ? "small" : t == SizeTier::real ? "real" : "decode";
+}
+inline constexpr std::array<SizeTier, 4> kAllTiers{SizeTier::toy, SizeTier::small, SizeTier::real, SizeTier::decode};
 inline std::optional<SizeTier> tier_from_name(std::string_view s) {
-  for (SizeTier t : {SizeTier::toy, SizeTier::small, SizeTier::real})
+  for (SizeTier t : kAllTiers)
     if (s == tier_name(t)) return t;
   return std::nullopt;
 }

@@ -85,7 +85,8 @@ Case decode_case(const uint8_t* data, size_t size, domain::SizeTier tier) {
   s.heads_kv = decode_int(r, domain::kMinDim, b.max_heads_kv);
   s.heads_q = s.heads_kv * decode_int(r, 1, b.max_group);
   const std::vector<int64_t> corners = domain::size_corners(b.max_seq), dims = domain::head_dim_menu(b.max_dim);
-  s.seq_q = decode_size(r, b.max_seq, corners);
+  const std::vector<int64_t> q_corners = domain::size_corners(b.seq_q_bound());
+  s.seq_q = decode_size(r, b.seq_q_bound(), q_corners);
   s.seq_kv = decode_size(r, b.max_seq, corners);
   s.head_dim_qk = decode_size(r, b.max_dim, dims);
   s.head_dim_v = r.flag() ? s.head_dim_qk : decode_size(r, b.max_dim, dims);

@@ -44,7 +44,7 @@ void shape_step(SplitMix& r, Case& c, const RandomCaseOptions& opt) {
   switch (r.range(0, 4)) {
     case 0:
     case 1:
-      s.seq_q = tile_corner(r, s.seq_q, opt.max_seq);
+      s.seq_q = tile_corner(r, s.seq_q, opt.seq_q_bound());
       break;
     case 2:
     case 3:
@@ -61,15 +61,16 @@ void shape_step(SplitMix& r, Case& c, const RandomCaseOptions& opt) {
 
 void relation_step(SplitMix& r, Case& c, const RandomCaseOptions& opt) {
   Shape& s = c.shape;
+  const int64_t max_q = opt.seq_q_bound();
   if (s.seq_q != s.seq_kv && r.chance(0.5)) {
-    std::swap(s.seq_q, s.seq_kv);
+    if (s.seq_kv <= max_q) std::swap(s.seq_q, s.seq_kv);  // a decode tier's long Skv is no Sq
     return;
   }
   switch (r.range(0, 2)) {
     case 0:  // tall: Sq > Skv
       if (s.seq_q <= s.seq_kv) {
-        if (s.seq_kv < opt.max_seq)
-          s.seq_q = r.range(s.seq_kv + 1, opt.max_seq);
+        if (s.seq_kv < max_q)
+          s.seq_q = r.range(s.seq_kv + 1, max_q);
         else
           s.seq_kv = r.range(1, s.seq_kv - 1);
       }

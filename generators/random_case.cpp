@@ -214,6 +214,7 @@ RandomCaseOptions RandomCaseOptions::for_tier(domain::SizeTier t) {
   o.max_group = b.max_group;
   o.max_seq = b.max_seq;
   o.max_dim = b.max_dim;
+  o.max_seq_q = b.max_seq_q;
   return o;
 }
 
@@ -225,8 +226,9 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
   s.batch = r.range(1, opt.max_batch);
   s.heads_kv = r.range(1, opt.max_heads_kv);
   s.heads_q = s.heads_kv * r.range(1, opt.max_group);
-  s.seq_q = random_size(r, opt.max_seq);
-  s.seq_kv = r.chance(0.3) ? s.seq_q : random_size(r, opt.max_seq);
+  s.seq_q = random_size(r, opt.seq_q_bound());
+  const bool square = r.chance(0.3) && opt.max_seq_q == 0;
+  s.seq_kv = square ? s.seq_q : random_size(r, opt.max_seq);
   s.head_dim_qk = random_head_dim(r, opt.max_dim);
   s.head_dim_v = r.chance(0.5) ? s.head_dim_qk : random_head_dim(r, opt.max_dim);
   c.dtype = r.pick(opt.dtypes);

@@ -3,6 +3,7 @@
 // their combinations, GQA/MQA, softcap, Dqk != Dv, value distributions, dLSE and
 // compositions. Deterministic for a given seed. (The RapidCheck domains with
 // shrinking build on the same choices.)
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -16,6 +17,10 @@ struct RandomCaseOptions {
   int64_t max_batch = domain::bounds(domain::kTestTier).max_batch, max_heads_kv = domain::bounds(domain::kTestTier).max_heads_kv,
           max_group = domain::bounds(domain::kTestTier).max_group;
   int64_t max_seq = domain::bounds(domain::kTestTier).max_seq, max_dim = domain::bounds(domain::kTestTier).max_dim;
+  // Sq's own bound, 0 for max_seq's (domain::Bounds::max_seq_q): the decode tier's few queries.
+  // With it, Skv is drawn on its own (never set to Sq) and mutations keep Sq under it.
+  int64_t max_seq_q = 0;
+  int64_t seq_q_bound() const { return max_seq_q > 0 ? std::min(max_seq_q, max_seq) : max_seq; }
   std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16};
   double p_softcap = 0.2, p_dlse = 0.6, p_composition = 0.5;
   double p_tensor_layouts = 0.5;  // per-tensor layouts (else one shared layout, as before)

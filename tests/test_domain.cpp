@@ -7,6 +7,7 @@
 #include <set>
 
 #include "generators/fuzz_decode.h"
+#include "generators/mutate.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
 
@@ -20,13 +21,14 @@ void expect_within(const Case& c, const domain::Bounds& b) {
   EXPECT_LE(s.batch, b.max_batch);
   EXPECT_LE(s.heads_kv, b.max_heads_kv);
   EXPECT_LE(s.group(), b.max_group);
-  EXPECT_LE(std::max(s.seq_q, s.seq_kv), b.max_seq);
+  EXPECT_LE(s.seq_q, b.seq_q_bound());
+  EXPECT_LE(s.seq_kv, b.max_seq);
   EXPECT_LE(std::max(s.head_dim_qk, s.head_dim_v), b.max_dim);
   EXPECT_GE(std::min({s.batch, s.heads_q, s.seq_q, s.seq_kv, s.head_dim_qk, s.head_dim_v}), domain::kMinDim);
 }
 
 TEST(Domain, TiersGrowAndNameThemselves) {
-  for (SizeTier t : {SizeTier::toy, SizeTier::small, SizeTier::real}) EXPECT_EQ(domain::tier_from_name(domain::tier_name(t)), t);
+  for (SizeTier t : domain::kAllTiers) EXPECT_EQ(domain::tier_from_name(domain::tier_name(t)), t);
   EXPECT_FALSE(domain::tier_from_name("huge"));
   EXPECT_LT(domain::bounds(SizeTier::toy).max_seq, domain::bounds(SizeTier::small).max_seq);
   EXPECT_LT(domain::bounds(SizeTier::small).max_seq, domain::bounds(SizeTier::real).max_seq);
@@ -91,6 +93,44 @@ TEST(Domain, FuzzDecoderKeepsToItsTierAndReachesKernelHeadDims) {
   int max_seq = 0;
   for (const Case& c : cases) max_seq += c.shape.seq_q == domain::bounds(domain::kFuzzTier).max_seq;
   EXPECT_GE(max_seq, 20);
+}
+
+// The decode tier (issue 31's decode shapes): a few queries against a long KV cache, the groups of
+// GQA up to 16; from the generator, the fuzz decoder and mutations alike.
+TEST(Domain, DecodeTierDrawsFewQueriesAgainstLongKeys) {
+  const domain::Bounds b = domain::bounds(SizeTier::decode);
+  EXPECT_EQ(b.seq_q_bound(), 16);
+  EXPECT_EQ(b.max_seq, 65536);
+  const RandomCaseOptions opt = RandomCaseOptions::for_tier(SizeTier::decode);
+  int one_query = 0, long_kv = 0, wide_group = 0;
+  int64_t longest = 0;
+  for (uint64_t seed = 0; seed < 1000; ++seed) {
+    const Case c = random_case(seed, opt);
+    expect_within(c, b);
+    one_query += c.shape.seq_q == 1;
+    long_kv += c.shape.seq_kv > 1024;
+    wide_group += c.shape.group() > 4;
+    longest = std::max(longest, c.shape.seq_kv);
+  }
+  EXPECT_GE(one_query, 50);    // single-token decode is common
+  EXPECT_GE(long_kv, 250);     // Skv is log-uniform over [1, 64k] with tile corners
+  EXPECT_GE(wide_group, 300);  // groups above the real tier's 4
+  EXPECT_GT(longest, 32768);
+  SplitMix r(5);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(r.range(0, 64)));
+    for (auto& x : bytes) x = static_cast<uint8_t>(r.next());
+    expect_within(decode_case(bytes.data(), bytes.size(), SizeTier::decode), b);
+  }
+  CaseMix mix;
+  mix.gen = opt;
+  int mutants = 0;
+  for (uint64_t g = 0; g < 300; ++g)
+    if (const std::optional<Case> m = mutate_case(random_case(g, opt), g, SupportEnvelope{}, mix)) {
+      ++mutants;
+      expect_within(*m, b);
+    }
+  EXPECT_GT(mutants, 250);
 }
 
 TEST(Domain, ShrinkerStepsDownThroughKernelHeadDims) {

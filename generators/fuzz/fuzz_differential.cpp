@@ -74,7 +74,7 @@ State& state() {
     if (const char* t = std::getenv("ATTNFUZZ_FUZZ_TIER")) {
       const auto tier = attnfuzz::domain::tier_from_name(t);
       if (!tier) {
-        std::fprintf(stderr, "fuzz_differential: ATTNFUZZ_FUZZ_TIER takes toy, small or real, got '%s'\n", t);
+        std::fprintf(stderr, "fuzz_differential: ATTNFUZZ_FUZZ_TIER takes toy, small, real or decode, got '%s'\n", t);
         std::exit(2);
       }
       st->tier = *tier;
@@ -102,7 +102,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const attnfuzz::DiffReport r = attnfuzz::run_differential(c, st.backends, attnfuzz::oracles_for(st.backends, c), opt);
   if (st.counters) {
     // The case's feature counters, set for each backend that judged it.
-    std::vector<int> features{st.cell_index.at(attnfuzz::cell_of(c))};
+    std::vector<int> features;
+    if (const auto cell = st.cell_index.find(attnfuzz::cell_of(c)); cell != st.cell_index.end()) features.push_back(cell->second);
     int offset = static_cast<int>(st.cell_index.size());
     for (const auto& f : attnfuzz::side_features()) {
       const auto v = std::find_if(f.values.begin(), f.values.end(), [&](const char* name) { return std::string(name) == f.of(c); });
