@@ -39,6 +39,14 @@
 #                                            values that break kernels (--breaking-share 1, docs/fuzzing.md),
 #                                            each finding's reproducer through `run`, and the standalone
 #                                            LSE probe docs/findings/standalone/lse_extreme_rows.py
+#   ci/gpu_run.sh fuzz SECONDS [FORKS] [BACKENDS] [TIER]
+#                                            the differential libFuzzer target over the GPU backends
+#                                            (docs/fuzzing.md, "The differential target on real
+#                                            backends"): fork mode, FORKS children (default 4), crashes
+#                                            ignored and kept as artifacts, BACKENDS (default torch.flash,
+#                                            torch.efficient,torch.cudnn,cudnn,cuda.flash) at TIER (default
+#                                            real); its final stats, the features its counters reached,
+#                                            every finding's reproducer under $OUT/fuzz/findings
 #   ci/gpu_run.sh zoo SECONDS [PARALLEL] [MUTANTS...]
 #                                            a real-tier campaign per GPU mutant (.carry/mutants/
 #                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
@@ -148,6 +156,18 @@ case "$mode" in
       python3 "$root/bench/plain_loop.py" --tier "$tier" --seconds 20 --kernels flash,efficient,cudnn 2>&1 | tee "$OUT/plain-$tier-all.log"
     done
     (cd "$OUT" && tar czf default.tgz default && rm -rf default) ;;
+  fuzz)
+    secs=${1:?seconds}; forks=${2:-4}; backends=${3:-torch.flash,torch.efficient,torch.cudnn,cudnn,cuda.flash}; tier=${4:-real}
+    mkdir -p "$OUT/fuzz/corpus" "$OUT/fuzz/artifacts"
+    ATTNFUZZ_FUZZ_BACKENDS=$backends ATTNFUZZ_FUZZ_TIER=$tier ATTNFUZZ_FUZZ_OUT=$OUT/fuzz/findings ATTNFUZZ_FUZZ_KEEP_GOING=1 \
+      timeout -k 10 $((secs + 120)) "$bin/fuzz_differential" -fork="$forks" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+      -rss_limit_mb=65536 -timeout=300 -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$OUT/fuzz/artifacts/" \
+      "$OUT/fuzz/corpus" > "$OUT/fuzz/log" 2>&1
+    echo "fuzz: exit $?"
+    grep -E "^#[0-9]+: cov|INFO: fuzzed for|crash|timeout" "$OUT/fuzz/log" | tail -8
+    echo "corpus $(ls "$OUT/fuzz/corpus" | wc -l) inputs; artifacts $(ls "$OUT/fuzz/artifacts" | wc -l); findings: $(ls "$OUT/fuzz/findings" 2>/dev/null | wc -l)"
+    ls "$OUT/fuzz/findings" 2>/dev/null | sed 's/-[0-9a-f]*\.json$//' | sort | uniq -c
+    (cd "$OUT" && tar czf fuzz.tgz fuzz && rm -rf fuzz) ;;  # the device tool brings back a few files, not a tree
   zoo)
     secs=$1 parallel=${2:-4}; shift; shift || true
     mutants=("$@")
