@@ -306,17 +306,25 @@ std::vector<std::string> worker_env(const CampaignOptions& o, size_t worker) {
 
 }  // namespace
 
+double case_watchdog_seconds(const Case& c, bool check_determinism, const CampaignOptions& o) {
+  const double work = static_cast<double>(composition_cost(c, c.composition).work), runs = check_determinism ? 2 : 1;
+  double growth = 0;
+  for (Device d : o.backend_devices) growth += runs * work / (d == Device::cpu ? kSlowCpuWorkPerSecond : kSlowGpuWorkPerSecond);
+  return o.timeout_seconds + std::min(growth, watchdog_growth_limit_seconds());
+}
+
 // One request to a worker: the findings of a case, or the crash/timeout it caused.
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& o,
                                  Coverage* coverage, bool* abandoned, bool* out_of_memory, std::vector<RunOutcome>* runs) {
   WorkerRequest req;
   req.c = c;
   req.check_determinism = check_determinism;
-  WorkerCall call = call_worker(w, req, o.timeout_seconds);
+  const double watchdog = case_watchdog_seconds(c, check_determinism, o);
+  WorkerCall call = call_worker(w, req, watchdog);
   if (call.status == WorkerProcess::Reply::Status::timed_out && o.confirm_timeout_factor > 1) {
     WorkerProcess solo(o.worker_argv, worker_env(o, static_cast<size_t>(std::max<int64_t>(index, 0))));
     solo.abandon_when(w.abandon_flag());
-    WorkerCall again = call_worker(solo, req, o.confirm_timeout_factor * o.timeout_seconds);
+    WorkerCall again = call_worker(solo, req, o.confirm_timeout_factor * watchdog);
     if (again.status != WorkerProcess::Reply::Status::timed_out) call = std::move(again);  // slow, not hung (or abandoned)
   }
   if (call.status == WorkerProcess::Reply::Status::abandoned) {
@@ -454,6 +462,8 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   for (const auto& b : profiles) backend_names.push_back(b.name);
   const std::function<AimedCase(uint64_t)> make_case = o.case_stream(profiles);
   CampaignOptions per_case = o;  // what run_case sees: timeouts confirmed where a backend runs on a GPU
+  per_case.backend_devices.clear();
+  for (const auto& b : profiles) per_case.backend_devices.push_back(b.device);
   if (per_case.confirm_timeout_factor == 0 &&
       std::any_of(profiles.begin(), profiles.end(), [](const BackendProfile& b) { return b.on_gpu(); }))
     per_case.confirm_timeout_factor = kGpuConfirmTimeoutFactor;

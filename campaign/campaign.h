@@ -26,6 +26,16 @@ namespace attnfuzz {
 // H200, a real-tier cudnn case that outlived 30 s among 12 workers took 40.6 s alone.
 inline constexpr double kGpuConfirmTimeoutFactor = 4;
 
+// A case's watchdog grows with the case (docs/campaigns.md, "What the watchdog times"): a
+// backend's own time grows with its work, so a large case is not a timeout of a correct but slow
+// backend. Each backend under test adds its work at the pace of a slow but correct kernel on its
+// device; work is composition_cost's (harness/case.h: B·Hq·rows·cols·(Dqk + Dv) summed over the
+// calls), and the pace counts the forward and the backward together. The zoo's naive CPU plugin
+// does about 2e8 a second on this 2-core machine (tests/mutants/tiled_attention.cpp, fp32,
+// B = 1, H = 4, S = 512, D = 64): the CPU pace is half that. A naive GPU kernel does a hundred
+// times as much.
+inline constexpr double kSlowCpuWorkPerSecond = 1e8, kSlowGpuWorkPerSecond = 1e10;
+
 // The known deviations (--known) a campaign recorded with its state, for --resume.
 struct RecordedKnown {
   bool recorded = false;  // the state names a known set, and `set` holds it
@@ -94,7 +104,10 @@ struct CampaignOptions {
   std::optional<SavedCampaign> resume;  // --resume: the state to continue
   int jobs = 1;                      // worker processes
   std::vector<std::string> devices;  // one worker per entry, CUDA_VISIBLE_DEVICES=<entry>
-  double timeout_seconds = 30;       // watchdog per case
+  double timeout_seconds = 30;       // watchdog per case, before its growth with the case's work
+  // The devices of the backends under test, one each (from the probe: run_campaign and run
+  // --isolate set them): what case_watchdog_seconds adds for each. Empty: the watchdog does not grow.
+  std::vector<Device> backend_devices;
   // A case that outlives the watchdog gets one more try in a fresh worker with this many times
   // the watchdog, and is a timeout finding only if it outlives that too: on a GPU a dozen
   // workers share one device, and a real-size case alone can take longer than the watchdog
@@ -167,6 +180,11 @@ void minimize_findings(const CampaignOptions& opt);
 // that ran out of memory on the case judged nothing: no findings, the case counted unjudged
 // with the reason, and *out_of_memory set.
 // `runs`, when given, receives what each backend ran (with its limit ratios), skipped or errored.
+// The watchdog of case c: timeout_seconds, plus for each backend in backend_devices its runs
+// (2 with the determinism check, else 1) times the case's work at its device's slow pace, at
+// most watchdog_growth_limit_seconds() (harness/worker.h) more.
+double case_watchdog_seconds(const Case& c, bool check_determinism, const CampaignOptions& o);
+
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& opt,
                                  Coverage* coverage = nullptr, bool* abandoned = nullptr, bool* out_of_memory = nullptr,
                                  std::vector<RunOutcome>* runs = nullptr);

@@ -108,6 +108,7 @@ int run_isolated(const RunOptions& opt, const Case& c, const std::vector<std::st
     fmt::print(stderr, "attnfuzz: --backends: {}\n", message_safe(e.what(), 600));
     return kExitBadInput;
   }
+  for (const auto& b : profiles) o.backend_devices.push_back(b.device);
   try {
     check_memory_budget(c, Limits{opt.memory_budget_mib << 20, host_work_of(profiles, c.shape)});
   } catch (const CaseError& e) {
@@ -115,7 +116,7 @@ int run_isolated(const RunOptions& opt, const Case& c, const std::vector<std::st
     return kExitBadInput;
   }
   fmt::print("case      {}\n", opt.case_path);
-  fmt::print("isolated  in a worker process, watchdog {:g} s\n", opt.timeout);
+  fmt::print("isolated  in a worker process, watchdog {:.1f} s (with the case's work)\n", case_watchdog_seconds(c, !opt.no_determinism, o));
   std::fflush(stdout);
   Coverage coverage;
   bool out_of_memory = false;

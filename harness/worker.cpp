@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -41,6 +42,14 @@ double seconds_from_env(const char* name, double fallback) {
 }  // namespace
 
 double compile_limit_seconds() { return seconds_from_env("ATTNFUZZ_COMPILE_LIMIT_S", 900.0); }
+double watchdog_growth_limit_seconds() {
+  // 0 is a limit here (no growth), so not seconds_from_env's "unset".
+  const char* v = std::getenv("ATTNFUZZ_WATCHDOG_GROWTH_LIMIT_S");
+  if (!v || !*v) return 3600.0;
+  char* end = nullptr;
+  const double t = std::strtod(v, &end);
+  return *end == '\0' && t >= 0 && std::isfinite(t) ? t : 3600.0;
+}
 double harness_work_limit_seconds() { return seconds_from_env("ATTNFUZZ_HARNESS_WORK_LIMIT_S", 3600.0); }
 
 namespace {

@@ -43,6 +43,9 @@ inline constexpr const char* kHarnessWorkProgress = "harness";
 double compile_limit_seconds();
 // ATTNFUZZ_HARNESS_WORK_LIMIT_S, default 3600: the most harness work one request may add.
 double harness_work_limit_seconds();
+// ATTNFUZZ_WATCHDOG_GROWTH_LIMIT_S, default 3600: the most a case's work may add to its watchdog
+// (campaign/campaign.h, case_watchdog_seconds); 0 keeps every case at --timeout.
+double watchdog_growth_limit_seconds();
 
 class WorkerProcess {
  public:
