@@ -36,7 +36,7 @@ def pytest_addoption(parser):
                     help="a time budget per kernel instead: an attnfuzz campaign of S seconds (not deterministic)")
     group.addoption("--attnfuzz-seed", type=int, default=DEFAULT_SEED, metavar="SEED",
                     help=f"campaign seed (default {DEFAULT_SEED})")
-    group.addoption("--attnfuzz-tier", default=DEFAULT_TIER, choices=("toy", "small", "real", "auto"),
+    group.addoption("--attnfuzz-tier", default=DEFAULT_TIER, choices=("toy", "small", "real", "decode", "auto"),
                     help=f"size tier of the generated cases (default {DEFAULT_TIER})")
     group.addoption("--attnfuzz-case-mix", default="aimed", choices=("aimed", "blind", "auto"),
                     help="cases aimed at each kernel's declared envelope (default), or blind")
