@@ -51,7 +51,8 @@
 #                                            a real-tier campaign per GPU mutant (.carry/mutants/
 #                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
 #                                            time (default 4), each with 3 jobs; per mutant the
-#                                            findings and the seconds to the first (docs/kernels.md)
+#                                            findings and the seconds to the first (docs/kernels.md);
+#                                            ZOO_ARGS: more campaign arguments (--mutation-share 0 for blind)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -178,7 +179,7 @@ case "$mode" in
       # Cut off ZOO_GRACE_S (default 60) s after the budget: cases in flight finish, and the final
       # report re-runs every finding on the host for its pictures.
       timeout -k 5 $((secs + ${ZOO_GRACE_S:-60})) "$bin/attnfuzz" campaign --seconds "$secs" --seed 41 --jobs 3 --tier real --no-minimize \
-        --backends "plugin:$root/.carry/mutants/libattnfuzz_mutant_$m.so" --out "$out/zoo/$m" > "$out/zoo/$m.log" 2>&1
+        --backends "plugin:$root/.carry/mutants/libattnfuzz_mutant_$m.so" --out "$out/zoo/$m" ${ZOO_ARGS:-} > "$out/zoo/$m.log" 2>&1
       rc=$?
       # The first progress line (every 5 s) that shows a finding: the seconds to the first one.
       t=$(grep -m1 -E "elapsed, .*findings: [^n]" "$out/zoo/$m.log" | sed -E "s/.* ([0-9]+) s elapsed.*/\1/")
