@@ -35,7 +35,9 @@ for round in 1 2 3 4 5; do
   echo "round $round: killed; $(echo "$after" | grep -c json) finding files, next case $k"
   prev_k=$k
 done
-"$bin" campaign --seconds 3 --jobs 2 --no-minimize --quiet --out "$out/run" --resume --backends "$backends" >/dev/null 2>&1
+# Four more cases, however loaded the machine (a 3 s budget once ran none under ctest -j2: the
+# workers' start and a crash's respawn took it all); 60 s at most.
+"$bin" campaign --seconds 60 --cases $((prev_k + 4)) --jobs 2 --no-minimize --quiet --out "$out/run" --resume --backends "$backends" >/dev/null 2>&1
 rc=$?
 k=$(next_k)
 echo "resumed to the end: exit $rc, next case $k (was $prev_k)"
