@@ -129,8 +129,8 @@ Case decode_case(const uint8_t* data, size_t size, domain::SizeTier tier) {
     };
     for (int dim = 0; dim < 2 && elements() > kMaxBiasElements; ++dim) bias.spans[static_cast<size_t>(dim)] = false;
     // dBias is judged by the CPU oracle set only (backends/registry.h, oracles_for), minutes a case
-    // at the real tier: there the bias is an input without a gradient.
-    if (tier == domain::SizeTier::real) bias.requires_grad = false;
+    // at the GPU tiers' sizes: there the bias is an input without a gradient.
+    if (tier == domain::SizeTier::real || tier == domain::SizeTier::decode) bias.requires_grad = false;
     c.bias = bias;
   }
   c.mask = fit_mask(c.mask, s.seq_q, s.seq_kv);

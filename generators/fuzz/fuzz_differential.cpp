@@ -9,10 +9,10 @@
 //     closer to the bound than any before is kept, and the fuzzer climbs toward a divergence;
 //   - for each backend, the feature-map cell of each case it judged (campaign/feature_cells.h)
 //     and each side feature's value, so an input that a backend is judged on in a new cell is
-//     kept: what drives the uninstrumented build toward what its backends accept. On a finding it writes a reproducer into ATTNFUZZ_FUZZ_OUT (default
-// fuzz-findings/) and aborts, so libFuzzer saves the input and stops
-// (ATTNFUZZ_FUZZ_KEEP_GOING=1 records and continues). ATTNFUZZ_FUZZ_NO_COUNTERS=1
-// turns both kinds of extra counters off (to measure what they add).
+//     kept: what drives the uninstrumented build toward what its backends accept.
+// On a finding it writes a reproducer into ATTNFUZZ_FUZZ_OUT (default fuzz-findings/) and aborts,
+// so libFuzzer saves the input and stops (ATTNFUZZ_FUZZ_KEEP_GOING=1 records and continues).
+// ATTNFUZZ_FUZZ_NO_COUNTERS=1 turns both kinds of extra counters off (to measure what they add).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
