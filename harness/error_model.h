@@ -60,6 +60,17 @@
 //   via_*    dQ and dK only: D = rowsum(dO*O) is computed from the computed O, so O's error
 //            (each of its parts above, with O's own L folded into via_acc) moves every dS of
 //            the row: dQ_id by scale * (P K)_id * dD_i, dK_jd by scale * sum_i P_ij Q_id dD_i.
+//   tied keys  dQ only, in via_sc: where every V row of a key-value head is the same vector (an
+//            exact near-constant input), dP_ij = dO_i . V_j is one computation per query row, and
+//            its accumulation error e_i (the score part's dP term, dot_error over Dv) is the same
+//            number for every key: it moves dS_ij by P_ij e_i, all of the row's keys alike, as D's
+//            error does, and reaches dQ_id as scale (P K)_id e_i, not as the root-sum-square over
+//            keys the score part counts (sqrt(Skv) times less for a spread row). Where every K row
+//            is the same (and no bias varies along the keys), S_ij and P_ij are one number per row
+//            too: P's relative error s_i (the score sensitivity, and the softcap chain's) moves every
+//            dS_ij by s_i dS_ij, so dQ_id by s_i dQ_id = scale (P K)_id s_i (sum_j dS_ij) / sum_j P_ij.
+//            Both are added to dQ's via_sc in quadrature (oracles/tied_keys.h). dK sums over queries,
+//            whose e_i and s_i stay independent: the score part already counts them.
 //
 // How many independent errors a row's statistic averages (harness/tolerance.h judges blocks of
 // rows): the elements of one row share the row's reduction terms (every dK_jd sums dS_ij Q_id

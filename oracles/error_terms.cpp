@@ -5,6 +5,7 @@
 
 #include "harness/dtype.h"
 #include "oracles/reference.h"
+#include "oracles/tied_keys.h"
 
 namespace attnfuzz {
 namespace {
@@ -190,6 +191,25 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       const Mat wd = ds.cwiseAbs().cwiseProduct(ds_sens) + pc.cwiseProduct(dp_err);
       const Mat wd2 = squared(wd);
 
+      // Tied keys (oracles/tied_keys.h) err alike for a query: dQ's row gets their shared error
+      // coherently, through the same (P K)_id as D's error, as a part of via_sc (harness/error_model.h,
+      // "tied keys"). dK sums over queries, whose errors stay independent: d_err alone.
+      std::array<Eigen::VectorXd, 4> dq_err = d_err;
+      const bool v_tied = rows_tied(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v);
+      // A bias that varies along the keys makes their scores differ.
+      const bool k_tied = rows_tied(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk) && (!p.has_bias() || p.bias.shape[3] == 1);
+      if (v_tied || k_tied)
+        for (int64_t i = 0; i < s.seq_q; ++i) {
+          double sum_p = 0, sum_ds = 0, sum_sens = 0;
+          for (int64_t j = 0; j < s.seq_kv; ++j)
+            if (pc(i, j) > 0) sum_p += pc(i, j), sum_ds += ds(i, j), sum_sens += pc(i, j) * ds_sens(i, j);
+          if (sum_p == 0) continue;
+          double tied2 = 0;
+          if (v_tied) tied2 += dp_err(i, 0) * dp_err(i, 0);
+          if (k_tied) tied2 += std::pow(sum_sens / sum_p * sum_ds / sum_p, 2);
+          dq_err[3](i) = std::sqrt(dq_err[3](i) * dq_err[3](i) + tied2);
+        }
+
       const double sc2 = p.scale * p.scale;
       MMap(t[TensorId::dQ].operand.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(ds2 * k2);
       MMap(t[TensorId::dQ].score.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(wd2 * k2);
@@ -197,7 +217,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       Tensor* dq_via[4] = {&t[TensorId::dQ].via_op, &t[TensorId::dQ].via_st, &t[TensorId::dQ].via_acc, &t[TensorId::dQ].via_sc};
       Tensor* dk_via[4] = {&t[TensorId::dK].via_op, &t[TensorId::dK].via_st, &t[TensorId::dK].via_acc, &t[TensorId::dK].via_sc};
       for (size_t part = 0; part < 4; ++part) {
-        MMap(dq_via[part]->at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (d_err[part].asDiagonal() * pk);
+        MMap(dq_via[part]->at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (dq_err[part].asDiagonal() * pk);
         MMap(dk_via[part]->at(b, hk, 0), s.seq_kv, s.head_dim_qk) +=
             sc2 * (squared(pc).transpose() * (d_err[part].cwiseProduct(d_err[part]).asDiagonal() * q2));
       }

@@ -11,9 +11,11 @@
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "oracles/device_common.cuh"
 #include "oracles/gpu_error_terms.h"
+#include "oracles/tied_keys.h"
 
 namespace attnfuzz::gpu {
 namespace {
@@ -306,6 +308,45 @@ __global__ void gradient_terms(ScoreBuffers s, const double* d_minus_g, MaskView
   }
 }
 
+// Tied keys (oracles/tied_keys.h, oracles/error_terms.cpp): dQ's D errors with the tied keys'
+// shared error added to the u_sc part, per query row of the chunk. tied[kv head] bit 0: V rows
+// tied (dP_ij one number per row: its accumulation error, from dO_i and V's first row); bit 1: K
+// rows tied (P_ij one number per row: dS's relative error s_i over the row's sum of dS).
+__global__ void tied_key_errors(ScoreBuffers s, const double* d_out, const double* v, const uint8_t* tied, const double* d_err,
+                                double* d_err_dq, Heads h, int64_t heads, int64_t seq_q, int64_t skv, int64_t dim_v,
+                                int64_t rows_total) {
+  const int64_t local = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (local >= heads * seq_q) return;
+  const int64_t z = local / seq_q, i = local % seq_q, kvh = (h.first_q + z) / h.group, r = h.first_q * seq_q + local;
+  for (int k = 0; k < 3; ++k) d_err_dq[k * rows_total + r] = d_err[k * rows_total + r];
+  double e3 = d_err[3 * rows_total + r];
+  if (tied[kvh]) {
+    double sum_p = 0, sum_ds = 0, sum_sens = 0;
+    for (int64_t j = 0; j < skv; ++j) {
+      const int64_t e = (z * seq_q + i) * skv + j;
+      const double pc = s.pc[e];
+      if (pc <= 0) continue;
+      const double chain = s.pc != s.p ? pc / s.p[e] : 1.0;
+      const double chain_sens = s.pc != s.p ? 2.0 * (1.0 - chain) / fmax(chain, 1e-300) : 0.0;
+      sum_p += pc, sum_ds += s.ds[e], sum_sens += pc * (s.sens[e] + chain_sens);
+    }
+    if (sum_p > 0) {
+      double tied2 = 0;
+      if (tied[kvh] & 1) {
+        double dp = 0, rss2 = 0;
+        for (int64_t d = 0; d < dim_v; ++d) {
+          const double x = d_out[r * dim_v + d] * v[kvh * skv * dim_v + d];
+          dp += x, rss2 += x * x;
+        }
+        tied2 += (sq(dp) / 3.0 + rss2 / 2.0) * (static_cast<double>(dim_v) / 3.0);
+      }
+      if (tied[kvh] & 2) tied2 += sq(sum_sens / sum_p * sum_ds / sum_p);
+      e3 = sqrt(e3 * e3 + tied2);
+    }
+  }
+  d_err_dq[3 * rows_total + r] = e3;
+}
+
 // Squared norms of the rows of a [rows][dim] array.
 __global__ void row_norms2(const double* x, double* out, int64_t rows, int64_t dim) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -366,7 +407,8 @@ void product(const G& g, int64_t z_count) {
 struct DeviceTerms {
   DeviceBuffer<double> q, k, v, o, lse, d_out, d_lse;
   DeviceBuffer<double> operand[5], score[5], stored_dk, stored_dv, underflow_dk, underflow_dv, via_dq[4], via_dk[4];
-  DeviceBuffer<double> d_minus_g, d_err;
+  DeviceBuffer<double> d_minus_g, d_err, d_err_dq;  // d_err_dq: dQ's, with the tied keys' part (tied_key_errors)
+  DeviceBuffer<uint8_t> tied;
   DeviceBuffer<double> operand_sources[5], score_sources[5];
   DeviceBuffer<double> subnormal[5], subnormal_sources[5];
   DeviceBuffer<double> q_norm2, k_norm2, v_norm2, d_out_norm2;
@@ -447,6 +489,18 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   AF_CUDA(cudaGetLastError());
   d.d_minus_g = DeviceBuffer<double>(n(rows_q));
   d.d_err = DeviceBuffer<double>(n(4 * rows_q));
+  d.d_err_dq = DeviceBuffer<double>(n(4 * rows_q));
+  // Per key-value head, whether its V rows (bit 0) or K rows (bit 1, not under a bias that varies
+  // along the keys) are tied.
+  {
+    std::vector<uint8_t> tied(n(a.batch * a.heads_kv));
+    const bool bias_varies_along_keys = a.bias != nullptr && a.bias_extent[3] != 1;
+    for (int64_t x = 0; x < a.batch * a.heads_kv; ++x)
+      tied[n(x)] = static_cast<uint8_t>((rows_tied(a.v + x * a.seq_kv * a.dim_v, a.seq_kv, a.dim_v) ? 1 : 0) |
+                                        (!bias_varies_along_keys && rows_tied(a.k + x * a.seq_kv * a.dim_qk, a.seq_kv, a.dim_qk) ? 2 : 0));
+    d.tied = DeviceBuffer<uint8_t>(tied.size());
+    d.tied.upload(tied.data());
+  }
   double* via_dq[4] = {d.via_dq[0].get(), d.via_dq[1].get(), d.via_dq[2].get(), d.via_dq[3].get()};
   double* via_dk[4] = {d.via_dk[0].get(), d.via_dk[1].get(), d.via_dk[2].get(), d.via_dk[3].get()};
   DeviceBuffer<double*> via_dq_d(4), via_dk_d(4), one_out_d(11);
@@ -513,6 +567,9 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     product(PairProduct{d.d_out.get(), d.v.get(), s.wd, true, m, h, a.seq_q, a.seq_kv, a.dim_v}, heads);
     gradient_terms<<<elementwise_grid, kThreads>>>(s, d.d_minus_g.get(), m, h, heads, a.dim_v);
     AF_CUDA(cudaGetLastError());
+    tied_key_errors<<<grid_for(rows, 128), 128>>>(s, d.d_out.get(), d.v.get(), d.tied.get(), d.d_err.get(), d.d_err_dq.get(), h, heads,
+                                                  a.seq_q, a.seq_kv, a.dim_v, rows_q);
+    AF_CUDA(cudaGetLastError());
     // dQ.
     product(RowProduct{s, Factor::ds2, d.k.get(), RowRhs::squared, a.dim_qk, RowOut::scaled_root, scale, d.operand[dq_idx].get(), nullptr,
                        nullptr, rows_q, m, h, a.seq_q, a.dim_qk, a.seq_kv},
@@ -520,7 +577,7 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     product(RowProduct{s, Factor::wd2, d.k.get(), RowRhs::squared, a.dim_qk, RowOut::scaled_root, scale, d.score[dq_idx].get(), nullptr,
                        nullptr, rows_q, m, h, a.seq_q, a.dim_qk, a.seq_kv},
             heads);
-    product(RowProduct{s, Factor::pc, d.k.get(), RowRhs::plain, a.dim_qk, RowOut::via, scale, nullptr, via_dq_d.get(), d.d_err.get(),
+    product(RowProduct{s, Factor::pc, d.k.get(), RowRhs::plain, a.dim_qk, RowOut::via, scale, nullptr, via_dq_d.get(), d.d_err_dq.get(),
                        rows_q, m, h, a.seq_q, a.dim_qk, a.seq_kv},
             heads);
     // dK and dV: sums over the group's heads.

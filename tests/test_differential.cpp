@@ -19,6 +19,7 @@
 #include "harness/errors.h"
 #include "harness/inputs.h"
 #include "oracles/emulated.h"
+#include "oracles/error_terms.h"
 #include "oracles/reference.h"
 #include "backends/registry.h"
 
@@ -622,6 +623,56 @@ TEST(Verdict, RowNormalizerErrorsAreNoFalseAlarm) {
     for (const auto& f : r.findings) ADD_FAILURE() << file << ": " << f.signature.to_string() << " " << f.detail;
     EXPECT_FALSE(r.runs.empty()) << file;
   }
+}
+
+// Tied keys (harness/error_model.h): every K and V row of a head the same vector. Each query's
+// dP_ij = dO_i . V_j and P_ij are then one computation per row, rounded once for every key, and
+// reach dQ coherently: LibTorch's CPU flash backward erred by 4.0 sigma' over the tensor (limit
+// 3.35) while the model summed those errors over the keys in quadrature (the differential libFuzzer
+// target, H-10). The part is dQ's alone, and only where the rows are tied: one ulp of difference
+// in one V and one K element leaves every term as it was.
+TEST(Verdict, TiedKeysErrAsOneNumberPerQueryRow) {
+  const Case c = load_case_file(std::string(ATTNFUZZ_SOURCE_DIR) + "/docs/findings/fixed/H-10-torch-sdpa-cpu-flash-dQ-tensor-fp32-tied-keys.json");
+  ASSERT_EQ(c.k.kind, ValueDist::Kind::near_constant);
+  ASSERT_EQ(c.v.sigma, 0.0);
+  const Inputs in = generate_inputs(c);
+  const Problem tied = full_problem(c, in);
+  Problem untied = tied;
+  const int64_t last = (tied.shape.seq_kv - 1) * tied.shape.head_dim_v;  // head (0, 0)'s last key
+  untied.v.data[last] = std::nextafter(untied.v.data[last], 1.0);
+  untied.k.data[last] = std::nextafter(untied.k.data[last], 1.0);
+  const ErrorTerms with = reference_error_terms(tied, reference_forward(tied), in.d_out, in.d_lse);
+  const ErrorTerms without = reference_error_terms(untied, reference_forward(untied), in.d_out, in.d_lse);
+  auto norm = [](const Tensor& t, int64_t first, int64_t count) {
+    double s2 = 0;
+    for (int64_t e = first; e < first + count; ++e) s2 += t.data[e] * t.data[e];
+    return std::sqrt(s2);
+  };
+  // Head (0, 0)'s query heads: the group of key-value head 0.
+  const int64_t dq_head = tied.shape.seq_q * tied.shape.head_dim_qk, group = tied.shape.group();
+  const double tied_part = norm(with[TensorId::dQ].via_sc, 0, group * dq_head),
+               untied_part = norm(without[TensorId::dQ].via_sc, 0, group * dq_head);
+  EXPECT_GT(tied_part, 3.0 * untied_part) << "the keys' shared dP error, about sqrt(Skv) = 7.9 times the quadrature sum";
+  // Another head's key-value rows are tied in both problems: its terms are the same.
+  const int64_t other = group * dq_head;
+  EXPECT_DOUBLE_EQ(norm(with[TensorId::dQ].via_sc, other, dq_head), norm(without[TensorId::dQ].via_sc, other, dq_head));
+  // dK's D errors and every score part are not tied keys' business.
+  for (TensorId o : {TensorId::dQ, TensorId::dK})
+    EXPECT_NEAR(norm(with[o].score, 0, static_cast<int64_t>(with[o].score.numel())),
+                norm(without[o].score, 0, static_cast<int64_t>(without[o].score.numel())),
+                1e-6 * norm(without[o].score, 0, static_cast<int64_t>(without[o].score.numel())))
+        << to_string(o);
+  const double dk_via = norm(without[TensorId::dK].via_sc, 0, static_cast<int64_t>(without[TensorId::dK].via_sc.numel()));
+  EXPECT_NEAR(norm(with[TensorId::dK].via_sc, 0, static_cast<int64_t>(with[TensorId::dK].via_sc.numel())), dk_via, 1e-4 * dk_via);  // O's score error is rounding noise here
+  std::unique_ptr<Backend> cpu_flash;
+  try {
+    cpu_flash = make_backend("torch.sdpa.cpu_flash");
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const DiffReport r = run_differential(c, {cpu_flash.get()}, default_oracles());
+  for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
+  EXPECT_FALSE(r.runs.empty());
 }
 
 // fp16 outputs and intermediates past the type's range (harness/metrics.h, compare; verdict.cpp,

@@ -226,5 +226,27 @@ TEST(GpuErrorTerms, MatchTheCpuTermsWhereFp16ProbabilitiesAreSubnormal) {
   EXPECT_EQ(cov.nonzero_subnormal, 2) << "the cases must reach the subnormal part of every output";
 }
 
+// Tied keys (harness/error_model.h, "tied keys"): every V row, every K row, or both, of each
+// key-value head the same vector (exactly constant inputs), with a softcap and a causal mask:
+// dQ's via_sc carries the tied keys' shared error on both sets alike.
+TEST(GpuErrorTerms, MatchTheCpuTermsWhereKeysAreTied) {
+  REQUIRE_GPU();
+  Coverage cov;
+  const ValueDist constant{ValueDist::Kind::near_constant, 0.1, 0.0};
+  Case c;
+  c.dtype = DType::f32;
+  c.shape = {2, 8, 2, 33, 63, 80, 80};
+  c.d_lse = ValueDist{};
+  for (int tied = 1; tied <= 3; ++tied) {
+    c.seed = 40 + static_cast<uint64_t>(tied);
+    c.v = tied & 1 ? constant : ValueDist{};
+    c.k = tied & 2 ? constant : ValueDist{};
+    c.softcap = tied == 2 ? std::optional<double>(4.0) : std::nullopt;
+    c.mask = tied == 3 ? MaskExpr::causal_mask(Align::bottom_right) : MaskExpr{};
+    compare(c, cov);
+  }
+  print(cov);
+}
+
 }  // namespace
 }  // namespace attnfuzz

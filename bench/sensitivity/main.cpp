@@ -3,7 +3,7 @@
 //
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
 //                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
-//                                     [--outliers MAGNITUDE] [--bias tensor|alibi|relative [--dbias]]
+//                                     [--outliers MAGNITUDE] [--tied k|v|kv] [--bias tensor|alibi|relative [--dbias]]
 //
 // --dbias makes the bias require a gradient: dBias gets its rows (a backend that returns it:
 // --backend torch.math, say; the plugins take no bias).
@@ -52,6 +52,7 @@ int run(int argc, char** argv) {
   std::string csv_path, plugin = ATTNFUZZ_CORRECT_PLUGIN, backend;
   bool causal = true;
   double outliers = 0;
+  std::string tied;
   Device oracle_device = Device::cpu;
   std::optional<ScoreBias> bias;
   bool dbias = false;
@@ -87,6 +88,9 @@ int run(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--outliers")) {
       outliers = std::stod(next());
       if (!(outliers >= 0 && outliers <= 1e4)) throw std::invalid_argument("--outliers takes a magnitude in [0, 1e4]");
+    } else if (!std::strcmp(argv[i], "--tied")) {
+      tied = next();
+      if (tied != "k" && tied != "v" && tied != "kv") throw std::invalid_argument("--tied takes k, v or kv, not " + tied);
     } else if (!std::strcmp(argv[i], "--dbias")) {
       dbias = true;
     } else if (!std::strcmp(argv[i], "--bias")) {
@@ -98,7 +102,7 @@ int run(int argc, char** argv) {
       if (*kind == ScoreBias::Kind::tensor) bias->spans = {false, true, true, true};  // one bias per head, as a learned one
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--bias tensor|alibi|relative [--dbias]]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--bias tensor|alibi|relative [--dbias]]\n");
       return 2;
     }
   }
@@ -121,13 +125,14 @@ int run(int argc, char** argv) {
         cfg.dim = dim;
         cfg.causal = causal;
         cfg.outliers = outliers;
+        cfg.tied = tied;
         cfg.bias = bias;
         const auto t0 = std::chrono::steady_clock::now();
         const auto points = measure_sensitivity(cfg, *correct, oracles);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("\n### %s, S=%ld, D=%ld, H=2, %s%s%s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
                     std::string(to_string(d)).c_str(), s, dim, causal ? "causal" : "no mask",
-                    outliers > 0 ? (", outliers of " + std::to_string(outliers).substr(0, 5)).c_str() : "",
+                    (outliers > 0 ? ", outliers of " + std::to_string(outliers).substr(0, 5) : tied.empty() ? "" : ", tied " + tied).c_str(),
                     bias ? (", bias " + std::string(to_string(bias->kind)) + (dbias ? " with dBias" : "")).c_str() : "", secs);
         for (const auto& p : points) {
           const std::string planted = p.threshold <= 0     ? "-"

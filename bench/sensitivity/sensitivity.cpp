@@ -49,6 +49,9 @@ Case sensitivity_case(const SensitivityConfig& cfg) {
   c.mask = cfg.causal ? MaskExpr::causal_mask(Align::bottom_right) : MaskExpr{};
   c.d_lse = ValueDist{};  // normal: the dLSE plant needs a dLSE term
   if (cfg.outliers > 0) c.q = c.k = c.v = ValueDist{ValueDist::Kind::outliers, 0.0, 1.0, 0.05, cfg.outliers};
+  const ValueDist constant{ValueDist::Kind::near_constant, 0.1, 0.0};
+  if (cfg.tied.find('k') != std::string::npos) c.k = constant;
+  if (cfg.tied.find('v') != std::string::npos) c.v = constant;
   c.bias = cfg.bias;
   return c;
 }

@@ -39,6 +39,10 @@ struct SensitivityConfig {
   // Q, K and V with 5% outliers of this magnitude (0: normal values): logits of 50-70, whose
   // probabilities reach fp16's subnormal range (harness/error_model.h, "subnormal").
   double outliers = 0;
+  // Tied keys (harness/error_model.h): every K row ("k"), every V row ("v") or both ("kv") the
+  // same vector, the generator's exactly constant draw (near_constant, mean 0.1, sigma 0); empty:
+  // K and V drawn as above.
+  std::string tied;
   // A score bias (harness/case.h): the bias_scale plant is measured, and every other plant with
   // the bias present. The correct backend must take one (torch.math; mutant_ok does not).
   std::optional<ScoreBias> bias;

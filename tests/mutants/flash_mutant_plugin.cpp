@@ -97,7 +97,7 @@ std::unique_ptr<Call> make_call(const af_problem* a, bool with_data) {
   whole.dtype = p.dtype;
   nlohmann::json j = to_json(whole);
   j["mask"] = nlohmann::json::parse(a->mask_json);
-  c->expr = case_from_json(j).mask;
+  c->expr = case_from_json(j, kNoMemoryBudget).mask;  // the caller checked the case against its budget
   p.mask_expr = &c->expr;
   p.q_offset = a->q_offset, p.kv_offset = a->kv_offset, p.full_seq_q = a->full_seq_q, p.full_seq_kv = a->full_seq_kv;
   if (a->restrictions_json && !nlohmann::json::parse(a->restrictions_json).empty()) p.restrictions.push_back(BandRestriction{});
