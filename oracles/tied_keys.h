@@ -9,10 +9,11 @@
 
 namespace attnfuzz {
 
-// Whether the `rows` rows of `dim` elements at `x` (row-major) are bitwise equal: one row or
-// none counts as tied (nothing to add then: one key has no partner to share its rounding with,
-// and the callers' coherent sum over one key equals the independent one).
+// Whether the `rows` rows of `dim` elements at `x` (row-major) are bitwise equal, and at least two:
+// one key has no partner to share its rounding with (the callers add the coherent sum beside the
+// independent one, which for one key are the same term).
 inline bool rows_tied(const double* x, int64_t rows, int64_t dim) {
+  if (rows < 2) return false;
   for (int64_t r = 1; r < rows; ++r)
     if (std::memcmp(x, x + r * dim, static_cast<size_t>(dim) * sizeof(double)) != 0) return false;
   return true;
