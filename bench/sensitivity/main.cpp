@@ -3,7 +3,7 @@
 //
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
 //                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
-//                                     [--outliers MAGNITUDE] [--tied k|v|kv] [--bias tensor|alibi|relative [--dbias]]
+//                                     [--outliers MAGNITUDE] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]]
 //
 // --dbias makes the bias require a gradient: dBias gets its rows (a backend that returns it:
 // --backend torch.math, say; the plugins take no bias).
@@ -53,6 +53,7 @@ int run(int argc, char** argv) {
   bool causal = true;
   double outliers = 0;
   std::string tied;
+  long group = 1;
   Device oracle_device = Device::cpu;
   std::optional<ScoreBias> bias;
   bool dbias = false;
@@ -91,6 +92,9 @@ int run(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--tied")) {
       tied = next();
       if (tied != "k" && tied != "v" && tied != "kv") throw std::invalid_argument("--tied takes k, v or kv, not " + tied);
+    } else if (!std::strcmp(argv[i], "--group")) {
+      group = std::stol(next());
+      if (group < 1 || group > 16) throw std::invalid_argument("--group takes 1 to 16 query heads per key-value head");
     } else if (!std::strcmp(argv[i], "--dbias")) {
       dbias = true;
     } else if (!std::strcmp(argv[i], "--bias")) {
@@ -102,7 +106,7 @@ int run(int argc, char** argv) {
       if (*kind == ScoreBias::Kind::tensor) bias->spans = {false, true, true, true};  // one bias per head, as a learned one
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--bias tensor|alibi|relative [--dbias]]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]]\n");
       return 2;
     }
   }
@@ -126,12 +130,14 @@ int run(int argc, char** argv) {
         cfg.causal = causal;
         cfg.outliers = outliers;
         cfg.tied = tied;
+        cfg.group = group;
         cfg.bias = bias;
         const auto t0 = std::chrono::steady_clock::now();
         const auto points = measure_sensitivity(cfg, *correct, oracles);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("\n### %s, S=%ld, D=%ld, H=2, %s%s%s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
-                    std::string(to_string(d)).c_str(), s, dim, causal ? "causal" : "no mask",
+        std::printf("\n### %s, S=%ld, D=%ld, H=%s, %s%s%s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
+                    std::string(to_string(d)).c_str(), s, dim, group > 1 ? ("2 (Hq=" + std::to_string(2 * group) + ")").c_str() : "2",
+                    causal ? "causal" : "no mask",
                     (outliers > 0 ? ", outliers of " + std::to_string(outliers).substr(0, 5) : tied.empty() ? "" : ", tied " + tied).c_str(),
                     bias ? (", bias " + std::string(to_string(bias->kind)) + (dbias ? " with dBias" : "")).c_str() : "", secs);
         for (const auto& p : points) {

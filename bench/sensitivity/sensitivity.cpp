@@ -44,7 +44,7 @@ std::vector<Plant> plants_for(TensorId t) {
 Case sensitivity_case(const SensitivityConfig& cfg) {
   Case c;
   c.seed = cfg.seed;
-  c.shape = {1, cfg.heads, cfg.heads, cfg.seq, cfg.seq, cfg.dim, cfg.dim};
+  c.shape = {1, cfg.heads * cfg.group, cfg.heads, cfg.seq, cfg.seq, cfg.dim, cfg.dim};
   c.dtype = cfg.dtype;
   c.mask = cfg.causal ? MaskExpr::causal_mask(Align::bottom_right) : MaskExpr{};
   c.d_lse = ValueDist{};  // normal: the dLSE plant needs a dLSE term

@@ -34,6 +34,9 @@ std::vector<Plant> plants_for(TensorId t);
 struct SensitivityConfig {
   DType dtype = DType::bf16;
   int64_t seq = 64, dim = 64, heads = 2;
+  // Query heads per key-value head (GQA): heads key-value heads, heads * group query heads. dK and
+  // dV then sum over the group, and the plants on them touch a key-value head's rows.
+  int64_t group = 1;
   bool causal = true;
   uint64_t seed = 1;
   // Q, K and V with 5% outliers of this magnitude (0: normal values): logits of 50-70, whose
