@@ -638,9 +638,10 @@ TEST(Verdict, TiedKeysErrAsOneNumberPerQueryRow) {
   const Inputs in = generate_inputs(c);
   const Problem tied = full_problem(c, in);
   Problem untied = tied;
-  const int64_t last = (tied.shape.seq_kv - 1) * tied.shape.head_dim_v;  // head (0, 0)'s last key
-  untied.v.data[last] = std::nextafter(untied.v.data[last], 1.0);
-  untied.k.data[last] = std::nextafter(untied.k.data[last], 1.0);
+  // Head (0, 0)'s last key, in V and in K.
+  const int64_t last_v = (tied.shape.seq_kv - 1) * tied.shape.head_dim_v, last_k = (tied.shape.seq_kv - 1) * tied.shape.head_dim_qk;
+  untied.v.data[last_v] = std::nextafter(untied.v.data[last_v], 1.0);
+  untied.k.data[last_k] = std::nextafter(untied.k.data[last_k], 1.0);
   const ErrorTerms with = reference_error_terms(tied, reference_forward(tied), in.d_out, in.d_lse);
   const ErrorTerms without = reference_error_terms(untied, reference_forward(untied), in.d_out, in.d_lse);
   auto norm = [](const Tensor& t, int64_t first, int64_t count) {
