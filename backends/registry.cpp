@@ -178,7 +178,7 @@ BackendInfo describe_backend(const Backend& b) {
     i.contracts += (i.contracts.empty() ? "" : " ") + std::string(to_string(d)) + ":" + (c ? std::string(to_string(*c)) : "-");
   }
   i.conventions = std::string(b.backward_takes_dlse() ? "dLSE" : "no-dLSE") + (b.returns_lse() ? " LSE" : " no-LSE") +
-                  (b.masked_rows_zero() ? " masked-rows-zero" : " masked-rows-other");
+                  (b.masked_rows_zero() ? " masked-rows-zero" : " masked-rows-other") + (b.accumulates_on_tensor_cores() ? " tensor-cores" : "");
   for (DType d : {DType::f16, DType::bf16})
     if (b.lse_unit_roundoff(d) > unit_roundoff(DType::f32))
       i.conventions += " lse(" + std::string(to_string(d)) + ")~2^" + std::to_string(static_cast<int>(std::log2(b.lse_unit_roundoff(d))));

@@ -61,6 +61,7 @@ class Timed final : public Backend {
   bool masked_rows_zero() const override { return inner_->masked_rows_zero(); }
   bool returns_lse() const override { return inner_->returns_lse(); }
   double lse_unit_roundoff(DType d) const override { return inner_->lse_unit_roundoff(d); }
+  bool accumulates_on_tensor_cores() const override { return inner_->accumulates_on_tensor_cores(); }
   SupportEnvelope envelope() const override { return inner_->envelope(); }
   std::optional<std::string> unsupported_reason(const Problem& p) const override { return inner_->unsupported_reason(p); }
   std::vector<TensorId> nondeterministic_outputs() const override { return inner_->nondeterministic_outputs(); }

@@ -43,13 +43,13 @@ struct RandomCaseOptions {
 // - on the CPU, scores near fp16's overflow: findings just over their limit on two
 //   implementations (torch.sdpa.cpu_flash here, cuDNN on the H200), which points at the error
 //   model there;
-// - on a GPU, that kind and rows whose LSE lies far below zero: the LSE of cuda.flash, cuDNN and
-//   LibTorch's kernels errs there 2-4 times the model's part (docs/findings/LEDGER.md,
-//   s47-lse-far-below-zero-LSE); the other four kinds raised nothing but the fp16 range, which
-//   the verdict judges since stop 47 (H-9).
+// - on a GPU, that kind too. Rows whose LSE lies far below zero are drawn: the LSE's error there,
+//   several u32 |LSE| in every tensor-core kernel, is the truncation part of the model
+//   (harness/error_model.h; docs/findings/LEDGER.md, s47-lse-far-below-zero-LSE); the other four
+//   kinds raised nothing but the fp16 range, which the verdict judges since stop 47 (H-9).
 inline constexpr double kCpuBreakingShare = 0.25, kGpuBreakingShare = 0.25;
 inline constexpr ValueFeature kCpuBreakingLeftOut = ValueFeature::logits_near_overflow;
-inline const std::vector<ValueFeature> kGpuBreakingLeftOut{ValueFeature::logits_near_overflow, ValueFeature::lse_far_below_zero};
+inline const std::vector<ValueFeature> kGpuBreakingLeftOut{ValueFeature::logits_near_overflow};
 // The share of a campaign's cases with a score bias by default, on the CPU where some backend
 // under test takes one (the others skip such cases); 0 on a GPU, where LibTorch's cuDNN op faults
 // (sticky) on a bias broadcast over the keys, a real LibTorch 2.11 fault that would cost a campaign

@@ -60,6 +60,10 @@ class Backend {
   // Relative accuracy of the LSE (stored as fp32 by everyone): 2^-24 unless the backend
   // declares a coarser one (a fast approximate exp, say). Sets the LSE's tolerance floor.
   virtual double lse_unit_roundoff(DType) const { return unit_roundoff(DType::f32); }
+  // Whether it accumulates its scores on tensor cores, whose fp32 sums of 16-bit or tf32 products
+  // truncate toward zero at every MMA step: the LSE's error model then carries that part
+  // (harness/error_model.h, "truncation"). Every GPU backend is taken to, unless it says not.
+  virtual bool accumulates_on_tensor_cores() const { return on_gpu(); }
   // The public function this backend is one implementation of, when that function promises the
   // same numerics whichever implementation runs (JAX's jax.nn.dot_product_attention, its xla and
   // cudnn paths), or empty. A contract alone is a range (fp32 accumulation up to operands rounded

@@ -178,19 +178,20 @@ class DifferentialSession::Impl {
     return it->second;
   }
 
-  // The error model under a contract (and LSE accuracy) for a run through `comp`: each
-  // output's sigma and its rows' dof (harness/error_model.h, model_of_call and composed_model).
-  const OutputsModel* model(Contract k, double lse_unit, const Composition& comp) {
+  // The error model under a contract (the LSE's accuracy, and whether the backend accumulates on
+  // tensor cores) for a run through `comp`: each output's sigma and its rows' dof
+  // (harness/error_model.h, model_of_call and composed_model).
+  const OutputsModel* model(Contract k, double lse_unit, bool tensor_cores, const Composition& comp) {
     if (!terms_) return nullptr;
-    auto key = std::make_tuple(k, lse_unit, describe(comp));
+    auto key = std::make_tuple(k, lse_unit, tensor_cores, describe(comp));
     auto it = models_.find(key);
     if (it == models_.end()) {
-      const RoundingUnits u = rounding_units(k, c_.dtype, lse_unit);
+      const RoundingUnits u = rounding_units(k, c_.dtype, lse_unit, tensor_cores);
       const OutputTensors ref = outputs_of(ref_);
       if (comp == Composition{}) {
         it = models_.emplace(key, model_of_call(*terms_, ref, u)).first;
       } else {
-        const OutputsModel& whole = *model(k, lse_unit, Composition{});  // cached: the single call's
+        const OutputsModel& whole = *model(k, lse_unit, tensor_cores, Composition{});  // cached: the single call's
         const CallTerms& calls = call_terms(comp);
         std::vector<CallOfComposition> parts;
         for (size_t c = 0; c < calls.records.size(); ++c) {
@@ -495,7 +496,7 @@ class DifferentialSession::Impl {
     const bool takes_dlse = be.backward_takes_dlse();
     const ComposedResult& base_fwd = emulation(contract, false, comp, takes_dlse);
     const ComposedResult& base_rev = emulation(contract, true, comp, takes_dlse);
-    const OutputsModel* error_model = model(contract, be.lse_unit_roundoff(c_.dtype), comp);
+    const OutputsModel* error_model = model(contract, be.lse_unit_roundoff(c_.dtype), be.accumulates_on_tensor_cores(), comp);
     for (TensorId t : kOutputs) {
       const size_t i = output_index(t);
       if (!case_has_output(c_, t)) continue;
@@ -581,7 +582,7 @@ class DifferentialSession::Impl {
   mutable double intermediates_bound_ = -1;
   std::optional<ErrorTerms> terms_;
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
-  std::map<std::tuple<Contract, double, std::string>, OutputsModel> models_;
+  std::map<std::tuple<Contract, double, bool, std::string>, OutputsModel> models_;
   std::map<std::string, CallTerms> call_terms_;
   std::map<std::tuple<std::string, bool, TensorId>, std::vector<std::pair<Contract, ErrorStats>>> rung_errors_;
   DiffReport report_;

@@ -13,10 +13,16 @@
 
 namespace attnfuzz {
 
-RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff) {
+RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff, bool tensor_cores) {
   const double u32 = unit_roundoff(DType::f32);
   RoundingUnits u;
   u.lse = lse_unit_roundoff;
+  // The truncating accumulation of the MMA steps (harness/error_model.h, "truncation"): 16-bit
+  // operands in steps of 16 products, tf32 in steps of 8 (twice the steps).
+  if (tensor_cores) {
+    if (c == Contract::bf16 || c == Contract::fp16) u.truncate = u32;
+    if (c == Contract::tf32 || c == Contract::tf32x3) u.truncate = 2.0 * u32;
+  }
   switch (c) {
     case Contract::fp64:
       u.operand = u.store = u.accumulate = std::ldexp(1.0, -53);
@@ -85,6 +91,7 @@ VarianceParts element_variance(TensorId t, const TermTensors& terms, double ref,
   if (t == TensorId::LSE) {
     v.independent = storage_variance(t, r, u) + lse_accumulation_variance(terms, u);
     v.score = u_score2 * sc * sc;
+    if (!terms.truncation.data.empty()) v.score += u.truncate * u.truncate * terms.truncation.data[e] * terms.truncation.data[e];
     return v;
   }
   v.operand = u.operand * u.operand * op * op / 3.0;

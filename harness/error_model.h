@@ -122,7 +122,25 @@
 //
 // LSE (fp32 for every dtype, on an absolute scale) has its own form:
 //   sigma^2 = u_lse^2 * (1 + LSE^2) / 3 + u_acc^2 * L / 6 + (u_acc^2 + u_in^2) * score^2
+//           + u_tr^2 * truncation^2
 // with score = sqrt(sum_j P_ij^2 s_ij^2) and u_lse the backend's declared LSE accuracy.
+//   truncation  tensor cores (bf16, fp16 and tf32 operands on a GPU: u_tr = u_acc, else 0) add
+//            each MMA step's products to the fp32 accumulator c and truncate the sum toward zero,
+//            by up to one ulp of c: an error of about -u_acc c per step, the same sign for every
+//            key of a row whose scores share their sign, where round-to-nearest errs at random.
+//            Over steps of 16 products (the MMA's k for 16-bit operands), the partial sums
+//            c_m = sum_{d < 16 (m + 1)} Q_id K_jd add up to sum_d w_d Q_id K_jd with
+//            w_d = ceil(Dqk / 16) - floor(d / 16), the number of steps product d is carried
+//            through (tf32's steps of 8 about double it: u_tr = 2 u_acc there). The LSE errs by
+//            the P-weighted mean of its scores' errors, so
+//              truncation_i = scale |sum_j P_ij c_ij sum_d w_d Q_id K_jd|
+//            (c_ij the softcap's chain factor 1 - tanh^2, 1 without). The rounding part (score)
+//            averages over a spread row's keys; this one does not: rows whose scores all sit far
+//            from zero (an LSE of -850) err by 3-10 u_acc |LSE| in LibTorch's flash, efficient and
+//            cuDNN kernels and in a Triton tl.dot and cuBLAS alike, toward zero in every row, and
+//            by 0.5 where the large product comes last (docs/findings/standalone/
+//            tensor_core_accumulation_bias.py, H100). Only the LSE: O and the gradients see the
+//            scores through exp(S - LSE), where a row's common error cancels.
 #include <array>
 #include <optional>
 #include <string_view>
@@ -160,6 +178,8 @@ struct TermTensors {
   // dBias only: sqrt(sum dS^2 (1 + LSE_i^2)) and sqrt(sum dS^2 Skv) over the terms each element
   // sums, the normalizer part's magnitudes (above); empty elsewhere.
   Tensor normalizer_lse, normalizer_acc;
+  // LSE only, per row: the tensor cores' truncation (above, steps of 16 products); empty: none.
+  Tensor truncation;
 };
 struct ErrorTerms {
   std::array<TermTensors, kOutputs.size()> by_output;  // indexed by output_index
@@ -184,9 +204,12 @@ struct RoundingUnits {
   double accumulate = 0;  // u_acc: accumulation (fp32 below fp64)
   double input = 0;       // u_in: extra rounding of Q, K, V, dO (tf32)
   double lse = 0;         // u_lse: the LSE's declared accuracy
+  double truncate = 0;    // u_tr: the tensor cores' truncating accumulation (the LSE's truncation part)
   bool fp16_operands = false;  // the subnormal part applies (its eta is fp16's)
 };
-RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff);
+// tensor_cores: the backend accumulates its scores on tensor cores (Backend::accumulates_on_tensor_cores),
+// which truncate only under the contracts with 16-bit or tf32 operands.
+RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff, bool tensor_cores = false);
 
 // L, the length of output t's last reduction: Skv for O, LSE and dQ; Sq times the GQA group
 // for dK and dV.

@@ -1,5 +1,8 @@
 #include "oracles/emulated.h"
 
+#include "oracles/reference.h"
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -228,6 +231,41 @@ Forward EmulatedBackend::forward(const Problem& p) {
 Gradients EmulatedBackend::backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
   if (contract_ == Contract::fp64) return backward_impl<double>(p, Numerics<double>{contract_, p.dtype, reversed_}, fwd, d_out, d_lse);
   return backward_impl<float>(p, Numerics<float>{contract_, p.dtype, reversed_}, fwd, d_out, d_lse);
+}
+
+Tensor tensor_core_lse(const Problem& p) {
+  const Shape& s = p.shape;
+  Tensor lse({s.batch, s.heads_q, s.seq_q});
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads_q; ++h) {
+      const HeadScores hs = head_scores(p, b, h);
+      for (int64_t i = 0; i < s.seq_q; ++i) {
+        double& out = *lse.at(b, h, i);
+        if (!std::isfinite(hs.lse(i))) {
+          out = hs.lse(i);
+          continue;
+        }
+        const double* q = p.q.at(b, h, i);
+        double moved = 0;  // sum_j P_ij exp(error of S_ij)
+        for (int64_t j = 0; j < s.seq_kv; ++j) {
+          if (hs.p(i, j) == 0) continue;
+          const double* k = p.k.at(b, h / s.group(), j);
+          double exact = 0;
+          float acc = 0;
+          for (int64_t d0 = 0; d0 < s.head_dim_qk; d0 += 16) {
+            double step = acc;
+            for (int64_t d = d0; d < std::min(d0 + 16, s.head_dim_qk); ++d) step += q[d] * k[d], exact += q[d] * k[d];
+            float t = static_cast<float>(step);
+            if (std::fabs(static_cast<double>(t)) > std::fabs(step)) t = std::nextafter(t, 0.0f);
+            acc = t;
+          }
+          const double chain = p.softcap ? 1.0 - hs.tanh_t(i, j) * hs.tanh_t(i, j) : 1.0;
+          moved += hs.p(i, j) * std::exp(p.scale * chain * (static_cast<double>(acc) - exact));
+        }
+        out = static_cast<double>(static_cast<float>(hs.lse(i) + std::log(moved)));
+      }
+    }
+  return lse;
 }
 
 }  // namespace attnfuzz

@@ -29,4 +29,11 @@ class EmulatedBackend final : public Backend {
   bool reversed_;
 };
 
+// The LSE as a kernel on tensor cores computes it (harness/error_model.h, "truncation"): every
+// visible score's Q K^T summed 16 products a step into an fp32 accumulator truncated toward zero
+// after each step, the reference's LSE moved by those scores' errors (through the softcap's chain
+// factor), stored in fp32. For 16-bit inputs, whose products and sums of 16 float64 holds exactly.
+// A stand-in for the hardware where there is none: tests and bench_sensitivity --tensor-cores.
+Tensor tensor_core_lse(const Problem& p);
+
 }  // namespace attnfuzz

@@ -95,6 +95,10 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
     t[o].via_sc = Tensor(shape);
   }
   init(TensorId::dV, vv, reduction_length(TensorId::dV, s));
+  t[TensorId::LSE].truncation = Tensor(lq);
+  // The truncation part's weights (harness/error_model.h): w_d = ceil(Dqk / 16) - floor(d / 16).
+  Eigen::VectorXd step_weights(s.head_dim_qk);
+  for (int64_t d = 0; d < s.head_dim_qk; ++d) step_weights(d) = static_cast<double>((s.head_dim_qk + 15) / 16 - d / 16);
   t[TensorId::dK].underflow = Tensor(kk);
   t[TensorId::dV].underflow = Tensor(vv);
   // The subnormal part exists for fp16 operands only (harness/error_model.h).
@@ -159,6 +163,14 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       sources_of(sc_sources, TensorId::O).add(b, h, source_sums(w2, v_norm2));
       // LSE = log sum exp S.
       Eigen::Map<Eigen::VectorXd>(t[TensorId::LSE].score.at(b, h, 0), s.seq_q) = w2.rowwise().sum().cwiseSqrt();
+      // Its truncation part: scale |sum_j P_ij c_ij sum_d w_d Q_id K_jd| (c the softcap's chain factor).
+      {
+        const Mat weighted = (q * step_weights.asDiagonal()) * k.transpose();
+        Mat pw = hs.p;
+        if (p.softcap) pw = pw.cwiseProduct((1.0 - hs.tanh_t.array().square()).matrix());
+        Eigen::Map<Eigen::VectorXd>(t[TensorId::LSE].truncation.at(b, h, 0), s.seq_q) =
+            p.scale * pw.cwiseProduct(weighted).rowwise().sum().cwiseAbs();
+      }
 
       // Backward: dS = P (dP - D + g), the softcap's chain rule on top.
       const Mat dp = d_o * v.transpose();

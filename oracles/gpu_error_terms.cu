@@ -265,6 +265,31 @@ __global__ void __launch_bounds__(kScoreRows * 32) o_score_terms(ScoreBuffers s,
   if (blockIdx.x == 0 && tx == 0 && i < m.sq) lse_score[zq * m.sq + i] = sqrt(w2sum);
 }
 
+// The LSE's truncation part (harness/error_model.h): Q with each column d weighted by the number
+// of 16-product MMA steps it is carried through, w_d = ceil(Dqk / 16) - floor(d / 16).
+__global__ void step_weighted(const double* q, double* out, int64_t rows, int64_t dim) {
+  const int64_t n = rows * dim, steps = (dim + 15) / 16;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[e] = q[e] * static_cast<double>(steps - (e % dim) / 16);
+}
+
+// LSE.truncation_i = scale |sum_j P_c,ij (Q_w K^T)_ij|, one warp a query row; `weighted` holds
+// Q_w K^T where the mask shows a tile (elsewhere P_c = 0 and it is not read).
+__global__ void lse_truncation(ScoreBuffers s, const double* weighted, double* out, Heads h, int64_t heads, int64_t seq_q, int64_t skv,
+                               double scale) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row < heads * seq_q; row += warps) {
+    const double* pc = s.pc + row * skv;
+    const double* w = weighted + row * skv;
+    double acc = 0;
+    for (int64_t j = lane; j < skv; j += 32)
+      if (pc[j] != 0) acc += pc[j] * w[j];
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
+    if (lane == 0) out[h.first_q * seq_q + row] = scale * fabs(acc);
+  }
+}
+
 // Per row: D - g, and the row errors e_k of D from O's error parts (oracles/error_terms.cpp).
 __global__ void row_errors(const double* d_out, const double* o, const double* o_operand, const double* o_score, const double* d_lse,
                            double* d_minus_g, double* d_err, int64_t row0, int64_t rows, int64_t rows_total, int64_t dim_v, double length) {
@@ -412,6 +437,7 @@ struct DeviceTerms {
   DeviceBuffer<double> operand_sources[5], score_sources[5];
   DeviceBuffer<double> subnormal[5], subnormal_sources[5];
   DeviceBuffer<double> q_norm2, k_norm2, v_norm2, d_out_norm2;
+  DeviceBuffer<double> q_weighted, truncation_lse;  // the LSE's truncation part: Q by step weights, and the part
 };
 
 }  // namespace
@@ -487,6 +513,10 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   row_norms2<<<grid_for(kv_rows, 128), 128>>>(d.k.get(), d.k_norm2.get(), kv_rows, a.dim_qk);
   row_norms2<<<grid_for(kv_rows, 128), 128>>>(d.v.get(), d.v_norm2.get(), kv_rows, a.dim_v);
   AF_CUDA(cudaGetLastError());
+  d.q_weighted = DeviceBuffer<double>(n(rows_q * a.dim_qk));
+  d.truncation_lse = DeviceBuffer<double>(n(rows_q));
+  step_weighted<<<grid_for(rows_q * a.dim_qk, kThreads), kThreads>>>(d.q.get(), d.q_weighted.get(), rows_q, a.dim_qk);
+  AF_CUDA(cudaGetLastError());
   d.d_minus_g = DeviceBuffer<double>(n(rows_q));
   d.d_err = DeviceBuffer<double>(n(4 * rows_q));
   d.d_err_dq = DeviceBuffer<double>(n(4 * rows_q));
@@ -550,6 +580,10 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     product(PairProduct{d.q.get(), d.k.get(), s.p, false, m, h, a.seq_q, a.seq_kv, a.dim_qk}, heads);
     product(PairProduct{d.q.get(), d.k.get(), s.sens, true, m, h, a.seq_q, a.seq_kv, a.dim_qk}, heads);
     score_terms<<<elementwise_grid, kThreads>>>(s, d.lse.get(), m, bias.view(), h, heads, scale, capped, a.softcap.value_or(1.0), a.dim_qk);
+    AF_CUDA(cudaGetLastError());
+    // The LSE's truncation part, through the dP buffer before dP is computed.
+    product(PairProduct{d.q_weighted.get(), d.k.get(), s.ds, false, m, h, a.seq_q, a.seq_kv, a.dim_qk}, heads);
+    lse_truncation<<<grid_for(rows * 32, 256), 256>>>(s, s.ds, d.truncation_lse.get(), h, heads, a.seq_q, a.seq_kv, scale);
     AF_CUDA(cudaGetLastError());
     // O and LSE.
     product(RowProduct{s, Factor::p2, d.v.get(), RowRhs::squared, a.dim_v, RowOut::root, 1.0, d.operand[o_idx].get(), nullptr, nullptr,
@@ -653,6 +687,7 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
       if (out.subnormal[x] && d.subnormal[x].size()) d.subnormal[x].download(out.subnormal[x]);
       if (out.subnormal_sources[x] && d.subnormal_sources[x].size()) d.subnormal_sources[x].download(out.subnormal_sources[x]);
     }
+  if (out.truncation_lse) d.truncation_lse.download(out.truncation_lse);
   if (out.underflow_dk) d.underflow_dk.download(out.underflow_dk);
   if (out.underflow_dv) d.underflow_dv.download(out.underflow_dv);
   if (group > 1) {

@@ -12,7 +12,8 @@
 //   wd     = |dS| (s + 2 t^2 / (1 - t^2)) + P_c sqrt(Dv/3 (dP^2 / 3 + (dO^2 V^2^T) / 2)),
 //            t = tanh(S_pre / c) under a softcap (its rounding moves the chain factor 1 - t^2)
 //   O:   operand = sqrt(P^2 V^2), score_id = sqrt(sum_j w_ij^2 (V_jd - O_id)^2)
-//   LSE: score = sqrt(rowsum(w^2))
+//   LSE: score = sqrt(rowsum(w^2)), truncation = scale |rowsum(P_c (Q_w K^T))| with Q_w's column d
+//        weighted by ceil(Dqk / 16) - floor(d / 16)
 //   dQ:  operand = scale sqrt(dS2 K^2), score = scale sqrt(wd^2 K^2), via_k = scale e_k |P_c K|
 //   dK:  operand^2 = scale^2 sum_group dS2^T Q^2, score^2 = scale^2 sum_group wd^2^T Q^2,
 //        via_k^2 = scale^2 sum_group P_c^2^T (e_k^2 Q^2), stored^2 = scale^2 sum_group (dS^T Q)^2
@@ -47,6 +48,7 @@ struct HostErrorTerms {
   double* stored_dv = nullptr;
   double* via_dq[4] = {};  // op, st, acc, sc
   double* via_dk[4] = {};
+  double* truncation_lse = nullptr;  // [B][Hq][Sq]
   double* underflow_dk = nullptr;
   double* underflow_dv = nullptr;
   double* operand_sources[5] = {};  // per row; LSE's not written

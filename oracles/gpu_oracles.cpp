@@ -94,6 +94,8 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
     out.operand_sources[i] = e[o].operand_sources.ptr();
     out.score_sources[i] = e[o].score_sources.ptr();
   }
+  e[TensorId::LSE].truncation = Tensor(lq);
+  out.truncation_lse = e[TensorId::LSE].truncation.ptr();
   e[TensorId::dK].underflow = Tensor(kk);
   e[TensorId::dV].underflow = Tensor(vv);
   out.underflow_dk = e[TensorId::dK].underflow.ptr();

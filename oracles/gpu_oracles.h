@@ -25,6 +25,7 @@ class CudaReference64Backend final : public Backend {
   std::string name() const override { return "cuda.reference64"; }
   std::string version() const override;
   Device device() const override { return Device::cuda; }
+  bool accumulates_on_tensor_cores() const override { return false; }  // float64 on the CUDA cores
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.bias = true;
@@ -48,6 +49,7 @@ class CudaEmulatedBackend final : public Backend {
   std::string name() const override;
   std::string version() const override;
   Device device() const override { return Device::cuda; }
+  bool accumulates_on_tensor_cores() const override { return false; }  // the contract's roundings, emulated in scalar code
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.bias = true;

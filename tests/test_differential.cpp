@@ -138,6 +138,7 @@ class Redeclared final : public Backend {
   bool masked_rows_zero() const override { return impl_->masked_rows_zero(); }
   bool returns_lse() const override { return impl_->returns_lse(); }
   double lse_unit_roundoff(DType d) const override { return impl_->lse_unit_roundoff(d); }
+  bool accumulates_on_tensor_cores() const override { return impl_->accumulates_on_tensor_cores(); }
   std::optional<std::string> unsupported_reason(const Problem& p) const override { return impl_->unsupported_reason(p); }
   bool backward_takes_dlse() const override { return impl_->backward_takes_dlse(); }
   const Merger* merger() const override { return impl_->merger(); }
@@ -676,6 +677,64 @@ TEST(Verdict, TiedKeysErrAsOneNumberPerQueryRow) {
   EXPECT_FALSE(r.runs.empty());
 }
 
+// A correct kernel on tensor cores, emulated: the bf16 contract's computation (EmulatedBackend),
+// its LSE summed as an MMA sums (oracles/emulated.h, tensor_core_lse; measured on the H100:
+// docs/findings/standalone/tensor_core_accumulation_bias.py). `plant` adds that many u32 |LSE|
+// to every row's LSE, toward zero as the truncation errs.
+class TruncatingTensorCores final : public Backend {
+ public:
+  TruncatingTensorCores(bool declares, double plant) : declares_(declares), plant_(plant), impl_(Contract::bf16, false) {}
+  std::string name() const override { return "tensor-cores"; }
+  std::optional<Contract> contract(DType) const override { return Contract::bf16; }
+  bool accumulates_on_tensor_cores() const override { return declares_; }
+  Forward forward(const Problem& p) override {
+    Forward f = impl_.forward(p);
+    f.lse = tensor_core_lse(p);
+    for (double& x : f.lse.data) x = static_cast<double>(static_cast<float>(x - plant_ * unit_roundoff(DType::f32) * x));
+    return f;
+  }
+  // The contract's own backward, from its own forward: the LSE alone is under test.
+  Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor& d_lse) override {
+    return impl_.backward(p, impl_.forward(p), d_out, d_lse);
+  }
+
+ private:
+  bool declares_;
+  double plant_;
+  EmulatedBackend impl_;
+};
+
+// Rows whose scores all sit far below zero (an LSE of about -500): a tensor-core kernel's LSE
+// errs there by several u32 |LSE|, toward zero in every row, where round-to-nearest's errors
+// average out over the keys (stop 47's cuda.flash, cudnn and torch.cudnn LSE findings, s51's
+// flash_ok). The truncation part carries it where the backend says it accumulates on tensor
+// cores; a backend that does not say so is held to round-to-nearest, and a plant a few times the
+// truncation's size still fails.
+TEST(Verdict, TensorCoreTruncationOfShiftedRowsIsNoFalseAlarm) {
+  Case c;
+  c.seed = 5;
+  c.shape = {1, 2, 2, 48, 96, 128, 64};
+  c.dtype = DType::bf16;
+  c.q = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 0.5, -75.0};
+  c.k = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 1.0, 75.0};
+  DiffOptions opt;
+  opt.check_determinism = false;
+  auto lse_fails = [&](bool declares, double plant) {
+    TruncatingTensorCores be(declares, plant);
+    const DiffReport r = run_differential(c, {&be}, default_oracles(), opt);
+    EXPECT_FALSE(r.runs.empty());
+    bool lse = false;
+    for (const auto& f : r.findings) {
+      if (f.signature.tensor_name() == "LSE") lse = true;
+      else ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
+    }
+    return lse;
+  };
+  EXPECT_FALSE(lse_fails(true, 0.0)) << "a correct tensor-core kernel's LSE";
+  EXPECT_TRUE(lse_fails(false, 0.0)) << "round-to-nearest's model, the false alarm the truncation part removes";
+  EXPECT_TRUE(lse_fails(true, 24.0)) << "24 u32 |LSE| on every row";
+}
+
 // fp16 outputs and intermediates past the type's range (harness/metrics.h, compare; verdict.cpp,
 // excuse_nonfinite_under_contract). A dV summed over 512 queries of dO ~ 300 is 7.7e4: its
 // correctly stored fp16 value is inf. With V ~ 8 as well, dO V^T reaches 1.5e5: an unfused fp16
@@ -1001,8 +1060,9 @@ class BatchKeyed final : public Backend {
       for (double& x : f.o.data) x = std::nextafter(static_cast<float>(x), std::numeric_limits<float>::infinity());
     return f;
   }
-  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
-    return impl_.backward(p, f, d_out, d_lse);
+  // The contract's own backward, from its own forward: the LSE alone is under test.
+  Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor& d_lse) override {
+    return impl_.backward(p, impl_.forward(p), d_out, d_lse);
   }
 
  private:

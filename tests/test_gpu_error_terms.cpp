@@ -85,7 +85,7 @@ void compare(const Case& c, Coverage& cov) {
         {"via_sc", {&g.via_sc, &w.via_sc}},    {"underflow", {&g.underflow, &w.underflow}},
         {"subnormal", {&g.subnormal, &w.subnormal}},          {"subnormal_sources", {&g.subnormal_sources, &w.subnormal_sources}},
         {"operand_sources", {&g.operand_sources, &w.operand_sources}},
-        {"score_sources", {&g.score_sources, &w.score_sources}}};
+        {"score_sources", {&g.score_sources, &w.score_sources}}, {"truncation", {&g.truncation, &w.truncation}}};
     for (const auto& [part, tensors] : parts) {
       std::string problem;
       const std::string name = part;

@@ -4,6 +4,12 @@
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
 //                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
 //                                     [--outliers MAGNITUDE] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]]
+//                                     [--shifted A] [--tensor-cores]
+//
+// --shifted A: rows whose scores all sit far below zero (Q's column 0 at -A in half the rows, K's
+// at +A in every row: those rows' LSE near -A^2 scale). --tensor-cores: the correct kernel's LSE
+// is summed as tensor cores sum it (oracles/emulated.h, tensor_core_lse; bf16 and fp16), and it
+// says it accumulates on them, so the LSE's truncation part is in the model (harness/error_model.h).
 //
 // --dbias makes the bias require a gradient: dBias gets its rows (a backend that returns it:
 // --backend torch.math, say; the plugins take no bias).
@@ -21,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -28,8 +35,34 @@
 
 #include "bench/sensitivity/sensitivity.h"
 #include "backends/registry.h"
+#include "oracles/emulated.h"
 
 namespace {
+
+// The correct kernel with its 16-bit LSE summed as tensor cores sum it (--tensor-cores); its
+// backward runs from its own forward, so the LSE alone changes.
+class TensorCoreLse final : public attnfuzz::Backend {
+ public:
+  explicit TensorCoreLse(std::unique_ptr<attnfuzz::Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  std::optional<attnfuzz::Contract> contract(attnfuzz::DType d) const override { return inner_->contract(d); }
+  bool masked_rows_zero() const override { return inner_->masked_rows_zero(); }
+  bool accumulates_on_tensor_cores() const override { return true; }
+  attnfuzz::SupportEnvelope envelope() const override { return inner_->envelope(); }
+  bool backward_takes_dlse() const override { return inner_->backward_takes_dlse(); }
+  attnfuzz::Forward forward(const attnfuzz::Problem& p) override {
+    attnfuzz::Forward f = inner_->forward(p);
+    if (p.dtype != attnfuzz::DType::f32) f.lse = attnfuzz::tensor_core_lse(p);
+    return f;
+  }
+  attnfuzz::Gradients backward(const attnfuzz::Problem& p, const attnfuzz::Forward&, const attnfuzz::Tensor& d_out,
+                               const attnfuzz::Tensor& d_lse) override {
+    return inner_->backward(p, inner_->forward(p), d_out, d_lse);
+  }
+
+ private:
+  std::unique_ptr<attnfuzz::Backend> inner_;
+};
 
 std::string fmt_sci(double x) {
   char buf[32];
@@ -56,7 +89,8 @@ int run(int argc, char** argv) {
   long group = 1;
   Device oracle_device = Device::cpu;
   std::optional<ScoreBias> bias;
-  bool dbias = false;
+  bool dbias = false, tensor_cores = false;
+  double shifted = 0;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
@@ -95,6 +129,11 @@ int run(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--group")) {
       group = std::stol(next());
       if (group < 1 || group > 16) throw std::invalid_argument("--group takes 1 to 16 query heads per key-value head");
+    } else if (!std::strcmp(argv[i], "--tensor-cores")) {
+      tensor_cores = true;
+    } else if (!std::strcmp(argv[i], "--shifted")) {
+      shifted = std::stod(next());
+      if (!(shifted > 0 && shifted <= 1e3)) throw std::invalid_argument("--shifted takes a magnitude in (0, 1e3]");
     } else if (!std::strcmp(argv[i], "--dbias")) {
       dbias = true;
     } else if (!std::strcmp(argv[i], "--bias")) {
@@ -106,13 +145,14 @@ int run(int argc, char** argv) {
       if (*kind == ScoreBias::Kind::tensor) bias->spans = {false, true, true, true};  // one bias per head, as a learned one
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]] [--shifted A] [--tensor-cores]\n");
       return 2;
     }
   }
   if (dbias && !bias) throw std::invalid_argument("--dbias needs --bias");
   if (bias) bias->requires_grad = dbias;
-  auto correct = make_backend(backend.empty() ? "plugin:" + plugin : backend);
+  std::unique_ptr<Backend> correct = make_backend(backend.empty() ? "plugin:" + plugin : backend);
+  if (tensor_cores) correct = std::make_unique<TensorCoreLse>(std::move(correct));
   const OracleSet oracles = make_oracles(oracle_device);
   std::ofstream csv;
   if (!csv_path.empty()) {
@@ -130,6 +170,7 @@ int run(int argc, char** argv) {
         cfg.causal = causal;
         cfg.outliers = outliers;
         cfg.tied = tied;
+        cfg.shifted = shifted;
         cfg.group = group;
         cfg.bias = bias;
         const auto t0 = std::chrono::steady_clock::now();
@@ -138,7 +179,9 @@ int run(int argc, char** argv) {
         std::printf("\n### %s, S=%ld, D=%ld, H=%s, %s%s%s (%.1f s)\n\n| tensor | plant | natural | threshold | planted error | ratio |\n|---|---|---|---|---|---|\n",
                     std::string(to_string(d)).c_str(), s, dim, group > 1 ? ("2 (Hq=" + std::to_string(2 * group) + ")").c_str() : "2",
                     causal ? "causal" : "no mask",
-                    (outliers > 0 ? ", outliers of " + std::to_string(outliers).substr(0, 5) : tied.empty() ? "" : ", tied " + tied).c_str(),
+                    ((outliers > 0 ? ", outliers of " + std::to_string(outliers).substr(0, 5) : tied.empty() ? "" : ", tied " + tied) +
+                     (shifted > 0 ? ", shifted rows of " + std::to_string(shifted).substr(0, 5) : "") + (tensor_cores ? ", tensor cores" : ""))
+                        .c_str(),
                     bias ? (", bias " + std::string(to_string(bias->kind)) + (dbias ? " with dBias" : "")).c_str() : "", secs);
         for (const auto& p : points) {
           const std::string planted = p.threshold <= 0     ? "-"

@@ -46,6 +46,9 @@ struct SensitivityConfig {
   // same vector, the generator's exactly constant draw (near_constant, mean 0.1, sigma 0); empty:
   // K and V drawn as above.
   std::string tied;
+  // Rows whose scores all sit far below zero: Q's column 0 at -shifted in half the rows, K's at
+  // +shifted in every row (the generator's row_shift); 0: none.
+  double shifted = 0;
   // A score bias (harness/case.h): the bias_scale plant is measured, and every other plant with
   // the bias present. The correct backend must take one (torch.math; mutant_ok does not).
   std::optional<ScoreBias> bias;
