@@ -56,14 +56,7 @@
 //            (u_lse^2 (1 + LSE^2) / 3 + u_acc^2 L / 6, the LSE's form below) scales every P_ij of
 //            query i, hence dS_ij and the whole dQ row, alike:
 //              O:  u_acc^2 (L / 6) ref^2      dQ:  (u_lse^2 (1 + LSE_i^2) / 3 + u_acc^2 L / 6) ref^2
-//            (dK and dV sum over queries, whose normalizers err independently: the score part,
-//            where each term P_ij of dK and dV carries the stored LSE's error from the scores'
-//            accumulation too, l_i = sqrt(sum_k P_ik^2 e_ik^2) with e the dot products' part of s
-//            (above): s_ij + l_i for dV's w and in dK's wd. The LSE errs by the P-weighted errors
-//            of the row's largest scores, and a key
-//            seen by one query with a tiny P_ij errs by that much relatively, however small its
-//            own score's error: LibTorch's math path, which rounds Q sqrt(scale) and K sqrt(scale)
-//            before their product, put such a dV row at 23 sigma' without it, stop 52.)
+//            (dK and dV sum over queries, whose normalizers err independently: the score part.)
 //   via_*    dQ and dK only: D = rowsum(dO*O) is computed from the computed O, so O's error
 //            (each of its parts above, with O's own L folded into via_acc) moves every dS of
 //            the row: dQ_id by scale * (P K)_id * dD_i, dK_jd by scale * sum_i P_ij Q_id dD_i.

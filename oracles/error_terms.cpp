@@ -234,22 +234,14 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
             sc2 * (squared(pc).transpose() * (d_err[part].cwiseProduct(d_err[part]).asDiagonal() * q2));
       }
 
-      // dK and dV recompute P_ij = exp(S_ij - LSE_i) from the stored LSE, whose error from the
-      // scores' accumulation, l_i = sqrt(sum_k P_ik^2 e_ik^2) (e the dot products' part of s),
-      // moves every P_ij of the query by l_i relatively: added to each of their terms'
-      // sensitivity (harness/error_model.h, "normalizer"). A key seen by one query with a tiny P
-      // errs by l_i, however small its own score's error.
-      const Eigen::VectorXd lse_err = hs.p.cwiseProduct(score_err).cwiseAbs2().rowwise().sum().cwiseSqrt();
-      const Mat w2_kv = squared(Mat(w + Mat(hs.p.array().colwise() * lse_err.array())));
-      const Mat wd2_kv = squared(Mat(wd + Mat(ds.cwiseAbs().array().colwise() * lse_err.array())));
       sources_of(op_sources, TensorId::dQ).add(b, h, source_sums(ds2, k_norm2));
       sources_of(sc_sources, TensorId::dQ).add(b, h, source_sums(wd2, k_norm2));
       sources_of(op_sources, TensorId::dK).add(b, hk, source_sums(ds2.transpose(), q_norm2));
-      sources_of(sc_sources, TensorId::dK).add(b, hk, source_sums(wd2_kv.transpose(), q_norm2));
+      sources_of(sc_sources, TensorId::dK).add(b, hk, source_sums(wd2.transpose(), q_norm2));
       sources_of(op_sources, TensorId::dV).add(b, hk, source_sums(p2.transpose(), do_norm2));
-      sources_of(sc_sources, TensorId::dV).add(b, hk, source_sums(w2_kv.transpose(), do_norm2));
+      sources_of(sc_sources, TensorId::dV).add(b, hk, source_sums(w2.transpose(), do_norm2));
       MMap(t[TensorId::dK].operand.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (ds2.transpose() * q2);
-      MMap(t[TensorId::dK].score.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (wd2_kv.transpose() * q2);
+      MMap(t[TensorId::dK].score.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += sc2 * (wd2.transpose() * q2);
       // The terms a flush-to-zero kernel loses: P (and so dS) below fp32's smallest normal.
       const Mat flushed = hs.p.unaryExpr([](double x) { return x > 0 && x < kSmallestNormalF32 ? 1.0 : 0.0; });
       MMap(t[TensorId::dK].underflow.at(b, hk, 0), s.seq_kv, s.head_dim_qk) +=
@@ -257,7 +249,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       MMap(t[TensorId::dV].underflow.at(b, hk, 0), s.seq_kv, s.head_dim_v) +=
           hs.p.cwiseProduct(flushed).transpose() * d_o.cwiseAbs();
       MMap(t[TensorId::dV].operand.at(b, hk, 0), s.seq_kv, s.head_dim_v) += p2.transpose() * do2;
-      MMap(t[TensorId::dV].score.at(b, hk, 0), s.seq_kv, s.head_dim_v) += w2_kv.transpose() * do2;
+      MMap(t[TensorId::dV].score.at(b, hk, 0), s.seq_kv, s.head_dim_v) += w2.transpose() * do2;
       if (fp16) {
         // e(P)^2, and f = e(P)^2 (dS / P)^2 + e(dS)^2: P rounded in the subnormal range moves dS
         // by the same fraction of itself.

@@ -27,7 +27,7 @@ struct ScoreBuffers {
   double* pc;    // P times the softcap's chain rule; the same buffer as p without a softcap
   double* ds;    // dO V^T, then dS
   double* wd;    // dO^2 (V^2)^T, then wd
-  double* ds2;   // the dot products' part e of s (until lse_dot_error), then dS2: what dS's operand rounding acts on
+  double* ds2;   // dS2: what dS's operand rounding acts on
 };
 
 __device__ __forceinline__ double sq(double x) { return x * x; }
@@ -211,7 +211,7 @@ __global__ void score_terms(ScoreBuffers s, const double* lse, MaskView m, BiasV
   const int64_t n = heads * m.sq * m.skv;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = e % m.skv, i = (e / m.skv) % m.sq, zq = h.first_q + e / (m.skv * m.sq);
-    double p = 0, sens = 0, dot = 0, chain = 1;
+    double p = 0, sens = 0, chain = 1;
     if (m.visible(zq, i, j)) {
       const double raw = s.p[e], raw_sq = s.sens[e];
       double score = scale * raw;
@@ -224,12 +224,11 @@ __global__ void score_terms(ScoreBuffers s, const double* lse, MaskView m, BiasV
       const double l = lse[zq * m.sq + i];
       const bool live = isfinite(l);
       if (live) p = exp(score - l);
-      dot = scale * sqrt((sq(raw) / 3.0 + root(raw_sq) * root(raw_sq) / 2.0) * (static_cast<double>(dim_qk) / 3.0));
-      sens = dot + fabs(score) + (live ? fabs(l) : 0.0);
+      sens = scale * sqrt((sq(raw) / 3.0 + root(raw_sq) * root(raw_sq) / 2.0) * (static_cast<double>(dim_qk) / 3.0)) + fabs(score) +
+             (live ? fabs(l) : 0.0);
     }
     s.p[e] = p;
     s.sens[e] = sens;
-    s.ds2[e] = dot;
     if (s.pc != s.p) s.pc[e] = p * chain;
   }
 }
@@ -373,33 +372,6 @@ __global__ void tied_key_errors(ScoreBuffers s, const double* d_out, const doubl
   d_err_dq[3 * rows_total + r] = e3;
 }
 
-// l_i = sqrt(sum_j (P_ij e_ij)^2), the stored LSE's error from the scores' accumulation (e in
-// ds2 since score_terms), one warp a query row.
-__global__ void lse_dot_error(ScoreBuffers s, double* out, Heads h, int64_t heads, int64_t seq_q, int64_t skv) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row < heads * seq_q; row += warps) {
-    double acc = 0;
-    for (int64_t j = lane; j < skv; j += 32)
-      if (s.p[row * skv + j] != 0) acc += sq(s.p[row * skv + j] * s.ds2[row * skv + j]);
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
-    if (lane == 0) out[h.first_q * seq_q + row] = sqrt(acc);
-  }
-}
-
-// dK and dV see P through the stored LSE, whose accumulation error l_i moves every P_ij of query
-// i: s_ij += l_i, and wd_ij += |dS_ij| l_i (oracles/error_terms.cpp), after dQ's terms and the
-// query rows' sources, which keep the scores' own sensitivity.
-__global__ void add_lse_score_error(ScoreBuffers s, const double* lse_score, Heads h, int64_t heads, int64_t seq_q, int64_t skv) {
-  const int64_t n = heads * seq_q * skv;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (s.p[e] == 0) continue;
-    const double l = lse_score[(h.first_q + e / (seq_q * skv)) * seq_q + (e / skv) % seq_q];
-    s.sens[e] += l;
-    s.wd[e] += fabs(s.ds[e]) * l;
-  }
-}
-
 // Squared norms of the rows of a [rows][dim] array.
 __global__ void row_norms2(const double* x, double* out, int64_t rows, int64_t dim) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -466,7 +438,6 @@ struct DeviceTerms {
   DeviceBuffer<double> subnormal[5], subnormal_sources[5];
   DeviceBuffer<double> q_norm2, k_norm2, v_norm2, d_out_norm2;
   DeviceBuffer<double> q_weighted, truncation_lse;  // the LSE's truncation part: Q by step weights, and the part
-  DeviceBuffer<double> lse_dot_error;               // l_i per query row (add_lse_score_error)
 };
 
 }  // namespace
@@ -544,7 +515,6 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   AF_CUDA(cudaGetLastError());
   d.q_weighted = DeviceBuffer<double>(n(rows_q * a.dim_qk));
   d.truncation_lse = DeviceBuffer<double>(n(rows_q));
-  d.lse_dot_error = DeviceBuffer<double>(n(rows_q));
   step_weighted<<<grid_for(rows_q * a.dim_qk, kThreads), kThreads>>>(d.q.get(), d.q_weighted.get(), rows_q, a.dim_qk);
   AF_CUDA(cudaGetLastError());
   d.d_minus_g = DeviceBuffer<double>(n(rows_q));
@@ -611,8 +581,6 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     product(PairProduct{d.q.get(), d.k.get(), s.sens, true, m, h, a.seq_q, a.seq_kv, a.dim_qk}, heads);
     score_terms<<<elementwise_grid, kThreads>>>(s, d.lse.get(), m, bias.view(), h, heads, scale, capped, a.softcap.value_or(1.0), a.dim_qk);
     AF_CUDA(cudaGetLastError());
-    lse_dot_error<<<grid_for(rows * 32, 256), 256>>>(s, d.lse_dot_error.get(), h, heads, a.seq_q, a.seq_kv);
-    AF_CUDA(cudaGetLastError());
     // The LSE's truncation part, through the dP buffer before dP is computed.
     product(PairProduct{d.q_weighted.get(), d.k.get(), s.ds, false, m, h, a.seq_q, a.seq_kv, a.dim_qk}, heads);
     lse_truncation<<<grid_for(rows * 32, 256), 256>>>(s, s.ds, d.truncation_lse.get(), h, heads, a.seq_q, a.seq_kv, scale);
@@ -646,17 +614,6 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     product(RowProduct{s, Factor::pc, d.k.get(), RowRhs::plain, a.dim_qk, RowOut::via, scale, nullptr, via_dq_d.get(), d.d_err_dq.get(),
                        rows_q, m, h, a.seq_q, a.dim_qk, a.seq_kv},
             heads);
-    // The query rows' sources (O, dQ), then the stored LSE's score error into dK's and dV's terms.
-    auto query_rows = [&](Factor f, const double* norms, DeviceBuffer<double>& out_buf) {
-      query_row_sources<<<grid_for(rows * 32, 256), 256>>>(s, f, norms, out_buf.get(), h, heads, a.seq_q, a.seq_kv);
-      AF_CUDA(cudaGetLastError());
-    };
-    query_rows(Factor::p2, d.v_norm2.get(), d.operand_sources[o_idx]);
-    query_rows(Factor::w2, d.v_norm2.get(), d.score_sources[o_idx]);
-    query_rows(Factor::ds2, d.k_norm2.get(), d.operand_sources[dq_idx]);
-    query_rows(Factor::wd2, d.k_norm2.get(), d.score_sources[dq_idx]);
-    add_lse_score_error<<<elementwise_grid, kThreads>>>(s, d.lse_dot_error.get(), h, heads, a.seq_q, a.seq_kv);
-    AF_CUDA(cudaGetLastError());
     // dK and dV: sums over the group's heads.
     auto column = [&](Factor x, const double* y, ColRhs rhs, int64_t y_dim, bool square_each, double f, double* const* outs) {
       const int64_t cols = rhs == ColRhs::row_errors_squared ? 4 * y_dim : y_dim;
@@ -686,11 +643,19 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
       column(Factor::ds, d.q.get(), ColRhs::plain, a.dim_qk, true, scale2, outs + 4);
       column(Factor::p, d.d_out.get(), ColRhs::plain, a.dim_v, true, 1.0, outs + 5);
     }
-    // The key rows' sources.
+    // The rows' sources.
+    auto query_rows = [&](Factor f, const double* norms, DeviceBuffer<double>& out_buf) {
+      query_row_sources<<<grid_for(rows * 32, 256), 256>>>(s, f, norms, out_buf.get(), h, heads, a.seq_q, a.seq_kv);
+      AF_CUDA(cudaGetLastError());
+    };
     auto key_rows = [&](Factor f, const double* norms, DeviceBuffer<double>& out_buf) {
       key_row_sources<<<grid_for(kv_heads * a.seq_kv, 128), 128>>>(s, f, norms, out_buf.get(), h, kv_heads, a.seq_q, a.seq_kv);
       AF_CUDA(cudaGetLastError());
     };
+    query_rows(Factor::p2, d.v_norm2.get(), d.operand_sources[o_idx]);
+    query_rows(Factor::w2, d.v_norm2.get(), d.score_sources[o_idx]);
+    query_rows(Factor::ds2, d.k_norm2.get(), d.operand_sources[dq_idx]);
+    query_rows(Factor::wd2, d.k_norm2.get(), d.score_sources[dq_idx]);
     key_rows(Factor::ds2, d.q_norm2.get(), d.operand_sources[dk_idx]);
     key_rows(Factor::wd2, d.q_norm2.get(), d.score_sources[dk_idx]);
     key_rows(Factor::p2, d.d_out_norm2.get(), d.operand_sources[dv_idx]);

@@ -15,8 +15,6 @@
 //   LSE: score = sqrt(rowsum(w^2)), truncation = scale |rowsum(P_c (Q_w K^T))| with Q_w's column d
 //        weighted by ceil(Dqk / 16) - floor(d / 16)
 //   dQ:  operand = scale sqrt(dS2 K^2), score = scale sqrt(wd^2 K^2), via_k = scale e_k |P_c K|
-//   dK and dV with the stored LSE's accumulation error l_i = sqrt(rowsum((P e)^2)) in each term
-//   (s + l, wd + |dS| l), e = scale sqrt(Dqk/3 (...)) the dot products' part of s:
 //   dK:  operand^2 = scale^2 sum_group dS2^T Q^2, score^2 = scale^2 sum_group wd^2^T Q^2,
 //        via_k^2 = scale^2 sum_group P_c^2^T (e_k^2 Q^2), stored^2 = scale^2 sum_group (dS^T Q)^2
 //   dV:  operand^2 = sum_group P^2^T dO^2, score^2 = sum_group w^2^T dO^2, stored^2 = sum_group (P^T dO)^2
