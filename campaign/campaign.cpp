@@ -176,6 +176,7 @@ class Guidance {
   struct Drawn {
     AimedCase aimed;
     std::optional<CorpusParent> parent;
+    bool built_for_cell = false;  // steering built it for a thin feature cell
   };
 
   Drawn draw(uint64_t g, const std::function<AimedCase(uint64_t)>& make_case) {
@@ -200,6 +201,14 @@ class Guidance {
     if (unit(splitmix64(h + 3)) >= kSteerShare) return {std::move(best), std::nullopt};
     const double most = std::max(best_work, fresh_work_ / static_cast<double>(fresh_draws_));
     uint64_t fewest = judged_in_cell(best);
+    if (const std::optional<ThinCell> thin = thinnest_cell(best); thin && thin->load < fewest && guide_.in_cell)
+      if (std::optional<AimedCase> built = guide_.in_cell(best.c, thin->backend, thin->cell, splitmix64(h + 5))) {
+        const double w = work_of(built->c);
+        if (w <= most || unit(splitmix64(h + 6)) < most / w) {
+          ++built_[thin->backend][to_string(thin->cell)];
+          return {std::move(*built), std::nullopt, true};
+        }
+      }
     for (int d = 1; d < kSteerDraws && fewest > 0; ++d) {
       AimedCase other = guide_.redraw(g, static_cast<uint64_t>(d));
       const double w = work_of(other.c);
@@ -219,6 +228,10 @@ class Guidance {
     std::lock_guard<std::mutex> lock(m_);
     for (const auto& [backend, cells] : case_coverage.cells())
       for (const auto& [cell, n] : cells) cells_[backend][cell] += n;
+    if (d.built_for_cell) {
+      ++corpus_.counts.steered;
+      dirty_ = true;
+    }
     if (d.parent) {
       ++corpus_.counts.mutants;
       const auto r = ratios.find(d.parent->slot);
@@ -254,19 +267,47 @@ class Guidance {
     return fresh_draws_ ? fresh_work_ / static_cast<double>(fresh_draws_) : std::numeric_limits<double>::infinity();
   }
 
-  // The fewest judged cases of the draw's cell among the backends that would run it.
+  static uint64_t count_in(const std::map<std::string, std::map<std::string, uint64_t>>& m, const std::string& backend,
+                           const std::string& cell) {
+    const auto b = m.find(backend);
+    if (b == m.end()) return 0;
+    const auto it = b->second.find(cell);
+    return it == b->second.end() ? 0 : it->second;
+  }
+  // A cell's load for a backend (campaign.h, "Guided campaigns"): its judged cases or the cases
+  // built for it, whichever is more.
+  uint64_t load(const std::string& backend, const std::string& cell) const {
+    return std::max(count_in(cells_, backend, cell), count_in(built_, backend, cell));
+  }
+
+  // The least load of the draw's cell among the backends that would run it.
   uint64_t judged_in_cell(const AimedCase& a) const {
     const std::string cell = cell_of(a.c);
     uint64_t fewest = UINT64_MAX;
     for (const BackendProfile& b : profiles_) {
-      if ((!a.target.empty() && a.target != b.name) || cell_outside(b.envelope, cell)) continue;
-      const auto backend = cells_.find(b.name);
-      uint64_t n = 0;
-      if (backend != cells_.end())
-        if (const auto it = backend->second.find(cell); it != backend->second.end()) n = it->second;
-      fewest = std::min(fewest, n);
+      if ((!a.target.empty() && a.target != b.name) || cell_outside(b.envelope, b.returns_lse, cell)) continue;
+      fewest = std::min(fewest, load(b.name, cell));
     }
     return fewest;
+  }
+
+  struct ThinCell {
+    std::string backend;
+    FeatureCell cell;
+    uint64_t load = 0;
+  };
+  // The cell of least load inside the envelope of the draw's target (of any backend for a blind draw).
+  std::optional<ThinCell> thinnest_cell(const AimedCase& a) const {
+    std::optional<ThinCell> thin;
+    for (const BackendProfile& b : profiles_) {
+      if (!a.target.empty() && a.target != b.name) continue;
+      for (const FeatureCell& cell : all_feature_cells()) {
+        if (cell_outside(b.envelope, b.returns_lse, cell)) continue;
+        const uint64_t n = load(b.name, to_string(cell));
+        if (!thin || n < thin->load) thin = ThinCell{b.name, cell, n};
+      }
+    }
+    return thin;
   }
 
   const CampaignOptions& o_;
@@ -275,6 +316,7 @@ class Guidance {
   mutable std::mutex m_;
   GuidedCorpus corpus_;
   std::map<std::string, std::map<std::string, uint64_t>> cells_;
+  std::map<std::string, std::map<std::string, uint64_t>> built_;  // steered cases built per backend and cell
   bool dirty_ = false;
   double saved_at_ = 0;
   double fresh_work_ = 0;  // the fresh draws' work, summed, and their count (mean_fresh_work)
@@ -497,7 +539,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
   // counts every case once), and of the cases completed beyond it.
   Coverage prefix_coverage = saved.coverage;
   for (const auto& b : backend_names) prefix_coverage.add_backend(b);
-  for (const auto& b : profiles) prefix_coverage.set_outside_cells(b.name, b.envelope);
+  for (const auto& b : profiles) prefix_coverage.set_outside_cells(b.name, b.envelope, b.returns_lse);
   std::map<uint64_t, Coverage> pending_coverage;
   // A guided campaign's corpus and steering (nothing for a blind one: its stream is case_stream's).
   std::optional<Guidance> guidance;
@@ -591,7 +633,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           }
           case_coverage.add_aim(aimed);
           case_coverage.add_values(c);
-          case_coverage.add_features(c);
+          case_coverage.add_features(c, runs);
           if (guidance) guidance->judged(drawn, g, runs, case_coverage);
           {
             std::lock_guard<std::mutex> lock(flight_m);

@@ -18,6 +18,7 @@
 #include "campaign/run_dir.h"
 #include "campaign/worker_protocol.h"
 #include "harness/case.h"
+#include "harness/feature_cell.h"
 #include "harness/worker.h"
 
 namespace attnfuzz {
@@ -69,23 +70,33 @@ struct CaseGuide {
   std::function<std::optional<AimedCase>(const Case& parent, const std::string& backend, uint64_t seed)> mutate;
   // Another fresh draw for case index g (draw >= 1), aimed as case_stream's draw for g is.
   std::function<AimedCase(uint64_t g, uint64_t draw)> redraw;
+  // A case of `cell` inside `backend`'s envelope, built from a draw (generators/envelope_cases.h,
+  // case_in_cell), from `seed` alone; nothing where none came.
+  std::function<std::optional<AimedCase>(const Case& drawn, const std::string& backend, const FeatureCell& cell, uint64_t seed)>
+      in_cell;
 };
 
 // Guided campaigns (docs/campaigns.md, "Guided campaigns"). With the share s > 0, case g is
 //   a mutant      with probability s (from a hash of seed and g), once the corpus holds an
 //                 entry: a parent drawn from the corpus (GuidedCorpus::pick), mutated by
 //                 CaseGuide::mutate for its slot's backend; case_stream's draw if none came;
-//   steered       otherwise, with probability kSteerShare: the draw for g and kSteerDraws - 1
-//                 redraws, keeping the first whose feature cell (campaign/feature_cells.h) has
-//                 the fewest judged cases for a backend that would run it (the draw's target, or
-//                 every backend whose envelope does not rule the cell out); a draw no backend
-//                 would run counts as full;
+//   steered       otherwise, with probability kSteerShare. A cell's load for a backend is the
+//                 larger of its judged cases and the steered cases built for it so far (cases in
+//                 flight count, so parallel workers spread over the thin cells, and a cell whose
+//                 library declines what is built for it fills up too). Over the draw's target (or,
+//                 for a blind draw, every backend), the cell inside the backend's envelope with the
+//                 least load (the first in all_feature_cells' order among equals) gets a case built
+//                 for it (CaseGuide::in_cell) when its load is below that of the draw's own cell;
+//                 else, or when none came, the draw for g and kSteerDraws - 1 redraws, keeping the
+//                 first whose feature cell (campaign/feature_cells.h) has the least load for a
+//                 backend that would run it; a draw no backend would run counts as full;
 //   case_stream's draw for g otherwise.
 // Guidance keeps the stream's cost that of the fresh draws (a campaign is judged in cases per
 // second): the work of a case is its composition's (harness/case.h, composition_cost), W the
 // mean over the fresh draws so far. A mutant of work w > W is kept with probability W / w (else
-// case g is case_stream's draw), and a steering redraw replaces the draw only when its work is at
-// most the larger of the draw's and W.
+// case g is case_stream's draw), a case built for a cell of work w above M, the larger of the
+// draw's and W, with probability M / w, and a steering redraw replaces the draw only when its
+// work is at most M.
 // Every judged case is offered to the corpus. With one worker the stream is a function of the
 // seed; with several, of the seed and of the order cases finish in (the corpus they see).
 inline constexpr double kDefaultMutationShare = 0.3;  // `campaign`'s; `check` stays blind by default

@@ -270,20 +270,21 @@ void Coverage::add_values(const Case& c) {
   }
 }
 
-void Coverage::add_features(const Case& c) {
-  const std::string cell = cell_of(c);
-  for (const auto& [b, counts] : backends_) {
-    if (counts.ran == 0) continue;
-    ++cells_[b][cell];
+void Coverage::add_features(const Case& c, const std::vector<RunOutcome>& runs) {
+  std::map<std::string, std::set<CompositionClass>> ran;
+  for (const RunOutcome& r : runs)
+    if (r.outcome == Outcome::ran && r.composition != CompositionClass::none) ran[r.backend].insert(r.composition);
+  for (const auto& [b, compositions] : ran) {
+    for (CompositionClass comp : compositions) ++cells_[b][cell_of(c, comp)];
     for (const CaseFeature& f : side_features()) ++sides_[b][f.name][f.of(c)];
   }
 }
 
-void Coverage::set_outside_cells(const std::string& backend, const SupportEnvelope& envelope) {
+void Coverage::set_outside_cells(const std::string& backend, const SupportEnvelope& envelope, bool returns_lse) {
   std::map<std::string, std::string>& outside = outside_[backend];
   outside.clear();
   for (const std::string& cell : all_cells())
-    if (const auto why = cell_outside(envelope, cell)) outside[cell] = *why;
+    if (const auto why = cell_outside(envelope, returns_lse, cell)) outside[cell] = *why;
 }
 
 std::vector<std::string> Coverage::thin_cells(uint64_t min) const {

@@ -101,12 +101,13 @@ class Coverage {
   void add_aim(const AimedCase& aimed);
   // The case's breaking values; after add_case of the same case, which says whether it was judged.
   void add_values(const Case& c);
-  // The case's feature cell and sides (campaign/feature_cells.h), for every backend that ran it;
-  // after add_case of the same case.
-  void add_features(const Case& c);
+  // The case's feature cells and sides (campaign/feature_cells.h): per backend, the cell of each
+  // composition it ran the case through to the end (the single call and the case's own: up to two
+  // cells), and the sides once for a backend that ran any.
+  void add_features(const Case& c, const std::vector<RunOutcome>& runs);
   // The cells a backend's envelope keeps every case out of, and why (the campaign sets them from
   // its backends' profiles): the map shows them apart, and thin_cells leaves them out.
-  void set_outside_cells(const std::string& backend, const SupportEnvelope& envelope);
+  void set_outside_cells(const std::string& backend, const SupportEnvelope& envelope, bool returns_lse);
 
   const std::map<std::string, CoverageCounts>& backends() const { return backends_; }
   const std::map<std::string, AimCounts>& aims() const { return aims_; }

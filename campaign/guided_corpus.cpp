@@ -71,13 +71,14 @@ json GuidedCorpus::to_json() const {
     for (const CorpusEntry& e : v) entries.push_back({{"ratio", e.ratio}, {"index", e.index}, {"case", attnfuzz::to_json(e.c)}});
     slots.push_back({{"backend", slot.backend}, {"tensor", name_of(slot.tensor)}, {"entries", entries}});
   }
-  return {{"slots", slots}, {"mutants", counts.mutants}, {"raised", counts.raised}};
+  return {{"slots", slots}, {"mutants", counts.mutants}, {"raised", counts.raised}, {"steered", counts.steered}};
 }
 
 GuidedCorpus GuidedCorpus::from_json(const json& j) {
   GuidedCorpus c;
   c.counts.mutants = count_at(j, "mutants", "");
   c.counts.raised = count_at(j, "raised", "");
+  c.counts.steered = count_at(j, "steered", "");  // absent from a corpus written before steering built cases
   for (const json& s : j.at("slots")) {
     const std::string tensor = s.at("tensor").get<std::string>();
     const std::optional<TensorId> t = output_from_name(tensor);

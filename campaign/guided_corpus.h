@@ -42,9 +42,11 @@ struct CorpusEntry {
 struct GuidedCounts {
   uint64_t mutants = 0;  // cases drawn by mutating a corpus entry
   uint64_t raised = 0;   // of those, the ones whose ratio in the parent's slot went above the parent's
+  uint64_t steered = 0;  // cases built for a feature cell thin for a backend (campaign.h, "Guided campaigns")
   void add(const GuidedCounts& o) {
     mutants += o.mutants;
     raised += o.raised;
+    steered += o.steered;
   }
 };
 

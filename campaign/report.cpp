@@ -115,7 +115,7 @@ std::string profile_svg(const std::vector<double>& v, double bound, const std::s
 // side features' counts.
 std::string feature_map_html(const Coverage& c) {
   if (c.cells().empty() && c.outside_cells().empty()) return {};
-  const std::vector<CaseFeature>& axes = cell_axes();
+  const std::vector<CellAxis>& axes = cell_axes();
   std::ostringstream h;
   h << "<h3>Feature map</h3><p>Judged cases per cell of dtype &times; mask &times; composition &times; head dim "
        "(docs/campaigns.md, \"Feature map\"). Red: inside the backend's envelope and never judged; grey: outside it.</p>";

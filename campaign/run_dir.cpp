@@ -70,7 +70,10 @@ std::string summary_text(const Summary& s) {
   if (s.known_findings) j["known_findings"] = *s.known_findings;
   if (s.known_deviations) j["known_deviations"] = *s.known_deviations;
   if (s.guided) {
-    json g{{"mutants", s.guided->counts.mutants}, {"raised", s.guided->counts.raised}, {"corpus_entries", s.guided->corpus_entries}};
+    json g{{"mutants", s.guided->counts.mutants},
+           {"raised", s.guided->counts.raised},
+           {"steered", s.guided->counts.steered},
+           {"corpus_entries", s.guided->corpus_entries}};
     if (s.guided->mutation_share) g["mutation_share"] = *s.guided->mutation_share;
     j["guided"] = g;
   }

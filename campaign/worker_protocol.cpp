@@ -69,7 +69,10 @@ std::string encode(const WorkerReply& r) {
     j["profiles"] = json::array();
     for (const auto& b : r.profiles)
       j["profiles"].push_back(
-          json{{"device", to_string(b.device)}, {"envelope", to_json(b.envelope)}, {"host_scores", host_scores_name(b.host_scores)}});
+          json{{"device", to_string(b.device)},
+               {"envelope", to_json(b.envelope)},
+               {"host_scores", host_scores_name(b.host_scores)},
+               {"returns_lse", b.returns_lse}});
   }
   j["findings"] = json::array();
   for (const auto& f : r.findings) j["findings"].push_back(repro_to_json(f));
@@ -104,7 +107,8 @@ WorkerReply decode_reply(const std::string& body) {
       for (size_t i = 0; i < ps.size(); ++i) {
         const std::optional<Device> device = device_from_string(ps[i].at("device").get<std::string>());
         if (!device) throw std::runtime_error("profiles: unknown device " + ps[i].at("device").dump());
-        r.profiles.push_back({r.backends[i], *device, envelope_from_json(ps[i].at("envelope")), host_scores_from(ps[i])});
+        r.profiles.push_back({r.backends[i], *device, envelope_from_json(ps[i].at("envelope")), host_scores_from(ps[i]),
+                              ps[i].value("returns_lse", true)});
       }
     }
     for (const auto& f : j.at("findings")) r.findings.push_back(repro_from_json(f));
@@ -165,7 +169,7 @@ void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backen
         reply.error = load_error;
         for (const Backend* b : backends) {
           reply.backends.push_back(b->name());
-          reply.profiles.push_back({b->name(), b->device(), b->envelope(), b->host_scores()});
+          reply.profiles.push_back({b->name(), b->device(), b->envelope(), b->host_scores(), b->returns_lse()});
         }
       } else {
         if (load_error) throw std::runtime_error(*load_error);

@@ -39,6 +39,8 @@ struct BackendProfile {
   Device device = Device::cpu;
   SupportEnvelope envelope;
   HostScores host_scores = HostScores::every_head;
+  // Whether it returns the LSE (Backend::returns_lse): without it, no merged composition runs.
+  bool returns_lse = true;
   bool on_gpu() const { return device != Device::cpu; }
 };
 

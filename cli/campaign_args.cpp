@@ -93,6 +93,19 @@ std::function<CaseGuide(const std::vector<BackendProfile>&)> case_guide(const Ca
     guide.redraw = [seed = a.seed, mix](uint64_t g, uint64_t draw) {
       return aimed_campaign_case(splitmix64(seed ^ splitmix64(draw ^ 0x7265647261772d31ull)), g, mix);
     };
+    guide.in_cell = [mix, backends](const Case& drawn, const std::string& backend, const FeatureCell& cell,
+                                    uint64_t seed) -> std::optional<AimedCase> {
+      const auto b = std::find_if(backends.begin(), backends.end(), [&](const BackendProfile& p) { return p.name == backend; });
+      if (b == backends.end()) return std::nullopt;
+      std::optional<Case> c = case_in_cell(drawn, cell, b->envelope, mix, seed);
+      if (!c) return std::nullopt;
+      AimedCase out{std::move(*c), "", CaseAim::blind, std::nullopt};
+      if (!mix.targets.empty()) {  // an aimed stream's built case is aimed inside the backend it is meant for
+        out.target = backend;
+        out.aim = CaseAim::inside;
+      }
+      return out;
+    };
     return guide;
   };
 }
@@ -259,8 +272,9 @@ int campaign_command(const CampaignArgs& a, bool* untested) {
              s.signatures.size());
   for (const auto& sig : s.signatures) fmt::print("  {}\n", sig);
   if (o.mutation_share > 0)
-    fmt::print("guided    {} mutant(s) of the corpus (share {}), {} raised their parent's ratio; {} corpus entries ({}/{})\n", s.guided.mutants,
-               o.mutation_share, s.guided.raised, s.corpus_entries, message_safe(o.out_dir, 4000), rundir::kCorpusFile);
+    fmt::print("guided    {} mutant(s) of the corpus (share {}), {} raised their parent's ratio; {} case(s) built for thin feature cells; {} corpus entries ({}/{})\n",
+               s.guided.mutants, o.mutation_share, s.guided.raised, s.guided.steered, s.corpus_entries, message_safe(o.out_dir, 4000),
+               rundir::kCorpusFile);
   if (s.steady_seconds > 0)
     fmt::print("steady    {:.2f} judged cases/s over the last {:.0f} s (the first half holds the workers' start and most compiles)\n",
                static_cast<double>(s.steady_judged) / s.steady_seconds, s.steady_seconds);

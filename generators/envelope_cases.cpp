@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "harness/differential.h"
+#include "harness/errors.h"
 #include "harness/rng.h"
 
 namespace attnfuzz {
@@ -202,6 +204,134 @@ Case fit_budget(Case c, uint64_t budget_bytes, const HostWorkOf& host_work) {
     }
   }
   return c;
+}
+
+namespace {
+
+// 1 to 3 strictly increasing cut points in [lo, n - lo]: parts of at least lo (nothing when no
+// cut fits).
+std::vector<int64_t> interior_cuts(SplitMix& r, int64_t n, int64_t lo) {
+  std::vector<int64_t> cuts;
+  const int64_t parts = r.range(1, 3);
+  int64_t prev = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    const int64_t first = prev + lo, last = n - lo;
+    if (first > last) break;
+    prev = r.range(first, last);
+    cuts.push_back(prev);
+  }
+  return cuts;
+}
+
+MaskExpr mask_in_class(MaskClass m, const SupportEnvelope& e, int64_t sq, int64_t skv, SplitMix& r) {
+  const Align align = r.chance(0.5) ? Align::top_left : Align::bottom_right;
+  switch (m) {
+    case MaskClass::none:
+      return MaskExpr::all_visible();
+    case MaskClass::causal:
+      return MaskExpr::causal_mask(e.masks == MaskSupport::causal_or_none ? Align::top_left : align);
+    case MaskClass::window:
+      return MaskExpr::window(r.chance(0.2) ? -1 : r.range(0, std::max(sq, skv)), r.chance(0.2) ? -1 : r.range(0, 4), align);
+    case MaskClass::structured:
+      break;
+  }
+  for (int i = 0; i < 32; ++i)
+    if (MaskExpr drawn = random_mask(r, sq, skv); mask_class(drawn) == MaskClass::structured) return drawn;
+  MaskExpr prefix;  // random_mask draws a structured mask 7 times in 10: 32 misses do not happen
+  prefix.kind = MaskExpr::Kind::prefix_lm;
+  prefix.prefix = r.range(0, skv);
+  return prefix;
+}
+
+// The lengths, mask and composition of a cell's case (case_in_cell); false when the lengths
+// leave no room for them.
+bool shape_for_cell(Case& c, const FeatureCell& cell, const SupportEnvelope& e, const RandomCaseOptions& opt, SplitMix& r) {
+  Shape& s = c.shape;
+  const int64_t min_kv = std::max<int64_t>(1, e.min_seq_kv);
+  const int64_t q_bound = std::min(opt.seq_q_bound(), e.max_seq), kv_bound = std::min(opt.max_seq, e.max_seq);
+  c.composition = Composition{};
+  if (e.masks == MaskSupport::causal_or_none && cell.mask == MaskClass::causal && cell.composition != CompositionClass::single) {
+    // Tall top-left causal cut at row Skv (the formula in the header).
+    int64_t skv = std::clamp(std::min(s.seq_q, s.seq_kv), min_kv, kv_bound);
+    if (cell.composition == CompositionClass::merged) skv = std::max(skv, std::min(2 * min_kv, kv_bound));
+    int64_t sq = std::max(s.seq_q, s.seq_kv);
+    if (sq <= skv) sq = skv + r.range(1, std::max<int64_t>(1, skv));
+    sq = std::min(sq, q_bound);
+    if (sq <= skv) return false;
+    s.seq_q = sq;
+    s.seq_kv = skv;
+    c.mask = MaskExpr::causal_mask(Align::top_left);
+    c.composition.kind = Composition::Kind::q_split;
+    c.composition.bounds = {skv};
+    if (cell.composition == CompositionClass::merged) {
+      Composition rest;
+      rest.kind = Composition::Kind::kv_split;
+      rest.bounds = interior_cuts(r, skv, min_kv);
+      if (rest.bounds.empty()) return false;
+      c.composition.children = {Composition{}, rest};
+    }
+    return true;
+  }
+  if (cell.composition == CompositionClass::q_split && s.seq_q < 2) s.seq_q = std::min<int64_t>(2, q_bound);
+  if (cell.composition == CompositionClass::merged && s.seq_kv < 2 * min_kv) s.seq_kv = std::min(2 * min_kv, kv_bound);
+  if (e.masks == MaskSupport::causal_or_none && cell.mask == MaskClass::causal) {
+    if (s.seq_q < min_kv || s.seq_q > kv_bound) return false;
+    s.seq_kv = s.seq_q;  // causal over a square call only
+  }
+  c.mask = mask_in_class(cell.mask, e, s.seq_q, s.seq_kv, r);
+  if (cell.composition == CompositionClass::q_split) {
+    c.composition.kind = Composition::Kind::q_split;
+    c.composition.bounds = interior_cuts(r, s.seq_q, 1);
+  } else if (cell.composition == CompositionClass::merged) {
+    if (cell.mask == MaskClass::window && e.masks == MaskSupport::any && r.chance(0.5)) {
+      c.composition.kind = Composition::Kind::mask_partition;
+      c.composition.window_left = r.range(0, std::max(s.seq_q, s.seq_kv));
+      c.composition.window_right = r.chance(0.7) ? 0 : r.range(-1, 3);
+      c.composition.window_align = r.chance(0.5) ? Align::top_left : Align::bottom_right;
+      return true;
+    }
+    c.composition.kind = Composition::Kind::kv_split;
+    c.composition.bounds = interior_cuts(r, s.seq_kv, min_kv);
+  }
+  return cell.composition == CompositionClass::single || !c.composition.bounds.empty();
+}
+
+}  // namespace
+
+std::optional<Case> case_in_cell(const Case& drawn, const FeatureCell& cell, const SupportEnvelope& e, const CaseMix& mix,
+                                 uint64_t seed) {
+  if (cell_outside(e, true, cell)) return std::nullopt;  // the envelope's clauses (an LSE is the caller's to ask)
+  SplitMix r(splitmix64(seed ^ 0x63656c6c2d636173ull));
+  for (int attempt = 0; attempt < kCellTries; ++attempt) {
+    Case c = drawn;
+    c.dtype = cell.dtype;
+    const int64_t step = head_dim_step(e, c.dtype);
+    const int64_t lo = round_up(smallest_head_dim(cell.head_dim), step);
+    const int64_t hi = std::min({largest_head_dim(cell.head_dim), e.max_head_dim, std::max(mix.gen.max_dim, step)}) / step * step;
+    if (lo > hi) return std::nullopt;
+    c.shape.head_dim_qk = lo + step * r.range(0, (hi - lo) / step);
+    c.shape.head_dim_v = e.distinct_head_dims && r.chance(0.25) ? step * r.range(1, c.shape.head_dim_qk / step) : c.shape.head_dim_qk;
+    if (r.chance(0.5)) std::swap(c.shape.head_dim_qk, c.shape.head_dim_v);
+    // Every clause but the mask's and the composition's first (they need the final lengths).
+    c.mask = MaskExpr::all_visible();
+    c.composition = Composition{};
+    c = fit_inside(std::move(c), e, mix.gen, r);
+    if (!shape_for_cell(c, cell, e, mix.gen, r)) continue;
+    c = fit_budget(std::move(c), mix.memory_budget_bytes, mix.host_work);
+    // Packings need shapes that allow them (harness/layout.h).
+    const Limits limits{mix.memory_budget_bytes, mix.host_work ? mix.host_work(c.shape) : HostWork{}};
+    for (int fix = 0; fix < 2; ++fix) {
+      try {
+        validate(c, limits);
+      } catch (const CaseError&) {
+        c.layouts.inputs = c.layouts.grads = Packing::none;
+        continue;
+      }
+      if (feature_cell(c, composition_class(c.composition)) == cell) return c;
+      break;
+    }
+  }
+  return std::nullopt;
 }
 
 AimedCase aimed_campaign_case(uint64_t seed, uint64_t index, const CaseMix& mix) {

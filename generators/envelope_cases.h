@@ -21,11 +21,13 @@
 // (tests/test_envelope.cpp holds that on random cases).
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "generators/random_case.h"
 #include "harness/envelope.h"
+#include "harness/feature_cell.h"
 
 namespace attnfuzz {
 
@@ -60,6 +62,27 @@ Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const
 // Halves B, then Hkv, then the group, while the host estimate for the work of its shape
 // (host_work; unset: everything) is over the budget.
 Case fit_budget(Case c, uint64_t budget_bytes, const HostWorkOf& host_work = {});
+
+// A case of `cell` (harness/feature_cell.h) that runs inside envelope e through the cell's
+// composition, for a guided campaign's steering toward the cells thinnest for a backend
+// (campaign/campaign.h). Built from `drawn`, deterministic in (drawn, seed):
+//   dtype        the cell's
+//   head dim     max(Dqk, Dv) drawn in the cell's class, on the envelope's step, up to the tier's
+//                largest and the envelope's (Dv below Dqk a quarter of the time, where e takes both)
+//   mask         none; causal (top-left over a square call where e takes causal or none, else either
+//                alignment); a sliding window; a structured mask (random_mask's draws until one is)
+//   composition  single; a query split at 1 to 3 interior rows; merged: a key split at 1 to 3
+//                interior keys (each part at least e.min_seq_kv long), or for a window mask, half
+//                the time, the band and the rest (mask_partition)
+//   causal split where e takes causal only on square calls: the one shape whose parts all are
+//                inside, a tall top-left causal case (Sq > Skv) cut at row Skv: the first part is
+//                square causal and the rest sees every key (for merged, that rest is cut at a key).
+//                Its single call breaks the mask clause: reject or correct where the library decides.
+// then fitted inside every other clause (fit_inside), into the tier's lengths and the memory
+// budget, and validated. Nothing when the cell is outside e, or none of kCellTries builds lands in it.
+inline constexpr int kCellTries = 8;
+std::optional<Case> case_in_cell(const Case& drawn, const FeatureCell& cell, const SupportEnvelope& e, const CaseMix& mix,
+                                 uint64_t seed);
 
 // A drawn case, the index-th of its stream, aimed as the mix says (formula above).
 AimedCase aim_case(Case drawn, uint64_t index, const CaseMix& mix);

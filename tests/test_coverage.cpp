@@ -158,8 +158,9 @@ TEST(FeatureMap, ACaseFallsInOneCellOfTheProductAndItsSides) {
   EXPECT_EQ(cell_of(c), "bf16/causal/single/d128");
   EXPECT_NE(std::find(all_cells().begin(), all_cells().end(), cell_of(c)), all_cells().end());
   Coverage cov;
-  cov.add_case({{"a", CompositionClass::single, Outcome::ran, ""}, {"b", CompositionClass::single, Outcome::skipped, "no"}});
-  cov.add_features(c);
+  const std::vector<RunOutcome> runs{{"a", CompositionClass::single, Outcome::ran, ""}, {"b", CompositionClass::single, Outcome::skipped, "no"}};
+  cov.add_case(runs);
+  cov.add_features(c, runs);
   EXPECT_EQ(cov.cells().at("a").at("bf16/causal/single/d128"), 1u);
   EXPECT_FALSE(cov.cells().count("b"));  // it did not run the case
   EXPECT_EQ(cov.sides().at("a").at("heads").at("gqa"), 1u);
@@ -172,17 +173,21 @@ TEST(FeatureMap, CellsOutsideAnEnvelopeAreLeftOutOfTheMinimum) {
   fused.dtypes = {DType::f16, DType::bf16};
   fused.max_head_dim = 128;
   fused.masks = MaskSupport::causal_or_none;
-  EXPECT_EQ(cell_outside(fused, "fp32/none/single/d64"), std::optional<std::string>("dtype fp32"));
-  EXPECT_EQ(cell_outside(fused, "bf16/window/merged/d64"), std::optional<std::string>("mask window"));
-  EXPECT_EQ(cell_outside(fused, "bf16/causal/merged/d256"), std::optional<std::string>("head dim d256"));
-  EXPECT_EQ(cell_outside(fused, "fp16/causal/q_split/d128"), std::nullopt);
+  EXPECT_EQ(cell_outside(fused, true, "fp32/none/single/d64"), std::optional<std::string>("dtype fp32"));
+  EXPECT_EQ(cell_outside(fused, true, "bf16/window/merged/d64"), std::optional<std::string>("mask window"));
+  EXPECT_EQ(cell_outside(fused, true, "bf16/causal/merged/d256"), std::optional<std::string>("head dim d256"));
+  EXPECT_EQ(cell_outside(fused, true, "fp16/causal/q_split/d128"), std::nullopt);
+  EXPECT_EQ(cell_outside(fused, true, "fp16/causal/q_split"), std::optional<std::string>("not a cell"));
+  EXPECT_TRUE(cell_outside(SupportEnvelope{}, false, "fp16/causal/merged/d64"));  // no LSE: no merge
+  EXPECT_EQ(cell_outside(SupportEnvelope{}, false, "fp16/causal/q_split/d64"), std::nullopt);
   Coverage cov;
   cov.add_backend("fused");
-  cov.set_outside_cells("fused", fused);
+  cov.set_outside_cells("fused", fused, true);
   // fp16 and bf16, none and causal, every composition, d64 and d128: 2 x 2 x 3 x 2 cells inside.
   EXPECT_EQ(cov.thin_cells(1).size(), 24u);
-  cov.add_case({{"fused", CompositionClass::single, Outcome::ran, ""}});
-  cov.add_features(feature_case(DType::f16, MaskExpr::all_visible(), 64, false));
+  const std::vector<RunOutcome> fused_ran{{"fused", CompositionClass::single, Outcome::ran, ""}};
+  cov.add_case(fused_ran);
+  cov.add_features(feature_case(DType::f16, MaskExpr::all_visible(), 64, false), fused_ran);
   const std::vector<std::string> thin = cov.thin_cells(1);
   EXPECT_EQ(thin.size(), 23u);
   EXPECT_EQ(thin.front(), "fused fp16/none/single/d128: 0 judged");  // the head dim varies fastest
@@ -190,13 +195,34 @@ TEST(FeatureMap, CellsOutsideAnEnvelopeAreLeftOutOfTheMinimum) {
   EXPECT_TRUE(cov.thin_cells(0).empty());
 }
 
+// A composed case is judged through each composition a backend ran to the end: the single call
+// and its own, each in its cell; a composition the backend declined adds no cell.
+TEST(FeatureMap, ACaseCountsInTheCellOfEachCompositionABackendRan) {
+  Case c = feature_case(DType::f16, MaskExpr::causal_mask(Align::top_left), 64, false);
+  c.composition.kind = Composition::Kind::q_split;
+  c.composition.bounds = {1};
+  const std::vector<RunOutcome> runs{{"both", CompositionClass::single, Outcome::ran, ""},
+                                     {"both", CompositionClass::q_split, Outcome::ran, ""},
+                                     {"one", CompositionClass::single, Outcome::ran, ""},
+                                     {"one", CompositionClass::q_split, Outcome::skipped, "offset causal"},
+                                     {"none", CompositionClass::single, Outcome::errored, "fault"}};
+  Coverage cov;
+  cov.add_case(runs);
+  cov.add_features(c, runs);
+  EXPECT_EQ(cov.cells().at("both"), (std::map<std::string, uint64_t>{{"fp16/causal/single/d64", 1}, {"fp16/causal/q_split/d64", 1}}));
+  EXPECT_EQ(cov.cells().at("one"), (std::map<std::string, uint64_t>{{"fp16/causal/single/d64", 1}}));
+  EXPECT_FALSE(cov.cells().count("none"));
+  EXPECT_EQ(cov.sides().at("both").at("heads").at("gqa"), 1u);  // the sides once per backend and case
+}
+
 TEST(FeatureMap, TheMapRoundTripsThroughJsonAndSums) {
   Coverage a;
-  a.add_case({{"x", CompositionClass::single, Outcome::ran, ""}});
-  a.add_features(feature_case(DType::f32, MaskExpr::all_visible(), 16, false));
+  const std::vector<RunOutcome> x_ran{{"x", CompositionClass::single, Outcome::ran, ""}};
+  a.add_case(x_ran);
+  a.add_features(feature_case(DType::f32, MaskExpr::all_visible(), 16, false), x_ran);
   SupportEnvelope half;
   half.dtypes = {DType::f16};
-  a.set_outside_cells("x", half);
+  a.set_outside_cells("x", half, false);
   const Coverage back = Coverage::from_json(a.to_json());
   EXPECT_EQ(back.cells(), a.cells());
   EXPECT_EQ(back.sides(), a.sides());

@@ -3,12 +3,15 @@
 // generators, and the two agree.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "campaign/coverage.h"
 #include "generators/envelope_cases.h"
 #include "generators/mutate.h"
+#include "harness/differential.h"
+#include "harness/feature_cell.h"
 #include "harness/backend.h"
 #include "harness/compose.h"
 #include "harness/inputs.h"
@@ -130,6 +133,72 @@ TEST(Envelope, MutantsAreValidAndInsideInEveryCall) {
       expect_inside(*m, e, name + " mutant of case " + std::to_string(g));
     }
     EXPECT_GT(changed, 140) << name << ": most parents have a mutant";
+  }
+}
+
+// The feature map's outside cells (harness/feature_cell.h, cell_outside) against the calls
+// themselves: a blind case's single call or composition that is inside in every call never falls
+// in a cell called outside. Four envelopes x 600 blind cases of the small tier.
+TEST(Envelope, NoCompositionInsideFallsInACellCalledOutside) {
+  RandomCaseOptions opt = small_tier();
+  int inside_single = 0, inside_composed = 0;
+  for (uint64_t g = 0; g < 600; ++g) {
+    const Case c = random_case(g, opt);
+    for (const auto& [name, e] : sample_envelopes()) {
+      const auto broken = broken_in_calls(c, e);
+      if (!broken[0]) {
+        ++inside_single;
+        EXPECT_EQ(cell_outside(e, true, feature_cell(c, CompositionClass::single)), std::nullopt) << name << " case " << g;
+      }
+      const bool composed = !(c.composition == Composition{});
+      if (composed && std::none_of(broken.begin() + 1, broken.end(), [](const auto& b) { return b.has_value(); })) {
+        ++inside_composed;
+        EXPECT_EQ(cell_outside(e, true, feature_cell(c, composition_class(c.composition))), std::nullopt) << name << " case " << g;
+      }
+    }
+  }
+  EXPECT_GT(inside_single, 100);
+  EXPECT_GT(inside_composed, 50);
+}
+
+// Steering's builder (generators/envelope_cases.h, case_in_cell) reaches every cell that is not
+// outside an envelope, at the small tier's lengths: the case lands in the cell, is valid, and
+// every call of the cell's composition is inside (its single call too, but for the tall causal
+// split of an envelope that takes causal only on square calls).
+TEST(Envelope, EveryCellNotOutsideGetsACaseInsideThroughItsComposition) {
+  for (const auto& [name, e] : sample_envelopes()) {
+    const CaseMix mix = inside_mix(name, e);
+    int cells = 0;
+    for (const FeatureCell& cell : all_feature_cells()) {
+      const std::string what = name + " " + to_string(cell);
+      if (cell_outside(e, true, cell)) {
+        EXPECT_EQ(case_in_cell(aimed_campaign_case(5, 0, mix).c, cell, e, mix, 1), std::nullopt) << what;
+        continue;
+      }
+      ++cells;
+      int built = 0;
+      for (uint64_t g = 0; g < 6; ++g) {
+        const Case drawn = aimed_campaign_case(29, g, mix).c;
+        const std::optional<Case> c = case_in_cell(drawn, cell, e, mix, g);
+        if (!c) continue;
+        ++built;
+        ASSERT_EQ(*c, *case_in_cell(drawn, cell, e, mix, g)) << what << ": not a function of its seed";
+        ASSERT_NO_THROW(validate(*c)) << what;
+        ASSERT_EQ(feature_cell(*c, composition_class(c->composition)), cell) << what;
+        const auto broken = broken_in_calls(*c, e);
+        for (size_t i = 1; i < broken.size(); ++i)
+          ASSERT_FALSE(broken[i].has_value()) << what << ", call " << i << " breaks " << clause_name(*broken[i]);
+        const bool tall_causal_split =
+            e.masks == MaskSupport::causal_or_none && cell.mask == MaskClass::causal && cell.composition != CompositionClass::single;
+        if (tall_causal_split) {
+          ASSERT_GT(c->shape.seq_q, c->shape.seq_kv) << what;
+        } else {
+          ASSERT_FALSE(broken[0].has_value()) << what << ": the single call breaks " << clause_name(*broken[0]);
+        }
+      }
+      EXPECT_GE(built, 4) << what << ": built " << built << " of 6";
+    }
+    EXPECT_GE(cells, 24) << name;
   }
 }
 
