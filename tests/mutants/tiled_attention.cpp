@@ -52,8 +52,9 @@ const char* const kNames[] = {"mutant_ok",
                               "mutant_underflow_rows_masked",
                               "mutant_batch_dependent_split",
                               "mutant_tall_causal_tile_noise",
-                              "mutant_split_exp_overflow"};
-static_assert(MUTANT >= 0 && MUTANT < 16, "unknown mutant");
+                              "mutant_split_exp_overflow",
+                              "mutant_fp16_computes_bf16"};
+static_assert(MUTANT >= 0 && MUTANT < 17, "unknown mutant");
 
 // MUTANT(10) and MUTANT(11), a pair: both declare TF32 for fp32 inputs, and each alone is within
 // it. 10 computes in strict fp32, 11 rounds its backward operands to TF32 (as MUTANT(2)): the
@@ -108,6 +109,11 @@ bool padded_to(const af_tensor& t, int64_t wide) {
 
 // The value an fp32 accumulator takes when converted to a matmul operand of the case dtype.
 float to_operand(int32_t dtype, float x) {
+#if MUTANT == 16
+  // MUTANT(16): a declared fp16 path whose operands are bf16 (3 mantissa bits fewer): P and dS
+  // are rounded to bf16, not fp16, before their products.
+  if (dtype == AF_F16) return attnfuzz::bf16_bits_to_float(attnfuzz::float_to_bf16_bits(x));
+#endif
   if (dtype == AF_F16) return attnfuzz::half_bits_to_float(attnfuzz::float_to_half_bits(x));
   if (dtype == AF_BF16) return attnfuzz::bf16_bits_to_float(attnfuzz::float_to_bf16_bits(x));
   return x;
@@ -138,7 +144,12 @@ struct Call {
     out.assign(static_cast<size_t>(n * dim), 0.0f);
     for (int64_t r = 0; r < n && s0 + r < rows; ++r)
       for (int64_t d = 0; d < dim; ++d) {
-        const float x = load(t, b, h, s0 + r, d);
+        float x = load(t, b, h, s0 + r, d);
+#if MUTANT == 16
+        // MUTANT(16): the fp16 inputs (Q, K, V, dO) are converted to bf16 operands, as a kernel
+        // that declares fp16 but runs its matmuls in bf16 does; outputs are still stored in fp16.
+        if (p.dtype == AF_F16) x = attnfuzz::bf16_bits_to_float(attnfuzz::float_to_bf16_bits(x));
+#endif
         out[static_cast<size_t>(r * dim + d)] = backward ? bwd_operand(p.dtype, x) : x;
       }
   }
