@@ -55,14 +55,9 @@
 #                                            ZOO_ARGS: more campaign arguments (--mutation-share 0 for blind)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${OUT:-$root/gpu-out}
-mkdir -p "$OUT"
-torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
-site=$(dirname "$torch_dir")
-export LD_LIBRARY_PATH="$torch_dir/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:$root/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-bin=$root/.carry/bin
-# Reproducers name plugins by file name (harness/plugin_path.h): the carried ones are looked up here.
-export ATTNFUZZ_PLUGIN_PATH="$root/.carry/plugins:$root/.carry/mutants${ATTNFUZZ_PLUGIN_PATH:+:$ATTNFUZZ_PLUGIN_PATH}"
+# OUT, LD_LIBRARY_PATH (the machine's torch package), bin=.carry/bin, ATTNFUZZ_PLUGIN_PATH.
+# shellcheck source=ci/gpu_env.sh
+source "$root/ci/gpu_env.sh"
 # The Python backends' environment, and a campaign of them as a cold invocation of SECS/2 then
 # a --resume of SECS on the warm compile caches (pycampaign, pyeach):
 #   py_cold_then_warm SECS JOBS BACKENDS CAMPAIGN_DIR LOG_PREFIX
