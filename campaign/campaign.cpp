@@ -201,14 +201,17 @@ class Guidance {
     if (unit(splitmix64(h + 3)) >= kSteerShare) return {std::move(best), std::nullopt};
     const double most = std::max(best_work, fresh_work_ / static_cast<double>(fresh_draws_));
     uint64_t fewest = judged_in_cell(best);
-    if (const std::optional<ThinCell> thin = thinnest_cell(best); thin && thin->load < fewest && guide_.in_cell)
+    if (const std::optional<ThinCell> thin = thinnest_cell(best); thin && thin->load < fewest && guide_.in_cell) {
+      // Every try counts toward the cell's load, kept or not; a cell no case came for (a head dim
+      // above the stream's largest, say) is not tried again.
+      const std::string cell = to_string(thin->cell);
+      ++built_[thin->backend][cell];
       if (std::optional<AimedCase> built = guide_.in_cell(best.c, thin->backend, thin->cell, splitmix64(h + 5))) {
-        const double w = work_of(built->c);
-        if (w <= most || unit(splitmix64(h + 6)) < most / w) {
-          ++built_[thin->backend][to_string(thin->cell)];
-          return {std::move(*built), std::nullopt, true};
-        }
+        if (work_of(built->c) <= most) return {std::move(*built), std::nullopt, true};
+      } else {
+        unreachable_[thin->backend].insert(cell);
       }
+    }
     for (int d = 1; d < kSteerDraws && fewest > 0; ++d) {
       AimedCase other = guide_.redraw(g, static_cast<uint64_t>(d));
       const double w = work_of(other.c);
@@ -301,9 +304,12 @@ class Guidance {
     std::optional<ThinCell> thin;
     for (const BackendProfile& b : profiles_) {
       if (!a.target.empty() && a.target != b.name) continue;
+      const auto unreachable = unreachable_.find(b.name);
       for (const FeatureCell& cell : all_feature_cells()) {
         if (cell_outside(b.envelope, b.returns_lse, cell)) continue;
-        const uint64_t n = load(b.name, to_string(cell));
+        const std::string name = to_string(cell);
+        if (unreachable != unreachable_.end() && unreachable->second.count(name)) continue;
+        const uint64_t n = load(b.name, name);
         if (!thin || n < thin->load) thin = ThinCell{b.name, cell, n};
       }
     }
@@ -316,7 +322,8 @@ class Guidance {
   mutable std::mutex m_;
   GuidedCorpus corpus_;
   std::map<std::string, std::map<std::string, uint64_t>> cells_;
-  std::map<std::string, std::map<std::string, uint64_t>> built_;  // steered cases built per backend and cell
+  std::map<std::string, std::map<std::string, uint64_t>> built_;  // steered tries to build a case, per backend and cell
+  std::map<std::string, std::set<std::string>> unreachable_;       // cells a try got no case for, per backend
   bool dirty_ = false;
   double saved_at_ = 0;
   double fresh_work_ = 0;  // the fresh draws' work, summed, and their count (mean_fresh_work)

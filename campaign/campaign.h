@@ -81,9 +81,10 @@ struct CaseGuide {
 //                 entry: a parent drawn from the corpus (GuidedCorpus::pick), mutated by
 //                 CaseGuide::mutate for its slot's backend; case_stream's draw if none came;
 //   steered       otherwise, with probability kSteerShare. A cell's load for a backend is the
-//                 larger of its judged cases and the steered cases built for it so far (cases in
-//                 flight count, so parallel workers spread over the thin cells, and a cell whose
-//                 library declines what is built for it fills up too). Over the draw's target (or,
+//                 larger of its judged cases and the steered tries to build a case for it so far
+//                 (cases in flight count, so parallel workers spread over the thin cells; a cell
+//                 whose library declines what is built for it fills up too; a cell a try got no
+//                 case for, such as a head dim above the stream's largest, is not tried again). Over the draw's target (or,
 //                 for a blind draw, every backend), the cell inside the backend's envelope with the
 //                 least load (the first in all_feature_cells' order among equals) gets a case built
 //                 for it (CaseGuide::in_cell) when its load is below that of the draw's own cell;
@@ -94,9 +95,9 @@ struct CaseGuide {
 // Guidance keeps the stream's cost that of the fresh draws (a campaign is judged in cases per
 // second): the work of a case is its composition's (harness/case.h, composition_cost), W the
 // mean over the fresh draws so far. A mutant of work w > W is kept with probability W / w (else
-// case g is case_stream's draw), a case built for a cell of work w above M, the larger of the
-// draw's and W, with probability M / w, and a steering redraw replaces the draw only when its
-// work is at most M.
+// case g is case_stream's draw), and a case built for a cell or a steering redraw replaces the
+// draw only when its work is at most M, the larger of the draw's and W (a cell that needs more
+// work than that waits for a larger draw: its load grows with each try all the same).
 // Every judged case is offered to the corpus. With one worker the stream is a function of the
 // seed; with several, of the seed and of the order cases finish in (the corpus they see).
 inline constexpr double kDefaultMutationShare = 0.3;  // `campaign`'s; `check` stays blind by default

@@ -156,6 +156,13 @@ CampaignOptions to_options(const CampaignArgs& a) {
     throw std::invalid_argument("--resume: " + a.out + " holds no campaign to continue (no state.json): run without --resume");
   // The one read of the campaign's state.json, checked whole before any worker starts.
   if (a.resume) o.resume = read_saved_campaign(a.out);
+  // --resume continues the recorded seed and shard unless others are named (and then
+  // run_campaign refuses them if they differ).
+  if (o.resume && !a.seed_given) o.seed = o.resume->seed;
+  if (o.resume && !a.shard_given) {
+    o.shard = o.resume->shard;
+    o.shards = o.resume->shards;
+  }
   // --resume continues with the backends the campaign recorded, unless others are named
   // (and then run_campaign refuses them if they differ).
   const bool recorded = o.resume && a.backends.empty() && o.resume->backends && !o.resume->backends->empty();
@@ -204,10 +211,12 @@ CampaignOptions to_options(const CampaignArgs& a) {
 }
 
 void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
-  add_shared_option(cmd, Flag::seed, a.seed, "campaign seed (the case stream is a function of it)");
+  add_shared_option(cmd, Flag::seed, a.seed, "campaign seed (the case stream is a function of it; --resume: the recorded one)")
+      ->each([&a](const std::string&) { a.seed_given = true; });
   add_shared_option(cmd, Flag::backends, a.backends, "to test (default: the fused GPU backends where a GPU is usable, else every CPU backend)");
   add_shared_option(cmd, Flag::out, a.out, "output directory: findings/, state.json, summary.json, report.html (default attnfuzz-runs/<time>)");
-  cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams");
+  cmd->add_option("--shard", a.shard, "i/N: run the i-th of N disjoint deterministic case streams (--resume: the recorded one)")
+      ->each([&a](const std::string&) { a.shard_given = true; });
   cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, kMaxJobs));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
   add_shared_option(cmd, Flag::timeout, a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");

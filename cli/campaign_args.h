@@ -24,6 +24,8 @@ struct CampaignArgs {
   double minimize_seconds = -1;  // -1: max(seconds, 60); 0: no limit
   uint64_t cases = 0;
   std::string shard = "0/1";
+  // Whether --seed and --shard were given: --resume takes the recorded ones otherwise.
+  bool seed_given = false, shard_given = false;
   std::vector<std::string> backends;
   std::string out;  // default: attnfuzz-runs/<UTC time>
   bool resume = false, no_minimize = false, quiet = false;

@@ -72,6 +72,12 @@ refused "--out: an empty path" generate --out ''
 refused "--resume needs --out" campaign --resume $quick
 refused "--resume: nostate holds no campaign to continue" campaign --resume --out nostate $quick
 check "a refused --resume created nothing" "[ ! -e nostate ]"
+# --resume continues the recorded seed and shard; another one named is refused.
+"$bin" campaign --seed 7 --shard 1/2 --cases 1 --backends reference --quiet --no-minimize --out seeded >/dev/null 2>&1
+"$bin" campaign --resume --cases 2 --quiet --no-minimize --out seeded >/dev/null 2>&1
+rc=$?
+check "--resume without --seed or --shard continues the recorded ones (exit 0, got $rc)" "[ $rc -eq 0 ]"
+refused "--resume: seeded/state.json belongs to another campaign" campaign --resume --seed 8 --cases 3 --quiet --no-minimize --out seeded
 refused "--out afile: cannot create the directory" campaign --out afile $quick
 refused "--out loop: cannot create the directory" campaign --out loop $quick
 refused "--out afile: cannot create the directory" generate --count 2 --out afile
