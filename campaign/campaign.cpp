@@ -47,6 +47,7 @@ void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& cover
          {"shard", o.shard},
          {"shards", o.shards},
          {"backends", o.backends},
+         {"minimize", o.minimize},
          {"next_k", next_k},
          {"coverage", coverage.to_json(SIZE_MAX)},
          {"known", known},
@@ -81,6 +82,10 @@ SavedCampaign saved_campaign_of(const json& j, const std::string& out_dir) {
   s.seed = j.value("seed", uint64_t{0});
   s.shard = j.value("shard", -1);
   s.shards = j.value("shards", -1);
+  if (j.contains("minimize")) {
+    if (!j.at("minimize").is_boolean()) throw std::invalid_argument("minimize: expected true or false");
+    s.minimize = j.at("minimize").get<bool>();
+  }
   if (j.contains("backends")) {
     try {
       s.backends = j.at("backends").get<std::vector<std::string>>();

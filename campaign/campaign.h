@@ -51,6 +51,7 @@ struct SavedCampaign {
   uint64_t seed = 0;
   int shard = 0, shards = 1;
   std::optional<std::vector<std::string>> backends;  // absent in a state that did not record them
+  std::optional<bool> minimize;                      // whether it minimizes its findings (absent: older state)
   uint64_t next_k = 0;                               // the first case index not completed
   Coverage coverage;                                 // of the cases before next_k
   std::map<std::string, uint64_t> known_counts;      // known findings of the cases before next_k

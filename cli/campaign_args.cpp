@@ -183,7 +183,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
   // Each id names a GPU here, once: otherwise its worker starts and fails every case.
   if (!o.devices.empty()) check_device_ids(o.devices);
   o.timeout_seconds = a.timeout;
-  o.minimize = !a.no_minimize;
+  // --resume keeps a campaign recorded with --no-minimize unminimized; --no-minimize always stops it.
+  o.minimize = !a.no_minimize && !(o.resume && o.resume->minimize == false);
   // Minimizing after a short campaign on a GPU judges each candidate in a fresh worker: without a
   // limit, a 30 s campaign's findings took minutes more on the H200 (docs/campaigns.md).
   o.minimize_seconds = a.minimize_seconds >= 0 ? a.minimize_seconds : std::max(a.seconds, 60.0);
@@ -241,7 +242,7 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   // A campaign's cases are judged against the float64 reference: longer rows than 2^16 are refused.
   add_shared_option(cmd, Flag::max_seq, a.max_seq)->check(CLI::Range(1, 1 << 16));
   add_shared_option(cmd, Flag::max_dim, a.max_dim);
-  cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them");
+  cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them (--resume keeps a campaign's recorded --no-minimize)");
   cmd->add_option("--minimize-seconds", a.minimize_seconds,
                   "time for minimizing the findings after the cases, all together (default: max(--seconds, 60); 0: no limit); "
                   "when it is spent each keeps the smallest case found so far")

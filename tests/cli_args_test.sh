@@ -74,9 +74,11 @@ refused "--resume: nostate holds no campaign to continue" campaign --resume --ou
 check "a refused --resume created nothing" "[ ! -e nostate ]"
 # --resume continues the recorded seed and shard; another one named is refused.
 "$bin" campaign --seed 7 --shard 1/2 --cases 1 --backends reference --quiet --no-minimize --out seeded >/dev/null 2>&1
-"$bin" campaign --resume --cases 2 --quiet --no-minimize --out seeded >/dev/null 2>&1
+"$bin" campaign --resume --cases 2 --quiet --out seeded >/dev/null 2>&1
 rc=$?
 check "--resume without --seed or --shard continues the recorded ones (exit 0, got $rc)" "[ $rc -eq 0 ]"
+check "--resume keeps the recorded --no-minimize" \
+  "python3 -c \"import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d['minimize'] is False and d['seed'] == 7 else 1)\" seeded/state.json"
 refused "--resume: seeded/state.json belongs to another campaign" campaign --resume --seed 8 --cases 3 --quiet --no-minimize --out seeded
 refused "--out afile: cannot create the directory" campaign --out afile $quick
 refused "--out loop: cannot create the directory" campaign --out loop $quick
