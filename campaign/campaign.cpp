@@ -205,7 +205,7 @@ class Guidance {
     ++fresh_draws_;
     if (unit(splitmix64(h + 3)) >= kSteerShare) return {std::move(best), std::nullopt};
     const double most = std::max(best_work, fresh_work_ / static_cast<double>(fresh_draws_));
-    uint64_t fewest = judged_in_cell(best);
+    uint64_t fewest = draw_load(best);
     if (const std::optional<ThinCell> thin = thinnest_cell(best); thin && thin->load < fewest && guide_.in_cell) {
       // Every try counts toward the cell's load, kept or not; a cell no case came for (a head dim
       // above the stream's largest, say) is not tried again.
@@ -221,7 +221,7 @@ class Guidance {
       AimedCase other = guide_.redraw(g, static_cast<uint64_t>(d));
       const double w = work_of(other.c);
       if (w > most) continue;
-      if (const uint64_t n = judged_in_cell(other); n < fewest) {
+      if (const uint64_t n = draw_load(other); n < fewest) {
         fewest = n;
         best = std::move(other);
         best_work = w;
@@ -289,7 +289,7 @@ class Guidance {
   }
 
   // The least load of the draw's cell among the backends that would run it.
-  uint64_t judged_in_cell(const AimedCase& a) const {
+  uint64_t draw_load(const AimedCase& a) const {
     const std::string cell = cell_of(a.c);
     uint64_t fewest = UINT64_MAX;
     for (const BackendProfile& b : profiles_) {

@@ -77,34 +77,30 @@ std::function<std::function<AimedCase(uint64_t)>(const std::vector<BackendProfil
 std::function<CaseGuide(const std::vector<BackendProfile>&)> case_guide(const CampaignArgs& a) {
   return [a](const std::vector<BackendProfile>& backends) {
     const CaseMix mix = case_mix(a, backends);
-    CaseGuide guide;
-    guide.mutate = [mix, backends](const Case& parent, const std::string& backend, uint64_t seed) -> std::optional<AimedCase> {
+    // A case made inside `backend`'s envelope by make(envelope); nothing for a backend not loaded
+    // now (a corpus slot of an earlier run) or when none came. An aimed stream's case is aimed
+    // inside the backend it is meant for.
+    auto inside = [mix, backends](const std::string& backend, const auto& make) -> std::optional<AimedCase> {
       const auto b = std::find_if(backends.begin(), backends.end(), [&](const BackendProfile& p) { return p.name == backend; });
-      if (b == backends.end()) return std::nullopt;  // a corpus slot of a backend not loaded now
-      std::optional<Case> c = mutate_case(parent, seed, b->envelope, mix);
+      if (b == backends.end()) return std::nullopt;
+      std::optional<Case> c = make(b->envelope);
       if (!c) return std::nullopt;
       AimedCase out{std::move(*c), "", CaseAim::blind, std::nullopt};
-      if (!mix.targets.empty()) {  // an aimed stream's mutant is aimed inside the backend it is meant for
+      if (!mix.targets.empty()) {
         out.target = backend;
         out.aim = CaseAim::inside;
       }
       return out;
+    };
+    CaseGuide guide;
+    guide.mutate = [mix, inside](const Case& parent, const std::string& backend, uint64_t seed) {
+      return inside(backend, [&](const SupportEnvelope& e) { return mutate_case(parent, seed, e, mix); });
     };
     guide.redraw = [seed = a.seed, mix](uint64_t g, uint64_t draw) {
       return aimed_campaign_case(splitmix64(seed ^ splitmix64(draw ^ 0x7265647261772d31ull)), g, mix);
     };
-    guide.in_cell = [mix, backends](const Case& drawn, const std::string& backend, const FeatureCell& cell,
-                                    uint64_t seed) -> std::optional<AimedCase> {
-      const auto b = std::find_if(backends.begin(), backends.end(), [&](const BackendProfile& p) { return p.name == backend; });
-      if (b == backends.end()) return std::nullopt;
-      std::optional<Case> c = case_in_cell(drawn, cell, b->envelope, mix, seed);
-      if (!c) return std::nullopt;
-      AimedCase out{std::move(*c), "", CaseAim::blind, std::nullopt};
-      if (!mix.targets.empty()) {  // an aimed stream's built case is aimed inside the backend it is meant for
-        out.target = backend;
-        out.aim = CaseAim::inside;
-      }
-      return out;
+    guide.in_cell = [mix, inside](const Case& drawn, const std::string& backend, const FeatureCell& cell, uint64_t seed) {
+      return inside(backend, [&](const SupportEnvelope& e) { return case_in_cell(drawn, cell, e, mix, seed); });
     };
     return guide;
   };

@@ -224,14 +224,13 @@ std::vector<int64_t> interior_cuts(SplitMix& r, int64_t n, int64_t lo) {
 }
 
 MaskExpr mask_in_class(MaskClass m, const SupportEnvelope& e, int64_t sq, int64_t skv, SplitMix& r) {
-  const Align align = r.chance(0.5) ? Align::top_left : Align::bottom_right;
   switch (m) {
     case MaskClass::none:
       return MaskExpr::all_visible();
     case MaskClass::causal:
-      return MaskExpr::causal_mask(e.masks == MaskSupport::causal_or_none ? Align::top_left : align);
+      return MaskExpr::causal_mask(e.masks == MaskSupport::causal_or_none ? Align::top_left : random_align(r));
     case MaskClass::window:
-      return MaskExpr::window(r.chance(0.2) ? -1 : r.range(0, std::max(sq, skv)), r.chance(0.2) ? -1 : r.range(0, 4), align);
+      return random_window(r, sq, skv);
     case MaskClass::structured:
       break;
   }
@@ -284,10 +283,7 @@ bool shape_for_cell(Case& c, const FeatureCell& cell, const SupportEnvelope& e, 
     c.composition.bounds = interior_cuts(r, s.seq_q, 1);
   } else if (cell.composition == CompositionClass::merged) {
     if (cell.mask == MaskClass::window && e.masks == MaskSupport::any && r.chance(0.5)) {
-      c.composition.kind = Composition::Kind::mask_partition;
-      c.composition.window_left = r.range(0, std::max(s.seq_q, s.seq_kv));
-      c.composition.window_right = r.chance(0.7) ? 0 : r.range(-1, 3);
-      c.composition.window_align = r.chance(0.5) ? Align::top_left : Align::bottom_right;
+      c.composition = random_band_partition(r, s.seq_q, s.seq_kv);
       return true;
     }
     c.composition.kind = Composition::Kind::kv_split;

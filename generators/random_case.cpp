@@ -11,9 +11,24 @@ uint64_t SplitMix::next() { return splitmix64(s_++); }
 int64_t SplitMix::range(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1)); }
 double SplitMix::unit() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
 
-namespace {
-
 Align random_align(SplitMix& r) { return r.chance(0.5) ? Align::top_left : Align::bottom_right; }
+
+MaskExpr random_window(SplitMix& r, int64_t sq, int64_t skv) {
+  const int64_t left = r.chance(0.2) ? -1 : r.range(0, std::max<int64_t>(sq, skv));
+  const int64_t right = r.chance(0.2) ? -1 : r.range(0, 4);
+  return MaskExpr::window(left, right, random_align(r));
+}
+
+Composition random_band_partition(SplitMix& r, int64_t sq, int64_t skv) {
+  Composition c;
+  c.kind = Composition::Kind::mask_partition;
+  c.window_left = r.range(0, std::max<int64_t>(sq, skv));
+  c.window_right = r.chance(0.7) ? 0 : r.range(-1, 3);
+  c.window_align = random_align(r);
+  return c;
+}
+
+namespace {
 
 std::vector<int64_t> random_segments(SplitMix& r, int64_t total, int64_t count) {
   std::vector<int64_t> seg(static_cast<size_t>(count), 0);
@@ -32,11 +47,8 @@ MaskExpr random_mask(SplitMix& r, int64_t sq, int64_t skv, int depth) {
       return MaskExpr::all_visible();
     case 1:
       return MaskExpr::causal_mask(random_align(r));
-    case 2: {
-      const int64_t left = r.chance(0.2) ? -1 : r.range(0, std::max<int64_t>(sq, skv));
-      const int64_t right = r.chance(0.2) ? -1 : r.range(0, 4);
-      return MaskExpr::window(left, right, random_align(r));
-    }
+    case 2:
+      return random_window(r, sq, skv);
     case 3: {
       m.kind = K::document;
       const int64_t n = r.range(1, 4);
@@ -103,10 +115,7 @@ Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth) 
       c.bounds = cuts(sq);
       break;
     default:
-      c.kind = Composition::Kind::mask_partition;
-      c.window_left = r.range(0, std::max<int64_t>(sq, skv));
-      c.window_right = r.chance(0.7) ? 0 : r.range(-1, 3);
-      c.window_align = random_align(r);
+      c = random_band_partition(r, sq, skv);
       break;
   }
   if (r.chance(0.3)) c.children.push_back(random_composition(r, sq, skv, depth + 1));

@@ -72,6 +72,11 @@ class SplitMix {
   uint64_t s_;
 };
 
+Align random_align(SplitMix& r);
+// A sliding window of random reach (either side unbounded a fifth of the time) and alignment.
+MaskExpr random_window(SplitMix& r, int64_t sq, int64_t skv);
+// A mask_partition composition (its band and the rest) of random reach and alignment, no children.
+Composition random_band_partition(SplitMix& r, int64_t sq, int64_t skv);
 MaskExpr random_mask(SplitMix& r, int64_t sq, int64_t skv, int depth = 0);
 Composition random_composition(SplitMix& r, int64_t sq, int64_t skv, int depth = 0);
 // Every tensor its own layout (any order, padded rows and heads, offsets), packings where
