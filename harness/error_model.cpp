@@ -1,6 +1,9 @@
 #include "harness/error_model.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -62,8 +65,8 @@ namespace {
 
 // One element's variance, by how its errors are shared along the row (model_row_dof).
 struct VarianceParts {
-  double operand = 0, score = 0, via = 0, normalizer = 0, independent = 0, subnormal = 0;
-  double total() const { return operand + score + via + normalizer + independent + subnormal; }
+  double operand = 0, score = 0, via = 0, normalizer = 0, storage = 0, independent = 0, subnormal = 0;
+  double total() const { return operand + score + via + normalizer + storage + independent + subnormal; }
 };
 
 // The LSE's accumulation error, u_acc^2 L / 6: the log of a sum of L terms at u_acc. The O and dQ
@@ -95,7 +98,8 @@ VarianceParts element_variance(TensorId t, const TermTensors& terms, double ref,
     return v;
   }
   v.operand = u.operand * u.operand * op * op / 3.0;
-  v.independent = storage_variance(t, r, u) + u.store * u.store * st * st / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0);
+  v.storage = storage_variance(t, r, u);
+  v.independent = u.store * u.store * st * st / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0);
   v.score = u_score2 * sc * sc;
   v.normalizer = normalizer_variance(t, terms, u, row) * r * r;
   if (!terms.normalizer_lse.data.empty()) {
@@ -121,6 +125,63 @@ double distinct_values(const double* x, int64_t n, std::vector<double>& v) {
 }
 
 }  // namespace
+
+double storage_sources(const double* ref, int64_t n, double unit_store, double distinct) {
+  // The storage keeps p bits (unit_store = 2^-p), p - 1 of them explicit; t's fractional part is
+  // the double's dropped significand bits, read exactly. A double storage drops none.
+  const int dropped = 52 - (-std::ilogb(unit_store) - 1);
+  if (distinct <= 1.0 || unit_store <= 0.0 || dropped <= 0 || dropped > 52) return std::max(1.0, distinct);
+  constexpr int kHarmonics = 4, kPhaseBits = 12;
+  // exp(2 pi i f) at 2^12 phases: 8e-4 of a turn at most, far below what the sums resolve.
+  static const std::array<std::array<double, 2>, size_t{1} << kPhaseBits> phasor = [] {
+    std::array<std::array<double, 2>, size_t{1} << kPhaseBits> table{};
+    for (size_t i = 0; i < table.size(); ++i) {
+      const double angle = 6.283185307179586 * (static_cast<double>(i) + 0.5) / static_cast<double>(table.size());
+      table[i] = {std::cos(angle), std::sin(angle)};
+    }
+    return table;
+  }();
+  const uint64_t fraction_mask = (uint64_t{1} << dropped) - 1;
+  double sum_a = 0, sum_a2 = 0;
+  std::array<double, kHarmonics> re{}, im{};
+  for (int64_t d = 0; d < n; ++d) {
+    const double x = ref[d];
+    if (x == 0.0 || !std::isfinite(x)) continue;  // stored exactly, or not judged by the rule
+    const uint64_t f = std::bit_cast<uint64_t>(x) & fraction_mask;
+    const uint64_t index = dropped >= kPhaseBits ? f >> (dropped - kPhaseBits) : f << (kPhaseBits - dropped);
+    const double a = unit_store * std::fabs(x);
+    // t = x / step is negative for negative x: its fractional part is 1 - f, the phase's conjugate.
+    const double c1 = phasor[index][0], s1 = x < 0 ? -phasor[index][1] : phasor[index][1];
+    double c = c1, s = s1;  // exp(2 pi i k t) by powers of the first harmonic
+    for (int k = 0; k < kHarmonics; ++k) {
+      re[static_cast<size_t>(k)] += a * c;
+      im[static_cast<size_t>(k)] += a * s;
+      const double next_c = c * c1 - s * s1;
+      s = s * c1 + c * s1;
+      c = next_c;
+    }
+    sum_a += a;
+    sum_a2 += a * a;
+  }
+  if (sum_a <= 0.0) return distinct;
+  const double p = sum_a2 / (sum_a * sum_a);
+  if (p >= 1.0) return distinct;
+  // The weights 6 / (pi^2 k^2), normalized over the harmonics kept.
+  double weight_sum = 0, weight2_sum = 0;
+  for (int k = 1; k <= kHarmonics; ++k) weight_sum += 1.0 / (k * k);
+  double mean_correlation = 0;
+  for (int k = 1; k <= kHarmonics; ++k) {
+    const double w = 1.0 / (k * k) / weight_sum;
+    const size_t i = static_cast<size_t>(k - 1);
+    const double rho = (re[i] * re[i] + im[i] * im[i]) / (sum_a * sum_a);
+    mean_correlation += w * (rho - p) / (1.0 - p);
+    weight2_sum += w * w;
+  }
+  // Unrelated values give rho_k of about p times an exponential draw (spread p): five spreads of
+  // the weighted sum are taken as noise (0.2% of unrelated rows keep some correlation).
+  const double c = std::clamp(mean_correlation - 5.0 * p * std::sqrt(weight2_sum), 0.0, 1.0);
+  return std::max(1.0, distinct / (1.0 + (distinct - 1.0) * c));
+}
 
 void attach_row_lse(ErrorTerms& terms, const Tensor& lse) {
   terms[TensorId::O].row_lse = lse;
@@ -209,6 +270,7 @@ ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, cons
         sum.score += v.score;
         sum.via += v.via;
         sum.normalizer += v.normalizer;
+        sum.storage += v.storage;
         sum.independent += v.independent;
         sum.subnormal += v.subnormal;
       }
@@ -238,10 +300,12 @@ ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, cons
       if (!terms.direction_sources.data.empty() && shared_denom > 0)
         shared_denom = std::max(shared_denom, shared * shared / std::max(1.0, terms.direction_sources.data[row]));
       // Elements with the same value are computed alike and round alike (a row of an exactly
-      // constant V): they are one source of the independent part, not one each.
-      const double denom =
-          sum.independent * sum.independent / distinct_values(ref.data.data() + row * static_cast<size_t>(width), width, scratch) +
-          shared_denom;
+      // constant V): they are one source of the independent part, not one each; and elements
+      // close together on the storage grid store one rounding (storage_sources).
+      const double* row_ref = ref.data.data() + row * static_cast<size_t>(width);
+      const double distinct = distinct_values(row_ref, width, scratch);
+      double denom = sum.independent * sum.independent / distinct + shared_denom;
+      if (sum.storage > 0) denom += sum.storage * sum.storage / storage_sources(row_ref, width, u.store, distinct);
       const double total = sum.total();
       dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
     }

@@ -79,9 +79,10 @@
 // over the row) comes from (sum_k a_k)^2 / sum_k a_k^2 effectively independent sources (the
 // participation ratio: 1 for one dominant term, K for K equal ones); the oracle supplies it per
 // row for the operand and score parts. D's error reaches a dQ row through one number (D_i):
-// one source; the dK via parts share the operand's sources; storage and accumulation errors are
-// independent per element. The row's degrees of freedom combine the parts by their variances V
-// (Satterthwaite):
+// one source; the dK via parts share the operand's sources; accumulation errors are independent
+// per element (elements of one value count once); storage errors too, unless the row's values
+// lie close together on the storage grid (below). The row's degrees of freedom combine the parts
+// by their variances V (Satterthwaite):
 //
 //   dof = (sum_parts V)^2 / sum_parts (V^2 / sources),  clamped to [1, row width]
 //
@@ -104,6 +105,24 @@
 // moves the row inside the span of those same vectors, so the cap holds for the shared parts
 // together too: their combined sources, (sum V)^2 / sum V^2 / sources, are at most
 // directions. A query that sees one key errs along that key however its error splits into parts.
+//
+// Storage rounding is a sawtooth of the value: x rounds to x + delta s(x / delta), delta the
+// storage step at x, s(t) = round(t) - t. Elements whose values lie within a small part of a
+// step of each other round alike (a row of O where V is near constant: every element about 0.1,
+// so the row's whole stored rounding is one number times the row), and elements spread over a
+// step or more round independently. Under a random offset, two elements' stored errors correlate
+// as R(t - t') = (6 / pi^2) sum_k cos(2 pi k (t - t')) / k^2, so the mean correlation of a row's
+// pairs, weighted by the elements' rounding sizes a_d = u_st |ref_d|, is
+//
+//   c = sum_k w_k (rho_k - p) / (1 - p),   rho_k = |sum_d a_d exp(2 pi i k t_d)|^2 / (sum_d a_d)^2,
+//   p = sum_d a_d^2 / (sum_d a_d)^2,       w_k proportional to 1 / k^2   (t_d = ref_d / delta_d; k = 1..4)
+//
+// (rho_k is about p times an exponential draw for unrelated values), less five standard
+// deviations of that noise (5 * 0.73 p), clamped to [0, 1]; and the storage part has
+// n / (1 + (n - 1) c) sources (the design
+// effect of n = the row's distinct values with mean correlation c): n for spread rows, 1 for a
+// row of near-equal values. Stop 54: cudnn's and torch.efficient's bf16 O row of near-constant V
+// at 12.04 sigma' along itself against 12, with identical errors in both libraries.
 //
 // dBias (a bias that requires a gradient) sums dS_ij over the dimensions the bias broadcasts, dS
 // taken before the softcap's chain factor (the bias comes after the softcap). Its element e sums
@@ -225,6 +244,9 @@ Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, cons
 // The degrees of freedom of each row's error (above), shaped [B][H][S]; empty for the LSE
 // (one element a row) and where the terms carry no sources.
 Tensor model_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+// The sources of a row's storage rounding (above): `distinct` (the row's distinct values) for
+// values spread over the storage grid of unit roundoff `unit_store`, down to 1 for near-equal ones.
+double storage_sources(const double* ref, int64_t n, double unit_store, double distinct);
 // Both in one pass over the elements (each element's variance computed once): the same bits.
 struct ModelOfOutput {
   Tensor sigma, row_dof;

@@ -4,8 +4,10 @@
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
 //                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
 //                                     [--outliers MAGNITUDE] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]]
-//                                     [--shifted A] [--tensor-cores]
+//                                     [--shifted A] [--tensor-cores] [--near-constant-v SIGMA]
 //
+// --near-constant-v SIGMA: V near constant (mean 0.1, that sigma), so O's rows are near-equal
+// elements whose stored rounding errs as one number (harness/error_model.h, storage_sources).
 // --shifted A: rows whose scores all sit far below zero (Q's column 0 at -A in half the rows, K's
 // at +A in every row: those rows' LSE near -A^2 scale). --tensor-cores: the correct kernel's LSE
 // is summed as tensor cores sum it (oracles/emulated.h, tensor_core_lse; bf16 and fp16), and it
@@ -91,6 +93,7 @@ int run(int argc, char** argv) {
   std::optional<ScoreBias> bias;
   bool dbias = false, tensor_cores = false;
   double shifted = 0;
+  double near_constant_v = 0;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
@@ -134,6 +137,9 @@ int run(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--shifted")) {
       shifted = std::stod(next());
       if (!(shifted > 0 && shifted <= 1e3)) throw std::invalid_argument("--shifted takes a magnitude in (0, 1e3]");
+    } else if (!std::strcmp(argv[i], "--near-constant-v")) {
+      near_constant_v = std::stod(next());
+      if (!(near_constant_v > 0 && near_constant_v <= 1.0)) throw std::invalid_argument("--near-constant-v takes a sigma in (0, 1]");
     } else if (!std::strcmp(argv[i], "--dbias")) {
       dbias = true;
     } else if (!std::strcmp(argv[i], "--bias")) {
@@ -145,7 +151,7 @@ int run(int argc, char** argv) {
       if (*kind == ScoreBias::Kind::tensor) bias->spans = {false, true, true, true};  // one bias per head, as a learned one
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]] [--shifted A] [--tensor-cores]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]] [--shifted A] [--tensor-cores] [--near-constant-v SIGMA]\n");
       return 2;
     }
   }
@@ -171,6 +177,7 @@ int run(int argc, char** argv) {
         cfg.outliers = outliers;
         cfg.tied = tied;
         cfg.shifted = shifted;
+        cfg.near_constant_v = near_constant_v;
         cfg.group = group;
         cfg.bias = bias;
         const auto t0 = std::chrono::steady_clock::now();
@@ -180,7 +187,8 @@ int run(int argc, char** argv) {
                     std::string(to_string(d)).c_str(), s, dim, group > 1 ? ("2 (Hq=" + std::to_string(2 * group) + ")").c_str() : "2",
                     causal ? "causal" : "no mask",
                     ((outliers > 0 ? ", outliers of " + std::to_string(outliers).substr(0, 5) : tied.empty() ? "" : ", tied " + tied) +
-                     (shifted > 0 ? ", shifted rows of " + std::to_string(shifted).substr(0, 5) : "") + (tensor_cores ? ", tensor cores" : ""))
+                     (shifted > 0 ? ", shifted rows of " + std::to_string(shifted).substr(0, 5) : "") +
+                     (near_constant_v > 0 ? ", V near constant (sigma " + std::to_string(near_constant_v).substr(0, 7) + ")" : "") + (tensor_cores ? ", tensor cores" : ""))
                         .c_str(),
                     bias ? (", bias " + std::string(to_string(bias->kind)) + (dbias ? " with dBias" : "")).c_str() : "", secs);
         for (const auto& p : points) {

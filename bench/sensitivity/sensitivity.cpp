@@ -52,6 +52,7 @@ Case sensitivity_case(const SensitivityConfig& cfg) {
   const ValueDist constant{ValueDist::Kind::near_constant, 0.1, 0.0};
   if (cfg.tied.find('k') != std::string::npos) c.k = constant;
   if (cfg.tied.find('v') != std::string::npos) c.v = constant;
+  if (cfg.near_constant_v > 0) c.v = ValueDist{ValueDist::Kind::near_constant, 0.1, cfg.near_constant_v};
   if (cfg.shifted > 0) {
     c.q = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 0.5, -cfg.shifted};
     c.k = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 1.0, cfg.shifted};

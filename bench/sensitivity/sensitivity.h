@@ -46,6 +46,9 @@ struct SensitivityConfig {
   // same vector, the generator's exactly constant draw (near_constant, mean 0.1, sigma 0); empty:
   // K and V drawn as above.
   std::string tied;
+  // V near constant (mean 0.1, this sigma; 0: as above): O rows of near-equal elements, whose
+  // stored rounding is one number along the row (harness/error_model.h, storage_sources).
+  double near_constant_v = 0;
   // Rows whose scores all sit far below zero: Q's column 0 at -shifted in half the rows, K's at
   // +shifted in every row (the generator's row_shift); 0: none.
   double shifted = 0;
