@@ -294,7 +294,10 @@ def main():
         ratio.append((r["fa4_cap_LSE"], r["fa4_cap_vs_apx_LSE"], r["torch32_cap_LSE"], r["fa4_nocap_LSE"]))
     if pr["status"] == "ok" and ratio:
         p = pr["cap23.5"]
-        apx_like = p["fa4_vs_apx_abs"] < 0.1 * p["fa4_vs_f64_abs"] and p["fa4_vs_f64_rel"] > 1e2 * max(p["torch32_vs_f64_rel"], 1e-9)
+        # Most of FA4's capped scores equal tanh.approx.f32's to 1e-6 (a mean of the differences is
+        # dominated by the few that do not), and its error is well above an fp32 tanh's.
+        apx_like = all(pr[k]["fa4_equals_apx_share"] >= 0.95 and pr[k]["fa4_vs_f64_rel"] > 10 * max(pr[k]["torch32_vs_f64_rel"], 1e-9)
+                       for k in ("cap23.5", "cap16.3") if k in pr)
         worse = sum(x[0] > 10 * max(x[2], x[3]) for x in ratio)
         explained = sum(x[1] < 0.2 * x[0] for x in ratio)
         print(f"VERDICT tanh probe: FA4's tanh {'IS tanh.approx.f32-like' if apx_like else 'is NOT tanh.approx.f32-like'} "
