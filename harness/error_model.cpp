@@ -166,20 +166,24 @@ double storage_sources(const double* ref, int64_t n, double unit_store, double d
   if (sum_a <= 0.0) return distinct;
   const double p = sum_a2 / (sum_a * sum_a);
   if (p >= 1.0) return distinct;
-  // The weights 6 / (pi^2 k^2), normalized over the harmonics kept.
-  double weight_sum = 0, weight2_sum = 0;
-  for (int k = 1; k <= kHarmonics; ++k) weight_sum += 1.0 / (k * k);
+  // The weights 6 / (pi^2 k^2), normalized over the harmonics kept, and the spread of their sum
+  // over unrelated values in units of p (sqrt of the sum of the squared weights).
+  static const auto [weight, weight_spread] = [] {
+    std::array<double, kHarmonics> w{};
+    double sum = 0, sum2 = 0;
+    for (int k = 1; k <= kHarmonics; ++k) sum += 1.0 / (k * k);
+    for (int k = 1; k <= kHarmonics; ++k) {
+      w[static_cast<size_t>(k - 1)] = 1.0 / (k * k) / sum;
+      sum2 += w[static_cast<size_t>(k - 1)] * w[static_cast<size_t>(k - 1)];
+    }
+    return std::pair{w, std::sqrt(sum2)};
+  }();
   double mean_correlation = 0;
-  for (int k = 1; k <= kHarmonics; ++k) {
-    const double w = 1.0 / (k * k) / weight_sum;
-    const size_t i = static_cast<size_t>(k - 1);
-    const double rho = (re[i] * re[i] + im[i] * im[i]) / (sum_a * sum_a);
-    mean_correlation += w * (rho - p) / (1.0 - p);
-    weight2_sum += w * w;
-  }
+  for (size_t i = 0; i < kHarmonics; ++i)
+    mean_correlation += weight[i] * ((re[i] * re[i] + im[i] * im[i]) / (sum_a * sum_a) - p) / (1.0 - p);
   // Unrelated values give rho_k of about p times an exponential draw (spread p): five spreads of
   // the weighted sum are taken as noise (0.2% of unrelated rows keep some correlation).
-  const double c = std::clamp(mean_correlation - 5.0 * p * std::sqrt(weight2_sum), 0.0, 1.0);
+  const double c = std::clamp(mean_correlation - 5.0 * p * weight_spread, 0.0, 1.0);
   return std::max(1.0, distinct / (1.0 + (distinct - 1.0) * c));
 }
 

@@ -497,24 +497,23 @@ TEST(RowDof, NearEqualValuesStoreOneRoundingAndSpreadOnesRoundIndependently) {
   const double bf16 = unit_roundoff(DType::bf16), fp16 = unit_roundoff(DType::f16);
   std::mt19937_64 gen(54);
   std::normal_distribution<double> normal;
-  auto rng_normal = [&] { return normal(gen); };
   std::vector<double> row(128);
   auto sources = [&](double unit) { return storage_sources(row.data(), 128, unit, 128.0); };
-  for (double& x : row) x = 0.1 + 1e-6 * rng_normal();  // O where V is near constant
+  for (double& x : row) x = 0.1 + 1e-6 * normal(gen);  // O where V is near constant
   EXPECT_LT(sources(bf16), 1.1);
   EXPECT_LT(sources(fp16), 1.1);
   EXPECT_NEAR(sources(unit_roundoff(DType::f32)), 128.0, 1e-9) << "a millionth is many fp32 steps";
-  for (double& x : row) x = 1.0 + 0.03 * rng_normal();  // a mean with a spread of four bf16 steps
+  for (double& x : row) x = 1.0 + 0.03 * normal(gen);  // a mean with a spread of four bf16 steps
   EXPECT_NEAR(sources(bf16), 128.0, 1e-9);
   // Unrelated values: the noise threshold keeps every source on all but a few rows.
   int reduced = 0;
   for (int r = 0; r < 2000; ++r) {
-    for (double& x : row) x = rng_normal();
+    for (double& x : row) x = normal(gen);
     if (sources(bf16) < 128.0) ++reduced;
   }
   EXPECT_LE(reduced, 20) << "of 2000 rows of normal values";
-  // Half the row near one value, half spread: about two sources of the stored rounding's variance.
-  for (size_t d = 0; d < row.size(); ++d) row[d] = d % 2 ? 0.1 + 1e-7 * rng_normal() : 0.1 * rng_normal();
+  // Half the row near one value, half spread: the near-equal half stores one rounding, so a few sources.
+  for (size_t d = 0; d < row.size(); ++d) row[d] = d % 2 ? 0.1 + 1e-7 * normal(gen) : 0.1 * normal(gen);
   EXPECT_LT(storage_sources(row.data(), 128, bf16, 128.0), 20.0);
 }
 
