@@ -61,11 +61,25 @@ std::vector<Contract> fingerprint_ladder(DType d) {
     case DType::f32:
       return {Contract::fp32, Contract::tf32, Contract::bf16};
     case DType::f16:
-      return {Contract::fp32, Contract::fp16};
+      return {Contract::fp32, Contract::fp16, Contract::bf16};
     case DType::bf16:
       return {Contract::fp32, Contract::tf32, Contract::bf16};
   }
   return {Contract::fp32};
 }
+
+Contract coarsest_declarable(DType d) {
+  switch (d) {
+    case DType::f32:
+      return Contract::bf16;
+    case DType::f16:
+      return Contract::fp16;
+    case DType::bf16:
+      return Contract::bf16;
+  }
+  return Contract::bf16;
+}
+
+Contract coarser_of(Contract a, Contract b) { return operand_mantissa_bits(a) < operand_mantissa_bits(b) ? a : b; }
 
 }  // namespace attnfuzz

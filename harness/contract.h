@@ -31,7 +31,15 @@ std::optional<Contract> contract_from_string(std::string_view s);
 int operand_mantissa_bits(Contract c);
 // What a well-behaved backend promises for inputs of this dtype.
 Contract natural_contract(DType d);
-// The contracts a fingerprint chooses between for inputs of this dtype, finest first.
+// The contracts a fingerprint chooses between for inputs of this dtype, finest first: those a
+// kernel of this dtype may declare, and for fp16 inputs bf16 too, a coarser computation no
+// honest fp16 declaration covers, on the ladder so that it is named (a contract_violation, not a
+// mismatch).
 std::vector<Contract> fingerprint_ladder(DType d);
+// The coarsest contract a kernel of this dtype may declare: bf16 for fp32 inputs (LibTorch's
+// "medium" matmul precision), the dtype itself for fp16 and bf16.
+Contract coarsest_declarable(DType d);
+// The coarser of two contracts (fewer operand mantissa bits; b where they tie).
+Contract coarser_of(Contract a, Contract b);
 
 }  // namespace attnfuzz

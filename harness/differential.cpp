@@ -529,6 +529,7 @@ class DifferentialSession::Impl {
       in.row_scale_variance = u_acc * u_acc * reduction_length(t, c_.shape);
       in.rungs = &rung_errors(comp, takes_dlse, t);
       in.declared = contract;
+      in.coarsest_held = coarser_of(contract, coarsest_declarable(c_.dtype));
       TensorVerdict v = judge_tensor(t, in, opt_.rule);
       if (v.err.nonfinite_under_contract)
         run.notes.push_back(std::string(name_of(t)) + ": " + std::to_string(v.err.nonfinite_under_contract) +

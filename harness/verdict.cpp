@@ -426,10 +426,13 @@ void fingerprint_and_class(TensorVerdict& v, const JudgeInput& in, const Toleran
     rungs = floor_rungs(std::move(rungs), in.declared, rule.kappa_min * v.model_rms, fp32_storage);
     v.print = fingerprint(v.err.rms, rungs, rule.fingerprint_band);
     if (v.print.rung) rung_max = maxes[*v.print.rung];
-    // Far beyond the coarsest contract and beyond the expected error is a wrong result.
-    // (Beyond the coarsest rung alone is not: where every rung is near exact, through
+    // Far beyond the coarsest contract the backend may hold and beyond the expected error is a
+    // wrong result. (Beyond that rung alone is not: where every rung is near exact, through
     // cancellation, or the backend declares a coarser LSE, a tiny error looks coarser.)
-    if (v.print.label == FingerprintLabel::coarser && v.tensor_ratio > 1.0) v.pass = false;
+    double held = rungs.empty() ? 0.0 : rungs.back().second;
+    for (const auto& [k, e] : rungs)
+      if (k == in.coarsest_held) held = e;
+    if (held > 0 && v.err.rms > rule.fingerprint_band * held && v.tensor_ratio > 1.0) v.pass = false;
   }
   if (v.pass) return;
   if (v.err.nonfinite_mismatch)

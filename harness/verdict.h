@@ -193,11 +193,15 @@ struct JudgeInput {
   // fingerprint, and no contract_violation), and the contract the backend declares.
   const std::vector<std::pair<Contract, ErrorStats>>* rungs = nullptr;
   Contract declared = Contract::fp32;
+  // The coarsest contract the backend may hold: the coarser of its declaration and the coarsest a
+  // kernel of the case's dtype may declare (contract.h, coarsest_declarable). An error a band
+  // beyond that rung's, and beyond the expected error, is a wrong result.
+  Contract coarsest_held = Contract::bf16;
 };
 // The verdict of one tensor, all of it (docs/verdicts.md):
 //   pass   = every block within the rule of harness/tolerance.h, every element finite where the
-//            reference is, and not fingerprinted coarser than every rung while beyond the
-//            expected error (tensor_ratio > 1);
+//            reference is, and an RMS error within a band of the `coarsest_held` rung's, or
+//            within the expected error (tensor_ratio <= 1);
 //   failure = nan_inf        where NaN/Inf elements appear,
 //             contract_violation where the fingerprint is a rung coarser than `declared` and
 //                            max|err| <= band * that rung's max (coarser rounding spreads its

@@ -91,6 +91,38 @@ TEST(Verdict, Tf32WhereFp32IsPromisedIsAContractViolationFingerprintedTf32) {
   for (const auto& t : r.runs[0].tensors) EXPECT_EQ(t.print.name(), "tf32") << name_of(t.tensor);
 }
 
+// fp16 inputs computed in bf16 (3 mantissa bits fewer) while fp16 is declared: the fp16 ladder's
+// bf16 rung names it. Over random fp16 cases every finding is a contract_violation, and the same
+// computation declared as bf16, or an fp16 one declared fp16, passes: the rung costs no false
+// alarm to a kernel that holds its declaration.
+TEST(Verdict, Bf16WhereFp16IsPromisedIsAContractViolationFingerprintedBf16) {
+  Declares bf16_as_fp16("bf16-as-fp16", Contract::bf16, Contract::fp16);
+  const DiffReport r = run_differential(small_case(DType::f16), {&bf16_as_fp16}, default_oracles());
+  ASSERT_FALSE(r.findings.empty());
+  for (const auto& f : r.findings) {
+    EXPECT_EQ(f.signature.cls, FindingClass::contract_violation) << f.signature.to_string() << " " << f.detail;
+    EXPECT_NE(f.detail.find("computes like bf16"), std::string::npos) << f.detail;
+  }
+  Declares bf16_honest("bf16-on-fp16-honest", Contract::bf16, Contract::bf16), fp16_honest("fp16-honest", Contract::fp16, Contract::fp16);
+  RandomCaseOptions g;
+  g.max_seq = 32;
+  g.dtypes = {DType::f16};
+  int failing_cases = 0, violations = 0;
+  for (uint64_t i = 0; i < 60; ++i) {
+    const Case c = random_case(4'500'000 + i, g);
+    const DiffReport bad = run_differential(c, {&bf16_as_fp16}, default_oracles());
+    failing_cases += !bad.findings.empty();
+    for (const auto& f : bad.findings) {
+      EXPECT_EQ(f.signature.cls, FindingClass::contract_violation) << "case " << i << ": " << f.signature.to_string() << " " << f.detail;
+      violations += f.signature.cls == FindingClass::contract_violation;
+    }
+    for (const auto& f : run_differential(c, {&bf16_honest, &fp16_honest}, default_oracles()).findings)
+      ADD_FAILURE() << "case " << i << ": " << f.signature.to_string() << " " << f.detail;
+  }
+  std::cout << "bf16 declared fp16: " << failing_cases << " of 60 fp16 cases fail, " << violations << " contract_violation findings\n";
+  EXPECT_GE(failing_cases, 50);
+}
+
 TEST(Verdict, HonestContractsPass) {
   Declares tf32("tf32-honest", Contract::tf32, Contract::tf32);
   Declares bf16("bf16-honest", Contract::bf16, Contract::bf16);
