@@ -50,6 +50,8 @@ void expect_no_finding(Backend* be, double p_bias, int min_ran) {
   // Fused kernels refuse much of the random mix (fp32, arbitrary masks, head dims), so cases
   // are drawn until 150 ran or 2000 were tried.
   uint64_t tried = 0;
+  const bool torch_cudnn_path = be->name() == "torch.cudnn" || be->name() == "torch.sdpa.cudnn";
+  int moved_off_f4 = 0;
   for (uint64_t seed = 0; seed < 2000 && ran < 150; ++seed, ++tried) {
     RandomCaseOptions opt;
     opt.max_seq = 64;
@@ -63,6 +65,14 @@ void expect_no_finding(Backend* be, double p_bias, int min_ran) {
     // (F-6) and its cuDNN path faults with a misaligned address (docs/findings, LEDGER
     // `s54-torch-cudnn-bias-broadcast-over-keys`), which ends the test at its first GPU error.
     if (c.bias && c.bias->kind == ScoreBias::Kind::tensor) c.bias->spans[3] = true;
+    // A float attn_mask at Skv % 128 == 64: LibTorch's cuDNN backward returns NaN in dQ (F-4's
+    // family, pytorch/pytorch#196678: the padded half of the last 128-key tile; a bias whose
+    // masked entries are -inf reaches it without a row far below zero, docs/findings README
+    // "Stop 55"). One key more keeps the case and leaves the known trigger to campaigns.
+    if (c.bias && torch_cudnn_path && c.shape.seq_kv % 128 == 64) {
+      c.shape.seq_kv += 1;
+      ++moved_off_f4;
+    }
     DiffOptions dopt;
     dopt.gpu_health = gpu_health;
     const DiffReport r = run_differential(c, {be}, default_oracles(), dopt);
@@ -80,6 +90,7 @@ void expect_no_finding(Backend* be, double p_bias, int min_ran) {
   }
   for (const auto& [why, n] : skip_reasons) std::cout << "  skipped " << n << "x: " << why << "\n";
   std::cout << "  ran " << ran << " backend runs over " << tried << " cases\n";
+  if (moved_off_f4) std::cout << "  " << moved_off_f4 << " biased case(s) moved from Skv % 128 == 64 to one key more (F-4's family)\n";
   // A backend that refused nearly everything would make this test pass without testing anything.
   EXPECT_GE(ran, min_ran) << be->name() << " ran too few cases to say anything";
 }
