@@ -62,13 +62,13 @@ void expect_no_finding(Backend* be, double p_bias, int min_ran) {
     // with --known docs/findings/repro.
     c.layouts = Layouts{};
     // A bias broadcast over the keys (stride 0 along Skv): LibTorch's efficient kernel refuses it
-    // (F-6) and its cuDNN path faults with a misaligned address (docs/findings, LEDGER
-    // `s54-torch-cudnn-bias-broadcast-over-keys`), which ends the test at its first GPU error.
+    // (F-6) and its cuDNN path faults with a misaligned address (F-7, docs/findings), which ends
+    // the test at its first GPU error.
     if (c.bias && c.bias->kind == ScoreBias::Kind::tensor) c.bias->spans[3] = true;
-    // A float attn_mask at Skv % 128 == 64: LibTorch's cuDNN backward returns NaN in dQ (F-4's
-    // family, pytorch/pytorch#196678: the padded half of the last 128-key tile; a bias whose
-    // masked entries are -inf reaches it without a row far below zero, docs/findings README
-    // "Stop 55"). One key more keeps the case and leaves the known trigger to campaigns.
+    // A bias at Skv % 128 == 64: LibTorch's cuDNN backward returns NaN in dQ on fp16 cases with
+    // a bias and a causal mask (LEDGER `s55-torch-cudnn-dQ-nan-fp16-skv64-bias-causal`, open),
+    // the key length of F-4's family (pytorch/pytorch#196678). One key more keeps the case and
+    // leaves the trigger to campaigns.
     if (c.bias && torch_cudnn_path && c.shape.seq_kv % 128 == 64) {
       c.shape.seq_kv += 1;
       ++moved_off_f4;
