@@ -68,17 +68,7 @@ std::vector<Contract> fingerprint_ladder(DType d) {
   return {Contract::fp32};
 }
 
-Contract coarsest_declarable(DType d) {
-  switch (d) {
-    case DType::f32:
-      return Contract::bf16;
-    case DType::f16:
-      return Contract::fp16;
-    case DType::bf16:
-      return Contract::bf16;
-  }
-  return Contract::bf16;
-}
+Contract coarsest_declarable(DType d) { return d == DType::f32 ? Contract::bf16 : natural_contract(d); }
 
 Contract coarser_of(Contract a, Contract b) { return operand_mantissa_bits(a) < operand_mantissa_bits(b) ? a : b; }
 
