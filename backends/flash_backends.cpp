@@ -268,6 +268,7 @@ SupportEnvelope FlashBackend::envelope() const {
   e.dtypes = {DType::f16, DType::bf16};
   e.max_head_dim = 128;
   e.max_batch_heads = 65535;
+  e.ragged = true;  // a ragged batch is its dense mask, in the tile-level block mask
   return e;
 }
 

@@ -44,7 +44,11 @@ nlohmann::json problem_extra_json(const Problem& p) {
                             {"right", r.right},
                             {"align", r.align == Align::bottom_right ? "bottom_right" : "top_left"},
                             {"inside", r.inside}});
-  return {{"mask", p.mask_expr ? to_json(*p.mask_expr) : nlohmann::json{{"kind", "none"}}}, {"restrictions", restrictions}};
+  nlohmann::json extra{{"mask", p.mask_expr ? to_json(*p.mask_expr) : nlohmann::json{{"kind", "none"}}}, {"restrictions", restrictions}};
+  // A ragged batch (only to an adapter whose envelope says ragged): each sequence's lengths in the
+  // whole problem, in which its mask is evaluated (harness/problem.h).
+  if (p.ragged()) extra["ragged"] = {{"lens_q", p.lens_q}, {"lens_kv", p.lens_kv}};
+  return extra;
 }
 
 std::string hello_payload(const AdapterSpec& spec) {

@@ -47,6 +47,7 @@ class TorchSdpaBackend final : public Backend {
     SupportEnvelope e = Backend::envelope();
     e.softcap = false;
     e.bias = true;
+    e.ragged = true;  // a ragged batch is its dense mask
     e.bias_grad = kind_ == SdpaKind::math;
     e.distinct_head_dims = kind_ != SdpaKind::cpu_flash;
     return e;

@@ -330,6 +330,7 @@ class TorchCudaSdpaBackend final : public Backend {
     e.softcap = false;
     e.bias = kernel_ != CudaSdpaKernel::flash;
     e.bias_grad = bias_grad_support();
+    e.ragged = true;  // a ragged batch is its dense mask (is_causal only where the mask is causal)
     e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype, EnvelopeClause::softcap});
     switch (kernel_) {
       case CudaSdpaKernel::flash:

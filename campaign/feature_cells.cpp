@@ -23,6 +23,12 @@ const char* bias_of(const Case& c) { return c.bias ? to_string(c.bias->kind) : "
 
 const char* dbias_of(const Case& c) { return c.bias && c.bias->requires_grad ? "yes" : "no"; }
 
+// A ragged batch with gaps or a tail (the varlen interfaces' poisoned rows), without, or none.
+const char* ragged_of(const Case& c) {
+  if (!c.ragged) return "none";
+  return c.ragged->gap_q || c.ragged->gap_kv || c.ragged->tail ? "gaps" : "packed";
+}
+
 const char* dlse_of(const Case& c) { return c.d_lse.kind == ValueDist::Kind::zero ? "no" : "yes"; }
 
 const char* seq_of(const Case& c) {
@@ -46,7 +52,7 @@ const std::vector<CaseFeature>& side_features() {
       {"layout", {"dense", "strided", "packed"}, layout_of}, {"heads", {"mha", "gqa", "mqa"}, heads_of},
       {"softcap", {"no", "yes"}, softcap_of},                {"dlse", {"no", "yes"}, dlse_of},
       {"seq", {"square", "wide", "tall"}, seq_of},                {"bias", {"none", "tensor", "alibi", "relative"}, bias_of},
-      {"dbias", {"no", "yes"}, dbias_of},
+      {"dbias", {"no", "yes"}, dbias_of},                  {"ragged", {"none", "packed", "gaps"}, ragged_of},
   };
   return sides;
 }

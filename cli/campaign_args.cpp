@@ -57,6 +57,9 @@ CaseMix case_mix(const CampaignArgs& a, const std::vector<BackendProfile>& backe
   // By default a bias only where some backend under test takes one: the others skip such cases.
   const bool takes_bias = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.envelope.bias; });
   mix.gen.p_bias = a.bias_share.value_or(gpu || !takes_bias ? 0.0 : kCpuBiasShare);
+  // A ragged batch likewise only where some backend under test takes one.
+  const bool takes_ragged = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.envelope.ragged; });
+  mix.gen.p_ragged = a.ragged_share.value_or(takes_ragged ? kRaggedShare : 0.0);
   mix.edge_share = a.edge_share;
   mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
   // The GPU real tier shrinks for what its workers keep on the host, not for the CPU set's
@@ -194,6 +197,8 @@ CampaignOptions to_options(const CampaignArgs& a) {
     throw std::invalid_argument("--breaking-share takes a share in [0, 1], got " + std::to_string(*a.breaking_share));
   if (a.bias_share && !(*a.bias_share >= 0.0 && *a.bias_share <= 1.0))
     throw std::invalid_argument("--bias-share takes a share in [0, 1], got " + std::to_string(*a.bias_share));
+  if (a.ragged_share && !(*a.ragged_share >= 0.0 && *a.ragged_share <= 1.0))
+    throw std::invalid_argument("--ragged-share takes a share in [0, 1], got " + std::to_string(*a.ragged_share));
   if (!(a.mutation_share >= 0.0 && a.mutation_share <= 1.0))
     throw std::invalid_argument("--mutation-share takes a share in [0, 1], got " + std::to_string(a.mutation_share));
   o.case_stream = case_stream(a);
@@ -232,6 +237,11 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
       "share of cases with a score bias: a dense tensor broadcast over some dimensions, ALiBi or a relative-position table "
       "(docs/case-format.md; default 0.2 where every backend computes on the CPU and one of them takes a bias, else 0); "
       "aimed cases keep it only for backends that take one");
+  cmd->add_option_function<double>(
+      "--ragged-share", [&a](double share) { a.ragged_share = share; },
+      "share of cases with a ragged batch: each sequence its own query and key lengths (0 to the padded length), "
+      "with poisoned gaps between sequences for varlen interfaces (docs/case-format.md; default 0.15 where a backend "
+      "under test takes one, else 0); aimed cases keep it only for backends that take one");
   cmd->add_option("--mutation-share", a.mutation_share,
                   "share of cases drawn by mutating the corpus of passing cases nearest their limits, with steering toward thin "
                   "feature cells (docs/campaigns.md, \"Guided campaigns\"; default 0.3 for campaign, 0 for check; 0: blind)");

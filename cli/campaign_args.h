@@ -42,6 +42,7 @@ struct CampaignArgs {
   std::optional<double> breaking_share;
   // The share of cases with a score bias; unset: kCpuBiasShare on the CPU, 0 on a GPU.
   std::optional<double> bias_share;
+  std::optional<double> ragged_share;
   // The share of cases drawn by mutating the guided corpus (campaign/campaign.h; 0: blind).
   double mutation_share = kDefaultMutationShare;
   int64_t max_seq = 0;             // 0: the tier's

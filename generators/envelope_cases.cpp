@@ -96,6 +96,9 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
     }
   if (const int64_t a = align_elems(e, c.dtype); a > 1) c.layouts.surround.guard = round_up(c.layouts.surround.guard, a);
   if (e.packed_lse) c.layouts[TensorId::LSE] = TensorLayout{};
+  // A ragged batch is a mask neither all-visible nor causal wherever a sequence is short.
+  if (!e.ragged || e.masks == MaskSupport::causal_or_none) c.ragged.reset();
+  conform_ragged(c);
   return c;
 }
 
@@ -164,6 +167,9 @@ Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const
       if (!c.bias) c.bias = random_bias(r);
       c.bias->requires_grad = true;
       break;
+    case EnvelopeClause::ragged:
+      c.ragged = random_ragged(r, s);
+      break;
     case EnvelopeClause::mask:
       // A sliding window narrower than the queries, or the keys after the diagonal: neither is
       // all-visible or causal at any size.
@@ -185,6 +191,7 @@ Case step_outside(Case c, const SupportEnvelope& e, EnvelopeClause clause, const
       c.layouts[TensorId::LSE].offset = r.range(1, 3);
       break;
   }
+  conform_ragged(c);
   return c;
 }
 
@@ -203,6 +210,7 @@ Case fit_budget(Case c, uint64_t budget_bytes, const HostWorkOf& host_work) {
       break;  // lengths stay: masks and compositions were drawn for them
     }
   }
+  conform_ragged(c);
   return c;
 }
 
@@ -313,6 +321,7 @@ std::optional<Case> case_in_cell(const Case& drawn, const FeatureCell& cell, con
     c.composition = Composition{};
     c = fit_inside(std::move(c), e, mix.gen, r);
     if (!shape_for_cell(c, cell, e, mix.gen, r)) continue;
+    conform_ragged(c);
     c = fit_budget(std::move(c), mix.memory_budget_bytes, mix.host_work);
     // Packings need shapes that allow them (harness/layout.h).
     const Limits limits{mix.memory_budget_bytes, mix.host_work ? mix.host_work(c.shape) : HostWork{}};

@@ -219,6 +219,7 @@ std::optional<Case> mutate_case(const Case& parent, uint64_t seed, const Support
     Case c = parent;
     const int64_t steps = r.chance(0.5) ? 1 : r.range(2, 3);
     for (int64_t i = 0; i < steps; ++i) apply(pick_step(r), r, c, mix.gen);
+    conform_ragged(c);  // new lengths or batch: the sequences' lengths follow
     // Packings need shapes that allow them (harness/layout.h); new lengths may break masks and cuts.
     if (!valid(c, lengths_only)) c.layouts.inputs = c.layouts.grads = Packing::none;
     if (!valid(c, lengths_only)) c.composition = Composition{};

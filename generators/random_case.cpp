@@ -311,8 +311,33 @@ Case random_case(uint64_t seed, const RandomCaseOptions& opt) {
     SplitMix bias(splitmix64(c.seed ^ 0x73636f7265626961ull));
     if (bias.chance(opt.p_bias)) c.bias = random_bias(bias);
   }
+  {
+    SplitMix ragged(splitmix64(c.seed ^ 0x7261676765642121ull));
+    if (ragged.chance(opt.p_ragged)) c.ragged = random_ragged(ragged, s);
+  }
   return c;
 }
+
+Ragged random_ragged(SplitMix& r, const Shape& s) {
+  Ragged g;
+  auto length = [&](int64_t padded) -> int64_t {
+    const int64_t pick = r.range(0, 9);
+    if (pick == 0) return 0;
+    if (pick == 1) return std::min<int64_t>(1, padded);
+    if (pick <= 3) return padded;
+    return r.range(0, padded);
+  };
+  for (int64_t b = 0; b < s.batch; ++b) {
+    g.lens_q.push_back(length(s.seq_q));
+    g.lens_kv.push_back(length(s.seq_kv));
+  }
+  if (r.chance(0.3)) g.gap_q = r.range(1, 64);
+  if (r.chance(0.4)) g.gap_kv = r.range(1, 64);
+  if (r.chance(0.5)) g.tail = r.range(1, 128);
+  if (r.chance(0.4)) g.page_size = r.chance(0.5) ? r.pick(std::vector<int64_t>{1, 2, 16, 64, 128, 256}) : r.range(1, kMaxPageSize);
+  return g;
+}
+
 
 ScoreBias random_bias(SplitMix& r) {
   ScoreBias b;

@@ -35,6 +35,9 @@ struct RandomCaseOptions {
   // A score bias (harness/case.h, ScoreBias), from a stream of its own: 0 here for the same reason;
   // campaigns choose their share (--bias-share).
   double p_bias = 0.0;
+  // A ragged batch (harness/case.h, Ragged), from a stream of its own: 0 here for the same reason;
+  // campaigns choose their share (--ragged-share).
+  double p_ragged = 0.0;
 
   static RandomCaseOptions for_tier(domain::SizeTier t);
 };
@@ -55,6 +58,9 @@ inline const std::vector<ValueFeature> kGpuBreakingLeftOut{ValueFeature::logits_
 // (sticky) on a bias broadcast over the keys, a real LibTorch 2.11 fault that would cost a campaign
 // its workers' contexts again and again (docs/findings/LEDGER.md, s47-torch-cudnn-float-mask-broadcast-kv).
 inline constexpr double kCpuBiasShare = 0.2;
+// The share of a campaign's cases with a ragged batch by default, where some backend under test
+// takes one (harness/envelope.h, the ragged clause).
+inline constexpr double kRaggedShare = 0.15;
 
 class SplitMix {
  public:
@@ -86,6 +92,9 @@ Layouts random_layouts(SplitMix& r, const Shape& s);
 // random set of dimensions, ALiBi or a relative-position table; values ordinary, saturating, or
 // mask-like (a share of entries at -1e4 or +1e4).
 ScoreBias random_bias(SplitMix& r);
+// Per-sequence lengths for a case of shape `s`: each 0, 1, the padded length or anything between,
+// with gaps between sequences and a tail in some cases (harness/case.h, Ragged).
+Ragged random_ragged(SplitMix& r, const Shape& s);
 // One of the values that break kernels (harness/case.h, ValueFeature; docs/fuzzing.md), in
 // equal shares, over the case's Q, K, V, dO or dLSE.
 void breaking_values(SplitMix& r, Case& c);

@@ -223,6 +223,11 @@ uint64_t case_size(const Case& c) {
     extras += 1 + (c.bias->kind != ScoreBias::Kind::tensor) + !(c.bias->values == ValueDist{}) + c.bias->requires_grad;
     for (bool spanned : c.bias->spans) extras += spanned;
   }
+  if (c.ragged) {  // a ragged batch costs its poisoned rows and each sequence shorter than the padded length
+    const Ragged& g = *c.ragged;
+    extras += 1 + (g.gap_q > 0) + (g.gap_kv > 0) + (g.tail > 0) + (g.page_size > 0);
+    for (size_t b = 0; b < g.lens_q.size(); ++b) extras += g.lens_q[b] != s.seq_q || g.lens_kv[b] != s.seq_kv;
+  }
   return elems * 16 + extras;
 }
 
@@ -231,6 +236,7 @@ std::vector<Case> shrink_candidates(const Case& c) {
   auto push = [&](Case x) {
     x.mask = fit_mask(x.mask, x.shape.seq_q, x.shape.seq_kv);
     x.composition = fit_composition(x.composition, x.shape.seq_q, x.shape.seq_kv);
+    conform_ragged(x);  // the first sequences kept, each no longer than the padded length
     if (!(x == c) && valid(x)) out.push_back(std::move(x));
   };
   const Shape& s = c.shape;
@@ -244,6 +250,23 @@ std::vector<Case> shrink_candidates(const Case& c) {
     Case x = c;
     x.mask = m;
     push(x);
+  }
+  if (c.ragged) {  // a dense batch, then no poisoned rows, no pages, then sequences of the padded length
+    Case dense = c;
+    dense.ragged.reset();
+    push(dense);
+    Case no_gaps = c;
+    no_gaps.ragged->gap_q = no_gaps.ragged->gap_kv = no_gaps.ragged->tail = 0;
+    push(no_gaps);
+    Case unpaged = c;
+    unpaged.ragged->page_size = 0;
+    push(unpaged);
+    for (size_t b = 0; b < c.ragged->lens_q.size(); ++b) {
+      Case x = c;
+      x.ragged->lens_q[b] = s.seq_q;
+      x.ragged->lens_kv[b] = s.seq_kv;
+      push(x);
+    }
   }
   if (s.batch > 1)
     for (int64_t b : smaller(s.batch)) {

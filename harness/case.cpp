@@ -119,6 +119,29 @@ void check_bias(const Case& c) {
     throw CaseError("bias.kind", "ALiBi's values overflow " + std::string(to_string(c.dtype)) + " at this length");
 }
 
+void check_ragged(const Case& c) {
+  const Ragged& r = *c.ragged;
+  const Shape& s = c.shape;
+  auto check_lens = [&](const std::vector<int64_t>& lens, int64_t longest, const char* key, const char* dim) {
+    const std::string field = std::string("ragged.") + key;
+    if (static_cast<int64_t>(lens.size()) != s.batch)
+      throw CaseError(field, std::to_string(lens.size()) + " lengths for a batch of " + std::to_string(s.batch));
+    for (size_t b = 0; b < lens.size(); ++b)
+      if (lens[b] < 0 || lens[b] > longest)
+        throw CaseError(field + "[" + std::to_string(b) + "]", "must be in [0, " + std::string(dim) + " = " + std::to_string(longest) + "]");
+  };
+  check_lens(r.lens_q, s.seq_q, "lens_q", "seq_q");
+  check_lens(r.lens_kv, s.seq_kv, "lens_kv", "seq_kv");
+  auto check_gap = [](int64_t v, const char* key) {
+    if (v < 0 || v > kMaxRaggedGap) throw CaseError(std::string("ragged.") + key, "must be in [0, " + std::to_string(kMaxRaggedGap) + "]");
+  };
+  check_gap(r.gap_q, "gap_q");
+  check_gap(r.gap_kv, "gap_kv");
+  check_gap(r.tail, "tail");
+  if (r.page_size < 0 || r.page_size > kMaxPageSize)
+    throw CaseError("ragged.page_size", "must be in [0, " + std::to_string(kMaxPageSize) + "] (0: no paged layout)");
+}
+
 void check_bounds(const std::vector<int64_t>& b, int64_t n, const std::string& field) {
   int64_t prev = 0;
   for (size_t i = 0; i < b.size(); ++i) {
@@ -341,7 +364,59 @@ void validate(const Case& c, const Limits& limits) {
   if (c.bias && c.bias->values.kind == ValueDist::Kind::nonfinite) throw CaseError("bias.values", "nonfinite is for Q, K, V and dO");
   check_magnitudes(c);
   if (c.bias) check_bias(c);
+  if (c.ragged) check_ragged(c);
 }
+
+namespace {
+std::vector<int64_t> sequence_starts(const std::vector<int64_t>& lens, int64_t gap) {
+  std::vector<int64_t> starts{0};
+  for (size_t b = 0; b < lens.size(); ++b) starts.push_back(starts.back() + lens[b] + (b + 1 < lens.size() ? gap : 0));
+  return starts;
+}
+}  // namespace
+
+void conform_ragged(Case& c) {
+  if (!c.ragged) return;
+  Ragged& g = *c.ragged;
+  const Shape& s = c.shape;
+  g.lens_q.resize(static_cast<size_t>(s.batch), s.seq_q);
+  g.lens_kv.resize(static_cast<size_t>(s.batch), s.seq_kv);
+  for (int64_t& l : g.lens_q) l = std::clamp<int64_t>(l, 0, s.seq_q);
+  for (int64_t& l : g.lens_kv) l = std::clamp<int64_t>(l, 0, s.seq_kv);
+}
+
+PageTable page_table(const Ragged& r, uint64_t seed) {
+  PageTable t;
+  if (r.page_size <= 0) return t;
+  std::vector<int64_t> counts;
+  for (int64_t l : r.lens_kv) {
+    counts.push_back((l + r.page_size - 1) / r.page_size);
+    t.max_pages_per_seq = std::max(t.max_pages_per_seq, counts.back());
+  }
+  int64_t total = 0;
+  for (int64_t n : counts) total += n;
+  t.pages = total + 1;
+  // A Fisher-Yates shuffle of the physical pages, from the case's seed (harness/rng.h's mixer).
+  std::vector<int64_t> physical(static_cast<size_t>(t.pages));
+  for (size_t i = 0; i < physical.size(); ++i) physical[i] = static_cast<int64_t>(i);
+  uint64_t state = seed ^ 0x7061676574626c21ull;
+  for (size_t i = physical.size(); i > 1; --i) {
+    state += 0x9e3779b97f4a7c15ull;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    std::swap(physical[i - 1], physical[static_cast<size_t>(z % i)]);
+  }
+  t.table.assign(static_cast<size_t>(static_cast<int64_t>(counts.size()) * t.max_pages_per_seq), -1);
+  size_t next = 0;
+  for (size_t b = 0; b < counts.size(); ++b)
+    for (int64_t p = 0; p < counts[b]; ++p) t.table[b * static_cast<size_t>(t.max_pages_per_seq) + static_cast<size_t>(p)] = physical[next++];
+  return t;
+}
+
+std::vector<int64_t> Ragged::starts_q() const { return sequence_starts(lens_q, gap_q); }
+std::vector<int64_t> Ragged::starts_kv() const { return sequence_starts(lens_kv, gap_kv); }
 
 std::string to_string(Composition::Kind k) {
   switch (k) {

@@ -94,6 +94,45 @@ struct ScoreBias {
   std::vector<int64_t> tensor_shape(const Shape& s) const;
 };
 
+// A ragged batch (docs/semantics.md, "Ragged batches"): sequence b has lens_q[b] queries and
+// lens_kv[b] keys, from 0 to the shape's seq_q and seq_kv (the padded length), and its mask is
+// evaluated in its own lens_q[b] x lens_kv[b] coordinates (a bottom-right diagonal is each
+// sequence's own). Queries and keys past a sequence's lengths are absent: no query sees such a
+// key and such a query sees none, so its O is 0, its LSE -inf, and dQ, dK, dV are 0 there.
+// Backends that take the dense tensors get them padded to seq_q and seq_kv, the absent rows and
+// keys masked. Varlen interfaces get packed tokens, [sum of lengths][H][D], with cumulative offsets
+// (cu_seqlens); gap_q and gap_kv rows lie between consecutive sequences of Q (and dO, O) and of
+// K and V, and `tail` rows after the last one (a buffer's spare capacity). Gaps and tail hold NaN:
+// reading them must not reach any output. Paged interfaces (a KV cache) get K and V in pages of
+// `page_size` rows through a page table (page_table below); 0: no paged layout.
+struct Ragged {
+  std::vector<int64_t> lens_q, lens_kv;  // one per batch entry
+  int64_t gap_q = 0, gap_kv = 0, tail = 0;
+  int64_t page_size = 0;
+  bool operator==(const Ragged&) const = default;
+
+  // Where each sequence starts in the packed tokens: offsets[b] = sum over c < b of (lens[c] + gap),
+  // B + 1 entries, the last one the end of the last sequence (its gap not counted).
+  std::vector<int64_t> starts_q() const;
+  std::vector<int64_t> starts_kv() const;
+};
+// The largest gap or tail a case may ask for, in rows, and the largest page.
+inline constexpr int64_t kMaxRaggedGap = 4096;
+inline constexpr int64_t kMaxPageSize = 256;
+
+// A paged KV cache's page table for a ragged batch with page_size P > 0: sequence b's keys
+// [p P, (p + 1) P) live in physical page table[b][p], for p < ceil(lens_kv[b] / P); the table is
+// [B][max over b of that count] (unused entries -1). The physical pages are every sequence's pages
+// plus one spare page, in an order drawn from `seed` (a permutation: no page is shared), so
+// `pages` = 1 + the sum of the counts. A page's rows past its sequence's last key, and the spare
+// page, hold NaN.
+struct PageTable {
+  int64_t pages = 0, max_pages_per_seq = 0;
+  std::vector<int64_t> table;  // [B][max_pages_per_seq]
+  int64_t at(int64_t b, int64_t p) const { return table[static_cast<size_t>(b * max_pages_per_seq + p)]; }
+};
+PageTable page_table(const Ragged& r, uint64_t seed);
+
 struct Case {
   uint64_t seed = 0;
   Shape shape;
@@ -102,6 +141,7 @@ struct Case {
   std::optional<double> scale;    // default 1/sqrt(head_dim_qk)
   std::optional<double> softcap;  // S = c * tanh(S / c)
   std::optional<ScoreBias> bias;  // added after the softcap (above)
+  std::optional<Ragged> ragged;   // per-sequence lengths (above); none: every sequence is seq_q x seq_kv
   MaskExpr mask;
   ValueDist q, k, v;
   ValueDist d_out;
@@ -111,6 +151,10 @@ struct Case {
 
   double effective_scale() const;
 };
+
+// Fits a ragged batch to a shape a generator or the shrinker changed: one pair of lengths per batch
+// entry (a new entry full length), each clamped to the padded lengths.
+void conform_ragged(Case& c);
 
 // The values that break kernels a case holds (docs/fuzzing.md, "Values that break kernels"),
 // as campaigns count them (summary.json, coverage.case_mix.values). One row per feature.

@@ -370,6 +370,29 @@ ScoreBias bias_from(const json& j) {
   r.finish();
   return b;
 }
+
+// "ragged": {"lens_q", "lens_kv" (one per batch entry), "gap_q", "gap_kv", "tail", "page_size" (default 0)}.
+json ragged_to_json(const Ragged& r) {
+  json j{{"lens_q", r.lens_q}, {"lens_kv", r.lens_kv}};
+  if (r.gap_q) j["gap_q"] = r.gap_q;
+  if (r.gap_kv) j["gap_kv"] = r.gap_kv;
+  if (r.tail) j["tail"] = r.tail;
+  if (r.page_size) j["page_size"] = r.page_size;
+  return j;
+}
+
+Ragged ragged_from(const json& j) {
+  ObjectReader r(j, "ragged");
+  Ragged g;
+  g.lens_q = r.int_list("lens_q", true);
+  g.lens_kv = r.int_list("lens_kv", true);
+  g.gap_q = r.integer("gap_q", 0);
+  g.gap_kv = r.integer("gap_kv", 0);
+  g.tail = r.integer("tail", 0);
+  g.page_size = r.integer("page_size", 0);
+  r.finish();
+  return g;
+}
 }  // namespace
 
 json to_json(const Case& c) {
@@ -390,6 +413,7 @@ json to_json(const Case& c) {
   j["scale"] = c.scale ? json(*c.scale) : json(nullptr);
   j["softcap"] = c.softcap ? json(*c.softcap) : json(nullptr);
   if (c.bias) j["bias"] = bias_to_json(*c.bias);
+  if (c.ragged) j["ragged"] = ragged_to_json(*c.ragged);
   j["mask"] = to_json(c.mask);
   using T = TensorId;
   j["values"] = json{{case_key(T::Q), dist_to_json(c.q)}, {case_key(T::K), dist_to_json(c.k)}, {case_key(T::V), dist_to_json(c.v)}};
@@ -435,6 +459,7 @@ Case case_from_json(const json& j, const Limits& limits) {
   c.scale = r.optional_number("scale");
   c.softcap = r.optional_number("softcap");
   if (const json* b = r.maybe("bias")) c.bias = bias_from(*b);
+  if (const json* g = r.maybe("ragged")) c.ragged = ragged_from(*g);
   if (const json* m = r.maybe("mask")) c.mask = mask_from(*m, "mask", 0);
   // Each tensor's distribution, under its case key in "values" (Q, K, V) or "grads" (dO, dLSE).
   auto read_dists = [&](const char* key, std::initializer_list<std::pair<TensorId, ValueDist*>> tensors) {

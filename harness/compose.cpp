@@ -72,13 +72,14 @@ class Engine {
       } else {
         n.leaf = std::make_unique<Problem>(make_leaf(r));
         std::optional<std::string> why = be_.unsupported_reason(*n.leaf);
-        // The bias clauses hold whatever a backend's own check says (harness/envelope.h): a
-        // backend that never reads Problem::bias would compute without it, and one that never
-        // writes Gradients::dbias would leave dBias unjudged.
-        if (!why && n.leaf->has_bias()) {
+        // The always-enforced clauses hold whatever a backend's own check says (harness/envelope.h):
+        // a backend that never reads Problem::bias would compute without it, one that never writes
+        // Gradients::dbias would leave dBias unjudged, and one that reads the mask's expression
+        // would not see a ragged batch's lengths.
+        if (!why && (n.leaf->has_bias() || n.leaf->ragged())) {
           const SupportEnvelope e = be_.envelope();
-          why = e.breach(*n.leaf, EnvelopeClause::bias);
-          if (!why) why = e.breach(*n.leaf, EnvelopeClause::bias_grad);
+          for (EnvelopeClause clause : {EnvelopeClause::bias, EnvelopeClause::bias_grad, EnvelopeClause::ragged})
+            if (!why) why = e.breach(*n.leaf, clause);
         }
         if (why) throw UnsupportedError(be_.name() + " does not support a part: " + *why);
         n.fwd = be_.forward(*n.leaf);

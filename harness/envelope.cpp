@@ -24,6 +24,7 @@ const char* clause_name(EnvelopeClause c) {
     case EnvelopeClause::softcap: return "softcap";
     case EnvelopeClause::bias: return "bias";
     case EnvelopeClause::bias_grad: return "bias_grad";
+    case EnvelopeClause::ragged: return "ragged";
     case EnvelopeClause::mask: return "mask";
     case EnvelopeClause::alignment: return "alignment";
     case EnvelopeClause::lse: return "lse";
@@ -98,6 +99,7 @@ bool SupportEnvelope::restricts(EnvelopeClause c) const {
     case EnvelopeClause::softcap: return !softcap;
     case EnvelopeClause::bias: return !bias;
     case EnvelopeClause::bias_grad: return !bias_grad;
+    case EnvelopeClause::ragged: return !ragged;
     case EnvelopeClause::mask: return masks != MaskSupport::any;
     case EnvelopeClause::alignment: return alignment_bytes > 1;
     case EnvelopeClause::lse: return packed_lse;
@@ -109,8 +111,8 @@ uint32_t SupportEnvelope::library_decides_all_but(std::initializer_list<Envelope
   uint32_t bits = 0;
   for (EnvelopeClause c : kAllEnvelopeClauses) bits |= bit(c);
   for (EnvelopeClause c : enforced) bits &= ~bit(c);
-  // Never the bias clauses (decided_by_library): a bit set there would be lost by to_json.
-  return bits & ~bit(EnvelopeClause::bias) & ~bit(EnvelopeClause::bias_grad);
+  // Never the always-enforced clauses (decided_by_library): a bit set there would be lost by to_json.
+  return bits & ~bit(EnvelopeClause::bias) & ~bit(EnvelopeClause::bias_grad) & ~bit(EnvelopeClause::ragged);
 }
 
 std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeClause c) const {
@@ -148,6 +150,9 @@ std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeCla
     case EnvelopeClause::bias_grad:
       if (bias_grad || !p.bias_requires_grad) return std::nullopt;
       return std::string("a bias that requires a gradient (returns no dBias)");
+    case EnvelopeClause::ragged:
+      if (ragged || !p.ragged()) return std::nullopt;
+      return std::string("a ragged batch (takes none)");
     case EnvelopeClause::mask:
       if (masks == MaskSupport::any) return std::nullopt;
       if (const DenseMaskShape m = dense_mask_shape(p); m.all || (m.top_left_causal && s.seq_q == s.seq_kv)) return std::nullopt;
@@ -193,6 +198,7 @@ json to_json(const SupportEnvelope& e) {
               {"softcap", e.softcap},
               {"bias", e.bias},
               {"bias_grad", e.bias_grad},
+              {"ragged", e.ragged},
               {"dlse", e.dlse},
               {"masks", e.masks == MaskSupport::any ? "any" : "causal_or_none"},
               {"alignment_bytes", e.alignment_bytes},
@@ -203,7 +209,7 @@ json to_json(const SupportEnvelope& e) {
 SupportEnvelope envelope_from_json(const json& j) {
   if (!j.is_object()) throw std::invalid_argument("envelope: expected an object");
   static const char* const kKeys[] = {"dtypes",          "max_head_dim", "head_dim_multiple", "distinct_head_dims", "grouped_heads",
-                                      "min_seq_kv",      "max_seq",      "max_batch_heads",   "softcap",            "bias",              "bias_grad",         "dlse",              "masks",
+                                      "min_seq_kv",      "max_seq",      "max_batch_heads",   "softcap",            "bias",              "bias_grad",         "ragged",            "dlse",              "masks",
                                       "alignment_bytes", "packed_lse",   "library_decides"};
   for (const auto& item : j.items())
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return item.key() == k; }) == std::end(kKeys))
@@ -233,6 +239,7 @@ SupportEnvelope envelope_from_json(const json& j) {
     get("softcap", e.softcap);
     get("bias", e.bias);
     get("bias_grad", e.bias_grad);
+    get("ragged", e.ragged);
     get("dlse", e.dlse);
     if (j.contains("masks")) {
       const std::string masks = j.at("masks").get<std::string>();
@@ -281,6 +288,7 @@ std::string describe(const SupportEnvelope& e) {
   if (e.max_seq != SupportEnvelope::kUnbounded) add("S <= " + std::to_string(e.max_seq));
   if (!e.softcap) add("no softcap");
   if (e.bias) add(e.bias_grad ? "score bias with dBias" : "score bias");
+  if (e.ragged) add("ragged batches");
   if (e.masks == MaskSupport::causal_or_none) add("masks: none or causal");
   if (e.alignment_bytes > 1) add(std::to_string(e.alignment_bytes) + "-byte aligned");
   if (e.packed_lse) add("packed LSE");

@@ -19,6 +19,9 @@
 //   bias_grad   no dBias asked (a bias that requires a gradient: ScoreBias::requires_grad), unless
 //               E.bias_grad. Refuses by default and always enforced, as the bias clause is: a
 //               backend that takes a bias but returns no dBias cannot be judged on a case that has one
+//   ragged      no ragged batch (harness/case.h, Ragged), unless E.ragged. Refuses by default and
+//               always enforced, as the bias clause is: code that reads the mask's expression (a
+//               plugin, an adapter) rather than the dense mask would not see the sequences' lengths
 //   mask        any mask when E.masks == any; with causal_or_none, the call's dense mask is
 //               all-visible, or causal (key j visible to query i iff j <= i) with Sq == Skv, where
 //               every convention of causal agrees (LibTorch's flash refuses is_causal otherwise)
@@ -53,11 +56,11 @@ struct Problem;
 enum class MaskSupport { any, causal_or_none };
 
 // The clauses, for the generators' one-clause-outside cases and the reports.
-enum class EnvelopeClause { dtype, head_dim, head_dims, gqa, seq, grid, softcap, bias, bias_grad, mask, alignment, lse };
+enum class EnvelopeClause { dtype, head_dim, head_dims, gqa, seq, grid, softcap, bias, bias_grad, ragged, mask, alignment, lse };
 inline constexpr EnvelopeClause kAllEnvelopeClauses[] = {
     EnvelopeClause::dtype, EnvelopeClause::head_dim, EnvelopeClause::head_dims, EnvelopeClause::gqa,
     EnvelopeClause::seq,   EnvelopeClause::grid,     EnvelopeClause::softcap,   EnvelopeClause::bias,
-    EnvelopeClause::bias_grad, EnvelopeClause::mask, EnvelopeClause::alignment, EnvelopeClause::lse};
+    EnvelopeClause::bias_grad, EnvelopeClause::ragged, EnvelopeClause::mask, EnvelopeClause::alignment, EnvelopeClause::lse};
 const char* clause_name(EnvelopeClause c);
 
 struct SupportEnvelope {
@@ -72,6 +75,7 @@ struct SupportEnvelope {
   bool softcap = true;
   bool bias = false;
   bool bias_grad = false;
+  bool ragged = false;
   // Not a clause: whether the backward takes dLSE (Backend::backward_takes_dlse). The composition
   // engine adds dLSE's term to dQ and dK for a backend that ignores it, but cannot to dBias (it
   // needs P itself), so the generators aim no case with both dBias and a dLSE at such a backend.
@@ -84,7 +88,9 @@ struct SupportEnvelope {
   bool takes(DType d) const;
   // The bias clauses never are: a library the harness hands no bias (or asks no dBias) cannot judge
   // a call that has one.
-  static constexpr bool always_enforced(EnvelopeClause c) { return c == EnvelopeClause::bias || c == EnvelopeClause::bias_grad; }
+  static constexpr bool always_enforced(EnvelopeClause c) {
+    return c == EnvelopeClause::bias || c == EnvelopeClause::bias_grad || c == EnvelopeClause::ragged;
+  }
   bool decided_by_library(EnvelopeClause c) const { return !always_enforced(c) && (library_decides & bit(c)); }
   static constexpr uint32_t bit(EnvelopeClause c) { return uint32_t{1} << static_cast<int>(c); }
   // Every clause but these (and the bias clauses, which never are) is left to the library.

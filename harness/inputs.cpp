@@ -154,6 +154,15 @@ Problem case_problem(const Case& c) {
   p.full_seq_q = c.shape.seq_q;
   p.full_seq_kv = c.shape.seq_kv;
   p.bias_requires_grad = c.bias && c.bias->requires_grad;
+  if (c.ragged) {
+    p.lens_q = c.ragged->lens_q;
+    p.lens_kv = c.ragged->lens_kv;
+    p.gap_q = c.ragged->gap_q;
+    p.gap_kv = c.ragged->gap_kv;
+    p.tail = c.ragged->tail;
+    p.page_size = c.ragged->page_size;
+    p.page_seed = c.seed;
+  }
   return p;
 }
 

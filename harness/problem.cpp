@@ -24,6 +24,7 @@ struct PlaneKey {
   MaskExpr expr;
   int64_t seq_q = 0, seq_kv = 0, q_offset = 0, kv_offset = 0, full_seq_q = 0, full_seq_kv = 0;
   std::vector<BandRestriction> restrictions;
+  int64_t len_q = -1, len_kv = -1;  // a ragged sequence's lengths (-1: not ragged)
   bool operator==(const PlaneKey&) const = default;
 };
 
@@ -44,15 +45,18 @@ struct PlaneCache {
   }
 };
 
-// One (b, h) plane of the mask, into `out` (seq_q x seq_kv).
+// One (b, h) plane of the mask, into `out` (seq_q x seq_kv), in sequence b's coordinates: its own
+// lengths align the diagonals, and nothing past them is visible.
 void evaluate_plane(const Problem& p, int64_t b, int64_t h, uint8_t* out) {
   const Shape& s = p.shape;
+  const int64_t sq = p.seq_len_q(b), skv = p.seq_len_kv(b);
   size_t idx = 0;
   for (int64_t i = 0; i < s.seq_q; ++i)
     for (int64_t j = 0; j < s.seq_kv; ++j, ++idx) {
       const int64_t q = i + p.q_offset, kv = j + p.kv_offset;
-      bool vis = p.mask_expr ? visible(*p.mask_expr, b, h, q, kv, p.full_seq_q, p.full_seq_kv) : true;
-      for (const auto& r : p.restrictions) vis = vis && (in_band(r, q, kv, p.full_seq_q, p.full_seq_kv) == r.inside);
+      bool vis = q < sq && kv < skv;
+      if (vis && p.mask_expr) vis = visible(*p.mask_expr, b, h, q, kv, sq, skv);
+      for (const auto& r : p.restrictions) vis = vis && (in_band(r, q, kv, sq, skv) == r.inside);
       out[idx] = vis;
     }
 }
@@ -70,22 +74,28 @@ void materialize_mask(Problem& p) {
       for (int64_t h = 0; h < s.heads_q; ++h) evaluate_plane(p, b, h, p.mask.data() + static_cast<size_t>(b * s.heads_q + h) * plane);
     return;
   }
-  // Otherwise every (b, h) plane is the same: one evaluated (or found), then copied.
-  if (plane >= kCachedPlaneMin) {
-    thread_local PlaneCache cache;
-    PlaneKey key{p.mask_expr != nullptr, p.mask_expr ? *p.mask_expr : MaskExpr{}, s.seq_q, s.seq_kv, p.q_offset, p.kv_offset,
-                 p.full_seq_q, p.full_seq_kv, p.restrictions};
-    if (const std::vector<uint8_t>* found = cache.find(key)) {
-      std::copy(found->begin(), found->end(), p.mask.begin());
+  // Otherwise every head's plane is the same: one evaluated (or found) per batch entry, then copied.
+  // Only a ragged batch's entries differ.
+  const size_t heads = static_cast<size_t>(s.heads_q);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    uint8_t* first = p.mask.data() + static_cast<size_t>(b) * heads * plane;
+    if (b > 0 && !p.ragged()) {
+      std::copy_n(p.mask.data(), plane, first);
+    } else if (plane >= kCachedPlaneMin) {
+      thread_local PlaneCache cache;
+      PlaneKey key{p.mask_expr != nullptr, p.mask_expr ? *p.mask_expr : MaskExpr{}, s.seq_q, s.seq_kv, p.q_offset, p.kv_offset,
+                   p.full_seq_q, p.full_seq_kv, p.restrictions, p.ragged() ? p.seq_len_q(b) : -1, p.ragged() ? p.seq_len_kv(b) : -1};
+      if (const std::vector<uint8_t>* found = cache.find(key)) {
+        std::copy(found->begin(), found->end(), first);
+      } else {
+        evaluate_plane(p, b, 0, first);
+        cache.add(std::move(key), std::vector<uint8_t>(first, first + plane));
+      }
     } else {
-      evaluate_plane(p, 0, 0, p.mask.data());
-      cache.add(std::move(key), std::vector<uint8_t>(p.mask.begin(), p.mask.begin() + static_cast<std::ptrdiff_t>(plane)));
+      evaluate_plane(p, b, 0, first);
     }
-  } else {
-    evaluate_plane(p, 0, 0, p.mask.data());
+    for (size_t h = 1; h < heads; ++h) std::copy_n(first, plane, first + h * plane);
   }
-  for (size_t idx = plane; idx < p.mask.size(); idx += plane)
-    std::copy_n(p.mask.begin(), plane, p.mask.begin() + static_cast<std::ptrdiff_t>(idx));
 }
 
 Tensor slice_bias(const Tensor& bias, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {

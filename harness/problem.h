@@ -2,6 +2,7 @@
 // One attention call as a backend sees it: inputs already rounded to the case
 // dtype (held exactly in float64), and the mask both as its expression (in the
 // whole problem's coordinates, with this call's offsets) and materialized.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -32,6 +33,16 @@ struct Problem {
   const MaskExpr* mask_expr = nullptr;
   int64_t q_offset = 0, kv_offset = 0, full_seq_q = 0, full_seq_kv = 0;
   std::vector<BandRestriction> restrictions;
+  // A ragged batch (harness/case.h, Ragged): each sequence's lengths in the whole problem; empty
+  // when every sequence is full_seq_q x full_seq_kv. The mask of sequence b is evaluated in its own
+  // seq_len_q(b) x seq_len_kv(b) coordinates, and nothing past them is visible.
+  std::vector<int64_t> lens_q, lens_kv;
+  // How a varlen interface lays the sequences out (Ragged::gap_q, gap_kv, tail): NaN rows between
+  // consecutive sequences and after the last one.
+  int64_t gap_q = 0, gap_kv = 0, tail = 0;
+  // A paged interface's pages of K and V (Ragged::page_size, page_table(ragged, page_seed)); 0: none.
+  int64_t page_size = 0;
+  uint64_t page_seed = 0;
   // Materialized: [B][Hq][Sq][Skv], 1 = visible.
   std::vector<uint8_t> mask;
   Tensor q, k, v;  // [B][Hq][Sq][Dqk], [B][Hkv][Skv][Dqk], [B][Hkv][Skv][Dv]
@@ -43,6 +54,13 @@ struct Problem {
   bool bias_requires_grad = false;
 
   bool has_bias() const { return !bias.data.empty(); }
+  bool ragged() const { return !lens_q.empty(); }
+  // Sequence b's lengths in the whole problem.
+  int64_t seq_len_q(int64_t b) const { return ragged() ? lens_q[static_cast<size_t>(b)] : full_seq_q; }
+  int64_t seq_len_kv(int64_t b) const { return ragged() ? lens_kv[static_cast<size_t>(b)] : full_seq_kv; }
+  // Sequence b's queries and keys inside this call: always a prefix of the call's rows and keys.
+  int64_t call_len_q(int64_t b) const { return std::clamp<int64_t>(seq_len_q(b) - q_offset, 0, shape.seq_q); }
+  int64_t call_len_kv(int64_t b) const { return std::clamp<int64_t>(seq_len_kv(b) - kv_offset, 0, shape.seq_kv); }
   // Where bias[b][h][i][j] is in `bias` (and dBias), broadcast over the dimensions of extent 1.
   size_t bias_offset(int64_t b, int64_t h, int64_t i, int64_t j) const {
     const auto& n = bias.shape;

@@ -19,6 +19,7 @@ class EmulatedBackend final : public Backend {
     SupportEnvelope e = Backend::envelope();
     e.bias = true;
     e.bias_grad = true;
+    e.ragged = true;
     return e;
   }
   Forward forward(const Problem& p) override;

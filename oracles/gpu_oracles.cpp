@@ -27,7 +27,7 @@ gpu::HostAttention host_attention(const Problem& p) {
   }
   const size_t plane = static_cast<size_t>(s.seq_q * s.seq_kv), planes = static_cast<size_t>(s.batch * s.heads_q);
   a.mask_one_plane = true;
-  if (p.mask_expr && !varies_by_head(*p.mask_expr)) return a;
+  if (p.mask_expr && !varies_by_head(*p.mask_expr) && !p.ragged()) return a;
   for (size_t i = 1; i < planes && a.mask_one_plane; ++i)
     a.mask_one_plane = std::memcmp(p.mask.data(), p.mask.data() + i * plane, plane) == 0;
   return a;

@@ -29,6 +29,7 @@ class CudaReference64Backend final : public Backend {
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.bias = true;
+    e.ragged = true;
     return e;
   }
   Forward forward(const Problem& p) override;
@@ -53,6 +54,7 @@ class CudaEmulatedBackend final : public Backend {
   SupportEnvelope envelope() const override {
     SupportEnvelope e = Backend::envelope();
     e.bias = true;
+    e.ragged = true;
     return e;
   }
   std::optional<Contract> contract(DType) const override { return contract_; }

@@ -31,6 +31,7 @@ class ReferenceBackend final : public Backend {
     SupportEnvelope e = Backend::envelope();
     e.bias = true;
     e.bias_grad = true;
+    e.ragged = true;
     return e;
   }
   Forward forward(const Problem& p) override { return reference_forward(p); }

@@ -163,6 +163,10 @@ class TorchMaskBuilder {
     const auto opts = at::TensorOptions().dtype(at::kLong);
     q_ = (at::arange(p.shape.seq_q, opts) + p.q_offset).view({1, 1, -1, 1});
     kv_ = (at::arange(p.shape.seq_kv, opts) + p.kv_offset).view({1, 1, 1, -1});
+    if (p.ragged()) {
+      lens_q_ = at::tensor(p.lens_q, opts).view({-1, 1, 1, 1});
+      lens_kv_ = at::tensor(p.lens_kv, opts).view({-1, 1, 1, 1});
+    }
   }
 
   at::Tensor build() const {
@@ -172,11 +176,19 @@ class TorchMaskBuilder {
       at::Tensor in = band(r.left, r.right, r.align);
       m = m.logical_and(r.inside ? in : in.logical_not());
     }
+    // A ragged batch: nothing past a sequence's lengths is visible.
+    if (p_.ragged()) m = m.logical_and(q_.lt(lens_q_)).logical_and(kv_.lt(lens_kv_));
     return m.expand({s.batch, s.heads_q, s.seq_q, s.seq_kv}).contiguous();
   }
 
  private:
-  int64_t offset(Align a) const { return a == Align::bottom_right ? p_.full_seq_kv - p_.full_seq_q : 0; }
+  // Skv - Sq of each sequence ([B][1][1][1] for a ragged batch, whose sequences align their own
+  // diagonals), 0 top-left.
+  at::Tensor offset(Align a) const {
+    if (a != Align::bottom_right) return at::zeros({1, 1, 1, 1}, at::kLong);
+    if (!p_.ragged()) return at::full({1, 1, 1, 1}, p_.full_seq_kv - p_.full_seq_q, at::kLong);
+    return lens_kv_ - lens_q_;
+  }
 
   at::Tensor band(int64_t left, int64_t right, Align a) const {
     // On the difference kv - q': q' - left or q' + right would overflow for huge windows.
@@ -226,6 +238,8 @@ class TorchMaskBuilder {
         leaf.kv_offset = p_.kv_offset;
         leaf.full_seq_q = p_.full_seq_q;
         leaf.full_seq_kv = p_.full_seq_kv;
+        leaf.lens_q = p_.lens_q;
+        leaf.lens_kv = p_.lens_kv;
         materialize_mask(leaf);
         const Shape& s = p_.shape;
         return at::from_blob(leaf.mask.data(), {s.batch, s.heads_q, s.seq_q, s.seq_kv}, at::kByte).to(at::kBool).clone();
@@ -244,7 +258,7 @@ class TorchMaskBuilder {
   }
 
   const Problem& p_;
-  at::Tensor q_, kv_;
+  at::Tensor q_, kv_, lens_q_, lens_kv_;
 };
 
 }  // namespace attnfuzz::torch_detail

@@ -37,6 +37,7 @@ class TorchComposedBackend final : public Backend {
     SupportEnvelope e = Backend::envelope();
     e.bias = true;
     e.bias_grad = true;
+    e.ragged = true;
     return e;
   }
 

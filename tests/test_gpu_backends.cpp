@@ -43,8 +43,9 @@ std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info
   return n;
 }
 
-// `p_bias`: the share of the cases with a score bias (random_bias's; its own draw stream).
-void expect_no_finding(Backend* be, double p_bias, int min_ran) {
+// `p_bias`: the share of the cases with a score bias (random_bias's; its own draw stream);
+// `p_ragged` likewise for a ragged batch (random_ragged's).
+void expect_no_finding(Backend* be, double p_bias, int min_ran, double p_ragged = 0.0) {
   int ran = 0;
   std::map<std::string, int> skip_reasons;
   // Fused kernels refuse much of the random mix (fp32, arbitrary masks, head dims), so cases
@@ -56,6 +57,7 @@ void expect_no_finding(Backend* be, double p_bias, int min_ran) {
     RandomCaseOptions opt;
     opt.max_seq = 64;
     opt.p_bias = p_bias;
+    opt.p_ragged = p_ragged;
     Case c = random_case(seed + 5'000'000, opt);
     // Packed tensors: LibTorch's flash kernel faults on unaligned rows (known deviation F-2,
     // docs/findings), which ends the test at its first GPU error; campaigns cover the layouts
@@ -69,7 +71,9 @@ void expect_no_finding(Backend* be, double p_bias, int min_ran) {
     // a bias and a causal mask (LEDGER `s55-torch-cudnn-dQ-nan-fp16-skv64-bias-causal`, open),
     // the key length of F-4's family (pytorch/pytorch#196678). One key more keeps the case and
     // leaves the trigger to campaigns.
-    if (c.bias && torch_cudnn_path && c.shape.seq_kv % 128 == 64) {
+    // A ragged batch likewise: its absent queries are fully masked rows, F-4's trigger at that
+    // key length.
+    if ((c.bias || c.ragged) && torch_cudnn_path && c.shape.seq_kv % 128 == 64) {
       c.shape.seq_kv += 1;
       ++moved_off_f4;
     }
@@ -90,7 +94,8 @@ void expect_no_finding(Backend* be, double p_bias, int min_ran) {
   }
   for (const auto& [why, n] : skip_reasons) std::cout << "  skipped " << n << "x: " << why << "\n";
   std::cout << "  ran " << ran << " backend runs over " << tried << " cases\n";
-  if (moved_off_f4) std::cout << "  " << moved_off_f4 << " biased case(s) moved from Skv % 128 == 64 to one key more (the open NaN-dQ row s55)\n";
+  if (moved_off_f4)
+    std::cout << "  " << moved_off_f4 << " biased or ragged case(s) moved from Skv % 128 == 64 to one key more (F-4, and the open NaN-dQ row s55)\n";
   // A backend that refused nearly everything would make this test pass without testing anything.
   EXPECT_GE(ran, min_ran) << be->name() << " ran too few cases to say anything";
 }
@@ -124,6 +129,23 @@ TEST_P(GpuBackendWithABias, NoFindingOnRandomCasesWithABias) {
 INSTANTIATE_TEST_SUITE_P(Torch, GpuBackendWithABias,
                          ::testing::Values("torch.f64.cuda", "torch.math.cuda", "torch.efficient", "torch.sdpa.efficient", "torch.cudnn",
                                            "torch.sdpa.cudnn"),
+                         backend_param_name);
+
+// Every case a ragged batch (harness/case.h, Ragged), which these backends take as their dense
+// mask: a float or boolean attn_mask, cuDNN's padding mask with per-sequence lengths (or its
+// fallback bias), cuda.flash's tile mask.
+class GpuBackendRagged : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuBackendRagged, NoFindingOnRandomRaggedCases) {
+  std::unique_ptr<Backend> be;
+  MAKE_BACKEND_OR_SKIP(be, GetParam());
+  EXPECT_TRUE(be->envelope().ragged);
+  expect_no_finding(be.get(), 0.0, 20, 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dense, GpuBackendRagged,
+                         ::testing::Values("torch.math.cuda", "torch.efficient", "torch.sdpa.efficient", "torch.cudnn", "torch.sdpa.cudnn",
+                                           "cudnn", "cuda.flash"),
                          backend_param_name);
 
 // Runs everywhere (an envelope needs no GPU).

@@ -65,6 +65,14 @@ class Problem:
     def restrictions(self):
         return self._parsed_extra()["restrictions"]
 
+    @property
+    def ragged(self):
+        """None, or a ragged batch's lengths in the whole problem, {"lens_q": [...], "lens_kv": [...]}:
+        sequence b's mask is evaluated in its own lens_q[b] x lens_kv[b] coordinates, and nothing
+        past them is visible (docs/semantics.md, "Ragged batches"). Only an adapter whose envelope
+        declares {"ragged": True} gets such a call; the dense mask holds all of it."""
+        return self._parsed_extra().get("ragged")
+
     def _parsed_extra(self):
         if "_extra" not in self.__dict__:
             self._extra = json.loads(self.extra)

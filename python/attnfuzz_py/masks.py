@@ -96,9 +96,11 @@ def _leaf(expr, sq, skv, device):
 
 def mask_mod_for(problem, device="cpu"):
     """The call's mask as a FlexAttention mask_mod (call coordinates), or None when every key is visible."""
-    if contains_random(problem.mask_expr):
+    # A random leaf has no closed form here, and a ragged batch aligns each sequence's diagonal
+    # to its own lengths: both from the dense mask.
+    if contains_random(problem.mask_expr) or getattr(problem, "ragged", None):
         if problem.mask is None:
-            raise ValueError("a random mask needs the dense mask (not sent to supports)")
+            raise ValueError("a random mask or a ragged batch needs the dense mask (not sent to supports)")
         dense = torch.from_numpy(problem.mask.copy()).to(device=device, dtype=torch.bool)
         return lambda b, h, q, kv: dense[b, h, q, kv]
     qo, ko, sq, skv = problem.q_offset, problem.kv_offset, problem.full_seq_q, problem.full_seq_kv
