@@ -26,7 +26,10 @@ namespace fe = cudnn_frontend;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // Variant-pack ids of the graphs' non-virtual tensors.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kSeqLenQ, kSeqLenKv, kDO, kDQ, kDK, kDV, kDBias };
+enum Uid : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kBias, kSeqLenQ, kSeqLenKv, kDO, kDQ, kDK, kDV, kDBias,
+  kRaggedQ, kRaggedK, kRaggedV, kRaggedO, kPageTableK, kPageTableV  // GraphSpec::ragged, page_size
+};
 
 // Graphs hold device-side plans; a campaign meets many shapes, so the cache is bounded.
 constexpr size_t kMaxCachedGraphs = 256;
@@ -94,33 +97,92 @@ std::shared_ptr<fe::graph::Graph> new_graph(const GraphSpec& s) {
   return g;
 }
 
+// The ragged offset tensors of a packed (THD) graph (GraphSpec::ragged): [B + 1, 1, 1, 1], in
+// elements, one per token geometry (Q and dQ; O and dO; K and dK; V and dV). All null otherwise.
+struct Offsets {
+  TensorPtr q, k, v, o;
+};
+
+Offsets ragged_offsets(fe::graph::Graph& g, const GraphSpec& s) {
+  if (!s.ragged) return {};
+  auto offset = [&](const char* name, Uid uid) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({s.batch + 1, 1, 1, 1})
+                        .set_stride({1, 1, 1, 1})
+                        .set_data_type(s.offsets_int32 ? fe::DataType_t::INT32 : fe::DataType_t::INT64));
+  };
+  return {offset("Q_ragged_offset", kRaggedQ), offset("K_ragged_offset", kRaggedK), offset("V_ragged_offset", kRaggedV),
+          offset("O_ragged_offset", kRaggedO)};
+}
+
+void set_offset(const TensorPtr& t, const TensorPtr& offset) {
+  if (offset) t->set_ragged_offset(offset);
+}
+
 struct Qkv {
   TensorPtr q, k, v;
 };
 
-Qkv qkv_inputs(fe::graph::Graph& g, const GraphSpec& s) {
-  return {input(g, "Q", kQ, {s.batch, s.heads_q, s.seq_q, s.dim_qk}, as_vector(s.q_stride)),
-          input(g, "K", kK, {s.batch, s.heads_kv, s.seq_kv, s.dim_qk}, as_vector(s.k_stride)),
-          input(g, "V", kV, {s.batch, s.heads_kv, s.seq_kv, s.dim_v}, as_vector(s.v_stride))};
+// Q, K, V at their strides; packed sequences with their offsets; or, paged, K and V as page pools
+// [pages][Hkv][page_size][D] (packed) that the page tables index.
+Qkv qkv_inputs(fe::graph::Graph& g, const GraphSpec& s, const Offsets& off) {
+  Qkv in{input(g, "Q", kQ, {s.batch, s.heads_q, s.seq_q, s.dim_qk}, as_vector(s.q_stride)), nullptr, nullptr};
+  if (s.page_size > 0) {
+    const int64_t p = s.page_size;
+    in.k = input(g, "K_pages", kK, {s.pages, s.heads_kv, p, s.dim_qk}, {s.heads_kv * p * s.dim_qk, p * s.dim_qk, s.dim_qk, 1});
+    in.v = input(g, "V_pages", kV, {s.pages, s.heads_kv, p, s.dim_v}, {s.heads_kv * p * s.dim_v, p * s.dim_v, s.dim_v, 1});
+  } else {
+    in.k = input(g, "K", kK, {s.batch, s.heads_kv, s.seq_kv, s.dim_qk}, as_vector(s.k_stride));
+    in.v = input(g, "V", kV, {s.batch, s.heads_kv, s.seq_kv, s.dim_v}, as_vector(s.v_stride));
+  }
+  set_offset(in.q, off.q);
+  set_offset(in.k, off.k);
+  set_offset(in.v, off.v);
+  return in;
+}
+
+// The page tables of a paged graph: one [B, 1, table_size, 1] int32 tensor each for K and V (the
+// caller hands both the same table).
+void set_pages(fe::graph::Graph& g, const GraphSpec& s, fe::graph::SDPA_attributes& a) {
+  if (s.page_size <= 0) return;
+  auto table = [&](const char* name, Uid uid) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({s.batch, 1, s.table_size, 1})
+                        .set_stride({s.table_size, s.table_size, 1, 1})
+                        .set_data_type(fe::DataType_t::INT32));
+  };
+  a.set_paged_attention_k_table(table("page_table_k", kPageTableK))
+      .set_paged_attention_v_table(table("page_table_v", kPageTableV))
+      .set_paged_attention_max_seq_len_kv(static_cast<int>(s.seq_kv));
 }
 
 std::shared_ptr<fe::graph::Graph> forward_graph(const GraphSpec& s) {
   auto g = new_graph(s);
-  const Qkv in = qkv_inputs(*g, s);
+  const Offsets off = ragged_offsets(*g, s);
+  const Qkv in = qkv_inputs(*g, s, off);
   auto attrs = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(s.scale());
   set_mask(*g, s, attrs);
+  set_pages(*g, s, attrs);
   auto [o, stats] = g->sdpa(in.q, in.k, in.v, std::move(attrs));
   o->set_output(true).set_uid(kO).set_dim({s.batch, s.heads_q, s.seq_q, s.dim_v}).set_stride(as_vector(s.o_stride));
+  set_offset(o, off.o);
   stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(stats_dim(s)).set_stride(stats_stride(s));
   return g;
 }
 
 std::shared_ptr<fe::graph::Graph> backward_graph(const GraphSpec& s) {
   auto g = new_graph(s);
-  const Qkv in = qkv_inputs(*g, s);
+  const Offsets off = ragged_offsets(*g, s);
+  const Qkv in = qkv_inputs(*g, s, off);
   const std::vector<int64_t> o_dim{s.batch, s.heads_q, s.seq_q, s.dim_v};
   auto o = input(*g, "O", kO, o_dim, as_vector(s.o_stride));
   auto d_o = input(*g, "dO", kDO, o_dim, as_vector(s.d_o_stride));
+  set_offset(o, off.o);
+  set_offset(d_o, off.o);
   auto stats = g->tensor(fe::graph::Tensor_attributes()
                              .set_name("Stats")
                              .set_uid(kStats)
@@ -147,6 +209,9 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphSpec& s) {
   d_q->set_output(true).set_uid(kDQ).set_dim({s.batch, s.heads_q, s.seq_q, s.dim_qk}).set_stride(as_vector(s.d_q_stride));
   d_k->set_output(true).set_uid(kDK).set_dim({s.batch, s.heads_kv, s.seq_kv, s.dim_qk}).set_stride(as_vector(s.d_k_stride));
   d_v->set_output(true).set_uid(kDV).set_dim({s.batch, s.heads_kv, s.seq_kv, s.dim_v}).set_stride(as_vector(s.d_v_stride));
+  set_offset(d_q, off.q);
+  set_offset(d_k, off.k);
+  set_offset(d_v, off.v);
   return g;
 }
 
@@ -242,6 +307,11 @@ struct GraphCache::Impl {
     if (auto it = graphs.find(key); it != graphs.end()) return it->second;
     cudnnHandle_t h = get_handle();  // its failure is not the graph's: not cached
     Entry e;
+    if (pass == Pass::backward && spec.page_size > 0) {
+      // SDPA_backward_attributes has no page table: the frontend has no paged backward.
+      e.error = "cuDNN's SDPA backward takes no paged K/V cache (the frontend's SDPA_backward_attributes has no page table)";
+      return graphs.emplace(key, std::move(e)).first->second;
+    }
     try {
       auto g = pass == Pass::forward ? forward_graph(spec) : backward_graph(spec);
       e.error = build(*g, h);
@@ -287,6 +357,16 @@ void GraphCache::execute(const GraphSpec& spec, Pass pass, const DevicePointers&
   if (spec.padding) {
     pack[kSeqLenQ] = mut(ptrs.seq_len_q);
     pack[kSeqLenKv] = mut(ptrs.seq_len_kv);
+  }
+  if (spec.ragged) {
+    pack[kRaggedQ] = mut(ptrs.ragged_q);
+    pack[kRaggedK] = mut(ptrs.ragged_k);
+    pack[kRaggedV] = mut(ptrs.ragged_v);
+    pack[kRaggedO] = mut(ptrs.ragged_o);
+  }
+  if (spec.page_size > 0) {
+    pack[kPageTableK] = mut(ptrs.page_table);
+    pack[kPageTableV] = mut(ptrs.page_table);
   }
   for (const auto& [uid, p] : pack)
     if (!p) throw std::logic_error("cuDNN SDPA: no device buffer for tensor uid " + std::to_string(uid));

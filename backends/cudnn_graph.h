@@ -1,5 +1,6 @@
 #pragma once
-// Internal to the `cudnn` backend (backends/cudnn_sdpa.cpp): cuDNN frontend SDPA graphs,
+// Internal to the `cudnn` backends (backends/cudnn_sdpa.cpp; cudnn.varlen and cudnn.paged in
+// backends/cudnn_varlen.cpp): cuDNN frontend SDPA graphs,
 // built once per configuration and cached, and the device memory they run on. The
 // frontend's headers stay inside cudnn_graph.cpp (they are heavy); this header needs
 // no CUDA or cuDNN header.
@@ -38,6 +39,19 @@ struct GraphSpec {
   // forward and backward graphs of one selection are built and cached as a pair.
   bool dbias = false;
   int64_t dbias_batch = 1, dbias_heads = 1;
+  // Packed (THD) sequences (`cudnn.varlen`, backends/cudnn_varlen.h): Q, K, V, O and, in the
+  // backward, dO, dQ, dK, dV carry ragged offset tensors (set_ragged_offset), [B + 1, 1, 1, 1] in
+  // elements, INT64 (INT32 where offsets_int32: cuDNN before 9.6). Q and dQ share one, O and dO
+  // one, K and dK one, V and dV one; their strides above are THD's ([B][H][S][D] indices over
+  // [tokens][H][D]). Only with padding (cuDNN takes ragged offsets only with its padding mask).
+  // Stats stay the packed [B, Hq, Sq, 1] tensor, not ragged.
+  bool ragged = false;
+  bool offsets_int32 = false;
+  // A paged K/V cache (`cudnn.paged`): K and V are page pools [pages][Hkv][page_size][D] (packed)
+  // read through page tables [B, 1, table_size, 1] INT32 (set_paged_attention_k_table, _v_table),
+  // with set_paged_attention_max_seq_len_kv(seq_kv); 0: not paged. Forward only: cuDNN's
+  // backward takes no page table, so prepare() refuses a paged backward graph.
+  int64_t page_size = 0, pages = 0, table_size = 0;
 
   float scale() const;
   auto operator<=>(const GraphSpec&) const = default;
@@ -53,6 +67,10 @@ struct DevicePointers {
   const void* d_o = nullptr;
   void *d_q = nullptr, *d_k = nullptr, *d_v = nullptr;
   void* d_bias = nullptr;  // backward output with GraphSpec::dbias
+  // GraphSpec::ragged: the offsets (B + 1 elements each, int64 or int32 as the spec says).
+  const void *ragged_q = nullptr, *ragged_k = nullptr, *ragged_v = nullptr, *ragged_o = nullptr;
+  // GraphSpec::page_size > 0: the page table (int32 [B][table_size]), for K and V alike.
+  const void* page_table = nullptr;
 };
 
 // Owns a cuDNN handle (created on first use), the built graphs and a workspace.

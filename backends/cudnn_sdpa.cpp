@@ -232,6 +232,46 @@ std::vector<CudnnMaskPlan> find_mask_plans(const Problem& p) {
 
 CudnnMaskPlan plan_cudnn_mask(const Problem& p) { return cudnn_mask_plans(p).front(); }
 
+namespace {
+
+std::vector<CudnnMaskPlan> find_varlen_mask_plans(const Problem& p, const std::vector<int32_t>& call_q, const std::vector<int32_t>& call_kv) {
+  std::vector<CudnnMaskPlan> plans;
+  if (!heads_agree(p)) return plans;
+  CudnnMaskPlan call_lengths, shortest;
+  call_lengths.seq_len_q = call_q;
+  call_lengths.seq_len_kv = call_kv;
+  shortest_lengths(p, shortest.seq_len_q, shortest.seq_len_kv);
+  for (const CudnnMaskPlan& base : {call_lengths, shortest})
+    for (const CudnnMaskPlan& c : native_candidates(p, base))
+      if (std::find(plans.begin(), plans.end(), c) == plans.end() && reproduces(c, p)) plans.push_back(c);
+  return plans;
+}
+
+}  // namespace
+
+std::vector<CudnnMaskPlan> cudnn_varlen_mask_plans(const Problem& p) {
+  const Shape& s = p.shape;
+  std::vector<int32_t> call_q, call_kv;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    call_q.push_back(static_cast<int32_t>(p.call_len_q(b)));
+    call_kv.push_back(static_cast<int32_t>(p.call_len_kv(b)));
+  }
+  // As cudnn_mask_plans: every call of a case asks again, so the last large answer is kept.
+  struct Last {
+    Shape shape;
+    std::vector<int32_t> call_q, call_kv;
+    std::vector<uint8_t> mask;
+    std::vector<CudnnMaskPlan> plans;
+    bool valid = false;
+  };
+  thread_local Last last;
+  const bool large = p.mask.size() >= (size_t{1} << 16);
+  if (large && last.valid && last.shape == s && last.call_q == call_q && last.call_kv == call_kv && last.mask == p.mask) return last.plans;
+  std::vector<CudnnMaskPlan> plans = find_varlen_mask_plans(p, call_q, call_kv);
+  if (large) last = {s, call_q, call_kv, p.mask, plans, true};
+  return plans;
+}
+
 // ---- The backend ----
 
 namespace {
@@ -551,6 +591,7 @@ class CudnnSdpaBackend final : public Backend {
     // dBias through the backward graph's dBias output; a shape, dtype or version cuDNN's engines
     // do not take is refused by the graph build (choose()), with cuDNN's message.
     e.bias_grad = true;
+    e.ragged = true;  // a ragged batch is its dense mask, natively planned or in the fallback's bias
     e.alignment_bytes = 16;
     e.packed_lse = true;
     e.library_decides = SupportEnvelope::library_decides_all_but(

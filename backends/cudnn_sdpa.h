@@ -21,6 +21,10 @@
 namespace attnfuzz {
 
 std::unique_ptr<Backend> make_cudnn_sdpa_backend();
+// cuDNN's packed (ragged offsets) and paged K/V interfaces on the same graphs: `cudnn.varlen` and
+// `cudnn.paged` (backends/cudnn_varlen.h, which also declares these).
+std::unique_ptr<Backend> make_cudnn_varlen_backend();
+std::unique_ptr<Backend> make_cudnn_paged_backend();
 
 // Whether the backend can run here; when not, `why` (if given) says why: no CUDA
 // device (the CUDA runtime's error), a cuDNN runtime older than 9, cudnnCreate failing.
@@ -80,6 +84,16 @@ bool cudnn_mask_plan_visible(const CudnnMaskPlan& plan, const Problem& p, int64_
 std::vector<CudnnMaskPlan> cudnn_mask_plans(const Problem& p);
 // The first of cudnn_mask_plans(p): the plan used when cuDNN accepts every candidate.
 CudnnMaskPlan plan_cudnn_mask(const Problem& p);
+
+// The native plans a packed (`cudnn.varlen`) or paged (`cudnn.paged`) call can use, in the order
+// they are tried: padding to per-sequence lengths no longer than the rows and keys the call's
+// packed buffers hold (Problem::call_len_q, call_len_kv), first those lengths themselves, then
+// the shortest lengths that keep every visible element (as cudnn_mask_plans finds them); over
+// each, no mask, causal and diagonal bands as native_candidates orders them, each reproducing
+// p.mask element for element (cudnn_mask_plan_visible). Empty where the heads' masks differ or
+// no native plan reproduces the mask: those backends have no bias to fall back on. The plans
+// carry no score bias.
+std::vector<CudnnMaskPlan> cudnn_varlen_mask_plans(const Problem& p);
 
 // The plan a `cudnn` backend object runs for p (after cuDNN accepted it), or nothing when
 // it cannot run p or `backend` is not a cudnn backend. For tests that must know which

@@ -21,6 +21,7 @@
 #include "oracles/torch_oracle.h"
 #include "backends/torch_sdpa.h"
 #include "backends/torch_sdpa_cuda.h"
+#include "backends/torch_varlen_cuda.h"
 #endif
 #if ATTNFUZZ_HAVE_CUDNN
 #include "backends/cudnn_sdpa.h"
@@ -104,12 +105,21 @@ std::vector<Entry> entries() {
                  [kernel] { return make_torch_cuda_sdpa_backend(kernel, CudaSdpaEntry::op, CudaSdpaDeterminism::deterministic_algorithms); },
                  cuda});
   }
+  // LibTorch's native varlen entry points, which take a ragged batch as packed sequences with
+  // cumulative offsets (backends/torch_varlen_cuda.h; docs/gpu.md, "Varlen backends").
+  e.push_back({"torch.flash.varlen",
+               "at::_flash_attention_forward/_backward on packed sequences (cum_seq_q/k, seqused_k where K has gaps), CUDA",
+               [] { return make_torch_varlen_backend(TorchVarlenOp::flash); }, cuda});
+  e.push_back({"torch.efficient.varlen",
+               "at::_efficient_attention_forward/_backward on packed sequences (cu_seqlens_q/k, seqlen_k where K has gaps), CUDA",
+               [] { return make_torch_varlen_backend(TorchVarlenOp::efficient); }, cuda});
 #else
   const std::string no_torch = "this build has no LibTorch (configured with ATTNFUZZ_WITH_TORCH=OFF)";
   for (const char* n :
        {"torch.f64", "torch.math", "torch.sdpa.math", "torch.sdpa.cpu_flash", "torch.f64.cuda", "torch.math.cuda", "torch.sdpa.math.cuda",
         "torch.flash", "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient", "torch.cudnn", "torch.sdpa.cudnn",
-        "torch.flash.deterministic", "torch.efficient.deterministic", "torch.cudnn.deterministic"})
+        "torch.flash.deterministic", "torch.efficient.deterministic", "torch.cudnn.deterministic", "torch.flash.varlen",
+        "torch.efficient.varlen"})
     e.push_back({n, "LibTorch backend", nullptr, [no_torch](std::string* why) {
                    *why = no_torch;
                    return false;
@@ -118,11 +128,17 @@ std::vector<Entry> entries() {
 #if ATTNFUZZ_HAVE_CUDNN
   e.push_back({"cudnn", "cuDNN SDPA forward/backward graphs through the cuDNN frontend, CUDA", [] { return make_cudnn_sdpa_backend(); },
                [](std::string* why) { return cudnn_sdpa_available(why); }});
+  // cuDNN's own interfaces for a ragged batch (backends/cudnn_varlen.h; docs/gpu.md, "cuDNN varlen and paged").
+  e.push_back({"cudnn.varlen", "cuDNN SDPA forward/backward on packed sequences (ragged offsets, padding mask), CUDA",
+               [] { return make_cudnn_varlen_backend(); }, [](std::string* why) { return cudnn_sdpa_available(why); }});
+  e.push_back({"cudnn.paged", "cuDNN SDPA forward through a paged K/V cache (page tables); backward as cudnn.varlen, CUDA",
+               [] { return make_cudnn_paged_backend(); }, [](std::string* why) { return cudnn_sdpa_available(why); }});
 #else
-  e.push_back({"cudnn", "cuDNN SDPA through the cuDNN frontend", nullptr, [](std::string* why) {
-                 *why = "this build has no cuDNN backend (configure the gpu preset: ATTNFUZZ_WITH_CUDA=ON)";
-                 return false;
-               }});
+  for (const char* n : {"cudnn", "cudnn.varlen", "cudnn.paged"})
+    e.push_back({n, "cuDNN SDPA through the cuDNN frontend", nullptr, [](std::string* why) {
+                   *why = "this build has no cuDNN backend (configure the gpu preset: ATTNFUZZ_WITH_CUDA=ON)";
+                   return false;
+                 }});
 #endif
   // The GPU oracle set (kernels/): the float64 reference and the contract baselines.
   std::vector<std::pair<std::string, std::string>> gpu_oracles{{"cuda.reference64", "float64 reference, the project's CUDA kernels"}};

@@ -57,8 +57,10 @@ CaseMix case_mix(const CampaignArgs& a, const std::vector<BackendProfile>& backe
   // By default a bias only where some backend under test takes one: the others skip such cases.
   const bool takes_bias = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.envelope.bias; });
   mix.gen.p_bias = a.bias_share.value_or(gpu || !takes_bias ? 0.0 : kCpuBiasShare);
-  // A ragged batch likewise only where some backend under test takes one.
-  const bool takes_ragged = std::any_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.envelope.ragged; });
+  // A ragged batch by default only where every backend under test takes one: a plugin that does
+  // not (none can say it does by default) would lose that share of a blind stream.
+  const bool takes_ragged =
+      !backends.empty() && std::all_of(backends.begin(), backends.end(), [](const BackendProfile& b) { return b.envelope.ragged; });
   mix.gen.p_ragged = a.ragged_share.value_or(takes_ragged ? kRaggedShare : 0.0);
   mix.edge_share = a.edge_share;
   mix.memory_budget_bytes = Limits{}.memory_budget_bytes;
@@ -240,8 +242,8 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option_function<double>(
       "--ragged-share", [&a](double share) { a.ragged_share = share; },
       "share of cases with a ragged batch: each sequence its own query and key lengths (0 to the padded length), "
-      "with poisoned gaps between sequences for varlen interfaces (docs/case-format.md; default 0.15 where a backend "
-      "under test takes one, else 0); aimed cases keep it only for backends that take one");
+      "with poisoned gaps between sequences for varlen interfaces (docs/case-format.md; default 0.15 where every "
+      "backend under test takes one, else 0); aimed cases keep it only for backends that take one");
   cmd->add_option("--mutation-share", a.mutation_share,
                   "share of cases drawn by mutating the corpus of passing cases nearest their limits, with steering toward thin "
                   "feature cells (docs/campaigns.md, \"Guided campaigns\"; default 0.3 for campaign, 0 for check; 0: blind)");

@@ -58,7 +58,7 @@ inline const std::vector<ValueFeature> kGpuBreakingLeftOut{ValueFeature::logits_
 // (sticky) on a bias broadcast over the keys, a real LibTorch 2.11 fault that would cost a campaign
 // its workers' contexts again and again (docs/findings/LEDGER.md, s47-torch-cudnn-float-mask-broadcast-kv).
 inline constexpr double kCpuBiasShare = 0.2;
-// The share of a campaign's cases with a ragged batch by default, where some backend under test
+// The share of a campaign's cases with a ragged batch by default, where every backend under test
 // takes one (harness/envelope.h, the ragged clause).
 inline constexpr double kRaggedShare = 0.15;
 
