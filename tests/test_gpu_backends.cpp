@@ -20,28 +20,13 @@
 #include "backends/torch_sdpa_cuda.h"
 #include "oracles/emulated.h"
 #include "oracles/torch_cuda_loader.h"
+#include "tests/backend_test_util.h"
 #include "tests/dbias_check.h"
 
 namespace attnfuzz {
 namespace {
 
-// Makes the named backend into `var`, or skips the test with the registry's reason where it
-// cannot run here (no GPU, no CUDA LibTorch); a name the registry does not know fails
-// (make_backends throws), so a misspelt backend is never a silent skip.
-#define MAKE_BACKEND_OR_SKIP(var, name)                                       \
-  do {                                                                        \
-    BackendSet made_ = make_backends({name}, WhenUnavailable::skip);          \
-    if (made_.owned.empty()) GTEST_SKIP() << made_.skipped.front();           \
-    var = std::move(made_.owned.front());                                     \
-  } while (0)
-
-// A backend name as a gtest parameter name (no dots).
-std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = info.param;
-  for (char& ch : n)
-    if (ch == '.') ch = '_';
-  return n;
-}
+using test::backend_param_name;
 
 // `p_bias`: the share of the cases with a score bias (random_bias's; its own draw stream);
 // `p_ragged` likewise for a ragged batch (random_ragged's).

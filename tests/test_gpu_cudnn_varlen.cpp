@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
-#include <map>
 #include <set>
 
 #include "backends/cudnn_sdpa.h"
@@ -20,27 +19,17 @@
 #include "harness/compose.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
+#include "tests/backend_test_util.h"
+#include "tests/varlen_test_util.h"
 
 namespace attnfuzz {
 namespace {
 
-// Makes the named backend into `var`, or skips the test with the registry's reason where it
-// cannot run here; a name the registry does not know fails (make_backends throws).
-#define MAKE_BACKEND_OR_SKIP(var, name)                             \
-  do {                                                              \
-    BackendSet made_ = make_backends({name}, WhenUnavailable::skip); \
-    if (made_.owned.empty()) GTEST_SKIP() << made_.skipped.front(); \
-    var = std::move(made_.owned.front());                           \
-  } while (0)
+using test::backend_param_name;
+using test::problem_of;
+using test::ragged_of;
 
 const char* const kBackends[] = {"cudnn.varlen", "cudnn.paged"};
-
-std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = info.param;
-  for (char& ch : n)
-    if (ch == '.') ch = '_';
-  return n;
-}
 
 bool is_nan_bits(DType d, uint16_t bits) { return std::isnan(d == DType::bf16 ? bf16_bits_to_float(bits) : half_bits_to_float(bits)); }
 
@@ -156,28 +145,6 @@ TEST(CudnnVarlenLayout, PagePoolHoldsEachSequencesKeysThroughItsTable) {
 
 // ---- The mask plans (host code: everywhere) ----
 
-Problem problem_of(const Shape& s, const MaskExpr& mask, std::optional<Ragged> ragged, DType d = DType::f16) {
-  Case c;
-  c.seed = 41;
-  c.shape = s;
-  c.dtype = d;
-  c.mask = mask;
-  c.ragged = std::move(ragged);
-  return full_problem(c, generate_inputs(c));
-}
-
-Ragged ragged_of(std::vector<int64_t> lq, std::vector<int64_t> lk, int64_t gap_q = 0, int64_t gap_kv = 0, int64_t tail = 0,
-                 int64_t page_size = 0) {
-  Ragged r;
-  r.lens_q = std::move(lq);
-  r.lens_kv = std::move(lk);
-  r.gap_q = gap_q;
-  r.gap_kv = gap_kv;
-  r.tail = tail;
-  r.page_size = page_size;
-  return r;
-}
-
 TEST(CudnnVarlenPlans, EachSequencesNativeMaskAtItsOwnLengths) {
   const Shape s{3, 4, 2, 40, 56, 64, 64};
   const Ragged lens = ragged_of({40, 0, 17}, {9, 56, 30}, 3, 5, 11);
@@ -208,11 +175,7 @@ TEST(CudnnVarlenPlans, EachSequencesNativeMaskAtItsOwnLengths) {
     }
   }
   // A random mask, per head: no native plan.
-  MaskExpr random;
-  random.kind = MaskExpr::Kind::random;
-  random.density = 0.5;
-  random.seed = 3;
-  EXPECT_TRUE(cudnn_varlen_mask_plans(problem_of(s, random, lens)).empty());
+  EXPECT_TRUE(cudnn_varlen_mask_plans(problem_of(s, test::random_mask(), lens)).empty());
 }
 
 // The cases the backends are for: a ragged batch in every case (gaps, tails, page sizes, and
@@ -243,31 +206,14 @@ constexpr int kCases = 300;
 // A stand-in with the backends' envelope and mask planning (cudnn_varlen_mask_plans), whose
 // forward and backward return zeros: with it the composition engine says, without a GPU, which
 // runs the backends' own checks accept (cuDNN's graph build decides the rest on a GPU).
-class PlanProbe final : public Backend {
+class PlanProbe final : public test::ZeroProbe {
  public:
-  explicit PlanProbe(std::unique_ptr<Backend> real) : real_(std::move(real)) {}
-  std::string name() const override { return real_->name() + ".probe"; }
-  std::optional<Contract> contract(DType d) const override { return real_->contract(d); }
-  SupportEnvelope envelope() const override { return real_->envelope(); }
-  bool backward_takes_dlse() const override { return false; }
-  bool masked_rows_zero() const override { return false; }
+  using ZeroProbe::ZeroProbe;
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
     if (auto why = envelope().refusal(p)) return why;
     if (cudnn_varlen_mask_plans(p).empty()) return std::string("declines the mask");
     return std::nullopt;
   }
-  Forward forward(const Problem& p) override {
-    const Shape& s = p.shape;
-    return {Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
-  }
-  Gradients backward(const Problem& p, const Forward&, const Tensor&, const Tensor&) override {
-    const Shape& s = p.shape;
-    return {Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
-            Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
-  }
-
- private:
-  std::unique_ptr<Backend> real_;
 };
 
 // Runs everywhere: of the runs the GPU test makes (the single call and the case's composition),
@@ -332,47 +278,13 @@ TEST(CudnnVarlenPlans, BackendsAreRegistered) {
 
 // ---- On a GPU ----
 
-struct Tally {
-  int runs = 0, ran = 0, cases = 0;
-  std::map<std::string, int> skips;
-};
-
-// Each case through run_differential as test_gpu_backends.cpp judges them; every finding fails.
-Tally judge_cases(Backend* be) {
-  Tally t;
-  for (uint64_t seed = 0; seed < kCases; ++seed) {
-    const Case c = varlen_case(seed);
-    DiffOptions dopt;
-    dopt.gpu_health = gpu_health;
-    const DiffReport r = run_differential(c, {be}, default_oracles(), dopt);
-    ++t.cases;
-    for (const auto& run : r.runs) {
-      ++t.runs;
-      if (run.skipped)
-        ++t.skips[run.skip_reason.substr(0, 200)];
-      else
-        ++t.ran;
-    }
-    for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail << "\n" << write_case(c);
-    if (r.gpu_error) {
-      ADD_FAILURE() << "stopped after a GPU error (the CUDA context may be unusable); case seed " << c.seed << "\n" << write_case(c);
-      break;
-    }
-  }
-  for (const auto& [why, n] : t.skips) std::cout << "  skipped " << n << "x: " << why << "\n";
-  std::cout << "  " << be->name() << ": ran " << t.ran << " of " << t.runs << " runs over " << t.cases << " ragged cases ("
-            << (t.runs ? 100 * t.ran / t.runs : 0) << "% accepted)\n";
-  return t;
-}
-
 class GpuCudnnVarlen : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuCudnnVarlen, NoFindingOnRaggedCases) {
   std::unique_ptr<Backend> be;
   MAKE_BACKEND_OR_SKIP(be, GetParam());
-  const Tally t = judge_cases(be.get());
-  // A backend that declined nearly everything would pass without testing anything.
-  EXPECT_GT(t.ran * 2, t.runs) << GetParam() << " ran too few of the runs to say anything";
+  // Each case as test_gpu_backends.cpp judges them, with the share of the runs accepted.
+  test::expect_no_finding_on_ragged_cases(be.get(), varlen_case, kCases, {.print_share = true});
 }
 
 // On a GPU: a dense batch (no Ragged: every length full) runs, as does a ragged one with gaps, a
@@ -397,74 +309,17 @@ TEST_P(GpuCudnnVarlen, TakesDenseAndRaggedBatchesAndDeclinesOtherMasks) {
     ASSERT_FALSE(r.gpu_error) << write_case(c);
     for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail << "\n" << write_case(c);
   }
-  MaskExpr random;
-  random.kind = MaskExpr::Kind::random;
-  random.density = 0.5;
-  random.seed = 3;
-  c.mask = random;
-  const Inputs in = generate_inputs(c);
-  const auto why = be->unsupported_reason(full_problem(c, in));
-  ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("declines the mask"), std::string::npos) << *why;
-  EXPECT_EQ(why->find('\n'), std::string::npos) << *why;
-  EXPECT_THROW(run_composition(*be, c, in, Composition{}), UnsupportedError);
+  c.mask = test::random_mask();
+  test::expect_mask_declined(*be, c);
 }
 
-// The backend with a planted fault: one output element of a row that sees a key is moved by 0.5.
-class Planted final : public Backend {
- public:
-  explicit Planted(Backend& inner) : inner_(inner) {}
-  std::string name() const override { return inner_.name() + ".planted"; }
-  Device device() const override { return inner_.device(); }
-  std::optional<Contract> contract(DType d) const override { return inner_.contract(d); }
-  SupportEnvelope envelope() const override { return inner_.envelope(); }
-  std::optional<std::string> unsupported_reason(const Problem& p) const override { return inner_.unsupported_reason(p); }
-  bool masked_rows_zero() const override { return inner_.masked_rows_zero(); }
-  bool backward_takes_dlse() const override { return inner_.backward_takes_dlse(); }
-  Forward forward(const Problem& p) override {
-    Forward f = inner_.forward(p);
-    const Shape& s = p.shape;
-    for (int64_t b = 0; b < s.batch; ++b)
-      for (int64_t i = 0; i < p.call_len_q(b); ++i)
-        for (int64_t j = 0; j < p.call_len_kv(b); ++j)
-          if (p.visible(b, 0, i, j)) {
-            *f.o.at(b, 0, i) += 0.5;
-            planted = true;
-            return f;
-          }
-    return f;
-  }
-  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
-    return inner_.backward(p, f, d_out, d_lse);
-  }
-  bool planted = false;
-
- private:
-  Backend& inner_;
-};
-
-// On a GPU: the same judging flags that fault wherever it was planted (the scatter back to the
-// dense tensors is what the verdict sees).
+// On a GPU: the same judging flags a fault planted in O (test::Planted: one element of a row that
+// sees a key moved by 0.5) wherever it was planted (the scatter back to the dense tensors is what
+// the verdict sees).
 TEST_P(GpuCudnnVarlen, FlagsAPlantedFault) {
   std::unique_ptr<Backend> be;
   MAKE_BACKEND_OR_SKIP(be, GetParam());
-  int planted = 0, flagged = 0;
-  for (uint64_t seed = 0; seed < 200 && planted < 20; ++seed) {
-    const Case c = varlen_case(seed);
-    Planted bad(*be);
-    DiffOptions dopt;
-    dopt.gpu_health = gpu_health;
-    dopt.check_determinism = false;
-    const DiffReport r = run_differential(c, {&bad}, default_oracles(), dopt);
-    ASSERT_FALSE(r.gpu_error) << write_case(c);
-    if (!bad.planted) continue;
-    ++planted;
-    const bool on_o = std::any_of(r.findings.begin(), r.findings.end(), [](const Finding& f) { return f.signature.tensor == TensorId::O; });
-    flagged += on_o;
-    EXPECT_TRUE(on_o) << "a planted error of 0.5 in O went unflagged\n" << write_case(c);
-  }
-  std::cout << "  planted in " << planted << " cases, flagged in " << flagged << "\n";
-  EXPECT_GE(planted, 10);
+  test::expect_planted_o_fault_flagged(*be, varlen_case);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cudnn, GpuCudnnVarlen, ::testing::Values(kBackends[0], kBackends[1]), backend_param_name);
