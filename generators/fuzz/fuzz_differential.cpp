@@ -35,7 +35,7 @@
 
 namespace {
 
-constexpr int kMaxBackends = 8, kTensors = 6, kBuckets = 32, kFeatureCounters = 128;
+constexpr int kMaxBackends = 8, kTensors = 6, kBuckets = 32, kFeatureCounters = 160;
 __attribute__((used, section("__libfuzzer_extra_counters"))) uint8_t g_error_counters[kMaxBackends * kTensors * kBuckets];
 // Per backend: one counter per feature-map cell, then one per value of each side feature.
 __attribute__((used, section("__libfuzzer_extra_counters"))) uint8_t g_feature_counters[kMaxBackends * kFeatureCounters];
@@ -82,7 +82,11 @@ State& state() {
     size_t side_values = 0;
     for (const auto& f : attnfuzz::side_features()) side_values += f.values.size();
     const auto& cells = attnfuzz::all_cells();
-    if (cells.size() + side_values > kFeatureCounters) std::abort();  // the map outgrew the counters
+    if (cells.size() + side_values > kFeatureCounters) {
+      std::fprintf(stderr, "fuzz_differential: %zu feature cells and side values outgrew the %d feature counters\n",
+                   cells.size() + side_values, kFeatureCounters);
+      std::abort();
+    }
     for (size_t i = 0; i < cells.size(); ++i) st->cell_index[cells[i]] = static_cast<int>(i);
     if (const char* o = std::getenv("ATTNFUZZ_FUZZ_OUT")) st->out_dir = o;
     st->counters = !std::getenv("ATTNFUZZ_FUZZ_NO_COUNTERS");
