@@ -506,6 +506,16 @@ std::optional<std::string> torch_varlen_refusal(TorchVarlenOp op, const Problem&
     return who + ": LibTorch's flash op takes head dims up to " + std::to_string(kFlashMaxHeadDim) +
            " (Dqk = " + std::to_string(s.head_dim_qk) + ", Dv = " + std::to_string(s.head_dim_v) + ", padded to " +
            std::to_string(flash_head_dim(s)) + ")";
+  // The efficient kernel's vector loads need rows of 16 bytes at 16-bit (8 elements): the public
+  // SDPA refuses other head dims for it, and the op itself checks none (D = 15 in bf16 faulted with
+  // a sticky misaligned address on the H100, stop 56). fp32 rows are read 4 elements at a time.
+  if (op == TorchVarlenOp::efficient) {
+    const int64_t multiple = p.dtype == DType::f32 ? 4 : 8;
+    if (s.head_dim_qk % multiple != 0 || s.head_dim_v % multiple != 0)
+      return who + " takes head dims that are multiples of " + std::to_string(multiple) + " in " + std::string(to_string(p.dtype)) +
+             " (Dqk = " + std::to_string(s.head_dim_qk) + ", Dv = " + std::to_string(s.head_dim_v) +
+             "): the op checks none, and its vector loads fault on others";
+  }
   const CallLens l = call_lens(p);
   const int64_t rows = std::max(packed_rows_of(l.q, p.gap_q, p.tail), packed_rows_of(l.kv, p.gap_kv, p.tail));
   if (rows > std::numeric_limits<int32_t>::max())
