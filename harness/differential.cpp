@@ -423,6 +423,7 @@ class DifferentialSession::Impl {
     const uint64_t budget = Limits{}.memory_budget_bytes;
     while (larger.shape.batch > c_.shape.batch + 1 && estimate_host_bytes(larger, work) > budget)
       larger.shape.batch = std::max(c_.shape.batch + 1, larger.shape.batch / 2);
+    conform_ragged(larger);  // a ragged batch keeps its sequences; the added ones are full length
     const std::string where = "inside a batch of " + std::to_string(larger.shape.batch);
     if (estimate_host_bytes(larger, work) > budget) {
       run.notes.push_back("batch invariance not checked: the case " + where + " is over the memory budget");

@@ -56,8 +56,9 @@ struct Problem {
   bool has_bias() const { return !bias.data.empty(); }
   bool ragged() const { return !lens_q.empty(); }
   // Sequence b's lengths in the whole problem.
-  int64_t seq_len_q(int64_t b) const { return ragged() ? lens_q[static_cast<size_t>(b)] : full_seq_q; }
-  int64_t seq_len_kv(int64_t b) const { return ragged() ? lens_kv[static_cast<size_t>(b)] : full_seq_kv; }
+  // Checked: a problem whose batch outgrew its lengths is the caller's bug (conform_ragged).
+  int64_t seq_len_q(int64_t b) const { return ragged() ? lens_q.at(static_cast<size_t>(b)) : full_seq_q; }
+  int64_t seq_len_kv(int64_t b) const { return ragged() ? lens_kv.at(static_cast<size_t>(b)) : full_seq_kv; }
   // Sequence b's queries and keys inside this call: always a prefix of the call's rows and keys.
   int64_t call_len_q(int64_t b) const { return std::clamp<int64_t>(seq_len_q(b) - q_offset, 0, shape.seq_q); }
   int64_t call_len_kv(int64_t b) const { return std::clamp<int64_t>(seq_len_kv(b) - kv_offset, 0, shape.seq_kv); }

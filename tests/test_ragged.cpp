@@ -434,6 +434,37 @@ TEST(Ragged, PlantedLengthBugsAreFlaggedAndTheCorrectBackendIsNot) {
   }
 }
 
+// A backend that promises batch invariance is run again inside a larger batch: the ragged batch
+// keeps its sequences there (the added entries full length), and the reference, which is batch
+// invariant, raises nothing.
+class InvariantReference final : public Backend {
+ public:
+  std::string name() const override { return "reference.invariant"; }
+  SupportEnvelope envelope() const override { return ref_.envelope(); }
+  std::optional<Contract> contract(DType) const override { return Contract::fp64; }
+  bool batch_invariant() const override { return true; }
+  Forward forward(const Problem& p) override { return ref_.forward(p); }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    return ref_.backward(p, f, d_out, d_lse);
+  }
+
+ private:
+  ReferenceBackend ref_;
+};
+
+TEST(Ragged, BatchInvarianceKeepsTheSequences) {
+  InvariantReference be;
+  for (const MaskExpr& m : masks()) {
+    const Case c = small_case(9, m);
+    DiffOptions opt;
+    opt.check_determinism = true;
+    const DiffReport rep = run_differential(c, {&be}, default_oracles(), opt);
+    ASSERT_EQ(rep.runs.size(), 1u);
+    EXPECT_FALSE(rep.runs[0].skipped) << rep.runs[0].skip_reason;
+    for (const auto& f : rep.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
+  }
+}
+
 // Campaign-scale: torch.math, its SDPA entry and the CPU flash kernel over random ragged cases,
 // judged against the reference: no finding.
 TEST(Ragged, LibTorchCpuBackendsPassRandomRaggedCases) {
