@@ -72,10 +72,16 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
   if (!e.bias) c.bias.reset();
   if (c.bias && !e.bias_grad) c.bias->requires_grad = false;
   if (c.bias && c.bias->requires_grad && !e.dlse) c.d_lse = ValueDist{ValueDist::Kind::zero};
-  if (e.masks == MaskSupport::causal_or_none && !all_or_top_left_causal(c.mask))
+  if (!e.ragged) c.ragged.reset();
+  if (e.masks == MaskSupport::causal_or_none && c.ragged) {
+    // Read per sequence (the envelope's mask clause): none, or causal aligned bottom-right.
+    if (c.mask.kind != MaskExpr::Kind::all && !(c.mask.kind == MaskExpr::Kind::causal && c.mask.align == Align::bottom_right))
+      c.mask = r.chance(0.5) ? MaskExpr::all_visible() : MaskExpr::causal_mask(Align::bottom_right);
+  } else if (e.masks == MaskSupport::causal_or_none && !all_or_top_left_causal(c.mask)) {
     c.mask = r.chance(0.5) ? MaskExpr::all_visible() : MaskExpr::causal_mask(Align::top_left);
+  }
   // Causal over a square call only: there every convention of causal agrees.
-  if (e.masks == MaskSupport::causal_or_none && c.mask.kind == MaskExpr::Kind::causal) {
+  if (e.masks == MaskSupport::causal_or_none && !c.ragged && c.mask.kind == MaskExpr::Kind::causal) {
     if (s.seq_q >= e.min_seq_kv && s.seq_q <= e.max_seq)
       s.seq_kv = s.seq_q;
     else
@@ -96,8 +102,6 @@ Case fit_inside(Case c, const SupportEnvelope& e, const RandomCaseOptions& opt, 
     }
   if (const int64_t a = align_elems(e, c.dtype); a > 1) c.layouts.surround.guard = round_up(c.layouts.surround.guard, a);
   if (e.packed_lse) c.layouts[TensorId::LSE] = TensorLayout{};
-  // A ragged batch is a mask neither all-visible nor causal wherever a sequence is short.
-  if (!e.ragged || e.masks == MaskSupport::causal_or_none) c.ragged.reset();
   conform_ragged(c);
   return c;
 }
@@ -231,12 +235,13 @@ std::vector<int64_t> interior_cuts(SplitMix& r, int64_t n, int64_t lo) {
   return cuts;
 }
 
-MaskExpr mask_in_class(MaskClass m, const SupportEnvelope& e, int64_t sq, int64_t skv, SplitMix& r) {
+MaskExpr mask_in_class(MaskClass m, const SupportEnvelope& e, bool ragged, int64_t sq, int64_t skv, SplitMix& r) {
   switch (m) {
     case MaskClass::none:
       return MaskExpr::all_visible();
     case MaskClass::causal:
-      return MaskExpr::causal_mask(e.masks == MaskSupport::causal_or_none ? Align::top_left : random_align(r));
+      if (e.masks == MaskSupport::causal_or_none) return MaskExpr::causal_mask(ragged ? Align::bottom_right : Align::top_left);
+      return MaskExpr::causal_mask(random_align(r));
     case MaskClass::window:
       return random_window(r, sq, skv);
     case MaskClass::structured:
@@ -257,6 +262,15 @@ bool shape_for_cell(Case& c, const FeatureCell& cell, const SupportEnvelope& e, 
   const int64_t min_kv = std::max<int64_t>(1, e.min_seq_kv);
   const int64_t q_bound = std::min(opt.seq_q_bound(), e.max_seq), kv_bound = std::min(opt.max_seq, e.max_seq);
   c.composition = Composition{};
+  // A ragged batch's mask is read per sequence (the envelope's mask clause): causal aligned
+  // bottom-right, which neither split keeps (a query split's first part of a sequence ends before
+  // its last row, a key split's before its last key), so a composed causal cell is reached dense.
+  const bool causal_or_none = e.masks == MaskSupport::causal_or_none;
+  if (causal_or_none && cell.mask == MaskClass::causal && cell.composition != CompositionClass::single) c.ragged.reset();
+  if (causal_or_none && cell.mask == MaskClass::causal && c.ragged) {
+    c.mask = MaskExpr::causal_mask(Align::bottom_right);
+    return true;
+  }
   if (e.masks == MaskSupport::causal_or_none && cell.mask == MaskClass::causal && cell.composition != CompositionClass::single) {
     // Tall top-left causal cut at row Skv (the formula in the header).
     int64_t skv = std::clamp(std::min(s.seq_q, s.seq_kv), min_kv, kv_bound);
@@ -285,7 +299,7 @@ bool shape_for_cell(Case& c, const FeatureCell& cell, const SupportEnvelope& e, 
     if (s.seq_q < min_kv || s.seq_q > kv_bound) return false;
     s.seq_kv = s.seq_q;  // causal over a square call only
   }
-  c.mask = mask_in_class(cell.mask, e, s.seq_q, s.seq_kv, r);
+  c.mask = mask_in_class(cell.mask, e, c.ragged.has_value(), s.seq_q, s.seq_kv, r);
   if (cell.composition == CompositionClass::q_split) {
     c.composition.kind = Composition::Kind::q_split;
     c.composition.bounds = interior_cuts(r, s.seq_q, 1);

@@ -86,6 +86,24 @@ DenseMaskShape dense_mask_shape(const Problem& p) {
   return m;
 }
 
+SequenceMaskShape sequence_mask_shape(const Problem& p) {
+  const Shape& s = p.shape;
+  SequenceMaskShape m;
+  for (int64_t b = 0; b < s.batch && (m.all || m.bottom_right_causal); ++b) {
+    const int64_t lq = p.call_len_q(b), lkv = p.call_len_kv(b);
+    for (int64_t h = 0; h < s.heads_q && (m.all || m.bottom_right_causal); ++h)
+      for (int64_t i = 0; i < lq && (m.all || m.bottom_right_causal); ++i) {
+        const uint8_t* row = p.mask.data() + static_cast<size_t>(((b * s.heads_q + h) * s.seq_q + i) * s.seq_kv);
+        for (int64_t j = 0; j < lkv; ++j) {
+          const bool v = row[j] != 0;
+          m.all = m.all && v;
+          m.bottom_right_causal = m.bottom_right_causal && v == (j <= i + lkv - lq);
+        }
+      }
+  }
+  return m;
+}
+
 bool SupportEnvelope::takes(DType d) const { return std::find(dtypes.begin(), dtypes.end(), d) != dtypes.end(); }
 
 bool SupportEnvelope::restricts(EnvelopeClause c) const {
@@ -155,6 +173,10 @@ std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeCla
       return std::string("a ragged batch (takes none)");
     case EnvelopeClause::mask:
       if (masks == MaskSupport::any) return std::nullopt;
+      if (p.ragged()) {
+        if (const SequenceMaskShape m = sequence_mask_shape(p); m.all || m.bottom_right_causal) return std::nullopt;
+        return std::string("a mask that is neither none nor causal aligned bottom-right in every sequence (takes no other)");
+      }
       if (const DenseMaskShape m = dense_mask_shape(p); m.all || (m.top_left_causal && s.seq_q == s.seq_kv)) return std::nullopt;
       return std::string("a mask that is neither none nor causal with Sq == Skv (takes no other)");
     case EnvelopeClause::alignment:

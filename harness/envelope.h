@@ -24,7 +24,11 @@
 //               plugin, an adapter) rather than the dense mask would not see the sequences' lengths
 //   mask        any mask when E.masks == any; with causal_or_none, the call's dense mask is
 //               all-visible, or causal (key j visible to query i iff j <= i) with Sq == Skv, where
-//               every convention of causal agrees (LibTorch's flash refuses is_causal otherwise)
+//               every convention of causal agrees (LibTorch's flash refuses is_causal otherwise).
+//               A ragged call (only a backend with E.ragged sees one) is read per sequence: inside
+//               each sequence's Lq_b x Lkv_b block (the call's part of it) the mask is all-visible, or causal aligned
+//               bottom-right (j <= i + Lkv_b - Lq_b), the one causal every varlen interface takes
+//               (FlashAttention's is_causal, cuDNN's padding mask with its diagonal bottom-right)
 //   alignment   for Q, K, V, dO, O, dQ, dK, dV: the base offset and every stride but D's, in
 //               bytes of the case dtype, are multiples of E.alignment_bytes (1: any)
 //   lse         the LSE (and dLSE) laid out packed [B][H][S] (no offset, no padding), when E.packed_lse
@@ -114,6 +118,15 @@ struct DenseMaskShape {
   bool all = true, top_left_causal = true;
 };
 DenseMaskShape dense_mask_shape(const Problem& p);
+
+// The same for a ragged call, per sequence (inside the call's block of each sequence, its
+// call_len_q(b) x call_len_kv(b) rows and keys; outside it nothing is visible by construction,
+// harness/problem.h): all visible, or causal aligned bottom-right (key j visible to query i iff
+// j <= i + Lkv_b - Lq_b, with the call's lengths). The scan stops once it is neither.
+struct SequenceMaskShape {
+  bool all = true, bottom_right_causal = true;
+};
+SequenceMaskShape sequence_mask_shape(const Problem& p);
 
 // For summaries, `attnfuzz list` and the worker protocol.
 nlohmann::json to_json(const SupportEnvelope& e);

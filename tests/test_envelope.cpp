@@ -13,6 +13,7 @@
 #include "harness/differential.h"
 #include "harness/feature_cell.h"
 #include "harness/backend.h"
+#include "harness/case_json.h"
 #include "harness/compose.h"
 #include "harness/inputs.h"
 #include "backends/registry.h"
@@ -79,6 +80,11 @@ std::map<std::string, SupportEnvelope> sample_envelopes() {
   efficient.packed_lse = false;
   efficient.min_seq_kv = 1;
   out["efficient"] = efficient;
+  // The varlen interfaces (backends/torch_varlen_cuda.cpp, backends/cudnn_varlen.cpp): ragged
+  // batches, the mask read per sequence.
+  SupportEnvelope varlen = torch_flash;
+  varlen.ragged = true;
+  out["varlen"] = varlen;
   return out;
 }
 
@@ -94,6 +100,7 @@ CaseMix inside_mix(const std::string& name, const SupportEnvelope& e) {
   mix.gen = small_tier();
   mix.targets = {{name, e, true}};
   mix.edge_share = 0.0;
+  if (e.ragged) mix.gen.p_ragged = 0.5;
   return mix;
 }
 
@@ -115,6 +122,38 @@ TEST(Envelope, FittedCasesAreInsideInEveryCall) {
       expect_inside(a.c, e, name + " case " + std::to_string(g));
     }
   }
+}
+
+// A case aimed at a varlen envelope keeps its ragged batch, with a mask each sequence reads as
+// none or causal aligned bottom-right (the mask clause of a ragged call).
+TEST(Envelope, CasesAimedAtAVarlenEnvelopeStayRagged) {
+  const SupportEnvelope e = sample_envelopes().at("varlen");
+  const CaseMix mix = inside_mix("varlen", e);
+  int ragged = 0, causal = 0;
+  for (uint64_t g = 0; g < 200; ++g) {
+    const Case c = aimed_campaign_case(23, g, mix).c;
+    if (!c.ragged) continue;
+    ++ragged;
+    causal += c.mask.kind == MaskExpr::Kind::causal;
+    const Problem p = full_problem(c, generate_inputs(c));
+    EXPECT_FALSE(e.breach(p, EnvelopeClause::mask)) << write_case(c);
+  }
+  EXPECT_GT(ragged, 60);
+  EXPECT_GT(causal, 10);
+  // Top-left causal over a short sequence is outside, with the per-sequence reason.
+  Case c = aimed_campaign_case(23, 0, mix).c;
+  c.shape.seq_q = c.shape.seq_kv = 6;
+  c.ragged = Ragged{};
+  c.ragged->lens_q = std::vector<int64_t>(c.shape.batch, 3);
+  c.ragged->lens_kv = std::vector<int64_t>(c.shape.batch, 5);
+  c.mask = MaskExpr::causal_mask(Align::top_left);
+  c.composition = Composition{};
+  conform_ragged(c);
+  const auto why = e.breach(full_problem(c, generate_inputs(c)), EnvelopeClause::mask);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("bottom-right in every sequence"), std::string::npos) << *why;
+  c.mask = MaskExpr::causal_mask(Align::bottom_right);
+  EXPECT_FALSE(e.breach(full_problem(c, generate_inputs(c)), EnvelopeClause::mask));
 }
 
 // A guided campaign's mutants (generators/mutate.h) stay valid and inside the envelope they are

@@ -288,3 +288,110 @@ class FlexCompiled(FlexEager):
     def stats(self):
         out, self._stats = self._stats, {"compile_s": 0.0, "run_s": 0.0, "compiles": 0, "fallbacks": 0}
         return out
+
+
+def call_lengths(p):
+    """Each sequence's query and key counts in this call (a composition's call covers rows
+    [q_offset, q_offset + Sq) and keys [kv_offset, kv_offset + Skv), and a sequence's rows are a
+    prefix of its padded rows): a dense batch is every length full."""
+    ragged = p.ragged
+    if not ragged:
+        return [p.seq_q] * p.batch, [p.seq_kv] * p.batch
+
+    def clamp(lens, offset, n):
+        return [min(max(length - offset, 0), n) for length in lens]
+    return clamp(ragged["lens_q"], p.q_offset, p.seq_q), clamp(ragged["lens_kv"], p.kv_offset, p.seq_kv)
+
+
+class FlexDocument(FlexEager):
+    """A batch as FlexAttention's document masking, the way packed training calls it: every
+    sequence's rows packed into one batch row (Tq = sum of the query lengths, Tkv of the key
+    lengths), and a mask_mod that lets packed query t see packed key u only inside one document,
+    where the case's mask lets that sequence's query see that key (looked up in the harness's
+    dense mask at the sequence's own indices). Takes ragged batches and dense ones (every length
+    full); the packing is autograd's, so the backward's gradients land back in the padded rows.
+
+        py:attnfuzz_py.adapters.flex:FlexDocument[?device=cuda]
+        py:attnfuzz_py.adapters.flex:FlexDocumentCompiled[?device=cuda]   (torch.compile, static shapes)
+    """
+    name = "flex_document"
+    envelope = {"ragged": True}
+
+    def supports(self, p):
+        if p.bias_shape is not None:
+            return "flex_document takes no score bias"
+        if p.batch == 0 or min(p.seq_q, p.seq_kv) == 0:
+            return "FlexAttention needs at least one query and one key"
+        return super().supports(p)
+
+    def _packing(self, p, device):
+        lq, lkv = call_lengths(p)
+        doc_q = torch.cat([torch.full((n,), b, dtype=torch.int64) for b, n in enumerate(lq)] + [torch.zeros(0, dtype=torch.int64)])
+        doc_kv = torch.cat([torch.full((n,), b, dtype=torch.int64) for b, n in enumerate(lkv)] + [torch.zeros(0, dtype=torch.int64)])
+        local_q = torch.cat([torch.arange(n) for n in lq] + [torch.zeros(0, dtype=torch.int64)])
+        local_kv = torch.cat([torch.arange(n) for n in lkv] + [torch.zeros(0, dtype=torch.int64)])
+        return lq, lkv, doc_q.to(device), doc_kv.to(device), local_q.to(device), local_kv.to(device)
+
+    def _document_block_mask(self, p, doc_q, doc_kv, local_q, local_kv):
+        dense = p.dense_mask(self.device)
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            same = doc_q[q_idx] == doc_kv[kv_idx]
+            return same & dense[doc_q[q_idx], h, local_q[q_idx], local_kv[kv_idx]]
+        return fa.create_block_mask(mask_mod, None, p.heads_q, doc_q.numel(), doc_kv.numel(), device=self.device)
+
+    @staticmethod
+    def _pack(t, lens):
+        """[B, H, S, D] (or [B, H, S]) -> [1, H, sum(lens), ...]: each sequence's first rows."""
+        return torch.cat([t[b, :, :n] for b, n in enumerate(lens)], dim=1).unsqueeze(0)
+
+    def _attend_packed(self, p, q, k, v):
+        lq, lkv, doc_q, doc_kv, local_q, local_kv = self._packing(p, q.device)
+        if sum(lq) == 0 or sum(lkv) == 0:
+            return None, lq
+        block_mask = self._document_block_mask(p, doc_q, doc_kv, local_q, local_kv)
+        score_mod = None
+        if p.softcap is not None:
+            c = torch.tensor(p.softcap, dtype=torch.float32, device=self.device)
+
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return c * torch.tanh(score / c)
+        out, aux = self._call(self._fn, self._pack(q, lq), self._pack(k, lkv), self._pack(v, lkv), score_mod=score_mod,
+                              block_mask=block_mask, scale=p.scale, enable_gqa=p.group > 1, return_aux=fa.AuxRequest(lse=True))
+        return (out, aux.lse), lq
+
+    def forward(self, p, q, k, v):
+        with torch.no_grad():
+            packed, lq = self._attend_packed(p, q, k, v)
+        o = torch.zeros(p.batch, p.heads_q, p.seq_q, p.head_dim_v, dtype=q.dtype, device=q.device)
+        lse = torch.full((p.batch, p.heads_q, p.seq_q), -float("inf"), dtype=torch.float32, device=q.device)
+        if packed is None:  # no query or no key anywhere: every row is fully masked
+            return o, lse
+        out, out_lse = packed
+        at = 0
+        for b, n in enumerate(lq):
+            o[b, :, :n] = out[0, :, at:at + n]
+            lse[b, :, :n] = out_lse[0, :, at:at + n]
+            at += n
+        return o, lse
+
+    def backward(self, p, q, k, v, o, lse, d_o, d_lse):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        guard = _cpu_backward_allowed() if self.device == "cpu" else contextlib.nullcontext()
+        with guard:
+            packed, lq = self._attend_packed(p, q, k, v)
+        if packed is None:
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        out, out_lse = packed
+        grads = [self._pack(d_o, lq).to(out.dtype), self._pack(d_lse, lq).to(out_lse.dtype)]
+        dq, dk, dv = self._grad([out, out_lse], [q, k, v], grads)[:3]
+        return tuple(torch.zeros_like(x) if g is None else g for x, g in zip((q, k, v), (dq, dk, dv)))
+
+
+class FlexDocumentCompiled(FlexDocument, FlexCompiled):
+    """FlexDocument through torch.compile(flex_attention), static shapes (each packed length and
+    mask compiled for itself: the document lookup tables are captured tensors)."""
+    name = "flex_document_compiled"
+
+    def __init__(self, device=None, matmul_precision="highest"):
+        FlexCompiled.__init__(self, device, "static", matmul_precision)
