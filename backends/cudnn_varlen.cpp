@@ -261,19 +261,23 @@ Tensor lse_of(const std::vector<float>& stats, const Shape& s, const std::vector
 std::vector<int64_t> widen(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
 
 // The device memory of one packed call: Q, K, V (and dO) packed with NaN gaps and tails, the
-// offsets, the plan's lengths, and cuDNN's own O and Stats, which the backward consumes.
+// offsets, the plan's lengths, and cuDNN's own O and Stats, which the backward consumes. A
+// misaligned case (Ragged::misaligned) has every packed buffer, inputs and outputs, start one
+// element (2 bytes) into its allocation, which every ragged offset then counts: the base pointer
+// cuDNN is given stays aligned, the sequences' rows do not.
 class PackedCall {
  public:
-  PackedCall(const Problem& p, const CudnnMaskPlan& plan, const GraphSpec& spec) : p_(p), plan_(plan), spec_(spec), geo_(geometry(p)) {
+  PackedCall(const Problem& p, const CudnnMaskPlan& plan, const GraphSpec& spec)
+      : p_(p), plan_(plan), spec_(spec), geo_(geometry(p)), lead_(p.misaligned ? 1 : 0) {
     const Shape& s = p.shape;
     const DType d = p.dtype;
-    q_ = upload(cudnn_pack_thd(p.q, geo_.q, d));
-    k_ = upload(cudnn_pack_thd(p.k, geo_.kv, d));
-    v_ = upload(cudnn_pack_thd(p.v, geo_.kv, d));
-    off_q_ = offsets_buffer(cudnn_ragged_offsets(geo_.q, s.heads_q, s.head_dim_qk), spec.offsets_int32);
-    off_k_ = offsets_buffer(cudnn_ragged_offsets(geo_.kv, s.heads_kv, s.head_dim_qk), spec.offsets_int32);
-    off_v_ = offsets_buffer(cudnn_ragged_offsets(geo_.kv, s.heads_kv, s.head_dim_v), spec.offsets_int32);
-    off_o_ = offsets_buffer(cudnn_ragged_offsets(geo_.q, s.heads_q, s.head_dim_v), spec.offsets_int32);
+    q_ = upload(led(cudnn_pack_thd(p.q, geo_.q, d)));
+    k_ = upload(led(cudnn_pack_thd(p.k, geo_.kv, d)));
+    v_ = upload(led(cudnn_pack_thd(p.v, geo_.kv, d)));
+    off_q_ = offsets_buffer(shifted(cudnn_ragged_offsets(geo_.q, s.heads_q, s.head_dim_qk)), spec.offsets_int32);
+    off_k_ = offsets_buffer(shifted(cudnn_ragged_offsets(geo_.kv, s.heads_kv, s.head_dim_qk)), spec.offsets_int32);
+    off_v_ = offsets_buffer(shifted(cudnn_ragged_offsets(geo_.kv, s.heads_kv, s.head_dim_v)), spec.offsets_int32);
+    off_o_ = offsets_buffer(shifted(cudnn_ragged_offsets(geo_.q, s.heads_q, s.head_dim_v)), spec.offsets_int32);
     seq_len_q_ = upload(plan.seq_len_q);
     seq_len_kv_ = upload(plan.seq_len_kv);
     stats_ = room(static_cast<size_t>(s.batch * s.heads_q * s.seq_q) * sizeof(float));
@@ -283,7 +287,7 @@ class PackedCall {
     const Shape& s = p_.shape;
     // O: zeros in the sequences' rows (what a row cuDNN does not write reads as, as for `cudnn`),
     // NaN in the gaps and the tail, which the backward then reads as its O input.
-    o_ = upload(cudnn_pack_thd(Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), geo_.q, p_.dtype));
+    o_ = upload(led(cudnn_pack_thd(Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), geo_.q, p_.dtype)));
     stats_.zero();
     DevicePointers ptrs = inputs();
     ptrs.o = o_.get();
@@ -294,7 +298,7 @@ class PackedCall {
   Forward forward_result() const {
     const Shape& s = p_.shape;
     Forward f;
-    f.o = cudnn_unpack_thd(download_bits(o_), geo_.q, widen(plan_.seq_len_q), s.heads_q, s.seq_q, s.head_dim_v, p_.dtype);
+    f.o = cudnn_unpack_thd(unled(download_bits(o_)), geo_.q, widen(plan_.seq_len_q), s.heads_q, s.seq_q, s.head_dim_v, p_.dtype);
     std::vector<float> stats(static_cast<size_t>(s.batch * s.heads_q * s.seq_q));
     stats_.download(stats.data(), stats.size() * sizeof(float));
     f.lse = lse_of(stats, s, plan_.seq_len_q);
@@ -304,11 +308,11 @@ class PackedCall {
   Gradients backward(GraphCache& graphs, const Tensor& d_out) {
     const Shape& s = p_.shape;
     const DType d = p_.dtype;
-    DeviceBuffer d_o = upload(cudnn_pack_thd(d_out, geo_.q, d));
+    DeviceBuffer d_o = upload(led(cudnn_pack_thd(d_out, geo_.q, d)));
     // Zero-filled, as for `cudnn`: rows and keys past the plan's lengths are not written.
-    DeviceBuffer d_q = room(static_cast<size_t>(geo_.q.total * s.heads_q * s.head_dim_qk) * sizeof(uint16_t));
-    DeviceBuffer d_k = room(static_cast<size_t>(geo_.kv.total * s.heads_kv * s.head_dim_qk) * sizeof(uint16_t));
-    DeviceBuffer d_v = room(static_cast<size_t>(geo_.kv.total * s.heads_kv * s.head_dim_v) * sizeof(uint16_t));
+    DeviceBuffer d_q = room(static_cast<size_t>(lead_ + geo_.q.total * s.heads_q * s.head_dim_qk) * sizeof(uint16_t));
+    DeviceBuffer d_k = room(static_cast<size_t>(lead_ + geo_.kv.total * s.heads_kv * s.head_dim_qk) * sizeof(uint16_t));
+    DeviceBuffer d_v = room(static_cast<size_t>(lead_ + geo_.kv.total * s.heads_kv * s.head_dim_v) * sizeof(uint16_t));
     DevicePointers ptrs = inputs();
     ptrs.o = o_.get();
     ptrs.stats = stats_.get();
@@ -318,13 +322,27 @@ class PackedCall {
     ptrs.d_v = d_v.get();
     graphs.execute(spec_, Pass::backward, ptrs);
     const std::vector<int64_t> keep_q = widen(plan_.seq_len_q), keep_kv = widen(plan_.seq_len_kv);
-    return {cudnn_unpack_thd(download_bits(d_q), geo_.q, keep_q, s.heads_q, s.seq_q, s.head_dim_qk, d),
-            cudnn_unpack_thd(download_bits(d_k), geo_.kv, keep_kv, s.heads_kv, s.seq_kv, s.head_dim_qk, d),
-            cudnn_unpack_thd(download_bits(d_v), geo_.kv, keep_kv, s.heads_kv, s.seq_kv, s.head_dim_v, d),
+    return {cudnn_unpack_thd(unled(download_bits(d_q)), geo_.q, keep_q, s.heads_q, s.seq_q, s.head_dim_qk, d),
+            cudnn_unpack_thd(unled(download_bits(d_k)), geo_.kv, keep_kv, s.heads_kv, s.seq_kv, s.head_dim_qk, d),
+            cudnn_unpack_thd(unled(download_bits(d_v)), geo_.kv, keep_kv, s.heads_kv, s.seq_kv, s.head_dim_v, d),
             {}};
   }
 
  private:
+  // A packed buffer with the misaligned case's leading NaN element, and back.
+  std::vector<uint16_t> led(std::vector<uint16_t> bits) const {
+    bits.insert(bits.begin(), static_cast<size_t>(lead_), cudnn_nan_bits(p_.dtype));
+    return bits;
+  }
+  std::vector<uint16_t> unled(std::vector<uint16_t> bits) const {
+    bits.erase(bits.begin(), bits.begin() + lead_);
+    return bits;
+  }
+  std::vector<int64_t> shifted(std::vector<int64_t> offsets) const {
+    for (int64_t& o : offsets) o += lead_;
+    return offsets;
+  }
+
   DevicePointers inputs() const {
     DevicePointers ptrs;
     ptrs.q = q_.get();
@@ -343,6 +361,7 @@ class PackedCall {
   const CudnnMaskPlan& plan_;
   const GraphSpec& spec_;
   Geometry geo_;
+  int64_t lead_ = 0;
   DeviceBuffer q_, k_, v_, o_, stats_, off_q_, off_k_, off_v_, off_o_, seq_len_q_, seq_len_kv_;
 };
 

@@ -39,9 +39,12 @@
 //     so the backward packs K and V without gaps (its cumulative offsets are then the lengths'
 //     sums); its forward, which the backward needs for O and the LSE in the op's own layout, is
 //     rerun on that packing. Q's tail is kept on both.
-//   - max_q and max_k are the largest lengths of the call, at least 1: an upper bound is what both
-//     ops ask for, and a call whose sequences are all empty then still launches a grid (the
-//     efficient backward checks max_seqlen_q > 0 and max_seqlen_k > 0 outright).
+//   - max_q and max_k are the largest lengths of the call, at least 1, plus the case's max_slack:
+//     an upper bound is what both ops ask for, and a call whose sequences are all empty then still
+//     launches a grid (the efficient backward checks max_seqlen_q > 0 and max_seqlen_k > 0
+//     outright).
+//   - A misaligned case (Ragged::misaligned) gets Q, K, V and dO as views one element into their
+//     allocations: base pointers 2 (4 in fp32) bytes past the allocator's alignment.
 //   - Masks: the op computes one mask per sequence, the same for every head: none; causal with
 //     the sequence's bottom-right diagonal (key j visible to row i iff j <= i + Lkv_b - Lq_b, the
 //     lengths of this call's part of sequence b); for efficient also causal top-left (j <= i,
@@ -253,12 +256,14 @@ Packing plan_packing(int64_t seq, const std::vector<int64_t>& lens, int64_t gap,
 }
 
 // A dense [B][H][S][D] tensor as a packed [total][H][d_pad] buffer in `st` on `dev`: the real rows
-// at their offsets (D padded to d_pad with zero columns), NaN in every other row.
-at::Tensor pack(const Tensor& dense, int64_t d_pad, const Packing& k, at::ScalarType st, at::Device dev) {
+// at their offsets (D padded to d_pad with zero columns), NaN in every other row. misaligned
+// (Ragged::misaligned): the buffer a view that starts one element into a larger allocation.
+at::Tensor pack(const Tensor& dense, int64_t d_pad, const Packing& k, at::ScalarType st, at::Device dev, bool misaligned) {
   const int64_t batch = dense.dim(0), heads = dense.dim(1), seq = dense.dim(2), d = dense.dim(3);
   at::Tensor rows = to_torch(dense, dev).to(st).permute({0, 2, 1, 3}).reshape({batch * seq, heads, d});
   if (d_pad > d) rows = at::constant_pad_nd(rows, {0, d_pad - d});
-  at::Tensor out = at::full({k.total, heads, d_pad}, std::numeric_limits<double>::quiet_NaN(), rows.options());
+  const int64_t n = k.total * heads * d_pad, skip = misaligned ? 1 : 0;
+  at::Tensor out = at::full({n + skip}, std::numeric_limits<double>::quiet_NaN(), rows.options()).narrow(0, skip, n).view({k.total, heads, d_pad});
   out.index_copy_(0, k.packed_rows, rows.index_select(0, k.dense_rows));
   return out;
 }
@@ -376,13 +381,13 @@ class TorchVarlenBackend final : public Backend {
       const at::ScalarType st = scalar_type(p.dtype);
       at::Tensor dq, dk, dv;
       if (op_ == TorchVarlenOp::flash) {
-        const at::Tensor d_o = pack(d_out, c.d, c.pq, st, dev);
+        const at::Tensor d_o = pack(d_out, c.d, c.pq, st, dev, p.misaligned);
         std::tie(dq, dk, dv) = library_call("_flash_attention_backward", [&] {
           return at::_flash_attention_backward(d_o, c.q, c.k, c.v, c.out, c.lse, c.cu_q, c.cu_k, c.max_q, c.max_k, 0.0, c.is_causal(),
                                                c.rng_a, c.rng_b, p.scale, c.window_left(), c.window_right());
         });
       } else {
-        const at::Tensor d_o = pack(d_out, s.head_dim_v, c.pq, st, dev).unsqueeze(0);
+        const at::Tensor d_o = pack(d_out, s.head_dim_v, c.pq, st, dev, p.misaligned).unsqueeze(0);
         at::Tensor unused_dbias;
         std::tie(dq, dk, dv, unused_dbias) = library_call("_efficient_attention_backward", [&] {
           return at::_efficient_attention_backward(d_o, c.q, c.k, c.v, std::nullopt, c.out, c.cu_q, c.cu_k, c.max_q, c.max_k, c.lse, 0.0,
@@ -456,23 +461,23 @@ class TorchVarlenBackend final : public Backend {
     const CallLens l = call_lens(p);
     c.pq = plan_packing(s.seq_q, l.q, p.gap_q, p.tail, dev);
     c.pk = plan_packing(s.seq_kv, l.kv, gap_kv, p.tail, dev);
-    c.max_q = std::max<int64_t>(1, c.pq.longest);
-    c.max_k = std::max<int64_t>(1, c.pk.longest);
+    c.max_q = std::max<int64_t>(1, c.pq.longest) + p.max_slack;
+    c.max_k = std::max<int64_t>(1, c.pk.longest) + p.max_slack;
     c.cu_q = int_tensor(c.pq.starts, dev);
     c.cu_k = int_tensor(c.pk.starts, dev);
     if (gap_kv > 0) c.seqused_k = int_tensor(l.kv, dev);
     if (op_ == TorchVarlenOp::flash) {
       c.d = flash_head_dim(s);
-      c.q = pack(p.q, c.d, c.pq, st, dev);
-      c.k = pack(p.k, c.d, c.pk, st, dev);
-      c.v = pack(p.v, c.d, c.pk, st, dev);
+      c.q = pack(p.q, c.d, c.pq, st, dev, p.misaligned);
+      c.k = pack(p.k, c.d, c.pk, st, dev, p.misaligned);
+      c.v = pack(p.v, c.d, c.pk, st, dev, p.misaligned);
       std::tie(c.out, c.lse, c.rng_a, c.rng_b, std::ignore) = library_call("_flash_attention_forward", [&] {
         return at::_flash_attention_forward(c.q, c.k, c.v, c.cu_q, c.cu_k, c.max_q, c.max_k, 0.0, c.is_causal(), false, p.scale,
                                             c.window_left(), c.window_right(), optional_of(c.seqused_k), std::nullopt);
       });
     } else {
-      c.q = pack(p.q, s.head_dim_qk, c.pq, st, dev).unsqueeze(0);
-      at::Tensor k = pack(p.k, s.head_dim_qk, c.pk, st, dev), v = pack(p.v, s.head_dim_v, c.pk, st, dev);
+      c.q = pack(p.q, s.head_dim_qk, c.pq, st, dev, p.misaligned).unsqueeze(0);
+      at::Tensor k = pack(p.k, s.head_dim_qk, c.pk, st, dev, p.misaligned), v = pack(p.v, s.head_dim_v, c.pk, st, dev, p.misaligned);
       if (s.group() > 1) {
         k = k.repeat_interleave(s.group(), 1);
         v = v.repeat_interleave(s.group(), 1);

@@ -335,6 +335,8 @@ Ragged random_ragged(SplitMix& r, const Shape& s) {
   if (r.chance(0.4)) g.gap_kv = r.range(1, 64);
   if (r.chance(0.5)) g.tail = r.range(1, 128);
   if (r.chance(0.4)) g.page_size = r.chance(0.5) ? r.pick(std::vector<int64_t>{1, 2, 16, 64, 128, 256}) : r.range(1, kMaxPageSize);
+  if (r.chance(0.2)) g.max_slack = r.chance(0.5) ? 1 : r.range(2, 512);
+  g.misaligned = r.chance(0.1);
   return g;
 }
 

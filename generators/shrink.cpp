@@ -225,7 +225,7 @@ uint64_t case_size(const Case& c) {
   }
   if (c.ragged) {  // a ragged batch costs its poisoned rows and each sequence shorter than the padded length
     const Ragged& g = *c.ragged;
-    extras += 1 + (g.gap_q > 0) + (g.gap_kv > 0) + (g.tail > 0) + (g.page_size > 0);
+    extras += 1 + (g.gap_q > 0) + (g.gap_kv > 0) + (g.tail > 0) + (g.page_size > 0) + (g.max_slack > 0) + g.misaligned;
     for (size_t b = 0; b < g.lens_q.size(); ++b) extras += g.lens_q[b] != s.seq_q || g.lens_kv[b] != s.seq_kv;
   }
   return elems * 16 + extras;
@@ -258,6 +258,10 @@ std::vector<Case> shrink_candidates(const Case& c) {
     Case no_gaps = c;
     no_gaps.ragged->gap_q = no_gaps.ragged->gap_kv = no_gaps.ragged->tail = 0;
     push(no_gaps);
+    Case plain = c;  // the maxima exact, the buffers aligned
+    plain.ragged->max_slack = 0;
+    plain.ragged->misaligned = false;
+    push(plain);
     Case unpaged = c;
     unpaged.ragged->page_size = 0;
     push(unpaged);

@@ -140,6 +140,7 @@ void check_ragged(const Case& c) {
   check_gap(r.tail, "tail");
   if (r.page_size < 0 || r.page_size > kMaxPageSize)
     throw CaseError("ragged.page_size", "must be in [0, " + std::to_string(kMaxPageSize) + "] (0: no paged layout)");
+  check_gap(r.max_slack, "max_slack");
 }
 
 void check_bounds(const std::vector<int64_t>& b, int64_t n, const std::string& field) {

@@ -105,10 +105,20 @@ struct ScoreBias {
 // K and V, and `tail` rows after the last one (a buffer's spare capacity). Gaps and tail hold NaN:
 // reading them must not reach any output. Paged interfaces (a KV cache) get K and V in pages of
 // `page_size` rows through a page table (page_table below); 0: no paged layout.
+// Two edges of those interfaces, each with one right answer (the attention above, unchanged):
+// `max_slack` makes the maximum lengths a varlen interface is told (max_seqlen_q, max_seqlen_k)
+// larger than the longest sequence by that many rows (an upper bound is all they promise), and
+// `misaligned` starts every packed buffer one element past the allocator's alignment (a view into
+// a larger buffer, as a slice of a packed batch is). A backend must compute them correctly or
+// refuse cleanly. Maxima below the longest sequence, non-monotonic offsets and page indices out
+// of range have no right answer and no field: the interfaces document them as preconditions they
+// cannot check without reading device memory.
 struct Ragged {
   std::vector<int64_t> lens_q, lens_kv;  // one per batch entry
   int64_t gap_q = 0, gap_kv = 0, tail = 0;
   int64_t page_size = 0;
+  int64_t max_slack = 0;
+  bool misaligned = false;
   bool operator==(const Ragged&) const = default;
 
   // Where each sequence starts in the packed tokens: offsets[b] = sum over c < b of (lens[c] + gap),

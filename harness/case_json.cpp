@@ -371,13 +371,16 @@ ScoreBias bias_from(const json& j) {
   return b;
 }
 
-// "ragged": {"lens_q", "lens_kv" (one per batch entry), "gap_q", "gap_kv", "tail", "page_size" (default 0)}.
+// "ragged": {"lens_q", "lens_kv" (one per batch entry), "gap_q", "gap_kv", "tail", "page_size",
+// "max_slack" (default 0), "misaligned" (default false)}.
 json ragged_to_json(const Ragged& r) {
   json j{{"lens_q", r.lens_q}, {"lens_kv", r.lens_kv}};
   if (r.gap_q) j["gap_q"] = r.gap_q;
   if (r.gap_kv) j["gap_kv"] = r.gap_kv;
   if (r.tail) j["tail"] = r.tail;
   if (r.page_size) j["page_size"] = r.page_size;
+  if (r.max_slack) j["max_slack"] = r.max_slack;
+  if (r.misaligned) j["misaligned"] = true;
   return j;
 }
 
@@ -390,6 +393,11 @@ Ragged ragged_from(const json& j) {
   g.gap_kv = r.integer("gap_kv", 0);
   g.tail = r.integer("tail", 0);
   g.page_size = r.integer("page_size", 0);
+  g.max_slack = r.integer("max_slack", 0);
+  if (const json* m = r.maybe("misaligned")) {
+    if (!m->is_boolean()) throw CaseError("ragged.misaligned", "expected true or false");
+    g.misaligned = m->get<bool>();
+  }
   r.finish();
   return g;
 }

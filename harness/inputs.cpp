@@ -162,6 +162,8 @@ Problem case_problem(const Case& c) {
     p.tail = c.ragged->tail;
     p.page_size = c.ragged->page_size;
     p.page_seed = c.seed;
+    p.max_slack = c.ragged->max_slack;
+    p.misaligned = c.ragged->misaligned;
   }
   return p;
 }

@@ -43,6 +43,10 @@ struct Problem {
   // A paged interface's pages of K and V (Ragged::page_size, page_table(ragged, page_seed)); 0: none.
   int64_t page_size = 0;
   uint64_t page_seed = 0;
+  // The interfaces' edges (Ragged::max_slack, misaligned): the maxima told past the longest
+  // sequence, and packed buffers one element past their alignment.
+  int64_t max_slack = 0;
+  bool misaligned = false;
   // Materialized: [B][Hq][Sq][Skv], 1 = visible.
   std::vector<uint8_t> mask;
   Tensor q, k, v;  // [B][Hq][Sq][Dqk], [B][Hkv][Skv][Dqk], [B][Hkv][Skv][Dv]

@@ -46,6 +46,8 @@ Case small_case(uint64_t seed, MaskExpr mask) {
   c.d_lse = ValueDist{};
   c.ragged = lengths({12, 5, 0, 1, 7}, {16, 11, 3, 4, 0}, 2, 3, 5);
   c.ragged->page_size = 4;
+  c.ragged->max_slack = 3;  // the interfaces' edges: no effect on the attention itself
+  c.ragged->misaligned = true;
   return c;
 }
 
@@ -70,8 +72,12 @@ TEST(Ragged, CaseFormatRoundTripsAndStartsFollowTheGaps) {
   EXPECT_EQ(write_case(plain).find("ragged"), std::string::npos);
   Case no_gaps = c;
   no_gaps.ragged->gap_q = no_gaps.ragged->gap_kv = no_gaps.ragged->tail = no_gaps.ragged->page_size = 0;
+  no_gaps.ragged->max_slack = 0;
+  no_gaps.ragged->misaligned = false;
   EXPECT_EQ(write_case(no_gaps).find("gap"), std::string::npos);
   EXPECT_EQ(write_case(no_gaps).find("page"), std::string::npos);
+  EXPECT_EQ(write_case(no_gaps).find("slack"), std::string::npos);
+  EXPECT_EQ(write_case(no_gaps).find("misaligned"), std::string::npos);
   EXPECT_EQ(case_from_string(write_case(no_gaps)), no_gaps);
   // The lengths change no input: the padded tensors are drawn as for a dense batch.
   EXPECT_EQ(checksum(generate_inputs(c)), checksum(generate_inputs(plain)));
@@ -128,6 +134,10 @@ TEST(Ragged, BadLengthsAreRefusedWithTheField) {
   EXPECT_EQ(field_of(R"({"lens_q":[4,1],"lens_kv":[6,1],"page_size":257})"), "ragged.page_size");
   EXPECT_EQ(field_of(R"({"lens_q":[4,1],"lens_kv":[6,1],"page_size":256})"), "(accepted)");
   EXPECT_EQ(field_of(R"({"lens_q":[4,1]})"), "ragged.lens_kv");
+  EXPECT_EQ(field_of(R"({"lens_q":[4,1],"lens_kv":[6,1],"max_slack":-1})"), "ragged.max_slack");
+  EXPECT_EQ(field_of(R"({"lens_q":[4,1],"lens_kv":[6,1],"max_slack":4097})"), "ragged.max_slack");
+  EXPECT_EQ(field_of(R"({"lens_q":[4,1],"lens_kv":[6,1],"max_slack":7,"misaligned":true})"), "(accepted)");
+  EXPECT_EQ(field_of(R"({"lens_q":[4,1],"lens_kv":[6,1],"misaligned":1})"), "ragged.misaligned");
   EXPECT_EQ(field_of(R"({"lens_q":[4,1.5],"lens_kv":[6,1]})"), "ragged.lens_q");
 }
 
@@ -281,7 +291,7 @@ TEST(Ragged, LibTorchFloat64AgreesWithTheReference) {
 TEST(Ragged, GeneratorDrawsEdgeLengthsAndLeavesOtherCasesAlone) {
   RandomCaseOptions opt;
   opt.p_ragged = 1.0;
-  int zero = 0, one = 0, full = 0, gaps = 0, tails = 0, paged = 0;
+  int zero = 0, one = 0, full = 0, gaps = 0, tails = 0, paged = 0, slack = 0, misaligned = 0;
   for (uint64_t seed = 0; seed < 400; ++seed) {
     const Case c = random_case(seed, opt);
     ASSERT_TRUE(c.ragged);
@@ -290,6 +300,8 @@ TEST(Ragged, GeneratorDrawsEdgeLengthsAndLeavesOtherCasesAlone) {
     gaps += c.ragged->gap_kv > 0;
     tails += c.ragged->tail > 0;
     paged += c.ragged->page_size > 0;
+    slack += c.ragged->max_slack > 0;
+    misaligned += c.ragged->misaligned;
     // The rest of the case is what the seed gives without a ragged batch.
     RandomCaseOptions dense = opt;
     dense.p_ragged = 0;
@@ -303,6 +315,8 @@ TEST(Ragged, GeneratorDrawsEdgeLengthsAndLeavesOtherCasesAlone) {
   EXPECT_GT(gaps, 100);
   EXPECT_GT(tails, 100);
   EXPECT_GT(paged, 100);
+  EXPECT_GT(slack, 40);
+  EXPECT_GT(misaligned, 15);
 }
 
 TEST(Ragged, EnvelopeClauseRefusesUnlessTaken) {
@@ -329,12 +343,13 @@ TEST(Ragged, EnvelopeClauseRefusesUnlessTaken) {
 
 TEST(Ragged, ShrinkerOffersADenseBatchAndKeepsLengthsInsideTheShape) {
   const Case c = small_case(3, MaskExpr::causal_mask(Align::bottom_right));
-  bool dense = false, no_gaps = false, unpaged = false, smaller_batch = false;
+  bool dense = false, no_gaps = false, unpaged = false, plain = false, smaller_batch = false;
   for (const Case& x : shrink_candidates(c)) {
     dense = dense || !x.ragged;
     if (x.ragged) {
       no_gaps = no_gaps || (x.ragged->gap_q == 0 && x.ragged->gap_kv == 0 && x.ragged->tail == 0);
       unpaged = unpaged || x.ragged->page_size == 0;
+      plain = plain || (x.ragged->max_slack == 0 && !x.ragged->misaligned);
       ASSERT_EQ(static_cast<int64_t>(x.ragged->lens_q.size()), x.shape.batch);
       for (int64_t l : x.ragged->lens_q) ASSERT_LE(l, x.shape.seq_q);
       for (int64_t l : x.ragged->lens_kv) ASSERT_LE(l, x.shape.seq_kv);
@@ -345,6 +360,7 @@ TEST(Ragged, ShrinkerOffersADenseBatchAndKeepsLengthsInsideTheShape) {
   EXPECT_TRUE(dense);
   EXPECT_TRUE(no_gaps);
   EXPECT_TRUE(unpaged);
+  EXPECT_TRUE(plain);
   EXPECT_TRUE(smaller_batch);
 }
 

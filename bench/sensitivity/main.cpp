@@ -4,8 +4,10 @@
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
 //                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
 //                                     [--outliers MAGNITUDE] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]]
-//                                     [--shifted A] [--tensor-cores] [--near-constant-v SIGMA]
+//                                     [--shifted A] [--tensor-cores] [--near-constant-v SIGMA] [--ragged]
 //
+// --ragged: a ragged batch of two sequences (sensitivity.h), the plants inside the first; needs a
+// backend that takes one (--backend torch.math).
 // --near-constant-v SIGMA: V near constant (mean 0.1, that sigma), so O's rows are near-equal
 // elements whose stored rounding errs as one number (harness/error_model.h, storage_sources).
 // --shifted A: rows whose scores all sit far below zero (Q's column 0 at -A in half the rows, K's
@@ -93,6 +95,7 @@ int run(int argc, char** argv) {
   std::optional<ScoreBias> bias;
   bool dbias = false, tensor_cores = false;
   double shifted = 0;
+  bool ragged = false;
   double near_constant_v = 0;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
@@ -134,6 +137,8 @@ int run(int argc, char** argv) {
       if (group < 1 || group > 16) throw std::invalid_argument("--group takes 1 to 16 query heads per key-value head");
     } else if (!std::strcmp(argv[i], "--tensor-cores")) {
       tensor_cores = true;
+    } else if (!std::strcmp(argv[i], "--ragged")) {
+      ragged = true;
     } else if (!std::strcmp(argv[i], "--shifted")) {
       shifted = std::stod(next());
       if (!(shifted > 0 && shifted <= 1e3)) throw std::invalid_argument("--shifted takes a magnitude in (0, 1e3]");
@@ -151,7 +156,7 @@ int run(int argc, char** argv) {
       if (*kind == ScoreBias::Kind::tensor) bias->spans = {false, true, true, true};  // one bias per head, as a learned one
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]] [--shifted A] [--tensor-cores] [--near-constant-v SIGMA]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]] [--shifted A] [--tensor-cores] [--near-constant-v SIGMA] [--ragged]\n");
       return 2;
     }
   }
@@ -177,6 +182,7 @@ int run(int argc, char** argv) {
         cfg.outliers = outliers;
         cfg.tied = tied;
         cfg.shifted = shifted;
+        cfg.ragged = ragged;
         cfg.near_constant_v = near_constant_v;
         cfg.group = group;
         cfg.bias = bias;
@@ -188,7 +194,7 @@ int run(int argc, char** argv) {
                     causal ? "causal" : "no mask",
                     ((outliers > 0 ? ", outliers of " + std::to_string(outliers).substr(0, 5) : tied.empty() ? "" : ", tied " + tied) +
                      (shifted > 0 ? ", shifted rows of " + std::to_string(shifted).substr(0, 5) : "") +
-                     (near_constant_v > 0 ? ", V near constant (sigma " + std::to_string(near_constant_v).substr(0, 7) + ")" : "") + (tensor_cores ? ", tensor cores" : ""))
+                     (near_constant_v > 0 ? ", V near constant (sigma " + std::to_string(near_constant_v).substr(0, 7) + ")" : "") + (tensor_cores ? ", tensor cores" : "") + (ragged ? ", ragged batch (B=2)" : ""))
                         .c_str(),
                     bias ? (", bias " + std::string(to_string(bias->kind)) + (dbias ? " with dBias" : "")).c_str() : "", secs);
         for (const auto& p : points) {

@@ -58,6 +58,12 @@ Case sensitivity_case(const SensitivityConfig& cfg) {
     c.k = ValueDist{ValueDist::Kind::row_shift, 0.0, 1.0, 1.0, cfg.shifted};
   }
   c.bias = cfg.bias;
+  if (cfg.ragged) {
+    c.shape.batch = 2;
+    c.ragged = Ragged{};
+    c.ragged->lens_q = {cfg.seq - cfg.seq / 4, cfg.seq / 2 + 1};
+    c.ragged->lens_kv = {cfg.seq - cfg.seq / 8, cfg.seq};
+  }
   return c;
 }
 

@@ -55,6 +55,12 @@ struct SensitivityConfig {
   // A score bias (harness/case.h): the bias_scale plant is measured, and every other plant with
   // the bias present. The correct backend must take one (torch.math; mutant_ok does not).
   std::optional<ScoreBias> bias;
+  // A ragged batch (harness/case.h): two sequences, B = 2, the first with 3/4 of the queries and
+  // 7/8 of the keys (the plants' rows and tile fall inside it), the second with S/2 + 1 queries on
+  // every key; the mask each sequence's own (causal: its own bottom-right diagonal). The padding
+  // rows are exact (fully masked): what this measures is whether they loosen the bound. The correct
+  // backend must take one (torch.math; the plugins do not).
+  bool ragged = false;
 };
 
 // The ratio compares the planted error with the natural error in the same units. For an
