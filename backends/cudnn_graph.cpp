@@ -126,13 +126,13 @@ struct Qkv {
 };
 
 // Q, K, V at their strides; packed sequences with their offsets; or, paged, K and V as page pools
-// [pages][Hkv][page_size][D] (packed) that the page tables index.
+// of dims [pages][Hkv][page_size][D], laid out [pages][page_size][Hkv][D], that the page tables index.
 Qkv qkv_inputs(fe::graph::Graph& g, const GraphSpec& s, const Offsets& off) {
   Qkv in{input(g, "Q", kQ, {s.batch, s.heads_q, s.seq_q, s.dim_qk}, as_vector(s.q_stride)), nullptr, nullptr};
   if (s.page_size > 0) {
     const int64_t p = s.page_size;
-    in.k = input(g, "K_pages", kK, {s.pages, s.heads_kv, p, s.dim_qk}, {s.heads_kv * p * s.dim_qk, p * s.dim_qk, s.dim_qk, 1});
-    in.v = input(g, "V_pages", kV, {s.pages, s.heads_kv, p, s.dim_v}, {s.heads_kv * p * s.dim_v, p * s.dim_v, s.dim_v, 1});
+    in.k = input(g, "K_pages", kK, {s.pages, s.heads_kv, p, s.dim_qk}, {p * s.heads_kv * s.dim_qk, s.dim_qk, s.heads_kv * s.dim_qk, 1});
+    in.v = input(g, "V_pages", kV, {s.pages, s.heads_kv, p, s.dim_v}, {p * s.heads_kv * s.dim_v, s.dim_v, s.heads_kv * s.dim_v, 1});
   } else {
     in.k = input(g, "K", kK, {s.batch, s.heads_kv, s.seq_kv, s.dim_qk}, as_vector(s.k_stride));
     in.v = input(g, "V", kV, {s.batch, s.heads_kv, s.seq_kv, s.dim_v}, as_vector(s.v_stride));

@@ -18,7 +18,9 @@
 //    deterministic backward (set_deterministic_algorithm) is refused for THD on SM8x and SM12x:
 //    there the backend declines with cuDNN's message.
 //  - SDPA_attributes::set_paged_attention_k_table / _v_table ([B, 1, table_size, 1] INT32) and
-//    set_paged_attention_max_seq_len_kv, K and V as containers [pages, Hkv, page_size, D]: cuDNN
+//    set_paged_attention_max_seq_len_kv, K and V as containers of dims [pages, Hkv, page_size, D]
+//    laid out [pages][page_size][Hkv][D] (each page's rows whole, as vLLM's cache and the frontend's
+//    own samples have them; see docs/gpu.md for why this layout): cuDNN
 //    9.5 and newer, only with the padding mask and per-sequence lengths on both sides. The
 //    backward's attributes have no page table: paged is forward only.
 //  - a score bias is not handed on (the envelope refuses it); masks are the native plans of
@@ -136,7 +138,7 @@ std::vector<uint16_t> cudnn_pack_pages(const Tensor& dense, const CudnnPagePool&
       const int64_t page = pool.table[b * static_cast<size_t>(pool.table_size) + static_cast<size_t>(j / P)];
       for (int64_t h = 0; h < heads; ++h) {
         const double* src = dense.at(static_cast<int64_t>(b), h, j);
-        uint16_t* dst = out.data() + ((page * heads + h) * P + j % P) * dim;
+        uint16_t* dst = out.data() + ((page * P + j % P) * heads + h) * dim;
         for (int64_t e = 0; e < dim; ++e) dst[e] = to_bits(d, src[e]);
       }
     }

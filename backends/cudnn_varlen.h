@@ -5,7 +5,7 @@
 //                 ragged offset tensors describe (Tensor_attributes::set_ragged_offset, offsets in
 //                 elements), with cuDNN's padding mask giving each sequence's lengths
 //                 (set_padding_mask, set_seq_len_q, set_seq_len_kv): forward and backward.
-//   cudnn.paged   K and V in a paged cache: page pools [pages][Hkv][page_size][D] read through a
+//   cudnn.paged   K and V in a paged cache: page pools [pages][page_size][Hkv][D] read through a
 //                 page table (set_paged_attention_k_table, _v_table,
 //                 set_paged_attention_max_seq_len_kv), Q and O dense [B][Hq][Sq][D] under the
 //                 padding mask. FORWARD ONLY in cuDNN: the frontend's SDPA_backward_attributes takes
@@ -93,7 +93,7 @@ struct CudnnPagePool {
 };
 CudnnPagePool cudnn_page_pool(const std::vector<int64_t>& lens, int64_t page_size, int64_t seq_kv, uint64_t seed);
 // A dense [B][H][S][D] tensor's first lens[b] keys of each batch entry in the pool's pages:
-// [pages][H][page_size][D] of the dtype's bits, key j of sequence b at page table[b][j / P], row
+// [pages][page_size][H][D] of the dtype's bits, key j of sequence b at page table[b][j / P], row
 // j % P; every other row (past a sequence's last key, the spare page) NaN.
 std::vector<uint16_t> cudnn_pack_pages(const Tensor& dense, const CudnnPagePool& pool, const std::vector<int64_t>& lens, DType d);
 

@@ -525,11 +525,27 @@ std::optional<std::string> torch_varlen_refusal(TorchVarlenOp op, const Problem&
   const int64_t rows = std::max(packed_rows_of(l.q, p.gap_q, p.tail), packed_rows_of(l.kv, p.gap_kv, p.tail));
   if (rows > std::numeric_limits<int32_t>::max())
     return who + ": " + std::to_string(rows) + " packed rows do not fit the ops' int32 cumulative offsets";
-  if (!fit_mask(op, p))
+  const std::optional<OpMask> mask = fit_mask(op, p);
+  if (!mask)
     return who + " declines the mask: the dense mask is not, in every sequence and head alike, " +
            (op == TorchVarlenOp::flash ? std::string("all visible, causal bottom-right or a bottom-right sliding window")
                                        : std::string("all visible, causal bottom-right or causal top-left")) +
            " over that sequence's queries and keys in this call";
+  // Two known library bugs (docs/findings/LEDGER.md), declined so that campaigns judge the rest.
+  const int64_t max_k = (l.kv.empty() ? 1 : std::max<int64_t>(1, *std::max_element(l.kv.begin(), l.kv.end()))) + p.max_slack;
+  for (size_t b = 0; b < l.q.size(); ++b) {
+    // The CUTLASS kernel keeps the bottom-right diagonal's offset unsigned: with more queries than
+    // keys it wraps and the rows that do see keys are computed without the mask.
+    if (op == TorchVarlenOp::efficient && mask->kind == OpMask::Kind::causal_bottom_right && l.q[b] > l.kv[b])
+      return who + " declines causal bottom-right where a sequence has more queries (" + std::to_string(l.q[b]) + ") than keys (" +
+             std::to_string(l.kv[b]) + "): LibTorch 2.11's efficient kernel computes those rows unmasked (pytorch/pytorch PR 193632)";
+    // FlashAttention-2 takes a window reach of at least max_seqlen_k as unbounded, which it is only
+    // where no sequence has more queries than the reach plus one.
+    if (op == TorchVarlenOp::flash && mask->kind == OpMask::Kind::window && mask->right >= max_k && mask->right < l.q[b] - 1)
+      return who + " declines a window reaching " + std::to_string(mask->right) + " keys right of the diagonal with max_seqlen_k " +
+             std::to_string(max_k) + " and a sequence of " + std::to_string(l.q[b]) +
+             " queries: FlashAttention-2 takes that reach as unbounded (Dao-AILab/flash-attention issue 895)";
+  }
   return std::nullopt;
 }
 

@@ -12,6 +12,13 @@ namespace {
 class ProbeBackend final : public Backend {
  public:
   std::string name() const override { return "composition-probe"; }
+  // It reads the dense mask, which holds a ragged batch's lengths: it takes one, as the
+  // reference does (the clause is always enforced, so without this a ragged case's report fails).
+  SupportEnvelope envelope() const override {
+    SupportEnvelope e = Backend::envelope();
+    e.ragged = true;
+    return e;
+  }
 
   Forward forward(const Problem& p) override {
     const Shape& s = p.shape;

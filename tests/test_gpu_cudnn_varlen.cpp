@@ -128,7 +128,7 @@ TEST(CudnnVarlenLayout, PagePoolHoldsEachSequencesKeysThroughItsTable) {
       const int64_t page = pool.table[b * static_cast<size_t>(pool.table_size) + static_cast<size_t>(j / P)];
       for (int64_t h = 0; h < H; ++h)
         for (int64_t e = 0; e < D; ++e) {
-          const uint16_t bits = pages[static_cast<size_t>(((page * H + h) * P + j % P) * D + e)];
+          const uint16_t bits = pages[static_cast<size_t>(((page * P + j % P) * H + h) * D + e)];
           EXPECT_EQ(half_bits_to_float(bits), round_to(DType::f16, k.at(static_cast<int64_t>(b), h, j)[e]));
           ++real;
         }
@@ -199,6 +199,9 @@ Case varlen_case(uint64_t seed) {
   c.mask = seed % 3 == 0   ? MaskExpr::all_visible()
            : seed % 3 == 1 ? MaskExpr::causal_mask(Align::bottom_right)
                            : MaskExpr::causal_mask(Align::top_left);
+  // Misaligned ragged offsets end the process's CUDA context with a sticky fault (stop 57,
+  // docs/findings/LEDGER.md): campaigns' isolated workers meet them, this process cannot.
+  c.ragged->misaligned = false;
   return c;
 }
 constexpr int kCases = 300;

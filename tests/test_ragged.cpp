@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backends/registry.h"
+#include "campaign/composition_calls.h"
 #include "generators/random_case.h"
 #include "generators/shrink.h"
 #include "harness/case_json.h"
@@ -317,6 +318,19 @@ TEST(Ragged, GeneratorDrawsEdgeLengthsAndLeavesOtherCasesAlone) {
   EXPECT_GT(paged, 100);
   EXPECT_GT(slack, 40);
   EXPECT_GT(misaligned, 15);
+}
+
+// The campaign's known-deviation predicates read a case's calls through a probe backend: it takes
+// a ragged batch (it reads the dense mask), so a campaign's report of a ragged case does not fail.
+TEST(Ragged, CompositionCallsOfARaggedCaseAreProbed) {
+  Case c = small_case(3, MaskExpr::all_visible());
+  c.composition.kind = Composition::Kind::kv_split;
+  c.composition.bounds = {5};
+  std::vector<CompositionCall> calls;
+  ASSERT_NO_THROW(calls = composition_calls(c));
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].shape.seq_kv, 5);
+  EXPECT_TRUE(calls[1].masked_row);  // sequence 4 has no key in either part
 }
 
 TEST(Ragged, EnvelopeClauseRefusesUnlessTaken) {
