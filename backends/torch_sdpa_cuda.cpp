@@ -168,9 +168,9 @@ DenseMaskKind dense_mask_kind(const Problem& p) {
   } else {
     // At real sizes a full scan per call (forward, backward and LibTorch's choice) was
     // milliseconds each: the scan stops once the mask is neither, and the last answer is kept.
-    const DenseMaskShape shape = dense_mask_shape(p);
+    const MaskShape shape = mask_shape(p, Align::top_left);
     all = shape.all;
-    causal = shape.top_left_causal;
+    causal = shape.causal;
     if (large) last = {s.seq_q, s.seq_kv, p.mask, all, causal};
   }
   return {all, causal};

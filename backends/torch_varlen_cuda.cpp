@@ -230,6 +230,9 @@ int64_t packed_rows_of(const std::vector<int64_t>& lens, int64_t gap, int64_t ta
   return at + tail;
 }
 
+// The maximum length an op is told: the longest of the call, at least 1, plus the case's slack.
+int64_t declared_max(int64_t longest, int64_t max_slack) { return std::max<int64_t>(1, longest) + max_slack; }
+
 Packing plan_packing(int64_t seq, const std::vector<int64_t>& lens, int64_t gap, int64_t tail, at::Device dev) {
   const size_t batch = lens.size();
   Packing k;
@@ -461,8 +464,8 @@ class TorchVarlenBackend final : public Backend {
     const CallLens l = call_lens(p);
     c.pq = plan_packing(s.seq_q, l.q, p.gap_q, p.tail, dev);
     c.pk = plan_packing(s.seq_kv, l.kv, gap_kv, p.tail, dev);
-    c.max_q = std::max<int64_t>(1, c.pq.longest) + p.max_slack;
-    c.max_k = std::max<int64_t>(1, c.pk.longest) + p.max_slack;
+    c.max_q = declared_max(c.pq.longest, p.max_slack);
+    c.max_k = declared_max(c.pk.longest, p.max_slack);
     c.cu_q = int_tensor(c.pq.starts, dev);
     c.cu_k = int_tensor(c.pk.starts, dev);
     if (gap_kv > 0) c.seqused_k = int_tensor(l.kv, dev);
@@ -532,7 +535,7 @@ std::optional<std::string> torch_varlen_refusal(TorchVarlenOp op, const Problem&
                                        : std::string("all visible, causal bottom-right or causal top-left")) +
            " over that sequence's queries and keys in this call";
   // Two known library bugs (docs/findings/LEDGER.md), declined so that campaigns judge the rest.
-  const int64_t max_k = (l.kv.empty() ? 1 : std::max<int64_t>(1, *std::max_element(l.kv.begin(), l.kv.end()))) + p.max_slack;
+  const int64_t max_k = declared_max(l.kv.empty() ? 0 : *std::max_element(l.kv.begin(), l.kv.end()), p.max_slack);
   for (size_t b = 0; b < l.q.size(); ++b) {
     // The CUTLASS kernel keeps the bottom-right diagonal's offset unsigned: with more queries than
     // keys it wraps and the rows that do see keys are computed without the mask.

@@ -235,13 +235,12 @@ std::vector<int64_t> interior_cuts(SplitMix& r, int64_t n, int64_t lo) {
   return cuts;
 }
 
-MaskExpr mask_in_class(MaskClass m, const SupportEnvelope& e, bool ragged, int64_t sq, int64_t skv, SplitMix& r) {
+MaskExpr mask_in_class(MaskClass m, const SupportEnvelope& e, int64_t sq, int64_t skv, SplitMix& r) {
   switch (m) {
     case MaskClass::none:
       return MaskExpr::all_visible();
     case MaskClass::causal:
-      if (e.masks == MaskSupport::causal_or_none) return MaskExpr::causal_mask(ragged ? Align::bottom_right : Align::top_left);
-      return MaskExpr::causal_mask(random_align(r));
+      return MaskExpr::causal_mask(e.masks == MaskSupport::causal_or_none ? Align::top_left : random_align(r));
     case MaskClass::window:
       return random_window(r, sq, skv);
     case MaskClass::structured:
@@ -299,7 +298,7 @@ bool shape_for_cell(Case& c, const FeatureCell& cell, const SupportEnvelope& e, 
     if (s.seq_q < min_kv || s.seq_q > kv_bound) return false;
     s.seq_kv = s.seq_q;  // causal over a square call only
   }
-  c.mask = mask_in_class(cell.mask, e, c.ragged.has_value(), s.seq_q, s.seq_kv, r);
+  c.mask = mask_in_class(cell.mask, e, s.seq_q, s.seq_kv, r);
   if (cell.composition == CompositionClass::q_split) {
     c.composition.kind = Composition::Kind::q_split;
     c.composition.bounds = interior_cuts(r, s.seq_q, 1);

@@ -72,32 +72,19 @@ std::string dtype_list(const std::vector<DType>& ds) {
 
 }  // namespace
 
-DenseMaskShape dense_mask_shape(const Problem& p) {
+MaskShape mask_shape(const Problem& p, Align a) {
   const Shape& s = p.shape;
-  DenseMaskShape m;
-  const uint8_t* row = p.mask.data();
-  for (int64_t bh = 0; bh < s.batch * s.heads_q && (m.all || m.top_left_causal); ++bh)
-    for (int64_t i = 0; i < s.seq_q && (m.all || m.top_left_causal); ++i, row += s.seq_kv)
-      for (int64_t j = 0; j < s.seq_kv; ++j) {
-        const bool v = row[j] != 0;
-        m.all = m.all && v;
-        m.top_left_causal = m.top_left_causal && v == (j <= i);
-      }
-  return m;
-}
-
-SequenceMaskShape sequence_mask_shape(const Problem& p) {
-  const Shape& s = p.shape;
-  SequenceMaskShape m;
-  for (int64_t b = 0; b < s.batch && (m.all || m.bottom_right_causal); ++b) {
-    const int64_t lq = p.call_len_q(b), lkv = p.call_len_kv(b);
-    for (int64_t h = 0; h < s.heads_q && (m.all || m.bottom_right_causal); ++h)
-      for (int64_t i = 0; i < lq && (m.all || m.bottom_right_causal); ++i) {
+  MaskShape m;
+  for (int64_t b = 0; b < s.batch && (m.all || m.causal); ++b) {
+    const int64_t lq = p.ragged() ? p.call_len_q(b) : s.seq_q, lkv = p.ragged() ? p.call_len_kv(b) : s.seq_kv;
+    const int64_t diagonal = a == Align::bottom_right ? lkv - lq : 0;
+    for (int64_t h = 0; h < s.heads_q && (m.all || m.causal); ++h)
+      for (int64_t i = 0; i < lq && (m.all || m.causal); ++i) {
         const uint8_t* row = p.mask.data() + static_cast<size_t>(((b * s.heads_q + h) * s.seq_q + i) * s.seq_kv);
         for (int64_t j = 0; j < lkv; ++j) {
           const bool v = row[j] != 0;
           m.all = m.all && v;
-          m.bottom_right_causal = m.bottom_right_causal && v == (j <= i + lkv - lq);
+          m.causal = m.causal && v == (j <= i + diagonal);
         }
       }
   }
@@ -174,10 +161,10 @@ std::optional<std::string> SupportEnvelope::breach(const Problem& p, EnvelopeCla
     case EnvelopeClause::mask:
       if (masks == MaskSupport::any) return std::nullopt;
       if (p.ragged()) {
-        if (const SequenceMaskShape m = sequence_mask_shape(p); m.all || m.bottom_right_causal) return std::nullopt;
+        if (const MaskShape m = mask_shape(p, Align::bottom_right); m.all || m.causal) return std::nullopt;
         return std::string("a mask that is neither none nor causal aligned bottom-right in every sequence (takes no other)");
       }
-      if (const DenseMaskShape m = dense_mask_shape(p); m.all || (m.top_left_causal && s.seq_q == s.seq_kv)) return std::nullopt;
+      if (const MaskShape m = mask_shape(p, Align::top_left); m.all || (m.causal && s.seq_q == s.seq_kv)) return std::nullopt;
       return std::string("a mask that is neither none nor causal with Sq == Skv (takes no other)");
     case EnvelopeClause::alignment:
       if (auto why = misaligned(p, alignment_bytes)) return "alignment: " + *why;

@@ -26,9 +26,9 @@
 //               all-visible, or causal (key j visible to query i iff j <= i) with Sq == Skv, where
 //               every convention of causal agrees (LibTorch's flash refuses is_causal otherwise).
 //               A ragged call (only a backend with E.ragged sees one) is read per sequence: inside
-//               each sequence's Lq_b x Lkv_b block (the call's part of it) the mask is all-visible, or causal aligned
-//               bottom-right (j <= i + Lkv_b - Lq_b), the one causal every varlen interface takes
-//               (FlashAttention's is_causal, cuDNN's padding mask with its diagonal bottom-right)
+//               each sequence's Lq_b x Lkv_b block (the call's part of it) the mask is all-visible,
+//               or causal aligned bottom-right (j <= i + Lkv_b - Lq_b), the one causal every varlen
+//               interface takes (FlashAttention's is_causal, cuDNN's padding mask, bottom-right)
 //   alignment   for Q, K, V, dO, O, dQ, dK, dV: the base offset and every stride but D's, in
 //               bytes of the case dtype, are multiples of E.alignment_bytes (1: any)
 //   lse         the LSE (and dLSE) laid out packed [B][H][S] (no offset, no padding), when E.packed_lse
@@ -112,21 +112,15 @@ struct SupportEnvelope {
 };
 
 // What the dense mask of a call looks like, for the mask clause and for the adapters that pass
-// is_causal instead of a mask: all visible, top-left causal (key j visible to query i iff
-// j <= i), both (a 1 x 1 call) or neither. The scan stops once it is neither.
-struct DenseMaskShape {
-  bool all = true, top_left_causal = true;
+// is_causal instead of a mask: all visible, causal with the diagonal aligned `a` (key j visible to
+// query i iff j <= i top-left, j <= i + Lkv - Lq bottom-right), both (a 1 x 1 call) or neither.
+// Read inside each sequence's block: the whole call for a dense batch, the call's
+// call_len_q(b) x call_len_kv(b) rows and keys of each sequence for a ragged one (outside them
+// nothing is visible by construction, harness/problem.h). The scan stops once it is neither.
+struct MaskShape {
+  bool all = true, causal = true;
 };
-DenseMaskShape dense_mask_shape(const Problem& p);
-
-// The same for a ragged call, per sequence (inside the call's block of each sequence, its
-// call_len_q(b) x call_len_kv(b) rows and keys; outside it nothing is visible by construction,
-// harness/problem.h): all visible, or causal aligned bottom-right (key j visible to query i iff
-// j <= i + Lkv_b - Lq_b, with the call's lengths). The scan stops once it is neither.
-struct SequenceMaskShape {
-  bool all = true, bottom_right_causal = true;
-};
-SequenceMaskShape sequence_mask_shape(const Problem& p);
+MaskShape mask_shape(const Problem& p, Align a);
 
 // For summaries, `attnfuzz list` and the worker protocol.
 nlohmann::json to_json(const SupportEnvelope& e);

@@ -126,8 +126,9 @@ class FlexEager(Adapter):
         return fa.create_block_mask(mask_mod, p.batch if per_head else None, p.heads_q if per_head else None,
                                     p.seq_q, p.seq_kv, device=self.device)
 
-    def _attend(self, p, q, k, v, bias=None):
-        """O and LSE; bias: the score bias to capture (a leaf that requires grad), else p.bias."""
+    def _attend(self, p, q, k, v, bias=None, block_mask=None):
+        """O and LSE; bias: the score bias to capture (a leaf that requires grad), else p.bias;
+        block_mask: the call's BlockMask, else the one of p's mask."""
         score_mod = None
         bias = bias_lookup(p.bias if bias is None else bias, self.device)
         if p.softcap is not None:
@@ -143,7 +144,8 @@ class FlexEager(Adapter):
         elif bias is not None:
             def score_mod(score, b, h, q_idx, kv_idx):
                 return score + bias(b, h, q_idx, kv_idx)
-        out, aux = self._call(self._fn, q, k, v, score_mod=score_mod, block_mask=self._block_mask(p), scale=p.scale,
+        block_mask = self._block_mask(p) if block_mask is None else block_mask
+        out, aux = self._call(self._fn, q, k, v, score_mod=score_mod, block_mask=block_mask, scale=p.scale,
                               enable_gqa=p.group > 1, return_aux=fa.AuxRequest(lse=True))
         return out, aux.lse
 
@@ -324,13 +326,13 @@ class FlexDocument(FlexEager):
             return "FlexAttention needs at least one query and one key"
         return super().supports(p)
 
-    def _packing(self, p, device):
-        lq, lkv = call_lengths(p)
-        doc_q = torch.cat([torch.full((n,), b, dtype=torch.int64) for b, n in enumerate(lq)] + [torch.zeros(0, dtype=torch.int64)])
-        doc_kv = torch.cat([torch.full((n,), b, dtype=torch.int64) for b, n in enumerate(lkv)] + [torch.zeros(0, dtype=torch.int64)])
-        local_q = torch.cat([torch.arange(n) for n in lq] + [torch.zeros(0, dtype=torch.int64)])
-        local_kv = torch.cat([torch.arange(n) for n in lkv] + [torch.zeros(0, dtype=torch.int64)])
-        return lq, lkv, doc_q.to(device), doc_kv.to(device), local_q.to(device), local_kv.to(device)
+    @staticmethod
+    def _documents(lens, device):
+        """Each packed row's sequence and its index inside it."""
+        lens = torch.tensor(lens, dtype=torch.int64)
+        doc = torch.repeat_interleave(torch.arange(lens.numel()), lens)
+        local = torch.arange(doc.numel()) - (torch.cumsum(lens, 0) - lens)[doc]
+        return doc.to(device), local.to(device)
 
     def _document_block_mask(self, p, doc_q, doc_kv, local_q, local_kv):
         dense = p.dense_mask(self.device)
@@ -346,19 +348,13 @@ class FlexDocument(FlexEager):
         return torch.cat([t[b, :, :n] for b, n in enumerate(lens)], dim=1).unsqueeze(0)
 
     def _attend_packed(self, p, q, k, v):
-        lq, lkv, doc_q, doc_kv, local_q, local_kv = self._packing(p, q.device)
+        lq, lkv = call_lengths(p)
         if sum(lq) == 0 or sum(lkv) == 0:
             return None, lq
+        doc_q, local_q = self._documents(lq, q.device)
+        doc_kv, local_kv = self._documents(lkv, q.device)
         block_mask = self._document_block_mask(p, doc_q, doc_kv, local_q, local_kv)
-        score_mod = None
-        if p.softcap is not None:
-            c = torch.tensor(p.softcap, dtype=torch.float32, device=self.device)
-
-            def score_mod(score, b, h, q_idx, kv_idx):
-                return c * torch.tanh(score / c)
-        out, aux = self._call(self._fn, self._pack(q, lq), self._pack(k, lkv), self._pack(v, lkv), score_mod=score_mod,
-                              block_mask=block_mask, scale=p.scale, enable_gqa=p.group > 1, return_aux=fa.AuxRequest(lse=True))
-        return (out, aux.lse), lq
+        return self._attend(p, self._pack(q, lq), self._pack(k, lkv), self._pack(v, lkv), block_mask=block_mask), lq
 
     def forward(self, p, q, k, v):
         with torch.no_grad():
