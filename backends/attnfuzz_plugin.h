@@ -1,4 +1,4 @@
-/* attnfuzz plugin ABI, version 2 (attnfuzz still loads version 1 plugins).
+/* attnfuzz plugin ABI, version 3 (attnfuzz still loads version 1 and 2 plugins).
  *
  * A plugin is a shared library that exports two C functions:
  *
@@ -35,12 +35,45 @@
  * A plugin with AF_DEVICE_IS_CUDA gets every tensor in GPU memory on the device it runs on
  * (same shapes, strides and dtypes), and the mask in GPU memory too (mask_device, version 2).
  *
+ * Ragged batches through the varlen interface (version 3, AF_TAKES_PACKED; docs/plugins.md,
+ * "Ragged batches: the varlen interface"). Sequence b of the call has seqused_q[b] queries and
+ * seqused_kv[b] keys. Every tensor is packed, token-major (THD), with no batch dimension:
+ *
+ *   Q, dO, O, dQ    logical [1][Hq][total_q][D]    strides {total_q*Hq*D, D, Hq*D, 1}
+ *   K, V, dK, dV    logical [1][Hkv][total_kv][D]  strides {total_kv*Hkv*D, D, Hkv*D, 1}
+ *   LSE, dLSE       logical [1][Hq][total_q]       strides {Hq*total_q, total_q, 1}   (float32)
+ *
+ *   query i of sequence b is row  cu_seqlens_q[b] + i,   0 <= i < seqused_q[b]
+ *   key   j of sequence b is row  cu_seqlens_kv[b] + j,  0 <= j < seqused_kv[b]
+ *
+ * cu_seqlens_x[b + 1] - cu_seqlens_x[b] - seqused_x[b] rows of gap follow sequence b (b < B - 1),
+ * and total_x - cu_seqlens_x[B] rows of tail follow the last one. In the inputs those rows hold
+ * NaN; in the outputs they hold the poison and must still hold it after the call (a write there
+ * is an out_of_bounds finding). With `misaligned` every packed buffer (and page pool) starts one
+ * element past its allocation's alignment. The mask is the mask above ([B][Hq][seq_q][seq_kv],
+ * sequence b's query i and key j at [b][h][i][j]). Every row of every sequence must be written;
+ * the loader unpacks the outputs into the padded tensors with O = 0, LSE = -inf and zero
+ * gradients past each sequence's rows and keys.
+ *
+ * Paged K and V (version 3, AF_TAKES_PAGED_KV with AF_TAKES_PACKED), in forward() only and only
+ * where the case has pages (page_table not NULL): K and V are page pools,
+ *
+ *   K, V            logical [num_pages][Hkv][page_size][D]  strides {page_size*Hkv*D, D, Hkv*D, 1}
+ *   key j of sequence b is row  j % page_size  of page  page_table[b * pages_per_seq + j / page_size]
+ *
+ * seqused_kv[b] is sequence b's keys; cu_seqlens_kv and total_kv describe the packed K and V that
+ * backward() gets (it has no page table).
+ *
  * Every entry point returns 0 on success, or non-zero with a NUL-terminated message in
  * `msg` (at most msg_len bytes including the NUL).
  *
  * Versions: 1 had no af_problem.mask_device. Version 2 only appends that field, so a plugin
- * built against version 1 reads the same layout. A plugin may define
- * ATTNFUZZ_PLUGIN_ABI_VERSION to 1u before including this header to build for version 1.
+ * built against version 1 reads the same layout. Version 3 appends the sequence lengths, the
+ * varlen interface and the page table after it (zero and NULL for a plugin of version 1 or 2,
+ * which gets a ragged batch padded, as before) and the flags AF_TAKES_PACKED and
+ * AF_TAKES_PAGED_KV (a plugin of version 1 or 2 that sets them is refused at load). A plugin may
+ * define ATTNFUZZ_PLUGIN_ABI_VERSION to 1u or 2u before including this header to build for that
+ * version.
  */
 #ifndef ATTNFUZZ_PLUGIN_H
 #define ATTNFUZZ_PLUGIN_H
@@ -53,7 +86,7 @@ extern "C" {
 #endif
 
 #ifndef ATTNFUZZ_PLUGIN_ABI_VERSION
-#define ATTNFUZZ_PLUGIN_ABI_VERSION 2u
+#define ATTNFUZZ_PLUGIN_ABI_VERSION 3u
 #endif
 
 typedef enum af_dtype { AF_F32 = 0, AF_F16 = 1, AF_BF16 = 2, AF_F64 = 3 } af_dtype;
@@ -64,7 +97,7 @@ typedef struct af_tensor {
   int32_t dtype;  /* af_dtype */
   int32_t device; /* af_device; for AF_CUDA, data is a device pointer on device_index */
   int32_t device_index;
-  int32_t ndim; /* 4 for Q, K, V, O and gradients ([B][H][S][D]); 3 for LSE ([B][H][S]) */
+  int32_t ndim; /* 4 for Q, K, V, O and gradients ([B][H][S][D]); 3 for LSE ([B][H][S]); packed: see above */
   int64_t shape[4];
   int64_t strides[4]; /* in elements, for the logical [B][H][S][D] (or [B][H][S]) indices */
 } af_tensor;
@@ -85,6 +118,43 @@ typedef struct af_problem {
   /* Version 2: the same mask in GPU memory, on the device the tensors are on, for plugins
    * with AF_DEVICE_IS_CUDA in forward() and backward(); NULL otherwise (and in supports()). */
   const uint8_t* mask_device;
+
+  /* Version 3 (every field zero or NULL for a plugin of version 1 or 2). */
+  /* A ragged batch: sequence b's queries and keys in the whole problem (the coordinates of
+   * mask_json; this call's part of sequence b is its first clamp(lens_q[b] - q_offset, 0, seq_q)
+   * rows and clamp(lens_kv[b] - kv_offset, 0, seq_kv) keys). Host memory [B], supports() too;
+   * NULL for a dense batch (every sequence full_seq_q x full_seq_kv). */
+  const int64_t* lens_q;
+  const int64_t* lens_kv;
+  /* AF_TAKES_PACKED (NULL and 0 otherwise): the varlen interface, in supports(), forward() and
+   * backward() alike, for ragged and dense batches. cu_seqlens_x: [B + 1] each sequence's first
+   * row in the packed tensors, the last entry the end of the last sequence (the gap after every
+   * sequence but the last counted, the tail not). seqused_x: [B] each sequence's rows (this call's part).
+   * Host memory; the _device twins are the same in GPU memory for AF_DEVICE_IS_CUDA plugins in
+   * forward() and backward() (NULL otherwise). */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_kv;
+  const int32_t* seqused_q;
+  const int32_t* seqused_kv;
+  const int32_t* cu_seqlens_q_device;
+  const int32_t* cu_seqlens_kv_device;
+  const int32_t* seqused_q_device;
+  const int32_t* seqused_kv_device;
+  int64_t total_q, total_kv; /* rows of the packed tensors: sequences, gaps and tail */
+  /* Upper bounds of seqused_x as a varlen kernel is told them: the longest sequence of the call
+   * (at least 1) plus the case's slack (ragged.max_slack). */
+  int64_t max_seqlen_q, max_seqlen_kv;
+  int32_t misaligned; /* 1: every packed buffer and page pool starts one element past its alignment */
+  int32_t reserved;   /* 0: the padding before the next int64_t, named */
+  /* AF_TAKES_PAGED_KV, where the case has pages, in supports() and forward(); 0 and NULL in
+   * backward() and otherwise. page_table: [B][pages_per_seq] physical page of each sequence's
+   * pages in order, -1 past a sequence's last page; pages_per_seq >= 1. The pool has num_pages
+   * pages: every sequence's own and one spare page, in an order drawn from the case's seed; rows
+   * past a sequence's last key and the spare page hold NaN. Host memory, and page_table_device
+   * in GPU memory for AF_DEVICE_IS_CUDA plugins in forward(). */
+  int64_t page_size, num_pages, pages_per_seq;
+  const int32_t* page_table;
+  const int32_t* page_table_device;
 } af_problem;
 
 enum {
@@ -112,7 +182,14 @@ enum {
    * batch size). The harness then runs some cases again inside a larger batch and reports any
    * bit that moved as a `batch_variant` finding (outputs declared AF_NONDETERMINISTIC_* are
    * exempt). A new bit of version 2, like the ones above. */
-  AF_BATCH_INVARIANT = 1u << 9
+  AF_BATCH_INVARIANT = 1u << 9,
+  /* Version 3. The plugin takes ragged batches through the varlen interface (above): packed
+   * tensors with cu_seqlens, seqused and max_seqlen, for every batch, ragged or dense. Implies
+   * the envelope's "ragged": true. */
+  AF_TAKES_PACKED = 1u << 10,
+  /* Version 3, with AF_TAKES_PACKED: forward() takes K and V as page pools with a page table
+   * wherever the case has pages (ragged.page_size > 0); backward() takes them packed. */
+  AF_TAKES_PAGED_KV = 1u << 11
 };
 
 typedef struct af_plugin {
@@ -130,7 +207,7 @@ typedef struct af_plugin {
   int (*supports)(const af_problem* p, char* msg, size_t msg_len);
   int (*forward)(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, af_tensor* o, af_tensor* lse, char* msg,
                  size_t msg_len);
-  /* d_lse is float32 [B][Hq][Sq]; plugins without AF_BACKWARD_TAKES_DLSE get NULL. */
+  /* d_lse is float32 [B][Hq][Sq] (packed: laid out as LSE); plugins without AF_BACKWARD_TAKES_DLSE get NULL. */
   int (*backward)(const af_problem* p, const af_tensor* q, const af_tensor* k, const af_tensor* v, const af_tensor* o, const af_tensor* lse,
                   const af_tensor* d_o, const af_tensor* d_lse, af_tensor* dq, af_tensor* dk, af_tensor* dv, char* msg, size_t msg_len);
 } af_plugin;

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <list>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,10 +14,12 @@
 #include <vector>
 
 #include "harness/case_json.h"
+#include "harness/compose.h"
 #include "harness/plugin_path.h"
 #include "backends/attnfuzz_plugin.h"
 #include "backends/plugin_cuda.h"
 #include "backends/plugin_flags.h"
+#include "backends/plugin_packed.h"
 #include "backends/typed_buffers.h"
 
 namespace attnfuzz {
@@ -85,8 +88,10 @@ struct Buffer {
 };
 
 // The versions this loader speaks: 2 added af_problem.mask_device at the end of the struct,
-// so a version 1 plugin reads the same layout.
+// 3 the lengths, the varlen interface and the page table after it, so a version 1 or 2 plugin
+// reads the same layout (with the later fields zero) and gets ragged batches padded, as before.
 constexpr uint32_t kOldestAbi = 1;
+constexpr uint32_t kVersion3Flags = AF_TAKES_PACKED | AF_TAKES_PAGED_KV;
 bool abi_supported(uint32_t v) { return v >= kOldestAbi && v <= ATTNFUZZ_PLUGIN_ABI_VERSION; }
 std::string abi_spoken() { return std::to_string(kOldestAbi) + " to " + std::to_string(ATTNFUZZ_PLUGIN_ABI_VERSION); }
 
@@ -103,30 +108,58 @@ void to_device(DeviceArena& arena, Buffer& b) {
 }
 void to_host(DeviceArena& arena, Buffer& b) { arena.download(b.base, extent_bytes(b)); }
 
+// A buffer of a varlen call (backends/plugin_packed.h) and the tensor the plugin is handed for it.
+struct PackedArg {
+  TensorId role;
+  PieceBuffer buf;
+  af_tensor t;
+  PackedArg(TensorId role, PieceBuffer b) : role(role), buf(std::move(b)), t(buf.tensor()) {}
+  PackedArg(const PackedArg&) = delete;
+  PackedArg& operator=(const PackedArg&) = delete;
+};
+
+void to_device(DeviceArena& arena, PackedArg& a) {
+  auto* dev = static_cast<unsigned char*>(arena.upload(a.buf.base(), a.buf.bytes()));
+  a.t.data = dev + static_cast<size_t>(a.buf.lead()) * element_type_size(a.buf.type());
+  a.t.device = AF_CUDA;
+  a.t.device_index = arena.device();
+}
+void to_host(DeviceArena& arena, PackedArg& a) { arena.download(a.buf.base(), a.buf.bytes()); }
+
 // The inputs are the harness's: a backend that writes into them (overwrites Q and K after
 // computing correct outputs, say) corrupts what the next call is given and passes its own
 // check. Their bytes are kept before the call and compared after it; a change is a
 // out_of_bounds finding naming the input.
 class InputGuard {
  public:
-  explicit InputGuard(std::initializer_list<Buffer*> inputs) : inputs_(inputs) {
-    for (const Buffer* b : inputs_) saved_.try_emplace(b->base, b->base, b->base + extent_bytes(*b));
+  // One input's host memory, whole (padding, gaps and tail included).
+  struct Input {
+    TensorId role;
+    unsigned char* base;
+    size_t bytes;
+  };
+  explicit InputGuard(std::initializer_list<Buffer*> inputs) {
+    for (const Buffer* b : inputs) add({b->role, b->base, extent_bytes(*b)});
+  }
+  explicit InputGuard(std::initializer_list<PackedArg*> inputs) {
+    for (PackedArg* a : inputs) add({a->role, a->buf.base(), a->buf.bytes()});
   }
   // `gpu`: a CUDA plugin's inputs are its device copies, fetched back first.
   void check(const std::string& who, DeviceArena* gpu) {
-    std::map<const unsigned char*, bool> seen;
-    for (Buffer* b : inputs_) {
-      if (seen[b->base]) continue;
-      seen[b->base] = true;
-      if (gpu) to_host(*gpu, *b);
-      const std::vector<unsigned char>& before = saved_.at(b->base);
-      if (std::memcmp(before.data(), b->base, before.size()) != 0)
-        throw OutOfBoundsWrite(who + " wrote into its input " + case_key(b->role) + " (the harness's memory, read-only to a backend)");
+    for (const Input& in : inputs_) {
+      if (gpu) gpu->download(in.base, in.bytes);
+      const std::vector<unsigned char>& before = saved_.at(in.base);
+      if (std::memcmp(before.data(), in.base, before.size()) != 0)
+        throw OutOfBoundsWrite(who + " wrote into its input " + case_key(in.role) + " (the harness's memory, read-only to a backend)");
     }
   }
 
  private:
-  std::vector<Buffer*> inputs_;
+  void add(const Input& in) {
+    if (!saved_.try_emplace(in.base, in.base, in.base + in.bytes).second) return;  // a packed group's next member
+    inputs_.push_back(in);
+  }
+  std::vector<Input> inputs_;
   std::map<const unsigned char*, std::vector<unsigned char>> saved_;
 };
 
@@ -151,6 +184,15 @@ void check_written_outside(const std::string& who, std::initializer_list<const B
   }
 }
 
+// The same for a varlen call's outputs: everything outside the sequences' rows is poisoned.
+void check_written_outside(const std::string& who, std::initializer_list<const PackedArg*> outputs) {
+  for (const PackedArg* a : outputs)
+    if (const size_t n = a->buf.written_outside())
+      throw OutOfBoundsWrite(who + " wrote " + std::to_string(n) + " element(s) of its packed output " + case_key(a->role) +
+                             " out of bounds: into the gaps between sequences, the tail after the last one or the element before a "
+                             "misaligned buffer's start");
+}
+
 std::string restrictions_json(const Problem& p) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& r : p.restrictions)
@@ -163,8 +205,8 @@ std::string restrictions_json(const Problem& p) {
 
 class PluginBackend final : public Backend {
  public:
-  PluginBackend(std::string path, void* handle, const af_plugin* plugin, const char* envelope_json, std::string api)
-      : path_(std::move(path)), source_(plugin_source(path_)), handle_(handle), pl_(plugin), api_(std::move(api)) {
+  PluginBackend(std::string path, void* handle, uint32_t abi, const af_plugin* plugin, const char* envelope_json, std::string api)
+      : path_(std::move(path)), source_(plugin_source(path_)), handle_(handle), abi_(abi), pl_(plugin), api_(std::move(api)) {
     try {
       const auto j = nlohmann::json::parse(pl_->contract_json ? pl_->contract_json : "{}");
       for (auto it = j.begin(); it != j.end(); ++it) {
@@ -195,6 +237,7 @@ class PluginBackend final : public Backend {
   std::string why_nondeterministic() const override { return "the plugin's AF_NONDETERMINISTIC_* flags"; }
   bool batch_invariant() const override { return pl_->flags & AF_BATCH_INVARIANT; }
   bool cuda() const { return pl_->flags & AF_DEVICE_IS_CUDA; }
+  bool packed() const { return pl_->flags & AF_TAKES_PACKED; }
 
   SupportEnvelope envelope() const override { return envelope_; }
   std::string api() const override { return api_; }
@@ -204,15 +247,18 @@ class PluginBackend final : public Backend {
     if (cuda() || (pl_->flags & AF_COMPUTES_ON_GPU)) {
       if (auto why = cuda_plugins_unavailable()) return *why;
     }
+    Call call(p, abi_, pl_->flags);
+    if (call.geometry)
+      if (auto why = packed_geometry_refusal(*call.geometry)) return name() + ": " + *why;
     if (!pl_->supports) return std::nullopt;
-    Call call(p);
     char msg[1024] = {0};
     if (pl_->supports(&call.problem, msg, sizeof msg) != 0) return std::string(msg[0] ? msg : "unsupported (no reason given)");
     return std::nullopt;
   }
 
   Forward forward(const Problem& p) override {
-    Call call(p);
+    Call call(p, abi_, pl_->flags);
+    if (call.geometry) return forward_packed(p, call);
     const int32_t dt = af_dtype_of(p.dtype);
     using R = TensorId;
     Arena mem;
@@ -240,7 +286,8 @@ class PluginBackend final : public Backend {
   }
 
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override {
-    Call call(p);
+    Call call(p, abi_, pl_->flags);
+    if (call.geometry) return backward_packed(p, call, fwd, d_out, d_lse);
     const int32_t dt = af_dtype_of(p.dtype);
     using R = TensorId;
     Arena mem;
@@ -272,46 +319,175 @@ class PluginBackend final : public Backend {
   }
 
  private:
-  // The af_problem of one call, with the strings it points to.
+  // The af_problem of one call, with the memory it points to (it points into itself: never
+  // copied or moved).
   struct Call {
     std::string mask_json, restrictions;
+    std::vector<int64_t> lens_q, lens_kv;
+    std::optional<PackedGeometry> geometry;  // AF_TAKES_PACKED
+    std::vector<int32_t> cu_q, cu_kv, used_q, used_kv, table;
     af_problem problem{};
-    explicit Call(const Problem& p) {
+
+    Call(const Problem& p, uint32_t abi, uint32_t flags) {
       mask_json = p.mask_expr ? to_json(*p.mask_expr).dump() : R"({"kind":"none"})";
       restrictions = restrictions_json(p);
       const Shape& s = p.shape;
-      problem = {s.batch,
-                 s.heads_q,
-                 s.heads_kv,
-                 s.seq_q,
-                 s.seq_kv,
-                 s.head_dim_qk,
-                 s.head_dim_v,
-                 af_dtype_of(p.dtype),
-                 p.softcap ? 1 : 0,
-                 p.scale,
-                 p.softcap.value_or(0.0),
-                 mask_json.c_str(),
-                 restrictions.c_str(),
-                 p.q_offset,
-                 p.kv_offset,
-                 p.full_seq_q,
-                 p.full_seq_kv,
-                 p.mask.data()};
+      af_problem& a = problem;
+      a.batch = s.batch, a.heads_q = s.heads_q, a.heads_kv = s.heads_kv, a.seq_q = s.seq_q, a.seq_kv = s.seq_kv;
+      a.head_dim_qk = s.head_dim_qk, a.head_dim_v = s.head_dim_v;
+      a.dtype = af_dtype_of(p.dtype);
+      a.has_softcap = p.softcap ? 1 : 0;
+      a.scale = p.scale;
+      a.softcap = p.softcap.value_or(0.0);
+      a.mask_json = mask_json.c_str();
+      a.restrictions_json = restrictions.c_str();
+      a.q_offset = p.q_offset, a.kv_offset = p.kv_offset, a.full_seq_q = p.full_seq_q, a.full_seq_kv = p.full_seq_kv;
+      a.mask = p.mask.data();
+      if (abi < 3) return;  // the fields below are version 3's: an older plugin's struct ends before them
+      if (p.ragged()) {
+        lens_q = p.lens_q;
+        lens_kv = p.lens_kv;
+        a.lens_q = lens_q.data();
+        a.lens_kv = lens_kv.data();
+      }
+      if (!(flags & AF_TAKES_PACKED)) return;
+      const PackedGeometry& g = geometry.emplace(packed_geometry(p, (flags & AF_TAKES_PAGED_KV) != 0));
+      // Narrowed unchecked: a call whose rows do not fit is declined (packed_geometry_refusal) before it runs.
+      auto narrow = [](const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); };
+      cu_q = narrow(g.q.starts), cu_kv = narrow(g.kv.starts), used_q = narrow(g.q.lens), used_kv = narrow(g.kv.lens);
+      a.cu_seqlens_q = cu_q.data(), a.cu_seqlens_kv = cu_kv.data(), a.seqused_q = used_q.data(), a.seqused_kv = used_kv.data();
+      a.total_q = g.q.total, a.total_kv = g.kv.total;
+      a.max_seqlen_q = g.max_q, a.max_seqlen_kv = g.max_kv;
+      a.misaligned = g.lead > 0 ? 1 : 0;
+      if (g.page_size > 0) {
+        table = narrow(g.table);
+        a.page_size = g.page_size, a.num_pages = g.pages, a.pages_per_seq = g.pages_per_seq;
+        a.page_table = table.data();
+      }
+    }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+    bool paged() const { return problem.page_table != nullptr; }
+    // backward() takes K and V packed: no page table.
+    void without_pages() { problem.page_size = problem.num_pages = problem.pages_per_seq = 0, problem.page_table = nullptr; }
+    // A CUDA plugin's twins of the index arrays, and the mask.
+    void to_device(DeviceArena& gpu, const Problem& p) {
+      problem.mask_device = static_cast<const uint8_t*>(gpu.upload(p.mask.data(), p.mask.size()));
+      auto up = [&](const std::vector<int32_t>& v) {
+        return static_cast<const int32_t*>(gpu.upload(v.data(), v.size() * sizeof(int32_t)));
+      };
+      problem.cu_seqlens_q_device = up(cu_q), problem.cu_seqlens_kv_device = up(cu_kv);
+      problem.seqused_q_device = up(used_q), problem.seqused_kv_device = up(used_kv);
+      if (paged()) problem.page_table_device = up(table);
     }
   };
 
+  // The varlen interface (AF_TAKES_PACKED): Q, K, V packed (K and V in pages where the call has
+  // them), O and LSE packed and poisoned, unpacked with O = 0 and LSE = -inf on the rows past each
+  // sequence's length (fully masked rows), as the LibTorch and cuDNN varlen adapters do.
+  Forward forward_packed(const Problem& p, Call& call) {
+    const PackedGeometry& g = *call.geometry;
+    if (auto why = packed_geometry_refusal(g)) throw UnsupportedError(name() + ": " + *why);
+    const Shape& s = p.shape;
+    const ElementType et = element_type(af_dtype_of(p.dtype));
+    using R = TensorId;
+    auto kv = [&](int64_t width) {
+      return call.paged() ? PieceBuffer::pool(g, s.heads_kv, width, et) : PieceBuffer::packed(g.kv, s.heads_kv, width, et, g.lead, false);
+    };
+    PackedArg q(R::Q, PieceBuffer::packed(g.q, s.heads_q, s.head_dim_qk, et, g.lead, false));
+    PackedArg k(R::K, kv(s.head_dim_qk)), v(R::V, kv(s.head_dim_v));
+    q.buf.store(p.q), k.buf.store(p.k), v.buf.store(p.v);
+    PackedArg o(R::O, PieceBuffer::packed(g.q, s.heads_q, s.head_dim_v, et, g.lead, true));
+    PackedArg lse(R::LSE, PieceBuffer::packed(g.q, s.heads_q, 0, ElementType::f32, g.lead, true));
+    char msg[1024] = {0};
+    std::optional<DeviceArena> gpu;
+    if (cuda()) {
+      gpu.emplace();
+      for (PackedArg* a : {&q, &k, &v, &o, &lse}) to_device(*gpu, *a);
+      call.to_device(*gpu, p);
+    }
+    InputGuard inputs{&q, &k, &v};
+    const int rc = pl_->forward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, msg, sizeof msg);
+    if (gpu) gpu->synchronize(name() + " forward");
+    if (rc != 0) throw std::runtime_error(name() + ": forward failed: " + (msg[0] ? msg : "no message"));
+    if (gpu) to_host(*gpu, o), to_host(*gpu, lse);
+    inputs.check(name() + " forward", gpu ? &*gpu : nullptr);
+    check_written_outside(name() + " forward", {&o, &lse});
+    Forward f;
+    f.o = o.buf.load({s.batch, s.heads_q, s.seq_q, s.head_dim_v}, 0.0, &f.unwritten[TensorId::O]);
+    f.lse = lse.buf.load({s.batch, s.heads_q, s.seq_q}, -std::numeric_limits<double>::infinity(), &f.unwritten[TensorId::LSE]);
+    return f;
+  }
+
+  // Every tensor packed (K and V too, paged or not: the backward takes no page table), dQ, dK and
+  // dV unpacked with zeros past each sequence's rows and keys.
+  Gradients backward_packed(const Problem& p, Call& call, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
+    call.without_pages();
+    const PackedGeometry& g = *call.geometry;
+    if (auto why = packed_geometry_refusal(g)) throw UnsupportedError(name() + ": " + *why);
+    const Shape& s = p.shape;
+    const ElementType et = element_type(af_dtype_of(p.dtype));
+    using R = TensorId;
+    auto input = [&](const PackedSide& side, int64_t heads, int64_t width, ElementType type, const Tensor& dense) {
+      PieceBuffer b = PieceBuffer::packed(side, heads, width, type, g.lead, false);
+      b.store(dense);
+      return b;
+    };
+    PackedArg q(R::Q, input(g.q, s.heads_q, s.head_dim_qk, et, p.q)), k(R::K, input(g.kv, s.heads_kv, s.head_dim_qk, et, p.k));
+    PackedArg v(R::V, input(g.kv, s.heads_kv, s.head_dim_v, et, p.v)), o(R::O, input(g.q, s.heads_q, s.head_dim_v, et, fwd.o));
+    PackedArg lse(R::LSE, input(g.q, s.heads_q, 0, ElementType::f32, fwd.lse)), d_o(R::dO, input(g.q, s.heads_q, s.head_dim_v, et, d_out));
+    PackedArg dl(R::dLSE, input(g.q, s.heads_q, 0, ElementType::f32, d_lse));
+    PackedArg dq(R::dQ, PieceBuffer::packed(g.q, s.heads_q, s.head_dim_qk, et, g.lead, true));
+    PackedArg dk(R::dK, PieceBuffer::packed(g.kv, s.heads_kv, s.head_dim_qk, et, g.lead, true));
+    PackedArg dv(R::dV, PieceBuffer::packed(g.kv, s.heads_kv, s.head_dim_v, et, g.lead, true));
+    char msg[1024] = {0};
+    std::optional<DeviceArena> gpu;
+    if (cuda()) {
+      gpu.emplace();
+      for (PackedArg* a : {&q, &k, &v, &o, &lse, &d_o, &dl, &dq, &dk, &dv}) to_device(*gpu, *a);
+      call.to_device(*gpu, p);
+    }
+    InputGuard inputs{&q, &k, &v, &o, &lse, &d_o, &dl};
+    const int rc = pl_->backward(&call.problem, &q.t, &k.t, &v.t, &o.t, &lse.t, &d_o.t, backward_takes_dlse() ? &dl.t : nullptr, &dq.t,
+                                 &dk.t, &dv.t, msg, sizeof msg);
+    if (gpu) gpu->synchronize(name() + " backward");
+    if (rc != 0) throw std::runtime_error(name() + ": backward failed: " + (msg[0] ? msg : "no message"));
+    if (gpu) to_host(*gpu, dq), to_host(*gpu, dk), to_host(*gpu, dv);
+    inputs.check(name() + " backward", gpu ? &*gpu : nullptr);
+    check_written_outside(name() + " backward", {&dq, &dk, &dv});
+    Gradients out;
+    out.dq = dq.buf.load({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, 0.0, &out.unwritten[TensorId::dQ]);
+    out.dk = dk.buf.load({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}, 0.0, &out.unwritten[TensorId::dK]);
+    out.dv = dv.buf.load({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}, 0.0, &out.unwritten[TensorId::dV]);
+    return out;
+  }
+
   // What campaigns aim at (attnfuzz_plugin.h): the plugin's declared envelope, or none, narrowed
   // to the dtypes of its contract (the one clause enforced here); supports() decides the rest.
+  // AF_TAKES_PACKED implies ragged batches, and the plugin never sees the case's layouts.
   SupportEnvelope declared_envelope(const char* envelope_json) const {
     std::vector<DType> contract_dtypes;
     for (const auto& [d, c] : contracts_) contract_dtypes.push_back(d);
     try {
-      if (!envelope_json) return attnfuzz::declared_envelope(nullptr, contract_dtypes);
+      if (!envelope_json) {
+        SupportEnvelope e = attnfuzz::declared_envelope(nullptr, contract_dtypes);
+        e.ragged = packed();
+        return e;
+      }
       const nlohmann::json j = nlohmann::json::parse(envelope_json);
       SupportEnvelope e = attnfuzz::declared_envelope(&j, contract_dtypes);
       // The ABI hands a plugin no bias: one that says it takes one would compute without it.
       if (e.bias) throw std::invalid_argument("declares \"bias\": true, but the plugin ABI hands over no score bias");
+      if (packed()) {
+        if (j.contains("ragged") && !e.ragged)
+          throw std::invalid_argument("declares \"ragged\": false, but sets AF_TAKES_PACKED, which takes ragged batches");
+        if (e.alignment_bytes > 1 || e.packed_lse)
+          throw std::invalid_argument(std::string("declares \"") + (e.packed_lse ? "packed_lse" : "alignment_bytes") +
+                                      "\", but sets AF_TAKES_PACKED: its tensors are packed by the loader, never laid out as the case "
+                                      "says (decline af_problem.misaligned in supports())");
+        e.ragged = true;
+      }
       return e;
     } catch (const std::exception& ex) {
       throw std::runtime_error("plugin " + path_ + ": " + (envelope_json ? "malformed attnfuzz_plugin_envelope(): " : "contract_json: ") +
@@ -322,6 +498,7 @@ class PluginBackend final : public Backend {
   std::string path_;
   std::map<std::string, std::string> source_;  // what a reproducer records of it (harness/plugin_path.h)
   void* handle_;
+  uint32_t abi_;  // the version the plugin speaks: its af_problem ends with that version's fields
   const af_plugin* pl_;
   std::map<DType, Contract> contracts_;
   SupportEnvelope envelope_;
@@ -350,6 +527,12 @@ std::unique_ptr<Backend> load_plugin(const std::string& spec) {
     fail("af_plugin.abi_version is " + std::to_string(pl->abi_version) + " but attnfuzz_plugin_abi_version() returned " +
          std::to_string(version));
   if (!pl->forward || !pl->backward) fail("af_plugin has no forward or backward entry point");
+  // Its af_problem would end before the fields these flags hand over.
+  if (version < 3 && (pl->flags & kVersion3Flags))
+    fail(std::string("sets ") + ((pl->flags & AF_TAKES_PACKED) ? "AF_TAKES_PACKED" : "AF_TAKES_PAGED_KV") +
+         ", a flag of ABI version 3, but speaks version " + std::to_string(version) + " (build it with ATTNFUZZ_PLUGIN_ABI_VERSION 3)");
+  if ((pl->flags & AF_TAKES_PAGED_KV) && !(pl->flags & AF_TAKES_PACKED))
+    fail("sets AF_TAKES_PAGED_KV without AF_TAKES_PACKED: paged K and V come only with the varlen interface");
   // Optional (any ABI version): what the plugin accepts for sure, for the campaigns' aim.
   auto envelope = reinterpret_cast<af_plugin_envelope_fn>(dlsym(h, "attnfuzz_plugin_envelope"));
   const char* envelope_json = envelope ? envelope() : nullptr;
@@ -358,7 +541,7 @@ std::unique_ptr<Backend> load_plugin(const std::string& spec) {
   const char* api_name = api ? api() : nullptr;
   if (api && (!api_name || !*api_name)) fail("attnfuzz_plugin_api() returned NULL or an empty name");
   try {
-    return std::make_unique<PluginBackend>(path, h, pl, envelope_json, api_name ? api_name : "");
+    return std::make_unique<PluginBackend>(path, h, version, pl, envelope_json, api_name ? api_name : "");
   } catch (...) {
     dlclose(h);
     throw;

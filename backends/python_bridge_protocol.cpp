@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "harness/case.h"
 #include "harness/case_json.h"
 
 namespace attnfuzz {
@@ -47,7 +48,29 @@ nlohmann::json problem_extra_json(const Problem& p) {
   nlohmann::json extra{{"mask", p.mask_expr ? to_json(*p.mask_expr) : nlohmann::json{{"kind", "none"}}}, {"restrictions", restrictions}};
   // A ragged batch (only to an adapter whose envelope says ragged): each sequence's lengths in the
   // whole problem, in which its mask is evaluated (harness/problem.h).
-  if (p.ragged()) extra["ragged"] = {{"lens_q", p.lens_q}, {"lens_kv", p.lens_kv}};
+  if (p.ragged()) {
+    nlohmann::json ragged{{"lens_q", p.lens_q}, {"lens_kv", p.lens_kv}};
+    // A paged case: the physical page of each sequence's keys [k P, (k + 1) P) of the whole
+    // problem, the table cudnn.paged lays its pool out by (harness/case.h, page_table), so a
+    // paged adapter reads the keys through the same pages.
+    if (p.page_size > 0) {
+      Ragged r;
+      r.lens_q = p.lens_q;
+      r.lens_kv = p.lens_kv;
+      r.page_size = p.page_size;
+      const PageTable t = page_table(r, p.page_seed);
+      nlohmann::json rows = nlohmann::json::array();
+      for (int64_t b = 0; b < static_cast<int64_t>(p.lens_kv.size()); ++b) {
+        nlohmann::json row = nlohmann::json::array();
+        for (int64_t k = 0; k < (p.lens_kv[static_cast<size_t>(b)] + p.page_size - 1) / p.page_size; ++k) row.push_back(t.at(b, k));
+        rows.push_back(std::move(row));
+      }
+      ragged["page_size"] = p.page_size;
+      ragged["pages"] = t.pages;
+      ragged["page_table"] = std::move(rows);
+    }
+    extra["ragged"] = std::move(ragged);
+  }
   return extra;
 }
 

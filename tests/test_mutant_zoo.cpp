@@ -1,8 +1,12 @@
 // Every mutant of the zoo (tests/mutants/) through the full differential check: found,
 // with the expected signature class, on the seed scenario where the bug can show there
-// and on a random sample of cases; the ABI loader refuses other versions.
+// and on a random sample of cases; the ABI loader refuses other versions, and hands ragged
+// batches to a plugin of the varlen interface (ABI 3, tests/plugins/varlen_plugin.c) packed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -14,7 +18,9 @@
 #include "generators/shrink.h"
 #include "harness/case_json.h"
 #include "harness/differential.h"
+#include "harness/rng.h"
 #include "backends/plugin.h"
+#include "backends/plugin_packed.h"
 #include "backends/registry.h"
 
 namespace attnfuzz {
@@ -267,6 +273,257 @@ TEST(PluginLoader, DocumentedMinimalPluginLoadsAndPasses) {
   c.dtype = DType::bf16;
   const DiffReport skipped = run_differential(c, {be.get()}, default_oracles());
   EXPECT_TRUE(skipped.runs[0].skipped);  // the plugin's contract has no bf16
+}
+
+// ---- The varlen interface (ABI 3): tests/plugins/varlen_plugin.c through the loader ----
+
+std::unique_ptr<Backend> test_plugin(const std::string& name) {
+  return load_plugin(std::string(ATTNFUZZ_PLUGIN_DIR) + "/libattnfuzz_plugin_" + name + ".so");
+}
+
+// A ragged batch in every case, each edge of the varlen interfaces in a good share (gaps between
+// Q's and K's sequences, a tail, pages of K and V, maxima past the longest sequence, misaligned
+// buffers: more often than random_ragged draws them), sequences of 0 and 1 rows as random_ragged
+// draws them; masks none or causal (top-left is each sequence's bottom-right where it is square,
+// and declined elsewhere), half with a composition as random_case draws them. Every tenth batch is
+// dense (a varlen plugin gets it packed too, every sequence full).
+Case varlen_case(uint64_t seed, std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16}) {
+  RandomCaseOptions opt;
+  opt.max_batch = 4;
+  opt.p_ragged = 1.0;
+  opt.dtypes = std::move(dtypes);
+  Case c = random_case(seed + 6'000'000, opt);
+  c.mask = seed % 3 == 0 ? MaskExpr::all_visible() : MaskExpr::causal_mask(seed % 3 == 1 ? Align::bottom_right : Align::top_left);
+  SplitMix r(splitmix64(seed ^ 0x7661726c656e2121ull));
+  Ragged& g = *c.ragged;
+  g.gap_q = r.chance(0.5) ? r.range(1, 5) : 0;
+  g.gap_kv = r.chance(0.5) ? r.range(1, 5) : 0;
+  g.tail = r.chance(0.5) ? r.range(1, 6) : 0;
+  g.page_size = r.chance(0.5) ? r.range(1, 9) : 0;
+  g.max_slack = r.chance(0.3) ? r.range(1, 40) : 0;
+  g.misaligned = r.chance(0.3);
+  if (seed % 10 == 9) c.ragged.reset();
+  validate(c);
+  return c;
+}
+constexpr int kVarlenCases = 300;
+
+// The loader's packing, against harness/case.h's offsets and page table: every row in its place,
+// NaN in the gaps, the tail, past each sequence's keys in its last page and before a misaligned
+// buffer; an output's poison counted where the plugin must write and guarded everywhere else.
+TEST(VarlenPlugin, PackedRowsFollowTheRaggedOffsetsAndThePageTable) {
+  Case c;
+  c.seed = 17;
+  c.shape = {3, 2, 1, 6, 9, 4, 4};
+  Ragged g;
+  g.lens_q = {2, 0, 6};
+  g.lens_kv = {9, 3, 5};
+  g.gap_q = 1, g.gap_kv = 2, g.tail = 3, g.page_size = 4, g.max_slack = 5, g.misaligned = true;
+  c.ragged = g;
+  validate(c);
+  const Problem p = full_problem(c, generate_inputs(c));
+  const PackedGeometry geo = packed_geometry(p, true);
+  EXPECT_EQ(geo.q.starts, g.starts_q());
+  EXPECT_EQ(geo.kv.starts, g.starts_kv());
+  EXPECT_EQ(geo.q.starts, (std::vector<int64_t>{0, 3, 4, 10}));  // the gap after each sequence but the last
+  EXPECT_EQ(geo.q.total, 13);                                    // and the tail after it
+  EXPECT_EQ(geo.kv.total, 24);
+  EXPECT_EQ(geo.max_q, 6 + 5);
+  EXPECT_EQ(geo.max_kv, 9 + 5);
+  EXPECT_EQ(geo.lead, 1);
+  const PageTable t = page_table(g, c.seed);
+  EXPECT_EQ(geo.pages, t.pages);
+  EXPECT_EQ(geo.pages_per_seq, 3);
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(geo.table[static_cast<size_t>(b * 3 + i)], t.at(b, i)) << b << " " << i;
+  EXPECT_EQ(geo.table[4], -1);  // sequence 1 has one page
+
+  PieceBuffer q = PieceBuffer::packed(geo.q, 2, 4, ElementType::f32, geo.lead, false);
+  q.store(p.q);
+  const af_tensor qt = q.tensor();
+  EXPECT_EQ(qt.ndim, 4);
+  EXPECT_EQ(std::vector<int64_t>(qt.shape, qt.shape + 4), (std::vector<int64_t>{1, 2, 13, 4}));
+  EXPECT_EQ(std::vector<int64_t>(qt.strides, qt.strides + 4), (std::vector<int64_t>{13 * 2 * 4, 4, 8, 1}));
+  EXPECT_EQ(static_cast<unsigned char*>(qt.data), q.base() + 4);  // one fp32 element in
+  const float* qf = static_cast<const float*>(qt.data);
+  EXPECT_EQ(qf[(4 + 5) * 8 + 1 * 4 + 3], static_cast<float>(p.q.at(2, 1, 5)[3]));  // sequence 2's query 5, head 1
+  for (int64_t row : {2, 3, 10, 11, 12}) EXPECT_TRUE(std::isnan(qf[row * 8])) << "row " << row << " is a gap or the tail";
+  EXPECT_TRUE(std::isnan(qf[-1]));
+  size_t poisoned = 0;
+  const Tensor back = q.load({3, 2, 6, 4}, 0.0, &poisoned);
+  EXPECT_EQ(poisoned, 0u);
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(back.at(b, 1, i)[2], i < g.lens_q[static_cast<size_t>(b)] ? p.q.at(b, 1, i)[2] : 0.0);
+
+  PieceBuffer lse = PieceBuffer::packed(geo.q, 2, 0, ElementType::f32, geo.lead, true);
+  const af_tensor lt = lse.tensor();
+  EXPECT_EQ(lt.ndim, 3);
+  EXPECT_EQ(std::vector<int64_t>(lt.strides, lt.strides + 3), (std::vector<int64_t>{2 * 13, 13, 1}));
+  lse.load({3, 2, 6}, 0.0, &poisoned);
+  EXPECT_EQ(poisoned, 2u * 8u);  // every sequence row of both heads still poisoned
+  EXPECT_EQ(lse.written_outside(), 0u);
+  static_cast<float*>(lt.data)[1 * 13 + 2] = 0.0f;  // head 1, the gap after sequence 0
+  EXPECT_EQ(lse.written_outside(), 1u);
+
+  PieceBuffer k = PieceBuffer::pool(geo, 1, 4, ElementType::f32);
+  k.store(p.k);
+  const af_tensor kt = k.tensor();
+  EXPECT_EQ(std::vector<int64_t>(kt.shape, kt.shape + 4), (std::vector<int64_t>{t.pages, 1, 4, 4}));
+  const float* kf = static_cast<const float*>(kt.data);
+  EXPECT_EQ(kf[t.at(0, 1) * kt.strides[0] + 1 * kt.strides[2] + 2], static_cast<float>(p.k.at(0, 0, 5)[2]));  // sequence 0's key 5
+  EXPECT_TRUE(std::isnan(kf[t.at(1, 0) * kt.strides[0] + 3 * kt.strides[2]])) << "past sequence 1's 3 keys";
+}
+
+// Every output and gradient of the clean plugin through the single call and the case's
+// composition, on ragged cases with every edge: no finding, and most runs taken.
+TEST(VarlenPlugin, CleanPluginPassesRaggedCasesWithEveryEdge) {
+  auto be = test_plugin("varlen");
+  EXPECT_TRUE(be->envelope().ragged) << "AF_TAKES_PACKED implies ragged batches";
+  EXPECT_EQ(be->envelope().masks, MaskSupport::causal_or_none);
+  const OracleSet oracles = default_oracles();
+  std::map<std::string, int> seen, skipped;
+  for (uint64_t seed = 0; seed < kVarlenCases; ++seed) {
+    const Case c = varlen_case(seed);
+    const DiffReport r = run_differential(c, {be.get()}, oracles);
+    for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail << "\n" << write_case(c);
+    int ran = 0;
+    for (const auto& run : r.runs) {
+      ++seen["runs"];
+      if (run.skipped) ++skipped[run.skip_reason.substr(0, 120)];
+      ran += !run.skipped;
+    }
+    seen["runs taken"] += ran;
+    if (!ran) continue;
+    ++seen["cases run"];
+    if (!c.ragged) {
+      ++seen["dense"];
+      continue;
+    }
+    const Ragged& g = *c.ragged;
+    seen["gap_q"] += g.gap_q > 0 && c.shape.batch > 1;
+    seen["gap_kv"] += g.gap_kv > 0 && c.shape.batch > 1;
+    seen["tail"] += g.tail > 0;
+    seen["paged"] += g.page_size > 0;
+    seen["max_slack"] += g.max_slack > 0;
+    seen["misaligned"] += g.misaligned;
+    seen["16-bit"] += c.dtype != DType::f32;
+    seen["composition"] += ran > 1;
+  }
+  for (const auto& [why, n] : skipped) std::cout << "  skipped " << n << "x: " << why << "\n";
+  for (const auto& [what, n] : seen) std::cout << "  " << what << ": " << n << "\n";
+  EXPECT_GT(seen["runs taken"] * 2, seen["runs"]);
+  for (const char* edge : {"gap_q", "gap_kv", "tail", "paged", "max_slack", "misaligned", "16-bit", "composition", "dense"})
+    EXPECT_GE(seen[edge], 20) << edge;
+}
+
+// Whether a build of the plugin returns other bits than the clean build for the case's single
+// call (forward, then backward on the clean forward's O and LSE): the planted bug showed. An
+// out-of-bounds write shows too.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape == b.shape && std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(double)) == 0;
+}
+bool bug_shows(Backend& clean, Backend& bug, const Case& c) {
+  const Inputs in = generate_inputs(c);
+  const Problem p = full_problem(c, in);
+  if (clean.unsupported_reason(p)) return false;
+  try {
+    const Forward f = clean.forward(p), fb = bug.forward(p);
+    if (!same_bits(f.o, fb.o) || !same_bits(f.lse, fb.lse)) return true;
+    const Gradients g = clean.backward(p, f, in.d_out, in.d_lse), gb = bug.backward(p, f, in.d_out, in.d_lse);
+    return !same_bits(g.dq, gb.dq) || !same_bits(g.dk, gb.dk) || !same_bits(g.dv, gb.dv);
+  } catch (const OutOfBoundsWrite&) {
+    return true;
+  }
+}
+
+// Each planted bug is flagged in (nearly) every case where it changes what the plugin returns,
+// with one of the classes it can cause; where it does not show, the case passes.
+void expect_planted_bug_flagged(const std::string& build, const std::set<FindingClass>& classes, double share) {
+  auto clean = test_plugin("varlen");
+  auto bug = test_plugin(build);
+  const OracleSet oracles = default_oracles();
+  DiffOptions opt;
+  opt.check_determinism = false;  // the bugs are deterministic; the clean test runs the check
+  int showed = 0, flagged = 0;
+  std::map<std::string, int> found;
+  for (uint64_t seed = 0; seed < kVarlenCases; ++seed) {
+    const Case c = varlen_case(seed);
+    const bool shows = bug_shows(*clean, *bug, c);
+    const DiffReport r = run_differential(c, {bug.get()}, oracles, opt);
+    bool hit = false;
+    for (const auto& f : r.findings) {
+      ++found[to_string(f.signature.cls)];
+      EXPECT_TRUE(classes.count(f.signature.cls)) << f.signature.to_string() << " " << f.detail << "\n" << write_case(c);
+      hit = true;
+    }
+    showed += shows;
+    flagged += shows && hit;
+    if (shows && !hit) std::cout << "  unflagged: " << write_case(c) << "\n";
+  }
+  for (const auto& [cls, n] : found) std::cout << "  " << cls << ": " << n << " finding(s)\n";
+  std::cout << "  " << build << ": showed in " << showed << " of " << kVarlenCases << " cases, flagged in " << flagged << "\n";
+  EXPECT_GE(showed, 50) << build << " showed in too few cases to say anything";
+  EXPECT_GE(flagged, share * showed) << build;
+}
+
+TEST(VarlenPlugin, PlantedReadPastTheSequenceIsFlagged) {
+  // A wrong key's weight is an error of any size: a NaN, a mismatch, a convention broken on a row
+  // that sees no key, or an error small enough to read as a coarser precision.
+  expect_planted_bug_flagged(
+      "varlen_off_by_one", {FindingClass::mismatch, FindingClass::nan_inf, FindingClass::semantic, FindingClass::contract_violation}, 0.9);
+}
+
+TEST(VarlenPlugin, PlantedWriteIntoTheTailIsFlaggedOutOfBounds) {
+  expect_planted_bug_flagged("varlen_writes_tail", {FindingClass::out_of_bounds}, 1.0);
+}
+
+// A plugin of ABI version 2 that takes ragged batches (the minimal plugin declaring "ragged":
+// true) gets them as before: padded, through the dense mask, and passes.
+TEST(VarlenPlugin, AnOlderPluginTakesRaggedBatchesPaddedAsBefore) {
+  auto be = test_plugin("minimal_ragged_v2");
+  EXPECT_TRUE(be->envelope().ragged);
+  const OracleSet oracles = default_oracles();
+  int ran = 0, runs = 0;
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    const Case c = varlen_case(seed, {DType::f32});
+    const DiffReport r = run_differential(c, {be.get()}, oracles);
+    for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail << "\n" << write_case(c);
+    for (const auto& run : r.runs) {
+      ++runs;
+      ran += !run.skipped;
+      EXPECT_FALSE(run.skipped) << run.skip_reason;  // it reads the dense mask: every mask, every composition
+    }
+  }
+  EXPECT_EQ(ran, runs);
+  EXPECT_GE(ran, 30);
+}
+
+// The flags of version 3 on a plugin that speaks version 2 (its af_problem would end before the
+// fields they hand over): refused at load, in one line naming the flag and the version.
+TEST(VarlenPlugin, Version3FlagsOnAnOlderPluginAreRefusedAtLoad) {
+  try {
+    test_plugin("varlen_v2");
+    FAIL() << "loaded a version 2 plugin that sets AF_TAKES_PACKED";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("sets AF_TAKES_PACKED, a flag of ABI version 3, but speaks version 2"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+// Declarations that contradict the varlen interface: refused at load, each in one line.
+TEST(VarlenPlugin, ContradictoryDeclarationsAreRefusedAtLoad) {
+  const std::map<std::string, std::string> expected{{"varlen_paged_only", "sets AF_TAKES_PAGED_KV without AF_TAKES_PACKED"},
+                                                    {"varlen_not_ragged", "declares \"ragged\": false, but sets AF_TAKES_PACKED"}};
+  for (const auto& [build, why] : expected) {
+    try {
+      test_plugin(build);
+      ADD_FAILURE() << "loaded " << build;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/python_bridge_protocol.h"
 #include "backends/registry.h"
 #include "campaign/composition_calls.h"
 #include "generators/random_case.h"
@@ -112,6 +113,27 @@ TEST(Ragged, PageTableIsAPermutationOfEveryPageAndASpare) {
   Ragged flat = *c.ragged;
   flat.page_size = 0;
   EXPECT_EQ(page_table(flat, c.seed).pages, 0);
+}
+
+// A Python adapter reads a paged case's keys through the same pages as cudnn.paged: the bridge
+// sends the table of the whole problem, each sequence's pages and no -1 padding.
+TEST(Ragged, PythonBridgeSendsThePageTable) {
+  const Case c = small_case(3, MaskExpr::all_visible());
+  const Problem p = case_problem(c);
+  const nlohmann::json r = problem_extra_json(p).at("ragged");
+  const PageTable t = page_table(*c.ragged, c.seed);
+  EXPECT_EQ(r.at("page_size").get<int64_t>(), 4);
+  EXPECT_EQ(r.at("pages").get<int64_t>(), t.pages);
+  const auto& rows = r.at("page_table");
+  ASSERT_EQ(rows.size(), 5u);
+  const size_t counts[] = {4, 3, 1, 1, 0};
+  for (size_t b = 0; b < 5; ++b) {
+    ASSERT_EQ(rows[b].size(), counts[b]);
+    for (size_t k = 0; k < counts[b]; ++k) EXPECT_EQ(rows[b][k].get<int64_t>(), t.at(static_cast<int64_t>(b), static_cast<int64_t>(k)));
+  }
+  Case flat = c;
+  flat.ragged->page_size = 0;
+  EXPECT_FALSE(problem_extra_json(case_problem(flat)).at("ragged").contains("page_table"));
 }
 
 TEST(Ragged, BadLengthsAreRefusedWithTheField) {

@@ -67,7 +67,8 @@ class Problem:
 
     @property
     def ragged(self):
-        """None, or a ragged batch's lengths in the whole problem, {"lens_q": [...], "lens_kv": [...]}:
+        """None, or a ragged batch's lengths in the whole problem, {"lens_q": [...], "lens_kv": [...]}
+        (a paged case adds "page_size", "pages" and "page_table": each sequence's physical pages):
         sequence b's mask is evaluated in its own lens_q[b] x lens_kv[b] coordinates, and nothing
         past them is visible (docs/semantics.md, "Ragged batches"). Only an adapter whose envelope
         declares {"ragged": True} gets such a call; the dense mask holds all of it."""

@@ -1,4 +1,4 @@
-/* minimal_cuda_plugin.cu: a complete attnfuzz CUDA plugin (ABI 2), naive but correct.
+/* minimal_cuda_plugin.cu: a complete attnfuzz CUDA plugin (ABI 3), naive but correct.
  *
  * Tensors and the mask arrive in GPU memory (AF_DEVICE_IS_CUDA). One thread per query row
  * computes the scores, softmax, O and LSE (forward), or P, dS and dQ (backward); then one

@@ -1,4 +1,4 @@
-/* minimal_plugin.c: a complete attnfuzz plugin (ABI 2), naive and fp32 only.
+/* minimal_plugin.c: a complete attnfuzz plugin (ABI 3), naive and fp32 only.
  *
  * One query row at a time: scores, softmax, O; the backward recomputes P from the LSE the
  * forward stored. Sums run in double: simple, and well inside the "fp32" contract.

@@ -391,3 +391,124 @@ class FlexDocumentCompiled(FlexDocument, FlexCompiled):
 
     def __init__(self, device=None, matmul_precision="highest"):
         FlexCompiled.__init__(self, device, "static", matmul_precision)
+
+
+class FlexPaged(FlexDocument):
+    """FlexAttention's paged KV cache (torch.nn.attention.experimental._paged_attention,
+    PagedAttention, torch 2.11), the way a serving loop calls it: K and V live in one physical
+    cache [1, Hkv, pages * page_size, D] shared by the batch, each sequence's keys in the pages its
+    page table names, and the logical BlockMask (key blocks of page_size) converted to the
+    physical one by PagedAttention.convert_logical_block_mask, whose mask_mod maps each physical
+    key back to its sequence's logical key and hides keys past kv_len. Queries stay dense
+    [B, Hq, Sq, D] (rows past a sequence's length are masked, hence O = 0 and LSE = -inf).
+
+    The pages are the case's (ragged.page_size and the table the harness sends, the one
+    cudnn.paged uses); a ragged case without pages gets page_size 16, pages in order. A key
+    position the table does not use (a page's rows past its sequence, the spare page) holds the
+    finite poison 1000: a masked key must add nothing, but 0 * NaN would be NaN in any kernel
+    that multiplies P by V over the whole page (eager FlexAttention does), so NaN would test
+    the mask's arithmetic, not its reach. A composition's call reads its keys through the whole
+    problem's pages (its keys start at kv_offset in each sequence).
+
+    Paged FlexAttention is inference: the backward is FlexDocument's (the packed documents), as
+    cudnn.paged's backward is cudnn.varlen's.
+
+        py:attnfuzz_py.adapters.flex:FlexPaged[?device=cuda]
+        py:attnfuzz_py.adapters.flex:FlexPagedCompiled[?device=cuda]   (torch.compile, static shapes)
+    """
+    name = "flex_paged"
+    default_page_size = 16
+    poison = 1000.0
+
+    def _pages(self, p):
+        """(page_size, physical page count, table [B][pages of the sequence]) of the whole problem."""
+        r = p.ragged or {}
+        lens_kv = r.get("lens_kv", [p.full_seq_kv] * p.batch)
+        if r.get("page_size"):
+            return r["page_size"], r["pages"], r["page_table"]
+        size = self.default_page_size
+        table, at = [], 0
+        for n in lens_kv:
+            count = -(-n // size)
+            table.append(list(range(at, at + count)))
+            at += count
+        return size, at + 1, table
+
+    @staticmethod
+    def _map_pages(paged, table):
+        """The case's table as PagedAttention's own (instead of its allocator's order)."""
+        for b, row in enumerate(table):
+            for logical, physical in enumerate(row):
+                paged.page_table[b, logical] = physical
+                paged.physical_to_logical[b, physical] = logical
+
+    def _paged_attend(self, p, q, k, v):
+        from torch.nn.attention.experimental._paged_attention import PagedAttention
+        dev = q.device
+        lq, lkv = call_lengths(p)
+        size, pages, table = self._pages(p)
+        paged = PagedAttention(pages, size, p.batch, device=dev)
+        rows_b, rows_at, src_b, src_j = [], [], [], []
+        self._map_pages(paged, table)
+        for b, row in enumerate(table):
+            for j in range(lkv[b]):  # the call's key j is key p.kv_offset + j of its sequence
+                whole = p.kv_offset + j
+                rows_at.append(row[whole // size] * size + whole % size)
+                src_b.append(b)
+                src_j.append(j)
+        cache_k = torch.full((1, p.heads_kv, pages * size, p.head_dim_qk), self.poison, dtype=k.dtype, device=dev)
+        cache_v = torch.full((1, p.heads_kv, pages * size, p.head_dim_v), self.poison, dtype=v.dtype, device=dev)
+        at = torch.tensor(rows_at, dtype=torch.int64, device=dev)
+        sb = torch.tensor(src_b, dtype=torch.int64, device=dev)
+        sj = torch.tensor(src_j, dtype=torch.int64, device=dev)
+        cache_k[0, :, at] = k[sb, :, sj].transpose(0, 1)
+        cache_v[0, :, at] = v[sb, :, sj].transpose(0, 1)
+
+        dense = p.dense_mask(dev)
+        lq_t = torch.tensor(lq, dtype=torch.int64, device=dev)
+        lkv_t = torch.tensor(lkv, dtype=torch.int64, device=dev)
+        kv_end = torch.tensor([p.kv_offset + n for n in lkv], dtype=torch.int64, device=dev)
+        offset, last_q, last_kv = p.kv_offset, max(p.seq_q - 1, 0), max(p.seq_kv - 1, 0)
+
+        def mask_mod(b, h, q_idx, kv_idx):  # kv_idx: the sequence's logical key in the whole problem
+            call_kv = kv_idx - offset
+            inside = (q_idx < lq_t[b]) & (call_kv >= 0) & (call_kv < lkv_t[b])
+            return inside & dense[b, h, q_idx.clamp(0, last_q), call_kv.clamp(0, last_kv)]
+        logical_len = max(len(row) for row in table) * size if table else size
+        logical = fa.create_block_mask(mask_mod, p.batch, p.heads_q, p.seq_q, max(logical_len, size), device=dev,
+                                       BLOCK_SIZE=(128, size))
+        physical = paged.convert_logical_block_mask(logical, kv_len=kv_end)
+        # Rows past a sequence's queries are masked whole; their (poisoned) values must not matter.
+        q = q * (torch.arange(p.seq_q, device=dev)[None, None, :, None] < lq_t[:, None, None, None])
+        score_mod = None
+        if p.softcap is not None:  # a function of the score alone: no key index to map
+            c = torch.tensor(p.softcap, dtype=torch.float32, device=dev)
+
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return c * torch.tanh(score / c)
+        out, aux = self._call(self._fn, q, cache_k, cache_v, score_mod=score_mod, block_mask=physical, scale=p.scale,
+                              enable_gqa=p.group > 1, return_aux=fa.AuxRequest(lse=True))
+        return out, aux.lse
+
+    def forward(self, p, q, k, v):
+        lq, lkv = call_lengths(p)
+        if sum(lq) == 0 or sum(lkv) == 0:
+            return super().forward(p, q, k, v)  # nothing visible anywhere: every row O = 0, LSE = -inf
+        with torch.no_grad():
+            out, lse = self._paged_attend(p, q, k, v)
+        return out.to(q.dtype), lse.float()
+
+
+class FlexPagedCompiled(FlexPaged, FlexCompiled):
+    """FlexPaged through torch.compile(flex_attention), static shapes: the compiled kernel reads
+    K and V through the converted BlockMask's physical key blocks (a page each)."""
+    name = "flex_paged_compiled"
+
+    def __init__(self, device=None, matmul_precision="highest"):
+        FlexCompiled.__init__(self, device, "static", matmul_precision)
+
+    def supports(self, p):
+        size = self._pages(p)[0]
+        if size % 16:
+            return f"torch.compile(flex_attention) takes key blocks (pages) of a multiple of 16 rows, not {size}"
+        return super().supports(p)
