@@ -297,6 +297,26 @@ uint64_t estimate_host_bytes(const Case& c, const HostWork& work) {
     const uint64_t extent = sat_add(static_cast<uint64_t>(l.offset), sat_mul(3, sat_mul(prod({n[0], n[1], n[2]}), row)));
     bytes = sat_add(bytes, sat_mul(8, sat_add(extent, 2 * static_cast<uint64_t>(std::max<int64_t>(c.layouts.surround.guard, 0)))));
   }
+  if (c.ragged) {
+    // A varlen interface's packed copies (counted, not measured: the gaps and tail are rows no
+    // padded tensor holds, up to kMaxRaggedGap each).
+    const Ragged& r = *c.ragged;
+    const uint64_t sequences = static_cast<uint64_t>(r.lens_q.size());
+    auto packed_rows = [&](const std::vector<int64_t>& lens, int64_t gap) {
+      uint64_t rows = sat_add(static_cast<uint64_t>(std::max<int64_t>(r.tail, 0)), 1);
+      for (int64_t n : lens) rows = sat_add(rows, static_cast<uint64_t>(std::max<int64_t>(n, 0)));
+      return sat_add(rows, sat_mul(sequences > 0 ? sequences - 1 : 0, static_cast<uint64_t>(std::max<int64_t>(gap, 0))));
+    };
+    const uint64_t dqk = static_cast<uint64_t>(s.head_dim_qk), dv = static_cast<uint64_t>(s.head_dim_v);
+    uint64_t packed = sat_mul(sat_mul(packed_rows(r.lens_q, r.gap_q), static_cast<uint64_t>(s.heads_q)), 2 * dqk + 2 * dv + 2);
+    packed = sat_add(packed, sat_mul(sat_mul(packed_rows(r.lens_kv, r.gap_kv), static_cast<uint64_t>(s.heads_kv)), 2 * dqk + 2 * dv));
+    if (r.page_size > 0) {
+      uint64_t pages = 2;  // the spare page, and one for a call's own table
+      for (int64_t n : r.lens_kv) pages = sat_add(pages, static_cast<uint64_t>((std::max<int64_t>(n, 0) + r.page_size - 1) / r.page_size));
+      packed = sat_add(packed, sat_mul(sat_mul(pages, static_cast<uint64_t>(r.page_size)), sat_mul(static_cast<uint64_t>(s.heads_kv), dqk + dv)));
+    }
+    bytes = sat_add(bytes, sat_mul(8, packed));
+  }
   return bytes;
 }
 

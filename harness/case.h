@@ -266,6 +266,10 @@ void check_memory_budget(const Case& c, const Limits& limits);
 //   + scores                                          the per-pair matrices, below
 //   + 8 x every tensor's laid-out extent              the copies handed to backends (padding, offsets,
 //                                                     packed groups and guards included)
+//   + 8 x the packed rows of a ragged batch           a varlen interface's copies: Tq Hq (2 Dqk + 2 Dv + 2)
+//                                                     + Tkv Hkv (2 Dqk + 2 Dv), T = the sequences, the gaps
+//                                                     between them, the tail and a leading element; and a
+//                                                     paged call's pools, (pages + 1) P Hkv (Dqk + Dv)
 // saturating at UINT64_MAX, where scores comes from two phases that run one after the other:
 //   one   = kHeadPairBytes head           where the oracles run on the host or a backend keeps one head's
 //                                         matrices (HostScores::one_head): the error terms' ~20 float64

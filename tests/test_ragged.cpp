@@ -136,6 +136,21 @@ TEST(Ragged, PythonBridgeSendsThePageTable) {
   EXPECT_FALSE(problem_extra_json(case_problem(flat)).at("ragged").contains("page_table"));
 }
 
+// The gaps and tail of a varlen interface's packed copies are rows no padded tensor holds: the
+// memory estimate counts them, so a small file cannot ask for gigabytes past the budget.
+TEST(Ragged, MemoryEstimateCountsThePackedGapsAndTail) {
+  Case c = small_case(3, MaskExpr::all_visible());
+  const uint64_t before = estimate_host_bytes(c, HostWork::least());
+  c.ragged->gap_q = c.ragged->gap_kv = c.ragged->tail = kMaxRaggedGap;
+  const uint64_t after = estimate_host_bytes(c, HostWork::least());
+  // Five sequences: 4 gaps and the tail, each grown to kMaxRaggedGap rows (from 2 and 3, and 5), 8 bytes an element.
+  const Shape& s = c.shape;
+  const uint64_t g = static_cast<uint64_t>(kMaxRaggedGap), q_rows = 4 * (g - 2) + (g - 5), kv_rows = 4 * (g - 3) + (g - 5);
+  const uint64_t q_width = static_cast<uint64_t>(s.heads_q * (2 * s.head_dim_qk + 2 * s.head_dim_v + 2));
+  const uint64_t kv_width = static_cast<uint64_t>(s.heads_kv * (2 * s.head_dim_qk + 2 * s.head_dim_v));
+  EXPECT_EQ(after - before, 8 * (q_rows * q_width + kv_rows * kv_width));
+}
+
 TEST(Ragged, BadLengthsAreRefusedWithTheField) {
   const std::string head =
       R"({"format":"attnfuzz-case/1","seed":1,"shape":{"batch":2,"heads_q":2,"seq_q":4,"seq_kv":6,"head_dim_qk":8},"dtype":"fp16","ragged":)";
