@@ -17,5 +17,12 @@ for m in "$build"/mutants/*.so; do [ -f "$m" ] && strip -o "$out/mutants/$(basen
 # The test plugins, CUDA ones included (tests/plugins/cuda_plugin_test.sh runs them there).
 for m in "$build"/plugins/*.so; do [ -f "$m" ] && strip -o "$out/plugins/$(basename "$m")" "$m"; done
 cp -L "$(ldd "$out/bin/attnfuzz" | awk '/libfmt/ {print $3}')" "$out/lib/"
+# The standalone cuDNN probe of the open varlen rows (docs/findings/standalone; no attnfuzz code):
+# built here, where the frontend headers are, for `ci/gpu_run.sh varlen`.
+fe=$root/.deps/cudnn_frontend/include
+if [ -d "$fe" ] && [ -f /usr/local/cuda/include/cudnn.h ]; then
+  g++ -std=c++20 -O2 -isystem "$fe" -isystem /usr/local/cuda/include "$root/docs/findings/standalone/cudnn_paged_ragged_probe.cpp" \
+    -o "$out/bin/cudnn_paged_ragged_probe" -L/usr/local/cuda/lib64 -lcudnn -lcudart -lnvrtc -s
+fi
 git -C "$root" rev-parse --short=12 HEAD > "$out/commit"
 du -sh "$out"

@@ -47,6 +47,14 @@
 #                                            torch.efficient,torch.cudnn,cudnn,cuda.flash) at TIER (default
 #                                            real); its final stats, the features its counters reached,
 #                                            every finding's reproducer under $OUT/fuzz/findings
+#   ci/gpu_run.sh varlen [SECONDS] [SEED]   the varlen, paged and decode interfaces (docs/gpu.md, "Varlen
+#                                            backends", "cuDNN varlen and paged"): the standalone probes of
+#                                            the open varlen rows (.carry/bin/cudnn_paged_ragged_probe, one
+#                                            variant a process; torch_varlen_misaligned.py), the varlen gpu
+#                                            tests, FlexPaged and FlexPagedCompiled against float64, the CUDA
+#                                            varlen plugin, side by side with a campaign of SECONDS (default
+#                                            300; again with the same SEED resumes the run in $OUT) over the
+#                                            four varlen backends with cudnn and torch.flash, --ragged-share 0.8
 #   ci/gpu_run.sh zoo SECONDS [PARALLEL] [MUTANTS...]
 #                                            a real-tier campaign per GPU mutant (.carry/mutants/
 #                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
@@ -114,6 +122,31 @@ case "$mode" in
       compute-sanitizer --tool "$tool" "$bin/bench_gpu_oracles" --quick > "$OUT/sanitizer-$tool.log" 2>&1
       echo "compute-sanitizer $tool: exit $?, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)"
     done ;;
+  varlen)
+    secs=${1:-300} seed=${2:-58} run="$OUT/varlen-$seed" resume=()
+    [ -f "$run/state.json" ] && resume=(--resume)
+    ( "$bin/attnfuzz" campaign --seconds "$secs" --minimize-seconds 60 --seed "$seed" --ragged-share 0.8 "${resume[@]}" \
+        --backends cudnn.varlen,cudnn.paged,torch.flash.varlen,torch.efficient.varlen,cudnn,torch.flash --out "$run" \
+        > "$OUT/varlen-campaign.log" 2>&1; echo "campaign exit $?" >> "$OUT/varlen-campaign.log" ) &
+    ( if [ -x "$bin/cudnn_paged_ragged_probe" ]; then
+        for v in all paged-k-headmajor paged-v-headmajor ragged-plus8 ragged-plus4 ragged-plus2 ragged-odd ragged-odd-q \
+                 ragged-odd-k ragged-odd-v ragged-odd-o ragged-odd-ptr ragged-odd-align2; do
+          timeout 60 "$bin/cudnn_paged_ragged_probe" "$v" 2>&1; echo "($v: exit $?)"
+        done
+      else echo "no .carry/bin/cudnn_paged_ragged_probe (ci/gpu_bundle.sh builds it where the frontend headers are)"; fi
+      python3 "$root/docs/findings/standalone/torch_varlen_misaligned.py" ) > "$OUT/varlen-standalone.log" 2>&1 &
+    ( for t in test_gpu_cudnn_varlen test_gpu_varlen; do
+        "$bin/$t" --gtest_brief=1 > "$OUT/$t.log" 2>&1; echo "$t: exit $?" >> "$OUT/$t.log"
+      done ) &
+    ( export PYTHONPATH="$root/python" FLEX_PAGED_DEVICE=cuda
+      for a in FlexPaged FlexPagedCompiled; do FLEX_PAGED_ADAPTER=$a python3 "$root/tests/python/test_flex_paged.py" 2>&1 | grep -v Warning; done
+    ) > "$OUT/flex-paged.log" 2>&1 &
+    ( CUDA_PLUGIN_TEST_ONLY=varlen "$root/tests/plugins/cuda_plugin_test.sh" "$bin/attnfuzz" "$root/.carry/plugins" "$root" 0 \
+        > "$OUT/varlen-cuda-plugin.log" 2>&1 ) &
+    wait
+    for f in test_gpu_cudnn_varlen.log test_gpu_varlen.log; do grep -E "^\[  (FAILED|PASSED) |exit" "$OUT/$f"; done
+    tail -3 "$OUT/flex-paged.log" "$OUT/varlen-cuda-plugin.log"; tail -12 "$OUT/varlen-campaign.log"
+    (cd "$OUT" && tar czf "varlen-$seed.tgz" "varlen-$seed") ;;
   cuda-plugins)  # the minimal CUDA plugin and its planted-bug variants through run, campaign, check
     "$root/tests/plugins/cuda_plugin_test.sh" "$bin/attnfuzz" "$root/.carry/plugins" "$root" "${1:-0}" 2>&1 | tee "$OUT/cuda-plugins.log" ;;
   ledger)
