@@ -509,6 +509,9 @@ class FlexPagedCompiled(FlexPaged, FlexCompiled):
 
     def supports(self, p):
         size = self._pages(p)[0]
-        if size % 16:
-            return f"torch.compile(flex_attention) takes key blocks (pages) of a multiple of 16 rows, not {size}"
+        if size % 128:
+            # Inductor's flex kernel (torch 2.11, _inductor/kernel/flex/flex_attention.py) skips every
+            # config whose BLOCK_N (up to 128) does not divide the key block, and the block is a page;
+            # only the decoding kernel (short queries, no per-head mask under GQA) shrinks BLOCK_N to it.
+            return f"torch.compile(flex_attention) needs pages whose rows its BLOCK_N divides (a multiple of 128 here), not {size}"
         return super().supports(p)
