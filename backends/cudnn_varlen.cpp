@@ -106,11 +106,7 @@ Tensor cudnn_unpack_thd(const std::vector<uint16_t>& packed, const CudnnPacking&
 
 CudnnPagePool cudnn_page_pool(const std::vector<int64_t>& lens, int64_t page_size, int64_t seq_kv, uint64_t seed) {
   if (page_size <= 0) throw std::invalid_argument("cudnn_page_pool: page_size must be positive");
-  Ragged r;
-  r.lens_q = lens;
-  r.lens_kv = lens;
-  r.page_size = page_size;
-  const PageTable t = page_table(r, seed);
+  const PageTable t = page_table(lens, page_size, seed);
   CudnnPagePool pool;
   pool.page_size = page_size;
   pool.pages = t.pages;

@@ -48,11 +48,7 @@ PackedGeometry packed_geometry(const Problem& p, bool paged) {
   g.max_kv = std::max<int64_t>(1, g.kv.longest) + p.max_slack;
   g.lead = p.misaligned ? 1 : 0;
   if (paged && p.page_size > 0) {
-    Ragged r;  // a call gets the table of its own keys (docs/case-format.md, "Ragged batches")
-    r.lens_q = lq;
-    r.lens_kv = lkv;
-    r.page_size = p.page_size;
-    const PageTable t = page_table(r, p.page_seed);
+    const PageTable t = page_table(lkv, p.page_size, p.page_seed);  // a call gets the table of its own keys
     g.page_size = p.page_size;
     g.pages = t.pages;
     g.pages_per_seq = std::max<int64_t>(1, t.max_pages_per_seq);

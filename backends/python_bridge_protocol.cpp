@@ -54,11 +54,7 @@ nlohmann::json problem_extra_json(const Problem& p) {
     // problem, the table cudnn.paged lays its pool out by (harness/case.h, page_table), so a
     // paged adapter reads the keys through the same pages.
     if (p.page_size > 0) {
-      Ragged r;
-      r.lens_q = p.lens_q;
-      r.lens_kv = p.lens_kv;
-      r.page_size = p.page_size;
-      const PageTable t = page_table(r, p.page_seed);
+      const PageTable t = page_table(p.lens_kv, p.page_size, p.page_seed);
       nlohmann::json rows = nlohmann::json::array();
       for (int64_t b = 0; b < static_cast<int64_t>(p.lens_kv.size()); ++b) {
         nlohmann::json row = nlohmann::json::array();

@@ -406,12 +406,14 @@ void conform_ragged(Case& c) {
   for (int64_t& l : g.lens_kv) l = std::clamp<int64_t>(l, 0, s.seq_kv);
 }
 
-PageTable page_table(const Ragged& r, uint64_t seed) {
+PageTable page_table(const Ragged& r, uint64_t seed) { return page_table(r.lens_kv, r.page_size, seed); }
+
+PageTable page_table(const std::vector<int64_t>& lens_kv, int64_t page_size, uint64_t seed) {
   PageTable t;
-  if (r.page_size <= 0) return t;
+  if (page_size <= 0) return t;
   std::vector<int64_t> counts;
-  for (int64_t l : r.lens_kv) {
-    counts.push_back((l + r.page_size - 1) / r.page_size);
+  for (int64_t l : lens_kv) {
+    counts.push_back((l + page_size - 1) / page_size);
     t.max_pages_per_seq = std::max(t.max_pages_per_seq, counts.back());
   }
   int64_t total = 0;

@@ -142,6 +142,9 @@ struct PageTable {
   int64_t at(int64_t b, int64_t p) const { return table[static_cast<size_t>(b * max_pages_per_seq + p)]; }
 };
 PageTable page_table(const Ragged& r, uint64_t seed);
+// The same table for any key lengths (a call's own, or the whole problem's): it reads only them
+// and the page size.
+PageTable page_table(const std::vector<int64_t>& lens_kv, int64_t page_size, uint64_t seed);
 
 struct Case {
   uint64_t seed = 0;
