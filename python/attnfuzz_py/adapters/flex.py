@@ -448,19 +448,17 @@ class FlexPaged(FlexDocument):
         lq, lkv = call_lengths(p)
         size, pages, table = self._pages(p)
         paged = PagedAttention(pages, size, p.batch, device=dev)
-        rows_b, rows_at, src_b, src_j = [], [], [], []
         self._map_pages(paged, table)
+        rows_at, src_b, src_j = [], [], []
         for b, row in enumerate(table):
-            for j in range(lkv[b]):  # the call's key j is key p.kv_offset + j of its sequence
-                whole = p.kv_offset + j
-                rows_at.append(row[whole // size] * size + whole % size)
-                src_b.append(b)
-                src_j.append(j)
+            j = torch.arange(lkv[b], dtype=torch.int64)
+            whole = p.kv_offset + j  # the call's key j is key p.kv_offset + j of its sequence
+            rows_at.append(torch.tensor(row, dtype=torch.int64)[whole // size] * size + whole % size if lkv[b] else j)
+            src_b.append(torch.full_like(j, b))
+            src_j.append(j)
         cache_k = torch.full((1, p.heads_kv, pages * size, p.head_dim_qk), self.poison, dtype=k.dtype, device=dev)
         cache_v = torch.full((1, p.heads_kv, pages * size, p.head_dim_v), self.poison, dtype=v.dtype, device=dev)
-        at = torch.tensor(rows_at, dtype=torch.int64, device=dev)
-        sb = torch.tensor(src_b, dtype=torch.int64, device=dev)
-        sj = torch.tensor(src_j, dtype=torch.int64, device=dev)
+        at, sb, sj = (torch.cat(x).to(dev) for x in (rows_at, src_b, src_j))
         cache_k[0, :, at] = k[sb, :, sj].transpose(0, 1)
         cache_v[0, :, at] = v[sb, :, sj].transpose(0, 1)
 
