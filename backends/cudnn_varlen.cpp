@@ -127,7 +127,7 @@ CudnnPagePool cudnn_page_pool(const std::vector<int64_t>& lens, int64_t page_siz
 
 std::vector<uint16_t> cudnn_pack_pages(const Tensor& dense, const CudnnPagePool& pool, const std::vector<int64_t>& lens, DType d) {
   const int64_t heads = dense.dim(1), seq = dense.dim(2), dim = dense.dim(3), P = pool.page_size;
-  std::vector<uint16_t> out(static_cast<size_t>(pool.pages * heads * P * dim), cudnn_nan_bits(d));
+  std::vector<uint16_t> out(static_cast<size_t>(pool.pages * heads * P * dim), to_bits(d, kUnusedPageRowValue));
   for (size_t b = 0; b < lens.size(); ++b) {
     const int64_t keys = std::min(lens[b], seq);
     for (int64_t j = 0; j < keys; ++j) {

@@ -86,6 +86,11 @@ Tensor cudnn_unpack_thd(const std::vector<uint16_t>& packed, const CudnnPacking&
 // the page table of harness/case.h (page_table, from `seed`), widened to `table_size` entries per
 // sequence (at least ceil(seq_kv / page_size), so that every position up to the padded length has
 // an entry), the entries past a sequence's pages pointing at the spare page.
+// What a cache row no sequence owns holds. Finite: cuDNN's paged forward multiplies the masked
+// keys' V rows by their zero probabilities, so NaN there reaches O (docs/findings/LEDGER.md,
+// s56-cudnn-paged-nan-unused-page-rows) and would test that arithmetic, not the mask's reach; a row
+// read as a visible key still shows, as a value far from every input's. FlexPaged's poison too.
+constexpr double kUnusedPageRowValue = 1000.0;
 struct CudnnPagePool {
   int64_t page_size = 0, pages = 0, table_size = 0;
   int64_t spare = 0;           // the physical page no sequence uses
@@ -94,7 +99,8 @@ struct CudnnPagePool {
 CudnnPagePool cudnn_page_pool(const std::vector<int64_t>& lens, int64_t page_size, int64_t seq_kv, uint64_t seed);
 // A dense [B][H][S][D] tensor's first lens[b] keys of each batch entry in the pool's pages:
 // [pages][page_size][H][D] of the dtype's bits, key j of sequence b at page table[b][j / P], row
-// j % P; every other row (past a sequence's last key, the spare page) NaN.
+// j % P; every other row (past a sequence's last key, the spare page) the finite poison
+// kUnusedPageRowValue.
 std::vector<uint16_t> cudnn_pack_pages(const Tensor& dense, const CudnnPagePool& pool, const std::vector<int64_t>& lens, DType d);
 
 }  // namespace attnfuzz

@@ -168,7 +168,8 @@ DenseMaskKind dense_mask_kind(const Problem& p) {
   } else {
     // At real sizes a full scan per call (forward, backward and LibTorch's choice) was
     // milliseconds each: the scan stops once the mask is neither, and the last answer is kept.
-    const MaskShape shape = mask_shape(p, Align::top_left);
+    // The padded call: these ops see a ragged batch's lengths only through the mask.
+    const MaskShape shape = mask_shape(p, Align::top_left, MaskExtent::padded);
     all = shape.all;
     causal = shape.causal;
     if (large) last = {s.seq_q, s.seq_kv, p.mask, all, causal};
@@ -337,6 +338,8 @@ class TorchCudaSdpaBackend final : public Backend {
         e.max_head_dim = 256;
         e.distinct_head_dims = false;
         e.masks = MaskSupport::causal_or_none;
+        // Its padding needs an attn_mask, which flash does not take (torch.flash.varlen does).
+        e.ragged = false;
         break;
       case CudaSdpaKernel::efficient:
         e.max_head_dim = 256;

@@ -42,7 +42,8 @@
 //   - max_q and max_k are the largest lengths of the call, at least 1, plus the case's max_slack:
 //     an upper bound is what both ops ask for, and a call whose sequences are all empty then still
 //     launches a grid (the efficient backward checks max_seqlen_q > 0 and max_seqlen_k > 0
-//     outright).
+//     outright). The efficient op's stop at its packed rows, which its backward also checks them
+//     against (max_seqlen_k <= key.size(1)), still an upper bound.
 //   - A misaligned case (Ragged::misaligned) gets Q, K, V and dO as views one element into their
 //     allocations: base pointers 2 (4 in fp32) bytes past the allocator's alignment.
 //   - Masks: the op computes one mask per sequence, the same for every head: none; causal with
@@ -487,6 +488,10 @@ class TorchVarlenBackend final : public Backend {
       }
       c.k = k.unsqueeze(0);
       c.v = v.unsqueeze(0);
+      // The backward checks each maximum against the packed rows (max_seqlen_k <= key.size(1)):
+      // told more, it refuses the call. The rows are an upper bound too, so the maxima stop there.
+      c.max_q = std::clamp<int64_t>(c.q.size(1), 1, c.max_q);
+      c.max_k = std::clamp<int64_t>(c.k.size(1), 1, c.max_k);
       auto r = library_call("_efficient_attention_forward", [&] {
         return at::_efficient_attention_forward(c.q, c.k, c.v, std::nullopt, c.cu_q, c.cu_k, c.max_q, c.max_k, 0.0, c.custom_mask_type(),
                                                 true, p.scale, optional_of(c.seqused_k), std::nullopt);

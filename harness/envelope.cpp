@@ -72,11 +72,12 @@ std::string dtype_list(const std::vector<DType>& ds) {
 
 }  // namespace
 
-MaskShape mask_shape(const Problem& p, Align a) {
+MaskShape mask_shape(const Problem& p, Align a, MaskExtent extent) {
   const Shape& s = p.shape;
+  const bool by_sequence = p.ragged() && extent == MaskExtent::sequences;
   MaskShape m;
   for (int64_t b = 0; b < s.batch && (m.all || m.causal); ++b) {
-    const int64_t lq = p.ragged() ? p.call_len_q(b) : s.seq_q, lkv = p.ragged() ? p.call_len_kv(b) : s.seq_kv;
+    const int64_t lq = by_sequence ? p.call_len_q(b) : s.seq_q, lkv = by_sequence ? p.call_len_kv(b) : s.seq_kv;
     const int64_t diagonal = a == Align::bottom_right ? lkv - lq : 0;
     for (int64_t h = 0; h < s.heads_q && (m.all || m.causal); ++h)
       for (int64_t i = 0; i < lq && (m.all || m.causal); ++i) {

@@ -117,10 +117,14 @@ struct SupportEnvelope {
 // Read inside each sequence's block: the whole call for a dense batch, the call's
 // call_len_q(b) x call_len_kv(b) rows and keys of each sequence for a ragged one (outside them
 // nothing is visible by construction, harness/problem.h). The scan stops once it is neither.
+// `padded`: the whole padded call instead, for backends that take the dense tensors padded and
+// see the lengths only through the mask (a ragged batch's padding is then masked, so its mask is
+// neither unless every sequence has the padded lengths).
 struct MaskShape {
   bool all = true, causal = true;
 };
-MaskShape mask_shape(const Problem& p, Align a);
+enum class MaskExtent { sequences, padded };
+MaskShape mask_shape(const Problem& p, Align a, MaskExtent extent = MaskExtent::sequences);
 
 // For summaries, `attnfuzz list` and the worker protocol.
 nlohmann::json to_json(const SupportEnvelope& e);

@@ -114,27 +114,32 @@ TEST(CudnnVarlenLayout, PagePoolHoldsEachSequencesKeysThroughItsTable) {
         EXPECT_NE(e, pool.spare);
         EXPECT_TRUE(used.insert(e).second) << "page " << e << " shared";
       } else {
-        EXPECT_EQ(e, pool.spare);  // past the sequence's pages: the spare (NaN) page
+        EXPECT_EQ(e, pool.spare);  // past the sequence's pages: the spare (poisoned) page
       }
     }
   EXPECT_EQ(static_cast<int64_t>(used.size()) + 1, pool.pages);
-  // The pool's contents: key j of sequence b at row j % P of page table[b][j / P]; NaN elsewhere.
+  // The pool's contents: key j of sequence b at row j % P of page table[b][j / P]; the poison elsewhere.
   const Tensor k = labelled(4, H, S, D);
   const std::vector<uint16_t> pages = cudnn_pack_pages(k, pool, lens, DType::f16);
   ASSERT_EQ(pages.size(), static_cast<size_t>(pool.pages * H * P * D));
   size_t real = 0;
+  std::vector<uint8_t> is_key(pages.size(), 0);
   for (size_t b = 0; b < lens.size(); ++b)
     for (int64_t j = 0; j < lens[b]; ++j) {
       const int64_t page = pool.table[b * static_cast<size_t>(pool.table_size) + static_cast<size_t>(j / P)];
       for (int64_t h = 0; h < H; ++h)
         for (int64_t e = 0; e < D; ++e) {
-          const uint16_t bits = pages[static_cast<size_t>(((page * P + j % P) * H + h) * D + e)];
-          EXPECT_EQ(half_bits_to_float(bits), round_to(DType::f16, k.at(static_cast<int64_t>(b), h, j)[e]));
+          const size_t at = static_cast<size_t>(((page * P + j % P) * H + h) * D + e);
+          EXPECT_EQ(half_bits_to_float(pages[at]), round_to(DType::f16, k.at(static_cast<int64_t>(b), h, j)[e]));
+          is_key[at] = 1;
           ++real;
         }
     }
-  const size_t nan = static_cast<size_t>(std::count_if(pages.begin(), pages.end(), [](uint16_t x) { return is_nan_bits(DType::f16, x); }));
-  EXPECT_EQ(real + nan, pages.size());  // every other element (past the last keys, the spare page) NaN
+  // Every other element (past the last keys, the spare page): the finite poison.
+  size_t poisoned = 0;
+  for (size_t at = 0; at < pages.size(); ++at)
+    if (!is_key[at]) poisoned += half_bits_to_float(pages[at]) == kUnusedPageRowValue;
+  EXPECT_EQ(real + poisoned, pages.size());
   EXPECT_EQ(real, static_cast<size_t>((5 + 9 + 4) * H * D));
   // Every sequence empty: the spare page alone.
   const CudnnPagePool empty = cudnn_page_pool({0, 0}, 16, 40, 3);
