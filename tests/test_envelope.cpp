@@ -156,6 +156,29 @@ TEST(Envelope, CasesAimedAtAVarlenEnvelopeStayRagged) {
   EXPECT_FALSE(e.breach(full_problem(c, generate_inputs(c)), EnvelopeClause::mask));
 }
 
+// A ragged batch is all visible inside each sequence's block, but a backend that takes it padded
+// (its lengths only in the dense mask) must see the padding masked: the padded extent reads the
+// whole call, and says neither unless every sequence has the padded lengths.
+TEST(Envelope, MaskShapeOfTheWholePaddedCallSeesARaggedBatchsPadding) {
+  Case c;
+  c.shape = Shape{2, 2, 1, 6, 6, 8, 8};
+  c.ragged = Ragged{};
+  c.ragged->lens_q = {6, 3};
+  c.ragged->lens_kv = {6, 5};
+  conform_ragged(c);
+  const Problem ragged = full_problem(c, generate_inputs(c));
+  EXPECT_TRUE(mask_shape(ragged, Align::top_left).all);
+  const MaskShape padded = mask_shape(ragged, Align::top_left, MaskExtent::padded);
+  EXPECT_FALSE(padded.all);
+  EXPECT_FALSE(padded.causal);
+  c.ragged->lens_q = {6, 6};
+  c.ragged->lens_kv = {6, 6};
+  const Problem full = full_problem(c, generate_inputs(c));
+  EXPECT_TRUE(mask_shape(full, Align::top_left, MaskExtent::padded).all);
+  c.mask = MaskExpr::causal_mask(Align::top_left);
+  EXPECT_TRUE(mask_shape(full_problem(c, generate_inputs(c)), Align::top_left, MaskExtent::padded).causal);
+}
+
 // A guided campaign's mutants (generators/mutate.h) stay valid and inside the envelope they are
 // meant for, in every call, and follow from the parent and the seed alone.
 TEST(Envelope, MutantsAreValidAndInsideInEveryCall) {

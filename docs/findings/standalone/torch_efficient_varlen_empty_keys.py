@@ -38,11 +38,11 @@ def run(op, lens_q, lens_k, H=2, D=16, dtype=torch.bfloat16, sentinel=float("nan
     prefill_allocator(sentinel)
     if op == "efficient":
         out, lse, seed, offset, _, _ = torch.ops.aten._efficient_attention_forward(
-            q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), None, cu_q, cu_k, max_q, max_k, 0.0, int(causal), True, scale)
+            q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), None, cu_q, cu_k, max_q, max_k, 0.0, int(causal), True, scale=scale)
         prefill_allocator(sentinel)
         dq, dk, dv, _ = torch.ops.aten._efficient_attention_backward(
             do.unsqueeze(0), q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), None, out, cu_q, cu_k, max_q, max_k, lse, 0.0,
-            seed, offset, int(causal), False, scale)
+            seed, offset, int(causal), False, scale=scale)
         out, dq = out[0], dq[0]
     else:
         out, lse, seed, offset, _ = torch.ops.aten._flash_attention_forward(
