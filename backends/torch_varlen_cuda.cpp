@@ -539,7 +539,7 @@ std::optional<std::string> torch_varlen_refusal(TorchVarlenOp op, const Problem&
            (op == TorchVarlenOp::flash ? std::string("all visible, causal bottom-right or a bottom-right sliding window")
                                        : std::string("all visible, causal bottom-right or causal top-left")) +
            " over that sequence's queries and keys in this call";
-  // Two known library bugs (docs/findings/LEDGER.md), declined so that campaigns judge the rest.
+  // Three known library bugs (docs/findings/LEDGER.md), declined so that campaigns judge the rest.
   const int64_t max_k = declared_max(l.kv.empty() ? 0 : *std::max_element(l.kv.begin(), l.kv.end()), p.max_slack);
   for (size_t b = 0; b < l.q.size(); ++b) {
     // The CUTLASS kernel keeps the bottom-right diagonal's offset unsigned: with more queries than
@@ -547,6 +547,12 @@ std::optional<std::string> torch_varlen_refusal(TorchVarlenOp op, const Problem&
     if (op == TorchVarlenOp::efficient && mask->kind == OpMask::Kind::causal_bottom_right && l.q[b] > l.kv[b])
       return who + " declines causal bottom-right where a sequence has more queries (" + std::to_string(l.q[b]) + ") than keys (" +
              std::to_string(l.kv[b]) + "): LibTorch 2.11's efficient kernel computes those rows unmasked (pytorch/pytorch PR 193632)";
+    // The efficient backward leaves the dQ rows of a sequence with no key unwritten (whatever the
+    // allocator left there: NaN, or values in the thousands where every right one is 0).
+    if (op == TorchVarlenOp::efficient && l.q[b] > 0 && l.kv[b] == 0)
+      return who + " declines a sequence with " + std::to_string(l.q[b]) +
+             " queries and no key in this call: LibTorch 2.11's efficient backward leaves their dQ rows unwritten "
+             "(docs/findings/LEDGER.md, s59-torch-efficient-varlen-empty-key-part)";
     // FlashAttention-2 takes a window reach of at least max_seqlen_k as unbounded, which it is only
     // where no sequence has more queries than the reach plus one.
     if (op == TorchVarlenOp::flash && mask->kind == OpMask::Kind::window && mask->right >= max_k && mask->right < l.q[b] - 1)

@@ -86,7 +86,9 @@ std::vector<bool> probe_runs(Backend& probe, const Case& c, const Inputs& in) {
 }
 
 // Runs everywhere: of the runs the GPU test makes, the adapter's own checks (Q gaps, masks,
-// head dims) accept more than half, so that test judges most of what it draws.
+// head dims, known library bugs) accept more than half for flash, and more than 40% for efficient,
+// whose known bugs (more queries than keys under causal bottom-right, a sequence with no key in a
+// call) take the test's edge lengths (0 and 1) and key splits: the GPU test still judges hundreds.
 TEST(VarlenRefusal, AcceptsMostOfTheTestsRaggedCases) {
   for (const char* name : kVarlenBackends) {
     RefusalProbe probe(op_of(name));
@@ -99,7 +101,8 @@ TEST(VarlenRefusal, AcceptsMostOfTheTestsRaggedCases) {
       }
     }
     std::cout << "  " << name << ": the adapter accepts " << accepted << " of " << runs << " runs\n";
-    EXPECT_GT(accepted * 2, runs) << name;
+    const int percent = op_of(name) == TorchVarlenOp::flash ? 50 : 40;
+    EXPECT_GT(accepted * 100, runs * percent) << name;
   }
 }
 
