@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdint>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -254,6 +255,16 @@ Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, cons
   return sigma;
 }
 
+// However a row's errors are shared, its statistic sum_d err_d^2 cannot carry more independent
+// errors than its elements' variances spread over: for errors of covariance C the statistic has
+// (tr C)^2 / tr(C^2) of them, and tr(C^2) >= sum_d C_dd^2, so at most
+//   (sum_d var_d)^2 / sum_d var_d^2
+// (1 where one element's variance dominates the row, D for D equal ones): a dK row of a key whose
+// column 0 sums Q rows shifted by 582 errs in that one column.
+double element_participation(double sum_var, double sum_var2) {
+  return sum_var2 > 0 ? sum_var * sum_var / sum_var2 : std::numeric_limits<double>::infinity();
+}
+
 ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
   if (t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
   check_shapes("model_row_dof", terms, ref);
@@ -266,10 +277,12 @@ ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, cons
     std::vector<double> scratch;
     for (size_t row = row_begin; row < row_end; ++row) {
       VarianceParts sum;
+      double sum_var2 = 0;  // sum over the row's elements of their variance squared
       for (int64_t d = 0; d < width; ++d) {
         const size_t e = row * static_cast<size_t>(width) + static_cast<size_t>(d);
         const VarianceParts v = element_variance(t, terms, ref.data[e], u, e, row);
         sigma.data[e] = std::sqrt(v.total());
+        sum_var2 += v.total() * v.total();
         sum.operand += v.operand;
         sum.score += v.score;
         sum.via += v.via;
@@ -312,6 +325,7 @@ ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, cons
       if (sum.storage > 0) denom += sum.storage * sum.storage / storage_sources(row_ref, width, u.store, distinct);
       const double total = sum.total();
       dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
+      dof.data[row] = std::max(1.0, std::min(dof.data[row], element_participation(total, sum_var2)));
     }
   });
   return m;
@@ -344,14 +358,19 @@ void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, T
 }
 
 void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tensor& row_var2_dof, Tensor* row_dof) {
-  for (double& x : sum_sigma2.data) x = std::sqrt(x);
-  if (!row_dof) return;
-  const double width = sum_sigma2.shape.size() > 3 ? static_cast<double>(sum_sigma2.shape[3]) : 1.0;
-  *row_dof = Tensor(row_var.shape);
-  for (size_t r = 0; r < row_var.numel(); ++r) {
-    const double v = row_var.data[r], q = row_var2_dof.data[r];
-    row_dof->data[r] = q > 0 ? std::clamp(v * v / q, 1.0, width) : width;
+  const int64_t width = sum_sigma2.shape.size() > 3 ? sum_sigma2.shape[3] : 1;
+  if (row_dof) {
+    *row_dof = Tensor(row_var.shape);
+    for (size_t r = 0; r < row_var.numel(); ++r) {
+      const double v = row_var.data[r], q = row_var2_dof.data[r];
+      const double* var = sum_sigma2.data.data() + r * static_cast<size_t>(width);  // still variances here
+      double var2 = 0;
+      for (int64_t d = 0; d < width; ++d) var2 += var[d] * var[d];
+      const double dof = q > 0 ? std::clamp(v * v / q, 1.0, static_cast<double>(width)) : static_cast<double>(width);
+      row_dof->data[r] = std::max(1.0, std::min(dof, element_participation(v, var2)));
+    }
   }
+  for (double& x : sum_sigma2.data) x = std::sqrt(x);
 }
 
 OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u) {

@@ -86,6 +86,10 @@
 //
 //   dof = (sum_parts V)^2 / sum_parts (V^2 / sources),  clamped to [1, row width]
 //
+// and at most the elements' own participation, (sum_d var_d)^2 / sum_d var_d^2: errors of any
+// covariance C give the row's statistic (tr C)^2 / tr(C^2) independent errors, and
+// tr(C^2) >= sum_d C_dd^2 (a row whose variance sits in one column errs as that column).
+//
 // The participation ratio counts the terms as if each moved the row along its own direction.
 // They do not when the terms' vectors share one (the X_k of the sum: V_j for O, K_j for dQ, Q_i
 // for dK, dO_i for dV): with near-constant or same-signed inputs every term pushes the row

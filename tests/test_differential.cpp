@@ -501,6 +501,25 @@ TEST(RowDof, ParticipationOfTheTermsSetsTheRowDof) {
   EXPECT_GT(model_row_dof(TensorId::dK, terms, big_ref, u).data[0], 1.5);
 }
 
+// Whatever its sources, a row whose variance sits in one element errs as that element: the
+// statistic sum_d err_d^2 carries at most (sum_d var_d)^2 / sum_d var_d^2 independent errors
+// (a dK row of a key whose column 0 sums Q rows shifted by 582: docs/findings, H-14).
+TEST(RowDof, OneDominantElementIsOneIndependentError) {
+  TermTensors terms{Tensor({1, 1, 1, 8}, 1.0), Tensor({1, 1, 1, 8}), Tensor({1, 1, 1, 8}), 1.0};
+  const Tensor ref({1, 1, 1, 8});
+  RoundingUnits u;
+  u.operand = 1e-3;
+  terms.score_sources = Tensor({1, 1, 1});
+  terms.operand_sources = Tensor({1, 1, 1}, participation(100.0, 100.0));  // many equal terms
+  EXPECT_NEAR(model_row_dof(TensorId::dK, terms, ref, u).data[0], 8.0, 1e-12) << "equal elements: the row's width";
+  terms.operand.data[0] = 100.0;  // column 0 a hundred times the others
+  const double dof = model_row_dof(TensorId::dK, terms, ref, u).data[0];
+  EXPECT_NEAR(dof, (1e4 + 7) * (1e4 + 7) / (1e8 + 7), 1e-9);
+  // Two dominant columns of eight: two.
+  terms.operand.data[1] = 100.0;
+  EXPECT_NEAR(model_row_dof(TensorId::dK, terms, ref, u).data[0], (2e4 + 6) * (2e4 + 6) / (2e8 + 6), 1e-9);
+}
+
 // A query that sees one key errs along that key (dQ_i = scale dS_i1 K_1), however its error
 // splits into the model's parts: the shared parts together have at most as many sources as the
 // row's directions. Without the cap three one-source parts of equal variance read as 3 dof
