@@ -42,8 +42,8 @@
 //   - max_q and max_k are the largest lengths of the call, at least 1, plus the case's max_slack:
 //     an upper bound is what both ops ask for, and a call whose sequences are all empty then still
 //     launches a grid (the efficient backward checks max_seqlen_q > 0 and max_seqlen_k > 0
-//     outright). The efficient op's stop at its packed rows, which its backward also checks them
-//     against (max_seqlen_k <= key.size(1)), still an upper bound.
+//     outright). The efficient op's maxima stop at its packed rows: its backward checks them
+//     against those (max_seqlen_k <= key.size(1)), which are an upper bound too.
 //   - A misaligned case (Ragged::misaligned) gets Q, K, V and dO as views one element into their
 //     allocations: base pointers 2 (4 in fp32) bytes past the allocator's alignment.
 //   - Masks: the op computes one mask per sequence, the same for every head: none; causal with

@@ -261,9 +261,11 @@ Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, cons
 //   (sum_d var_d)^2 / sum_d var_d^2
 // (1 where one element's variance dominates the row, D for D equal ones): a dK row of a key whose
 // column 0 sums Q rows shifted by 582 errs in that one column.
+namespace {
 double element_participation(double sum_var, double sum_var2) {
   return sum_var2 > 0 ? sum_var * sum_var / sum_var2 : std::numeric_limits<double>::infinity();
 }
+}  // namespace
 
 ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
   if (t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
