@@ -135,6 +135,7 @@ class PythonBackend final : public Backend {
   bool backward_takes_dlse() const override { return info_.value("backward_takes_dlse", true); }
   // Absent from the hello of an older attnfuzz_py: no promise.
   bool batch_invariant() const override { return info_.value("batch_invariant", false); }
+  bool mixes_batch_entries() const override { return info_.value("mixes_batch_entries", false); }
   std::vector<TensorId> nondeterministic_outputs() const override { return nondeterministic_; }
   std::string why_nondeterministic() const override {
     const std::string why = info_.value("why_nondeterministic", std::string());

@@ -96,6 +96,11 @@ class Backend {
   // GPU does). The batch-invariance check (harness/differential.h) holds a backend that
   // declares it to that, on the outputs that repeat bit for bit.
   virtual bool batch_invariant() const { return false; }
+  // Whether the backend computes the batch as one sequence of documents (a document mask over
+  // the packed batch, as FlexAttention's document adapters do), so that a non-finite input of one
+  // batch entry reaches the others through products with masked zeros (0 * NaN): the verdict then
+  // leaves those heads out in every batch entry (docs/semantics.md, "Non-finite inputs").
+  virtual bool mixes_batch_entries() const { return false; }
   // Whether backward() honours d_lse. When it does not, the composition engine
   // adds the dLSE term itself and says so.
   virtual bool backward_takes_dlse() const { return true; }

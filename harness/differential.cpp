@@ -102,17 +102,22 @@ class DifferentialSession::Impl {
     const Inputs& in = oracle_inputs();
     ref_ = run_composition(*oracles_.reference, c_, in, Composition{});
     skip_ = masked_rows(ref_);
-    for (TensorId t : kOutputs) {
-      if (!case_has_output(c_, t)) continue;
-      std::vector<uint8_t>& rows = unjudged_[output_index(t)];
-      if (q_indexed(t)) rows = skip_;
-      if (!finite_in_) continue;
-      const std::vector<uint8_t> reached = rows_reached_by_nonfinite(c_, in_, t);
-      if (rows.empty()) rows.assign(reached.size(), 0);
-      for (size_t r = 0; r < rows.size(); ++r) rows[r] |= reached[r];
-      if (q_indexed(t)) {  // the masked rows' convention is not checked where the inputs were not finite
-        masked_unreached_ = skip_;
-        for (size_t r = 0; r < reached.size(); ++r) masked_unreached_[r] &= !reached[r];
+    // Each reach twice: within the batch entry, and across the batch for the backends that mix
+    // its entries (Backend::mixes_batch_entries).
+    for (const bool across : {false, true}) {
+      Unjudged& u = unjudged_[across];
+      for (TensorId t : kOutputs) {
+        if (!case_has_output(c_, t)) continue;
+        std::vector<uint8_t>& rows = u.rows[output_index(t)];
+        if (q_indexed(t)) rows = skip_;
+        if (!finite_in_) continue;
+        const std::vector<uint8_t> reached = rows_reached_by_nonfinite(c_, in_, t, across);
+        if (rows.empty()) rows.assign(reached.size(), 0);
+        for (size_t r = 0; r < rows.size(); ++r) rows[r] |= reached[r];
+        if (q_indexed(t)) {  // the masked rows' convention is not checked where the inputs were not finite
+          u.masked_unreached = skip_;
+          for (size_t r = 0; r < reached.size(); ++r) u.masked_unreached[r] &= !reached[r];
+        }
       }
     }
     if (oracles_.error_terms) {
@@ -267,8 +272,8 @@ class DifferentialSession::Impl {
   const Inputs& oracle_inputs() const { return finite_in_ ? *finite_in_ : in_; }
   // The rows of output o left out of the verdict (fully masked, or reached by a non-finite
   // input), or null when none is.
-  const std::vector<uint8_t>* unjudged_rows(TensorId o) const {
-    const std::vector<uint8_t>& rows = unjudged_[output_index(o)];
+  const std::vector<uint8_t>* unjudged_rows(TensorId o, bool across_batch = false) const {
+    const std::vector<uint8_t>& rows = unjudged_[across_batch].rows[output_index(o)];
     return rows.empty() ? nullptr : &rows;
   }
   ErrorStats error_of(const Tensor& t, TensorId o) const { return compare(t, ref_[o], unjudged_rows(o), overflow_of(o)); }
@@ -484,7 +489,7 @@ class DifferentialSession::Impl {
     }
     for (TensorId t : {TensorId::O, TensorId::LSE, TensorId::dQ}) {
       if (t == TensorId::LSE && !be.returns_lse()) continue;
-      const size_t bad = convention_breaks(r[t], finite_in_ ? masked_unreached_ : skip_, t == TensorId::LSE);
+      const size_t bad = convention_breaks(r[t], finite_in_ ? unjudged_[be.mixes_batch_entries()].masked_unreached : skip_, t == TensorId::LSE);
       if (bad)
         add(run.backend, run.composition_class, t, FindingClass::semantic,
             std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{FindingMetric::rows, double(bad)}});
@@ -515,7 +520,7 @@ class DifferentialSession::Impl {
       in.baseline_rev = &base_rev[t];
       in.sigma = error_model ? &error_model->sigma[i] : nullptr;
       in.row_dof = error_model ? &error_model->row_dof[i] : nullptr;
-      in.skip_rows = unjudged_rows(t);
+      in.skip_rows = unjudged_rows(t, be.mixes_batch_entries());
       // A product below fp32's smallest normal is flushed (FTZ kernels, tensor cores), so each
       // of the L terms of an element's reduction may lose up to 2^-126: a floor on the allowance
       // (P itself below 2^-126 is the error model's underflow term). Beside the storage type's
@@ -579,8 +584,11 @@ class DifferentialSession::Impl {
   ComposedResult ref_;
   std::vector<uint8_t> skip_;
   std::optional<Inputs> finite_in_;  // the inputs' finite part, where some input is not finite
-  std::array<std::vector<uint8_t>, kOutputs.size()> unjudged_;  // per output (unjudged_rows)
-  std::vector<uint8_t> masked_unreached_;                       // skip_ without the rows non-finite inputs reach
+  struct Unjudged {
+    std::array<std::vector<uint8_t>, kOutputs.size()> rows;  // per output (unjudged_rows)
+    std::vector<uint8_t> masked_unreached;                    // skip_ without the rows non-finite inputs reach
+  };
+  std::array<Unjudged, 2> unjudged_;  // [across_batch]
   mutable double intermediates_bound_ = -1;
   std::optional<ErrorTerms> terms_;
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;

@@ -214,9 +214,15 @@ Inputs finite_part(const Inputs& in) {
   return out;
 }
 
-std::vector<uint8_t> rows_reached_by_nonfinite(const Case& c, const Inputs& in, TensorId t) {
+std::vector<uint8_t> rows_reached_by_nonfinite(const Case& c, const Inputs& in, TensorId t, bool across_batch) {
   const Shape& s = c.shape;
-  const std::vector<uint8_t> heads = heads_reached(s, in);
+  std::vector<uint8_t> heads = heads_reached(s, in);
+  if (across_batch)
+    for (int64_t h = 0; h < s.heads_q; ++h) {
+      uint8_t any = 0;
+      for (int64_t b = 0; b < s.batch; ++b) any |= heads[static_cast<size_t>(b * s.heads_q + h)];
+      for (int64_t b = 0; b < s.batch; ++b) heads[static_cast<size_t>(b * s.heads_q + h)] = any;
+    }
   auto head = [&](int64_t b, int64_t h) { return heads[static_cast<size_t>(b * s.heads_q + h)] != 0; };
   std::vector<uint8_t> rows;
   switch (t) {

@@ -42,7 +42,9 @@ Problem full_problem(const Case& c, const Inputs& in);
 bool has_nonfinite(const Inputs& in);
 Inputs finite_part(const Inputs& in);
 // One flag per row of output t (every dimension but the last; for dBias, of the bias's shape): 1
-// where the row sits in a head that a non-finite input reaches.
-std::vector<uint8_t> rows_reached_by_nonfinite(const Case& c, const Inputs& in, TensorId t);
+// where the row sits in a head that a non-finite input reaches. `across_batch`: for a backend that
+// computes the batch as one sequence of documents (Backend::mixes_batch_entries), a head that a
+// non-finite input reaches in any batch entry is reached in all of them.
+std::vector<uint8_t> rows_reached_by_nonfinite(const Case& c, const Inputs& in, TensorId t, bool across_batch = false);
 
 }  // namespace attnfuzz

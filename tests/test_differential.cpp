@@ -1081,6 +1081,59 @@ TEST(NonfiniteInputs, ContainedHeadsPassAndALeakIsFound) {
   EXPECT_EQ(leaks_found, cases);
 }
 
+// A backend that computes the batch as one sequence of documents: batch entry 0's dO reaches
+// entry 1's dV of the same head through products with masked zeros (0 * x), as eager
+// FlexAttention's P^T dO over a packed batch does. Declared (mixes_batch_entries), the heads a
+// non-finite dO reaches are left out in every entry; undeclared, the NaN in entry 1 is a finding.
+class MixesBatchEntries final : public Backend {
+ public:
+  MixesBatchEntries(std::unique_ptr<Backend> inner, bool declared) : inner_(std::move(inner)), declared_(declared) {}
+  std::string name() const override { return inner_->name(); }
+  std::optional<Contract> contract(DType d) const override { return inner_->contract(d); }
+  SupportEnvelope envelope() const override { return inner_->envelope(); }
+  bool backward_takes_dlse() const override { return inner_->backward_takes_dlse(); }
+  bool mixes_batch_entries() const override { return declared_; }
+  Forward forward(const Problem& p) override { return inner_->forward(p); }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    Gradients g = inner_->backward(p, f, d_out, d_lse);
+    const Shape& s = p.shape;
+    double entry0 = 0;
+    for (int64_t i = 0; i < s.seq_q; ++i)
+      for (int64_t d = 0; d < s.head_dim_v; ++d) entry0 += d_out.at(0, 0, i)[d];
+    for (int64_t j = 0; j < s.seq_kv; ++j) g.dv.at(1, 0, j)[0] += 0.0 * entry0;
+    return g;
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  bool declared_;
+};
+
+TEST(NonfiniteInputs, ABackendThatMixesBatchEntriesIsJudgedAcrossTheBatch) {
+  std::unique_ptr<Backend> probe;
+  try {
+    probe = make_backend("torch.math");
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  Case c;
+  c.seed = 7;
+  c.shape = {2, 2, 1, 8, 9, 8, 8};
+  c.dtype = DType::f32;
+  c.d_lse = ValueDist{};
+  c.d_out = ValueDist{ValueDist::Kind::nonfinite, 0.0, 1.0, 0.0, 0.0};  // NaN in entry 0, head 0 only
+  DiffOptions opt;
+  opt.check_determinism = false;
+  SCOPED_TRACE(write_case(c));
+  MixesBatchEntries declared(make_backend("torch.math"), true);
+  const DiffReport ok = run_differential(c, {&declared}, default_oracles(), opt);
+  EXPECT_TRUE(ok.findings.empty()) << ok.findings.front().detail;
+  MixesBatchEntries undeclared(make_backend("torch.math"), false);
+  const DiffReport leak = run_differential(c, {&undeclared}, default_oracles(), opt);
+  ASSERT_FALSE(leak.findings.empty());
+  EXPECT_EQ(leak.findings.front().signature.tensor, TensorId::dV);
+}
+
 }  // namespace
 }  // namespace attnfuzz
 

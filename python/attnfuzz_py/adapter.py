@@ -127,6 +127,10 @@ class Adapter:
     # work split, tile size or reduction order chosen by the batch size): attnfuzz then runs
     # some cases again inside a larger batch and reports any bit that moved (`batch_variant`).
     batch_invariant = False
+    # Whether the batch is computed as one sequence of documents (a document mask over the packed
+    # batch): a NaN or an infinity of one batch entry may then reach the others through products
+    # with masked zeros (0 * NaN), and attnfuzz leaves the heads it reaches out in every entry.
+    mixes_batch_entries = False
     # What campaigns aim at (docs/plugins.md, "Support envelope"; the same keys as a plugin's
     # attnfuzz_plugin_envelope()), e.g. {"max_head_dim": 256, "head_dim_multiple": 8}: a key left
     # out is unrestricted, None declares nothing. Narrowed to the dtypes of `contracts`;

@@ -92,7 +92,7 @@ class _Worker:
                 "device": a.device, "contracts": dict(a.contracts), "backward_takes_dlse": bool(a.backward_takes_dlse),
                 "masked_rows_zero": bool(a.masked_rows_zero), "returns_lse": bool(a.returns_lse),
                 "nondeterministic_outputs": nondeterministic, "why_nondeterministic": str(a.why_nondeterministic),
-                "batch_invariant": bool(a.batch_invariant),
+                "batch_invariant": bool(a.batch_invariant), "mixes_batch_entries": bool(a.mixes_batch_entries),
                 "envelope": a.envelope, "api": a.api,
                 # Without its own supports() every problem is supported: attnfuzz then asks nothing.
                 "checks_support": type(a).supports is not Adapter.supports,

@@ -318,6 +318,9 @@ class FlexDocument(FlexEager):
     """
     name = "flex_document"
     envelope = {"ragged": True}
+    # The batch is one packed sequence: eager flex's P^T dO runs over every document's rows, so a
+    # NaN in one sequence's dO meets the others' masked zeros (0 * NaN) in their dV.
+    mixes_batch_entries = True
 
     def supports(self, p):
         if p.bias_shape is not None:
