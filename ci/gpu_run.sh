@@ -53,8 +53,11 @@
 #                                            variant a process; torch_varlen_misaligned.py), the varlen gpu
 #                                            tests, FlexPaged and FlexPagedCompiled against float64, the CUDA
 #                                            varlen plugin, side by side with a campaign of SECONDS (default
-#                                            300; again with the same SEED resumes the run in $OUT) over the
-#                                            four varlen backends with cudnn and torch.flash, --ragged-share 0.8
+#                                            300) over the four varlen backends with cudnn and torch.flash,
+#                                            --ragged-share 0.8. Everything comes back in four files (the device
+#                                            returns few): varlen-summary.txt, varlen-logs.tgz, varlen-SEED.tgz
+#                                            (the run directory) and the plugin test's own tarball; with
+#                                            VARLEN_RESUME=path/to/varlen-SEED.tgz (carried) the campaign resumes it
 #   ci/gpu_run.sh zoo SECONDS [PARALLEL] [MUTANTS...]
 #                                            a real-tier campaign per GPU mutant (.carry/mutants/
 #                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
@@ -124,6 +127,7 @@ case "$mode" in
     done ;;
   varlen)
     secs=${1:-300} seed=${2:-58} run="$OUT/varlen-$seed" resume=()
+    [ -n "${VARLEN_RESUME:-}" ] && [ ! -d "$run" ] && tar xzf "$VARLEN_RESUME" -C "$OUT"
     [ -f "$run/state.json" ] && resume=(--resume)
     ( "$bin/attnfuzz" campaign --seconds "$secs" --minimize-seconds 60 --seed "$seed" --ragged-share 0.8 "${resume[@]}" \
         --backends cudnn.varlen,cudnn.paged,torch.flash.varlen,torch.efficient.varlen,cudnn,torch.flash --out "$run" \
@@ -144,9 +148,10 @@ case "$mode" in
     ( CUDA_PLUGIN_TEST_ONLY=varlen "$root/tests/plugins/cuda_plugin_test.sh" "$bin/attnfuzz" "$root/.carry/plugins" "$root" 0 \
         > "$OUT/varlen-cuda-plugin.log" 2>&1 ) &
     wait
-    for f in test_gpu_cudnn_varlen.log test_gpu_varlen.log; do grep -E "^\[  (FAILED|PASSED) |exit" "$OUT/$f"; done
-    tail -3 "$OUT/flex-paged.log" "$OUT/varlen-cuda-plugin.log"; tail -12 "$OUT/varlen-campaign.log"
-    (cd "$OUT" && tar czf "varlen-$seed.tgz" "varlen-$seed") ;;
+    { for f in test_gpu_cudnn_varlen.log test_gpu_varlen.log; do grep -E "^\[  (FAILED|PASSED) |exit" "$OUT/$f"; done
+      tail -n 3 "$OUT/flex-paged.log" "$OUT/varlen-cuda-plugin.log"; tail -n 40 "$OUT/varlen-campaign.log"; } | tee "$OUT/varlen-summary.txt"
+    (cd "$OUT" && tar czf "varlen-$seed.tgz" "varlen-$seed" && rm -rf "varlen-$seed" &&
+       tar czf varlen-logs.tgz ./*.log && rm -f ./*.log) ;;
   cuda-plugins)  # the minimal CUDA plugin and its planted-bug variants through run, campaign, check
     "$root/tests/plugins/cuda_plugin_test.sh" "$bin/attnfuzz" "$root/.carry/plugins" "$root" "${1:-0}" 2>&1 | tee "$OUT/cuda-plugins.log" ;;
   ledger)
