@@ -102,9 +102,10 @@ class DifferentialSession::Impl {
     const Inputs& in = oracle_inputs();
     ref_ = run_composition(*oracles_.reference, c_, in, Composition{});
     skip_ = masked_rows(ref_);
-    // Each reach twice: within the batch entry, and across the batch for the backends that mix
-    // its entries (Backend::mixes_batch_entries).
+    // The reach within the batch entry, and, where some input is not finite (else the two are the
+    // same), across the batch for the backends that mix its entries (Backend::mixes_batch_entries).
     for (const bool across : {false, true}) {
+      if (across && !finite_in_) break;
       Unjudged& u = unjudged_[across];
       for (TensorId t : kOutputs) {
         if (!case_has_output(c_, t)) continue;
@@ -268,12 +269,17 @@ class DifferentialSession::Impl {
 
   static bool q_indexed(TensorId t) { return t == TensorId::O || t == TensorId::LSE || t == TensorId::dQ; }
 
+  struct Unjudged {
+    std::array<std::vector<uint8_t>, kOutputs.size()> rows;  // per output (unjudged_rows)
+    std::vector<uint8_t> masked_unreached;                    // skip_ without the rows non-finite inputs reach
+  };
   // The inputs the oracles compute with: the drawn ones, or their finite part.
   const Inputs& oracle_inputs() const { return finite_in_ ? *finite_in_ : in_; }
   // The rows of output o left out of the verdict (fully masked, or reached by a non-finite
   // input), or null when none is.
+  const Unjudged& unjudged(bool across_batch) const { return unjudged_[across_batch && finite_in_]; }
   const std::vector<uint8_t>* unjudged_rows(TensorId o, bool across_batch = false) const {
-    const std::vector<uint8_t>& rows = unjudged_[across_batch].rows[output_index(o)];
+    const std::vector<uint8_t>& rows = unjudged(across_batch).rows[output_index(o)];
     return rows.empty() ? nullptr : &rows;
   }
   ErrorStats error_of(const Tensor& t, TensorId o) const { return compare(t, ref_[o], unjudged_rows(o), overflow_of(o)); }
@@ -489,7 +495,7 @@ class DifferentialSession::Impl {
     }
     for (TensorId t : {TensorId::O, TensorId::LSE, TensorId::dQ}) {
       if (t == TensorId::LSE && !be.returns_lse()) continue;
-      const size_t bad = convention_breaks(r[t], finite_in_ ? unjudged_[be.mixes_batch_entries()].masked_unreached : skip_, t == TensorId::LSE);
+      const size_t bad = convention_breaks(r[t], finite_in_ ? unjudged(be.mixes_batch_entries()).masked_unreached : skip_, t == TensorId::LSE);
       if (bad)
         add(run.backend, run.composition_class, t, FindingClass::semantic,
             std::to_string(bad) + " fully masked rows break the convention (O = 0, LSE = -inf, no gradient)", {{FindingMetric::rows, double(bad)}});
@@ -584,11 +590,7 @@ class DifferentialSession::Impl {
   ComposedResult ref_;
   std::vector<uint8_t> skip_;
   std::optional<Inputs> finite_in_;  // the inputs' finite part, where some input is not finite
-  struct Unjudged {
-    std::array<std::vector<uint8_t>, kOutputs.size()> rows;  // per output (unjudged_rows)
-    std::vector<uint8_t> masked_unreached;                    // skip_ without the rows non-finite inputs reach
-  };
-  std::array<Unjudged, 2> unjudged_;  // [across_batch]
+  std::array<Unjudged, 2> unjudged_;  // [across_batch]; [true] only where some input is not finite
   mutable double intermediates_bound_ = -1;
   std::optional<ErrorTerms> terms_;
   std::map<std::tuple<Contract, bool, std::string, bool>, ComposedResult> emul_;
