@@ -35,7 +35,7 @@ PackedSide packed_side(std::vector<int64_t> lens, int64_t gap, int64_t tail) {
   return s;
 }
 
-PackedGeometry packed_geometry(const Problem& p, bool paged) {
+PackedGeometry packed_geometry(const Problem& p, bool paged, int64_t default_page_size) {
   std::vector<int64_t> lq, lkv;
   for (int64_t b = 0; b < p.shape.batch; ++b) {
     lq.push_back(p.call_len_q(b));
@@ -47,9 +47,10 @@ PackedGeometry packed_geometry(const Problem& p, bool paged) {
   g.max_q = std::max<int64_t>(1, g.q.longest) + p.max_slack;
   g.max_kv = std::max<int64_t>(1, g.kv.longest) + p.max_slack;
   g.lead = p.misaligned ? 1 : 0;
-  if (paged && p.page_size > 0) {
-    const PageTable t = page_table(lkv, p.page_size, p.page_seed);  // a call gets the table of its own keys
-    g.page_size = p.page_size;
+  const int64_t page_size = p.page_size > 0 ? p.page_size : default_page_size;
+  if (paged && page_size > 0) {
+    const PageTable t = page_table(lkv, page_size, p.page_seed);  // a call gets the table of its own keys
+    g.page_size = page_size;
     g.pages = t.pages;
     g.pages_per_seq = std::max<int64_t>(1, t.max_pages_per_seq);
     g.table.assign(static_cast<size_t>(p.shape.batch * g.pages_per_seq), -1);

@@ -40,8 +40,9 @@ struct PackedGeometry {
   int64_t page_size = 0, pages = 0, pages_per_seq = 0;
   std::vector<int64_t> table;  // [B][pages_per_seq], -1 past a sequence's last page
 };
-// `paged`: lay out K and V in pages where the problem has them.
-PackedGeometry packed_geometry(const Problem& p, bool paged);
+// `paged`: lay out K and V in pages where the problem has them, or else in pages of
+// `default_page_size` (0: not paged then).
+PackedGeometry packed_geometry(const Problem& p, bool paged, int64_t default_page_size = 0);
 // Why the ABI's int32 offsets cannot describe the call, or nothing.
 std::optional<std::string> packed_geometry_refusal(const PackedGeometry& g);
 

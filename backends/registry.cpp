@@ -29,6 +29,7 @@
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
 #include "oracles/gpu_oracles.h"
 #include "backends/flash_backends.h"
+#include "backends/flash_varlen.h"
 #endif
 
 namespace attnfuzz {
@@ -162,13 +163,17 @@ std::vector<Entry> entries() {
   }
   // The project's fused kernels (kernels/flash/, docs/kernels.md).
   const std::pair<std::string, std::string> fused[] = {
-      {"cuda.flash", "the project's fused flash kernels (CuTe mma.sync): forward, deterministic backward honouring dLSE, CUDA"},
-      {"cuda.merge", "cuda.flash leaves with every LSE merge of a composition on the GPU merge kernel, CUDA"}};
+      {"cuda.flash", "the project's fused flash kernels (CuTe wgmma, sm_90a): forward, deterministic backward honouring dLSE, CUDA"},
+      {"cuda.merge", "cuda.flash leaves with every LSE merge of a composition on the GPU merge kernel, CUDA"},
+      {"cuda.flash.varlen", "cuda.flash on packed sequences (per-sequence starts and lengths, bands per sequence), CUDA"},
+      {"cuda.flash.paged", "cuda.flash forward through a paged K/V cache (page table); backward as cuda.flash.varlen, CUDA"}};
   for (const auto& [name, what] : fused) {
 #if ATTNFUZZ_HAVE_CUDA_KERNELS
     e.push_back({name, what,
                  [name = name]() -> std::unique_ptr<Backend> {
                    if (name == "cuda.merge") return std::make_unique<FlashMergeBackend>();
+                   if (name == "cuda.flash.varlen") return make_flash_varlen_backend();
+                   if (name == "cuda.flash.paged") return make_flash_paged_backend();
                    return std::make_unique<FlashBackend>();
                  },
                  [](std::string* why) { return cuda_kernels_available(why); }});

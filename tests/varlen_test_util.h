@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -26,9 +27,11 @@
 namespace attnfuzz::test {
 
 // The full problem of a hand-made case (seed 41) of shape `s`, mask `mask` and lengths `ragged`
-// (none: a dense batch).
+// (none: a dense batch). The Problem points at its case's mask expression, so the cases are kept
+// for the life of the test process.
 inline Problem problem_of(const Shape& s, const MaskExpr& mask, std::optional<Ragged> ragged, DType d = DType::f16) {
-  Case c;
+  static std::deque<Case> cases;
+  Case& c = cases.emplace_back();
   c.seed = 41;
   c.shape = s;
   c.dtype = d;

@@ -12,6 +12,7 @@
 // Tensors are [B][H][S][D] with any batch, head and row strides (elements) and a contiguous
 // head dim; the pointer is element (0, 0, 0, 0). The kernels load 16 bytes at a time, so every
 // pointer and stride must be a multiple of 8 elements (aligned_for_kernels says whether).
+// A ragged batch and a paged K/V cache are described by Ragged and Pages below.
 // Head dims: the kernels are instantiated for 64 and 128 (Dqk = Dv = head_dim); a caller
 // with a smaller dim pads Q, K, V with zeros up to it (zero columns change no score, and the
 // padded columns of O, dQ, dK, dV are dropped).
@@ -34,6 +35,7 @@ struct Strides {
 //    skipped, full tiles run unmasked, and only partial tiles read the dense mask.
 struct Mask {
   int64_t left = -1, right = -1, diagonal = 0;
+  const int64_t* diagonals = nullptr;  // [B] or nullptr: batch entry b's band diagonal instead of `diagonal`
   const uint8_t* dense = nullptr;
   bool one_plane = true;
   const uint8_t* tiles_fwd = nullptr;  // classes for forward_tile()
@@ -48,13 +50,39 @@ struct TileShape {
 TileShape forward_tile(int head_dim);
 TileShape backward_tile(int head_dim);
 
+// A ragged batch (varlen), the packed layout of FlashAttention's varlen interface: batch entry b
+// has lens_q[b] queries and lens_kv[b] keys (seq_q and seq_kv bound them: they size the grid), and
+// its rows start at row starts_q[b] (starts_kv[b]) of every tensor of its side:
+//   query side (Q, O, LSE, dO, dLSE, dQ): element (b, h, i) at b batch + h head + (starts_q[b] + i) row
+//   key side (K, V, dK, dV):             element (b, h, j) at b batch + h head + (starts_kv[b] + j) row
+// (a packed [tokens][H][D] tensor has batch stride 0). Rows between and after the sequences are
+// neither read nor written; a query past lens_q[b] or a key past lens_kv[b] does not exist. The
+// mask is then a band (Mask::dense is refused), per batch entry through Mask::diagonals.
+// All four arrays are device int32 arrays; none given (lens_q nullptr): a dense batch.
+struct Ragged {
+  const int32_t *starts_q = nullptr, *starts_kv = nullptr;
+  const int32_t *lens_q = nullptr, *lens_kv = nullptr;
+};
+
+// A paged K/V cache (the forward only; a ragged batch: Ragged::lens_kv gives each sequence's
+// keys, starts_kv is not read): key j of batch entry b is row j % page_size of physical page
+// table[b * table_stride + j / page_size], element (page, h, row) of K and V at page batch +
+// h head + row row of their strides (a page takes a batch entry's place). Pages past a sequence's
+// last key, and rows of its last page past it, are never read.
+struct Pages {
+  const int32_t* table = nullptr;  // device int32 array; nullptr: K and V are not paged
+  int64_t table_stride = 0, page_size = 0;
+};
+
 struct Problem {
   Elem elem = Elem::bf16;
   int head_dim = 128;
-  int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 1, seq_kv = 1;
+  int64_t batch = 1, heads_q = 1, heads_kv = 1, seq_q = 1, seq_kv = 1;  // ragged: seq_q, seq_kv bound the lengths
   float scale = 1.f;
   float softcap = 0.f;  // 0: none
   Mask mask;
+  Ragged ragged;
+  Pages pages;
   const void *q = nullptr, *k = nullptr, *v = nullptr;
   Strides q_strides, k_strides, v_strides;
   void* stream = nullptr;  // cudaStream_t
@@ -85,7 +113,8 @@ struct BackwardArgs {
 // Whether this build has kernels for the element type and head dim: 64 and 128, fp16 and bf16
 // (a planted-bug build, ATTNFUZZ_FLASH_PLANTED_BUILD, only bf16).
 bool instantiated(Elem e, int head_dim);
-// Whether the kernels can run the problem (head dim, heads, alignment), or why not.
+// Whether the kernels can run the problem (head dim, heads, alignment, a ragged batch's mask), or
+// why not. The backward refuses a paged problem (backward()).
 bool supported(const Problem& p, const char** why);
 bool aligned_for_kernels(const void* ptr, const Strides& s);
 size_t backward_workspace_bytes(const Problem& p);

@@ -77,15 +77,27 @@ __device__ __forceinline__ BandTile band_tile(const MaskView& mask, int64_t q, i
           clamp_offset(mask.sq - q), clamp_offset(mask.skv - k)};
 }
 
-__device__ __forceinline__ MaskView mask_view(const Mask& m, int64_t plane, int64_t sq, int64_t skv, const uint8_t* tiles, int tile_q,
-                                              int tile_kv) {
-  MaskView v{m.left, m.right, m.diagonal, nullptr, nullptr, sq, skv, (skv + tile_kv - 1) / tile_kv};
+// The mask of plane (b, h) = b * heads_q + h of batch entry b, whose sequences are sq x skv.
+__device__ __forceinline__ MaskView mask_view(const Mask& m, int64_t b, int64_t plane, int64_t sq, int64_t skv, const uint8_t* tiles,
+                                              int tile_q, int tile_kv) {
+  MaskView v{m.left, m.right, m.diagonals ? m.diagonals[b] : m.diagonal, nullptr, nullptr, sq, skv, (skv + tile_kv - 1) / tile_kv};
   if (m.dense) {
     const int64_t p = m.one_plane ? 0 : plane;
     v.dense = m.dense + p * sq * skv;
     v.tiles = tiles + p * ((sq + tile_q - 1) / tile_q) * v.tiles_kv;
   }
   return v;
+}
+
+// Batch entry b's rows: where its queries and keys start in their tensors, and how many there
+// are (a dense batch: 0, 0, seq_q, seq_kv; a ragged one: Ragged).
+struct SequenceRows {
+  int64_t q_start, kv_start, sq, skv;
+};
+__device__ __forceinline__ SequenceRows sequence_rows(const Problem& p, int64_t b) {
+  const Ragged& r = p.ragged;
+  if (!r.lens_q) return {0, 0, p.seq_q, p.seq_kv};
+  return {r.starts_q[b], r.starts_kv ? r.starts_kv[b] : 0, r.lens_q[b], r.lens_kv[b]};
 }
 
 // ---- the order blocks run in: heaviest first, a few (head, batch) planes at a time ----
@@ -125,6 +137,29 @@ __device__ __forceinline__ void load_rows(Copy copy, const S& src, D& dst, const
   }
 }
 
+// The same with each row at its own address: row r of the tile (r < rows) at row_ptr(r) (an
+// element pointer to its column 0), as a paged cache's rows are. `layout_src` is the tile's
+// partition in any strided view, read for its layout only: a copy vector lies within one row, so
+// its layout holds at any row's address.
+template <class Copy, class S, class D, class C, class RowPtr>
+__device__ __forceinline__ void load_rows_gathered(Copy copy, const S& layout_src, D& dst, const C& coords, int64_t rows,
+                                                   RowPtr row_ptr) {
+  using namespace cute;
+#pragma unroll
+  for (int m = 0; m < size<1>(layout_src); ++m) {
+    const int r = get<0>(coords(0, m, 0));
+    if (Planted::row_copied(r, rows)) {
+      auto* row = row_ptr(r);
+#pragma unroll
+      for (int k = 0; k < size<2>(layout_src); ++k)
+        cute::copy(copy, make_tensor(make_gmem_ptr(row + get<1>(coords(0, m, k))), layout_src(_, m, k).layout()), dst(_, m, k));
+    } else {
+#pragma unroll
+      for (int k = 0; k < size<2>(layout_src); ++k) cute::clear(dst(_, m, k));
+    }
+  }
+}
+
 // The same for a tile of kTileRows rows: a tile wholly inside the sequence is copied without
 // the per-row checks (straight-line address arithmetic, no branch per row).
 template <int kTileRows, class Copy, class S, class D, class C>
@@ -147,11 +182,12 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// A global [S][D] view of head (b, h) of a strided tensor.
+// A global [S][D] view of head (b, h) of a strided tensor, from row `row0` (a ragged batch's
+// sequence start; 0 in a dense batch).
 template <int D, class E>
-__device__ __forceinline__ auto head_view(const void* base, const Strides& s, int64_t b, int64_t h, int64_t rows) {
+__device__ __forceinline__ auto head_view(const void* base, const Strides& s, int64_t b, int64_t h, int64_t row0, int64_t rows) {
   using namespace cute;
-  E* p = const_cast<E*>(static_cast<const E*>(base)) + b * s.batch + h * s.head;
+  E* p = const_cast<E*>(static_cast<const E*>(base)) + b * s.batch + h * s.head + row0 * s.row;
   return make_tensor(make_gmem_ptr(p), make_shape(rows, Int<D>{}), make_stride(s.row, _1{}));
 }
 

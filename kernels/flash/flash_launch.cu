@@ -60,6 +60,12 @@ bool supported(const Problem& p, const char** why) {
     reason = "empty sequences";
   else if (!aligned_for_kernels(p.q, p.q_strides) || !aligned_for_kernels(p.k, p.k_strides) || !aligned_for_kernels(p.v, p.v_strides))
     reason = "Q, K and V must be 16-byte aligned with strides that are multiples of 8 elements";
+  else if (p.ragged.lens_q && (!p.ragged.lens_kv || !p.ragged.starts_q || (!p.ragged.starts_kv && !p.pages.table)))
+    reason = "a ragged batch needs both sides' lengths and starts (the keys' starts unless K and V are paged)";
+  else if ((p.ragged.lens_q || p.pages.table) && p.mask.dense)
+    reason = "a ragged batch or a paged cache takes a band mask, not a dense one";
+  else if (p.pages.table && (!p.ragged.lens_q || p.pages.page_size < 1 || p.pages.table_stride < 1))
+    reason = "a paged cache needs a ragged batch's lengths, a page size and a table stride";
   if (why) *why = reason;
   return reason == nullptr;
 }
@@ -110,6 +116,7 @@ void forward(const Problem& p, const ForwardArgs& a) {
 
 void backward(const Problem& p, const BackwardArgs& a) {
   require(p);
+  if (p.pages.table) throw std::invalid_argument("flash: the backward takes no paged cache (pack K and V)");
   for (auto [ptr, s] : {std::pair{static_cast<const void*>(a.dq), a.dq_strides}, std::pair{static_cast<const void*>(a.dk), a.dk_strides},
                         std::pair{static_cast<const void*>(a.dv), a.dv_strides}, std::pair{a.d_out, a.d_out_strides}})
     if (!aligned_for_kernels(ptr, s)) throw std::invalid_argument("flash: dO, dQ, dK, dV must be aligned like Q");
