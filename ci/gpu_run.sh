@@ -53,7 +53,7 @@
 #                                            variant a process; torch_varlen_misaligned.py), the varlen gpu
 #                                            tests, FlexPaged and FlexPagedCompiled against float64, the CUDA
 #                                            varlen plugin, side by side with a campaign of SECONDS (default
-#                                            300) over the four varlen backends with cudnn and torch.flash,
+#                                            300) over the six varlen backends with cudnn and torch.flash,
 #                                            --ragged-share 0.8. Everything comes back in four files (the device
 #                                            returns few): varlen-summary.txt, varlen-logs.tgz, varlen-SEED.tgz
 #                                            (the run directory) and the plugin test's own tarball; with
@@ -130,7 +130,8 @@ case "$mode" in
     [ -n "${VARLEN_RESUME:-}" ] && [ ! -d "$run" ] && tar xzf "$VARLEN_RESUME" -C "$OUT"
     [ -f "$run/state.json" ] && resume=(--resume)
     ( "$bin/attnfuzz" campaign --seconds "$secs" --minimize-seconds 60 --seed "$seed" --ragged-share 0.8 "${resume[@]}" \
-        --backends cudnn.varlen,cudnn.paged,torch.flash.varlen,torch.efficient.varlen,cudnn,torch.flash --out "$run" \
+        --backends cudnn.varlen,cudnn.paged,torch.flash.varlen,torch.efficient.varlen,cuda.flash.varlen,cuda.flash.paged,cudnn,torch.flash \
+        --out "$run" \
         > "$OUT/varlen-campaign.log" 2>&1; echo "campaign exit $?" >> "$OUT/varlen-campaign.log" ) &
     ( if [ -x "$bin/cudnn_paged_ragged_probe" ]; then
         for v in all paged-k-headmajor paged-v-headmajor ragged-plus8 ragged-plus4 ragged-plus2 ragged-odd ragged-odd-q \
@@ -139,7 +140,7 @@ case "$mode" in
         done
       else echo "no .carry/bin/cudnn_paged_ragged_probe (ci/gpu_bundle.sh builds it where the frontend headers are)"; fi
       python3 "$root/docs/findings/standalone/torch_varlen_misaligned.py" ) > "$OUT/varlen-standalone.log" 2>&1 &
-    ( for t in test_gpu_cudnn_varlen test_gpu_varlen; do
+    ( for t in test_gpu_cudnn_varlen test_gpu_varlen test_gpu_flash_varlen; do
         "$bin/$t" --gtest_brief=1 > "$OUT/$t.log" 2>&1; echo "$t: exit $?" >> "$OUT/$t.log"
       done ) &
     ( export PYTHONPATH="$root/python" FLEX_PAGED_DEVICE=cuda
@@ -148,7 +149,7 @@ case "$mode" in
     ( CUDA_PLUGIN_TEST_ONLY=varlen "$root/tests/plugins/cuda_plugin_test.sh" "$bin/attnfuzz" "$root/.carry/plugins" "$root" 0 \
         > "$OUT/varlen-cuda-plugin.log" 2>&1 ) &
     wait
-    { for f in test_gpu_cudnn_varlen.log test_gpu_varlen.log; do grep -E "^\[  (FAILED|PASSED) |exit" "$OUT/$f"; done
+    { for f in test_gpu_cudnn_varlen.log test_gpu_varlen.log test_gpu_flash_varlen.log; do grep -E "^\[  (FAILED|PASSED) |exit" "$OUT/$f"; done
       tail -n 3 "$OUT/flex-paged.log" "$OUT/varlen-cuda-plugin.log"; tail -n 40 "$OUT/varlen-campaign.log"; } | tee "$OUT/varlen-summary.txt"
     (cd "$OUT" && tar czf "varlen-$seed.tgz" "varlen-$seed" && rm -rf "varlen-$seed" &&
        tar czf varlen-logs.tgz ./*.log && rm -f ./*.log) ;;

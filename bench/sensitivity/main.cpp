@@ -4,10 +4,13 @@
 //   build/cpu/bench/bench_sensitivity [--dtype bf16] [--seq 16,64,256,1024] [--dim 16,64,128] [--csv out.csv]
 //                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
 //                                     [--outliers MAGNITUDE] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]]
-//                                     [--shifted A] [--tensor-cores] [--near-constant-v SIGMA] [--ragged]
+//                                     [--shifted A] [--tensor-cores] [--near-constant-v SIGMA]
+//                                     [--ragged [--page-size P] [--seq-q N]]
 //
 // --ragged: a ragged batch of two sequences (sensitivity.h), the plants inside the first; needs a
-// backend that takes one (--backend torch.math).
+// backend that takes one (--backend torch.math; on a GPU cuda.flash.varlen, cudnn.varlen, ...).
+// --page-size P: K and V in pages of P keys, for a paged backend (cuda.flash.paged, cudnn.paged).
+// --seq-q N: the decode step, N queries (1 to 16) against each --seq keys.
 // --near-constant-v SIGMA: V near constant (mean 0.1, that sigma), so O's rows are near-equal
 // elements whose stored rounding errs as one number (harness/error_model.h, storage_sources).
 // --shifted A: rows whose scores all sit far below zero (Q's column 0 at -A in half the rows, K's
@@ -96,6 +99,7 @@ int run(int argc, char** argv) {
   bool dbias = false, tensor_cores = false;
   double shifted = 0;
   bool ragged = false;
+  int64_t page_size = 0, seq_q = 0;
   double near_constant_v = 0;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
@@ -139,6 +143,12 @@ int run(int argc, char** argv) {
       tensor_cores = true;
     } else if (!std::strcmp(argv[i], "--ragged")) {
       ragged = true;
+    } else if (!std::strcmp(argv[i], "--page-size")) {
+      page_size = std::stoll(next());
+      if (page_size < 1 || page_size > 4096) throw std::invalid_argument("--page-size takes 1 to 4096 keys a page");
+    } else if (!std::strcmp(argv[i], "--seq-q")) {
+      seq_q = std::stoll(next());
+      if (seq_q < 1 || seq_q > 16) throw std::invalid_argument("--seq-q takes 1 to 16 queries (the decode step)");
     } else if (!std::strcmp(argv[i], "--shifted")) {
       shifted = std::stod(next());
       if (!(shifted > 0 && shifted <= 1e3)) throw std::invalid_argument("--shifted takes a magnitude in (0, 1e3]");
@@ -156,11 +166,12 @@ int run(int argc, char** argv) {
       if (*kind == ScoreBias::Kind::tensor) bias->spans = {false, true, true, true};  // one bias per head, as a learned one
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]] [--shifted A] [--tensor-cores] [--near-constant-v SIGMA] [--ragged]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]] [--shifted A] [--tensor-cores] [--near-constant-v SIGMA] [--ragged [--page-size P] [--seq-q N]]\n");
       return 2;
     }
   }
   if (dbias && !bias) throw std::invalid_argument("--dbias needs --bias");
+  if ((page_size || seq_q) && !ragged) throw std::invalid_argument("--page-size and --seq-q need --ragged");
   if (bias) bias->requires_grad = dbias;
   std::unique_ptr<Backend> correct = make_backend(backend.empty() ? "plugin:" + plugin : backend);
   if (tensor_cores) correct = std::make_unique<TensorCoreLse>(std::move(correct));
@@ -183,6 +194,8 @@ int run(int argc, char** argv) {
         cfg.tied = tied;
         cfg.shifted = shifted;
         cfg.ragged = ragged;
+        cfg.page_size = page_size;
+        cfg.seq_q = seq_q;
         cfg.near_constant_v = near_constant_v;
         cfg.group = group;
         cfg.bias = bias;
@@ -194,7 +207,8 @@ int run(int argc, char** argv) {
                     causal ? "causal" : "no mask",
                     ((outliers > 0 ? ", outliers of " + std::to_string(outliers).substr(0, 5) : tied.empty() ? "" : ", tied " + tied) +
                      (shifted > 0 ? ", shifted rows of " + std::to_string(shifted).substr(0, 5) : "") +
-                     (near_constant_v > 0 ? ", V near constant (sigma " + std::to_string(near_constant_v).substr(0, 7) + ")" : "") + (tensor_cores ? ", tensor cores" : "") + (ragged ? ", ragged batch (B=2)" : ""))
+                     (near_constant_v > 0 ? ", V near constant (sigma " + std::to_string(near_constant_v).substr(0, 7) + ")" : "") + (tensor_cores ? ", tensor cores" : "") + (ragged ? ", ragged batch (B=2)" : "") +
+                     (page_size ? ", pages of " + std::to_string(page_size) : "") + (seq_q ? ", " + std::to_string(seq_q) + " queries" : ""))
                         .c_str(),
                     bias ? (", bias " + std::string(to_string(bias->kind)) + (dbias ? " with dBias" : "")).c_str() : "", secs);
         for (const auto& p : points) {

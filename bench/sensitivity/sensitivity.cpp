@@ -44,7 +44,8 @@ std::vector<Plant> plants_for(TensorId t) {
 Case sensitivity_case(const SensitivityConfig& cfg) {
   Case c;
   c.seed = cfg.seed;
-  c.shape = {1, cfg.heads * cfg.group, cfg.heads, cfg.seq, cfg.seq, cfg.dim, cfg.dim};
+  const int64_t seq_q = cfg.seq_q > 0 ? cfg.seq_q : cfg.seq;
+  c.shape = {1, cfg.heads * cfg.group, cfg.heads, seq_q, cfg.seq, cfg.dim, cfg.dim};
   c.dtype = cfg.dtype;
   c.mask = cfg.causal ? MaskExpr::causal_mask(Align::bottom_right) : MaskExpr{};
   c.d_lse = ValueDist{};  // normal: the dLSE plant needs a dLSE term
@@ -61,8 +62,10 @@ Case sensitivity_case(const SensitivityConfig& cfg) {
   if (cfg.ragged) {
     c.shape.batch = 2;
     c.ragged = Ragged{};
-    c.ragged->lens_q = {cfg.seq - cfg.seq / 4, cfg.seq / 2 + 1};
+    c.ragged->lens_q = cfg.seq_q > 0 ? std::vector<int64_t>{seq_q, std::min(seq_q, seq_q / 2 + 1)}
+                                     : std::vector<int64_t>{cfg.seq - cfg.seq / 4, cfg.seq / 2 + 1};
     c.ragged->lens_kv = {cfg.seq - cfg.seq / 8, cfg.seq};
+    c.ragged->page_size = cfg.page_size;
   }
   return c;
 }

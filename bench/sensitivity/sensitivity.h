@@ -61,6 +61,11 @@ struct SensitivityConfig {
   // rows are exact (fully masked): what this measures is whether they loosen the bound. The correct
   // backend must take one (torch.math; the plugins do not).
   bool ragged = false;
+  // With `ragged`: K and V in pages of this size for a paged interface (Ragged::page_size; 0: none).
+  int64_t page_size = 0;
+  // The decode step (the decode tier): this many queries (1 to 16) against `seq` keys; with
+  // `ragged` the sequences get seq_q and seq_q / 2 + 1 queries. 0: seq queries.
+  int64_t seq_q = 0;
 };
 
 // The ratio compares the planted error with the natural error in the same units. For an

@@ -38,9 +38,8 @@ __global__ void backward_rows_kernel(const BackwardParams params) {
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
   const int64_t i = r % p.seq_q, h = (r / p.seq_q) % p.heads_q, b = r / (p.seq_q * p.heads_q);
-  const SequenceRows seq = sequence_rows(p, b);
-  if (i >= seq.sq) return;
-  const int64_t row = seq.q_start + i;  // in the tensors
+  if (p.ragged.lens_q && i >= p.ragged.lens_q[b]) return;  // past a ragged batch entry's queries
+  const int64_t row = (p.ragged.lens_q ? p.ragged.starts_q[b] : 0) + i;  // in the tensors
   const E* o = static_cast<const E*>(a.o) + b * a.o_strides.batch + h * a.o_strides.head + row * a.o_strides.row;
   const E* d_out = static_cast<const E*>(a.d_out) + b * a.d_out_strides.batch + h * a.d_out_strides.head + row * a.d_out_strides.row;
   float acc = 0.f;
@@ -176,7 +175,7 @@ __device__ __forceinline__ void gradient_loop(int64_t end, Next next, Load load,
 }
 
 // ---- dK, dV: rows = keys (64 per warpgroup), columns = queries ----
-template <class T>
+template <class T, bool kRagged>
 __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const BackwardParams params) {
   using namespace cute;
   using E = typename T::Element;
@@ -189,8 +188,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
   const BlockTile bt = block_tile(params.group_dkdv, false);
   const int64_t n_block = bt.tile, h_kv = bt.head, b = bt.batch, group = p.heads_q / p.heads_kv;
   const int64_t k0 = n_block * kN, tk_mine = Planted::dkdv_unit_column(n_block, kN / kU, tid / 128);  // this warpgroup's mask unit column
-  const SequenceRows seq = sequence_rows(p, b);
-  if (k0 >= seq.skv) return;  // past a ragged batch entry's keys
+  const SequenceRows<kRagged> seq(p, b);
+  if (kRagged && k0 >= seq.skv()) return;  // past a ragged batch entry's keys
 
   extern __shared__ __align__(1024) char smem_raw[];
   E* smem = reinterpret_cast<E*>(smem_raw);
@@ -207,20 +206,20 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
   Tensor tCc = gthr.partition_S(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
   {
     Tensor gK =
-        local_tile(head_view<kD, E>(p.k, p.k_strides, b, h_kv, seq.kv_start, seq.skv), Shape<Int<kN>, Int<kD>>{}, make_coord(n_block, 0));
+        local_tile(head_view<kD, E>(p.k, p.k_strides, b, h_kv, seq.kv_start(), seq.skv()), Shape<Int<kN>, Int<kD>>{}, make_coord(n_block, 0));
     Tensor gV =
-        local_tile(head_view<kD, E>(p.v, p.v_strides, b, h_kv, seq.kv_start, seq.skv), Shape<Int<kN>, Int<kD>>{}, make_coord(n_block, 0));
+        local_tile(head_view<kD, E>(p.v, p.v_strides, b, h_kv, seq.kv_start(), seq.skv()), Shape<Int<kN>, Int<kD>>{}, make_coord(n_block, 0));
     Tensor dK = gthr.partition_D(sK);
     Tensor dV = gthr.partition_D(sV);
-    load_tile<kN>(gcopy, gthr.partition_S(gK), dK, tRc, seq.skv - k0);
-    load_tile<kN>(gcopy, gthr.partition_S(gV), dV, tRc, seq.skv - k0);
+    load_tile<kN>(gcopy, gthr.partition_S(gK), dK, tRc, seq.skv() - k0);
+    load_tile<kN>(gcopy, gthr.partition_S(gV), dV, tRc, seq.skv() - k0);
   }
 
   // Steps: (query head of the group, query tile), in order; a step no warpgroup sees is skipped.
-  const int64_t m_blocks = (seq.sq + kM - 1) / kM, steps = group * m_blocks;  // no step: dK = dV = 0
+  const int64_t m_blocks = (seq.sq() + kM - 1) / kM, steps = group * m_blocks;  // no step: dK = dV = 0
   auto head_of = [&](int64_t step) { return h_kv * group + step / m_blocks; };
   auto view_of = [&](int64_t step) {
-    return mask_view(p.mask, b, b * p.heads_q + head_of(step), seq.sq, seq.skv, p.mask.tiles_bwd, kU, kU);
+    return mask_view<kRagged>(p.mask, b, b * p.heads_q + head_of(step), seq.sq(), seq.skv(), p.mask.tiles_bwd, kU, kU);
   };
   auto next_step = [&](int64_t s) {
     for (; s < steps; ++s) {
@@ -234,17 +233,17 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
   };
   auto load_cols = [&](int64_t step, int slot) {
     const int64_t h = head_of(step), m = step % m_blocks, q0 = m * kM;
-    Tensor gQ = local_tile(head_view<kD, E>(p.q, p.q_strides, b, h, seq.q_start, seq.sq), Shape<Int<kM>, Int<kD>>{}, make_coord(m, 0));
+    Tensor gQ = local_tile(head_view<kD, E>(p.q, p.q_strides, b, h, seq.q_start(), seq.sq()), Shape<Int<kM>, Int<kD>>{}, make_coord(m, 0));
     Tensor gdO =
-        local_tile(head_view<kD, E>(a.d_out, a.d_out_strides, b, h, seq.q_start, seq.sq), Shape<Int<kM>, Int<kD>>{}, make_coord(m, 0));
+        local_tile(head_view<kD, E>(a.d_out, a.d_out_strides, b, h, seq.q_start(), seq.sq()), Shape<Int<kM>, Int<kD>>{}, make_coord(m, 0));
     Tensor dQ = gthr.partition_D(make_tensor(make_smem_ptr(q_tile(slot)), typename T::SmemCols{}));
     Tensor ddO = gthr.partition_D(make_tensor(make_smem_ptr(do_tile(slot)), typename T::SmemCols{}));
-    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tCc, seq.sq - q0);
-    load_tile<kM>(gcopy, gthr.partition_S(gdO), ddO, tCc, seq.sq - q0);
+    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tCc, seq.sq() - q0);
+    load_tile<kM>(gcopy, gthr.partition_S(gdO), ddO, tCc, seq.sq() - q0);
     if (tid < 2 * kM) {  // the columns' L2 (threads 0 .. kM-1) and D' (kM .. 2 kM-1)
       const int64_t i = q0 + tid % kM;
       float* dst = col_rows + slot * 2 * kM + tid;
-      if (i < seq.sq)
+      if (i < seq.sq())
         cp_async_4(dst, (tid < kM ? params.rows_l2 : params.rows_delta) + (b * p.heads_q + h) * p.seq_q + i);
       else
         *dst = tid < kM ? INFINITY : 0.f;  // P = 0 on a query past the sequence
@@ -326,14 +325,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dkdv_kernel(const Bac
   warpgroup_fence_operand(acc_dk);
 
   Tensor tGcG = thr_g.partition_C(make_identity_tensor(Shape<Int<kN>, Int<kD>>{}));
-  E* dk = static_cast<E*>(a.dk) + b * a.dk_strides.batch + h_kv * a.dk_strides.head + seq.kv_start * a.dk_strides.row;
-  E* dv = static_cast<E*>(a.dv) + b * a.dv_strides.batch + h_kv * a.dv_strides.head + seq.kv_start * a.dv_strides.row;
-  store_tile(acc_dk, tGcG, dk, a.dk_strides.row, k0, seq.skv, p.scale);
-  store_tile(acc_dv, tGcG, dv, a.dv_strides.row, k0, seq.skv, 1.f);
+  E* dk = static_cast<E*>(a.dk) + b * a.dk_strides.batch + h_kv * a.dk_strides.head + seq.kv_start() * a.dk_strides.row;
+  E* dv = static_cast<E*>(a.dv) + b * a.dv_strides.batch + h_kv * a.dv_strides.head + seq.kv_start() * a.dv_strides.row;
+  store_tile(acc_dk, tGcG, dk, a.dk_strides.row, k0, seq.skv(), p.scale);
+  store_tile(acc_dv, tGcG, dv, a.dv_strides.row, k0, seq.skv(), 1.f);
 }
 
 // ---- dQ: rows = queries (64 per warpgroup), columns = keys ----
-template <class T>
+template <class T, bool kRagged>
 __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const BackwardParams params) {
   using namespace cute;
   using E = typename T::Element;
@@ -346,8 +345,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
   const BlockTile bt = block_tile(params.group_dq, true);
   const int64_t m_block = bt.tile, h = bt.head, b = bt.batch, h_kv = h / (p.heads_q / p.heads_kv);
   const int64_t q0 = m_block * kM, tq_mine = m_block * (kM / kU) + tid / 128;  // this warpgroup's mask unit row
-  const SequenceRows seq = sequence_rows(p, b);
-  if (q0 >= seq.sq) return;  // past a ragged batch entry's queries
+  const SequenceRows<kRagged> seq(p, b);
+  if (kRagged && q0 >= seq.sq()) return;  // past a ragged batch entry's queries
 
   extern __shared__ __align__(1024) char smem_raw[];
   E* smem = reinterpret_cast<E*>(smem_raw);
@@ -363,18 +362,18 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
   Tensor tCc = gthr.partition_S(make_identity_tensor(Shape<Int<kN>, Int<kD>>{}));
   {
     Tensor gQ =
-        local_tile(head_view<kD, E>(p.q, p.q_strides, b, h, seq.q_start, seq.sq), Shape<Int<kM>, Int<kD>>{}, make_coord(m_block, 0));
-    Tensor gdO = local_tile(head_view<kD, E>(a.d_out, a.d_out_strides, b, h, seq.q_start, seq.sq), Shape<Int<kM>, Int<kD>>{},
+        local_tile(head_view<kD, E>(p.q, p.q_strides, b, h, seq.q_start(), seq.sq()), Shape<Int<kM>, Int<kD>>{}, make_coord(m_block, 0));
+    Tensor gdO = local_tile(head_view<kD, E>(a.d_out, a.d_out_strides, b, h, seq.q_start(), seq.sq()), Shape<Int<kM>, Int<kD>>{},
                             make_coord(m_block, 0));
     Tensor dQ = gthr.partition_D(sQ);
     Tensor ddO = gthr.partition_D(sdO);
-    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tRc, seq.sq - q0);
-    load_tile<kM>(gcopy, gthr.partition_S(gdO), ddO, tRc, seq.sq - q0);
+    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tRc, seq.sq() - q0);
+    load_tile<kM>(gcopy, gthr.partition_S(gdO), ddO, tRc, seq.sq() - q0);
   }
-  Tensor mK = head_view<kD, E>(p.k, p.k_strides, b, h_kv, seq.kv_start, seq.skv);
-  Tensor mV = head_view<kD, E>(p.v, p.v_strides, b, h_kv, seq.kv_start, seq.skv);
-  const MaskView mask = mask_view(p.mask, b, b * p.heads_q + h, seq.sq, seq.skv, p.mask.tiles_bwd, kU, kU);
-  const int64_t n_blocks = (seq.skv + kN - 1) / kN;
+  Tensor mK = head_view<kD, E>(p.k, p.k_strides, b, h_kv, seq.kv_start(), seq.skv());
+  Tensor mV = head_view<kD, E>(p.v, p.v_strides, b, h_kv, seq.kv_start(), seq.skv());
+  const MaskView mask = mask_view<kRagged>(p.mask, b, b * p.heads_q + h, seq.sq(), seq.skv(), p.mask.tiles_bwd, kU, kU);
+  const int64_t n_blocks = (seq.skv() + kN - 1) / kN;
   auto next_block = [&](int64_t n) {
     for (; n < n_blocks; ++n) {
       bool seen = false;
@@ -387,8 +386,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
   auto load_kv = [&](int64_t n, int slot) {
     Tensor dK = gthr.partition_D(make_tensor(make_smem_ptr(k_tile(slot)), typename T::SmemCols{}));
     Tensor dV = gthr.partition_D(make_tensor(make_smem_ptr(v_tile(slot)), typename T::SmemCols{}));
-    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dK, tCc, seq.skv - n * kN);
-    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tCc, seq.skv - n * kN);
+    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mK, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dK, tCc, seq.skv() - n * kN);
+    load_tile<kN>(gcopy, gthr.partition_S(local_tile(mV, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0))), dV, tCc, seq.skv() - n * kN);
   };
 
   typename T::MmaS mma_s;
@@ -411,8 +410,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const int64_t i = q0 + get<0>(tScS_rc(r, 0));
-    row_l2[r] = i < seq.sq ? params.rows_l2[row_base + i] : INFINITY;
-    row_delta[r] = i < seq.sq ? params.rows_delta[row_base + i] : 0.f;
+    row_l2[r] = i < seq.sq() ? params.rows_l2[row_base + i] : INFINITY;
+    row_delta[r] = i < seq.sq() ? params.rows_delta[row_base + i] : 0.f;
   }
   const ScoreGrad sg = score_grad(p);
 
@@ -455,8 +454,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) backward_dq_kernel(const Backw
   warpgroup_fence_operand(acc_dq);
 
   Tensor tGcG = thr_g.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
-  E* dq = static_cast<E*>(a.dq) + b * a.dq_strides.batch + h * a.dq_strides.head + seq.q_start * a.dq_strides.row;
-  store_tile(acc_dq, tGcG, dq, a.dq_strides.row, q0, seq.sq, p.scale);
+  E* dq = static_cast<E*>(a.dq) + b * a.dq_strides.batch + h * a.dq_strides.head + seq.q_start() * a.dq_strides.row;
+  store_tile(acc_dq, tGcG, dq, a.dq_strides.row, q0, seq.sq(), p.scale);
 }
 
 }  // namespace attnfuzz::flash

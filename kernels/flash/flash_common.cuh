@@ -77,10 +77,13 @@ __device__ __forceinline__ BandTile band_tile(const MaskView& mask, int64_t q, i
           clamp_offset(mask.sq - q), clamp_offset(mask.skv - k)};
 }
 
-// The mask of plane (b, h) = b * heads_q + h of batch entry b, whose sequences are sq x skv.
+// The mask of plane (b, h) = b * heads_q + h of batch entry b, whose sequences are sq x skv
+// (kRagged: a ragged batch's kernels, which read Mask::diagonals).
+template <bool kRagged>
 __device__ __forceinline__ MaskView mask_view(const Mask& m, int64_t b, int64_t plane, int64_t sq, int64_t skv, const uint8_t* tiles,
                                               int tile_q, int tile_kv) {
-  MaskView v{m.left, m.right, m.diagonals ? m.diagonals[b] : m.diagonal, nullptr, nullptr, sq, skv, (skv + tile_kv - 1) / tile_kv};
+  const int64_t diagonal = kRagged && m.diagonals ? m.diagonals[b] : m.diagonal;
+  MaskView v{m.left, m.right, diagonal, nullptr, nullptr, sq, skv, (skv + tile_kv - 1) / tile_kv};
   if (m.dense) {
     const int64_t p = m.one_plane ? 0 : plane;
     v.dense = m.dense + p * sq * skv;
@@ -89,16 +92,33 @@ __device__ __forceinline__ MaskView mask_view(const Mask& m, int64_t b, int64_t 
   return v;
 }
 
-// Batch entry b's rows: where its queries and keys start in their tensors, and how many there
-// are (a dense batch: 0, 0, seq_q, seq_kv; a ragged one: Ragged).
-struct SequenceRows {
-  int64_t q_start, kv_start, sq, skv;
+// Batch entry b's rows: where its queries and keys start in their tensors (q_start, kv_start),
+// and how many there are (sq, skv): a dense batch's are 0, 0, seq_q, seq_kv, a ragged one's
+// Ragged's. Each kernel is instantiated for dense and ragged batches (kRagged) so that a dense
+// batch's reads them from the parameters where it uses them, as it did before ragged batches
+// existed: the forward at D = 128 runs at 248 of 255 registers, and these held in registers made
+// it (and the dQ kernel) spill.
+template <bool kRagged>
+struct SequenceRows;
+template <>
+struct SequenceRows<false> {
+  const Problem& p;
+  __device__ __forceinline__ SequenceRows(const Problem& problem, int64_t) : p(problem) {}
+  __device__ __forceinline__ int64_t q_start() const { return 0; }
+  __device__ __forceinline__ int64_t kv_start() const { return 0; }
+  __device__ __forceinline__ int64_t sq() const { return p.seq_q; }
+  __device__ __forceinline__ int64_t skv() const { return p.seq_kv; }
 };
-__device__ __forceinline__ SequenceRows sequence_rows(const Problem& p, int64_t b) {
-  const Ragged& r = p.ragged;
-  if (!r.lens_q) return {0, 0, p.seq_q, p.seq_kv};
-  return {r.starts_q[b], r.starts_kv ? r.starts_kv[b] : 0, r.lens_q[b], r.lens_kv[b]};
-}
+template <>
+struct SequenceRows<true> {
+  int64_t q_start_, kv_start_, sq_, skv_;
+  __device__ __forceinline__ SequenceRows(const Problem& p, int64_t b)
+      : q_start_(p.ragged.starts_q[b]), kv_start_(p.ragged.starts_kv ? p.ragged.starts_kv[b] : 0), sq_(p.ragged.lens_q[b]), skv_(p.ragged.lens_kv[b]) {}
+  __device__ __forceinline__ int64_t q_start() const { return q_start_; }
+  __device__ __forceinline__ int64_t kv_start() const { return kv_start_; }
+  __device__ __forceinline__ int64_t sq() const { return sq_; }
+  __device__ __forceinline__ int64_t skv() const { return skv_; }
+};
 
 // ---- the order blocks run in: heaviest first, a few (head, batch) planes at a time ----
 // Blocks start in launch order (blockIdx.x fastest). Under a causal mask a block's work grows

@@ -8,12 +8,14 @@ void run_forward(const ForwardParams& params, cudaStream_t stream) {
   using T = ForwardTraits<D, E>;
   const Problem& p = params.p;
   constexpr size_t smem = T::kSmemBytes;
-  cudaFuncSetAttribute(forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  // A dense batch's kernel and a ragged one's (sequence_rows, flash_common.cuh).
+  const auto kernel = p.ragged.lens_q ? forward_kernel<T, true> : forward_kernel<T, false>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   const dim3 grid(static_cast<unsigned>((p.seq_q + T::kRows - 1) / T::kRows), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));
   ForwardParams ordered = params;
   ordered.group = schedule_group(p, p.batch * p.heads_q, 2 * p.seq_kv * D * static_cast<int64_t>(sizeof(E)));  // K and V
-  forward_kernel<T><<<grid, T::kThreads, smem, stream>>>(ordered);
+  kernel<<<grid, T::kThreads, smem, stream>>>(ordered);
   check_launch("flash forward");
 }
 

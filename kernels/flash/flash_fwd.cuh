@@ -47,7 +47,7 @@ struct PingPong {
   }
 };
 
-template <class T>
+template <class T, bool kRagged>
 __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardParams params) {
   using namespace cute;
   using E = typename T::Element;
@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   const BlockTile bt = block_tile(params.group, true);
   const int64_t m_block = bt.tile, h = bt.head, b = bt.batch, h_kv = h / (p.heads_q / p.heads_kv);
   const int64_t q0 = m_block * kM;
-  const SequenceRows seq = sequence_rows(p, b);
-  if (q0 >= seq.sq) return;  // past a ragged batch entry's queries (the grid is sized by the longest)
+  const SequenceRows<kRagged> seq(p, b);
+  if (kRagged && q0 >= seq.sq()) return;  // past a ragged batch entry's queries (the grid is sized by the longest)
 
   extern __shared__ __align__(1024) char smem_raw[];
   E* smem = reinterpret_cast<E*>(smem_raw);
@@ -69,11 +69,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   auto k_tile = [&](int stage) { return kv_base + stage * T::kColTileElems; };
   auto v_tile = [&](int stage) { return kv_base + (2 + stage) * T::kColTileElems; };
 
-  Tensor mQ = head_view<kD, E>(p.q, p.q_strides, b, h, seq.q_start, seq.sq);
+  Tensor mQ = head_view<kD, E>(p.q, p.q_strides, b, h, seq.q_start(), seq.sq());
   // A paged cache's K and V: these views (page 0) give the tiles' layouts; the rows come from the table.
-  const bool paged = p.pages.table != nullptr;
-  Tensor mK = head_view<kD, E>(p.k, p.k_strides, paged ? 0 : b, h_kv, seq.kv_start, seq.skv);
-  Tensor mV = head_view<kD, E>(p.v, p.v_strides, paged ? 0 : b, h_kv, seq.kv_start, seq.skv);
+  const bool paged = kRagged && p.pages.table != nullptr;
+  Tensor mK = head_view<kD, E>(p.k, p.k_strides, paged ? 0 : b, h_kv, seq.kv_start(), seq.skv());
+  Tensor mV = head_view<kD, E>(p.v, p.v_strides, paged ? 0 : b, h_kv, seq.kv_start(), seq.skv());
   Tensor gQ = local_tile(mQ, Shape<Int<kM>, Int<kD>>{}, make_coord(m_block, 0));
 
   typename T::GmemCopy gcopy;
@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   Tensor tQcQ = gthr.partition_S(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
   Tensor tKcK = gthr.partition_S(make_identity_tensor(Shape<Int<kN>, Int<kD>>{}));
 
-  const MaskView mask = mask_view(p.mask, b, b * p.heads_q + h, seq.sq, seq.skv, p.mask.tiles_fwd, kM, kN);
-  const int64_t n_blocks = (seq.skv + kN - 1) / kN;
+  const MaskView mask = mask_view<kRagged>(p.mask, b, b * p.heads_q + h, seq.sq(), seq.skv(), p.mask.tiles_fwd, kM, kN);
+  const int64_t n_blocks = (seq.skv() + kN - 1) / kN;
   auto next_block = [&](int64_t n) {
     while (n < n_blocks && mask.tile_class(q0, kM, n * kN, kN, m_block, n) == kTileEmpty) ++n;
     return n;
@@ -95,9 +95,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   auto load_kv_tile = [&](const auto& mX, const void* base, const Strides& s, auto& dst, int64_t n) {
     auto src = gthr.partition_S(local_tile(mX, Shape<Int<kN>, Int<kD>>{}, make_coord(n, 0)));
     if (paged)
-      load_rows_gathered(gcopy, src, dst, tKcK, seq.skv - n * kN, [&](int r) { return paged_row(base, s, n * kN + r); });
+      load_rows_gathered(gcopy, src, dst, tKcK, seq.skv() - n * kN, [&](int r) { return paged_row(base, s, n * kN + r); });
     else
-      load_tile<kN>(gcopy, src, dst, tKcK, seq.skv - n * kN);
+      load_tile<kN>(gcopy, src, dst, tKcK, seq.skv() - n * kN);
   };
   auto load_k = [&](int64_t n, int stage) {
     Tensor dK = gthr.partition_D(make_tensor(make_smem_ptr(k_tile(stage)), typename T::SmemK{}));
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
   // stages that S(t_j) and P(t_j-1) V(t_j-1) have released.
   {
     Tensor dQ = gthr.partition_D(sQ);
-    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tQcQ, seq.sq - q0);
+    load_tile<kM>(gcopy, gthr.partition_S(gQ), dQ, tQcQ, seq.sq() - q0);
   }
   int64_t n = next_block(0);
   int64_t n1 = n < n_blocks ? next_block(n + 1) : n_blocks;
@@ -267,14 +267,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) forward_kernel(const ForwardPa
 #pragma unroll
     for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= inv;
     const int64_t row = q0 + get<0>(tScS_rc(r, 0));
-    if (lane % 4 == 0 && row < seq.sq) {
+    if (lane % 4 == 0 && row < seq.sq()) {
       const float lse = l > 0.f ? static_cast<float>(static_cast<double>(row_max[r]) * unit + log(static_cast<double>(l))) : -INFINITY;
-      params.a.lse[b * params.a.lse_strides.batch + h * params.a.lse_strides.head + (seq.q_start + row) * params.a.lse_strides.row] = lse;
+      params.a.lse[b * params.a.lse_strides.batch + h * params.a.lse_strides.head + (seq.q_start() + row) * params.a.lse_strides.row] = lse;
     }
   }
   Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
-  E* o_head = static_cast<E*>(params.a.o) + b * params.a.o_strides.batch + h * params.a.o_strides.head + seq.q_start * params.a.o_strides.row;
-  store_tile(acc_o, tOcO, o_head, params.a.o_strides.row, q0, seq.sq, 1.f);
+  E* o_head = static_cast<E*>(params.a.o) + b * params.a.o_strides.batch + h * params.a.o_strides.head + seq.q_start() * params.a.o_strides.row;
+  store_tile(acc_o, tOcO, o_head, params.a.o_strides.row, q0, seq.sq(), 1.f);
 }
 
 }  // namespace attnfuzz::flash
