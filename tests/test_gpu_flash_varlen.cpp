@@ -15,6 +15,7 @@
 
 #include "backends/flash_varlen.h"
 #include "backends/registry.h"
+#include "generators/domain.h"
 #include "generators/random_case.h"
 #include "harness/case_json.h"
 #include "harness/compose.h"
@@ -91,6 +92,24 @@ Case varlen_case(uint64_t seed) {
 }
 constexpr int kCases = 200;
 
+// The decode step (the decode tier's shapes, keys up to 4096 here): 1 to 16 queries a sequence
+// against its keys, GQA groups up to 16, a ragged batch with pages in every case; no mask or
+// causal bottom-right (a query sees its whole cache, or the keys up to its own position).
+Case decode_case(uint64_t seed) {
+  RandomCaseOptions opt = RandomCaseOptions::for_tier(domain::SizeTier::decode);
+  opt.max_seq = 4096;
+  opt.max_dim = 128;
+  opt.p_ragged = 1.0;
+  opt.p_composition = 0.25;
+  opt.dtypes = {DType::f16, DType::bf16};
+  Case c = random_case(seed + 9'500'000, opt);
+  c.layouts = Layouts{};
+  c.mask = seed % 2 ? MaskExpr::causal_mask(Align::bottom_right) : MaskExpr::all_visible();
+  c.ragged->misaligned = false;
+  return c;
+}
+constexpr int kDecodeCases = 40;
+
 // The backends' envelope and band planning with zero outputs: which runs they accept, without a GPU.
 class BandProbe final : public test::ZeroProbe {
  public:
@@ -128,6 +147,23 @@ TEST(FlashVarlenBand, AcceptsMostOfTheTestsRaggedCases) {
   }
 }
 
+// Runs everywhere: the decode cases are decode-sized (at most 16 queries), valid, and accepted.
+TEST(FlashVarlenBand, DecodeCasesAreDecodeSizedAndAccepted) {
+  BandProbe probe(make_flash_paged_backend());
+  int accepted = 0;
+  for (uint64_t seed = 0; seed < kDecodeCases; ++seed) {
+    const Case c = decode_case(seed);
+    ASSERT_NO_THROW(validate(c)) << write_case(c);
+    EXPECT_LE(c.shape.seq_q, 16);
+    try {
+      run_composition(probe, c, generate_inputs(c), Composition{});
+      ++accepted;
+    } catch (const UnsupportedError&) {
+    }
+  }
+  EXPECT_GT(accepted * 4, kDecodeCases * 3);
+}
+
 // Runs everywhere: registered, CUDA-only, ragged, honouring dLSE, with cuda.flash's contract.
 TEST(FlashVarlenBand, BackendsAreRegistered) {
   const std::vector<BackendInfo> listed = list_backends();
@@ -154,6 +190,13 @@ TEST_P(GpuFlashVarlen, NoFindingOnRaggedCases) {
   std::unique_ptr<Backend> be;
   MAKE_BACKEND_OR_SKIP(be, GetParam());
   test::expect_no_finding_on_ragged_cases(be.get(), varlen_case, kCases, {.print_share = true});
+}
+
+// On a GPU: the decode step, judged as above.
+TEST_P(GpuFlashVarlen, NoFindingOnDecodeCases) {
+  std::unique_ptr<Backend> be;
+  MAKE_BACKEND_OR_SKIP(be, GetParam());
+  test::expect_no_finding_on_ragged_cases(be.get(), decode_case, kDecodeCases, {.print_share = true});
 }
 
 // On a GPU: a dense batch (every length full) runs, as does a ragged one with gaps, a tail, an
