@@ -229,24 +229,8 @@ class PlanProbe final : public test::ZeroProbe {
 TEST(CudnnVarlenPlans, AcceptMostOfTheTestsRaggedCases) {
   for (auto make : {make_cudnn_varlen_backend, make_cudnn_paged_backend}) {
     PlanProbe probe(make());
-    int runs = 0, accepted = 0;
-    for (uint64_t seed = 0; seed < kCases; ++seed) {
-      const Case c = varlen_case(seed);
-      ASSERT_NO_THROW(validate(c)) << write_case(c);
-      const Inputs in = generate_inputs(c);
-      std::vector<Composition> comps{Composition{}};
-      if (!(c.composition == Composition{})) comps.push_back(c.composition);
-      for (const Composition& comp : comps) {
-        ++runs;
-        try {
-          run_composition(probe, c, in, comp);
-          ++accepted;
-        } catch (const UnsupportedError&) {
-        }
-      }
-    }
-    std::cout << "  " << probe.name() << ": the mask planning accepts " << accepted << " of " << runs << " runs\n";
-    EXPECT_GT(accepted * 2, runs) << probe.name();
+    const test::Acceptance a = test::accepted_runs(probe, varlen_case, kCases, "the mask planning accepts");
+    EXPECT_GT(a.accepted * 2, a.runs) << probe.name();
   }
 }
 

@@ -68,23 +68,6 @@ class RefusalProbe final : public test::ZeroProbe {
   TorchVarlenOp op_;
 };
 
-// The runs run_differential makes of a case (the single call, and the case's composition where
-// it has one), as (composition, accepted by the probe).
-std::vector<bool> probe_runs(Backend& probe, const Case& c, const Inputs& in) {
-  std::vector<Composition> comps{Composition{}};
-  if (!(c.composition == Composition{})) comps.push_back(c.composition);
-  std::vector<bool> accepted;
-  for (const Composition& comp : comps) {
-    try {
-      run_composition(probe, c, in, comp);
-      accepted.push_back(true);
-    } catch (const UnsupportedError&) {
-      accepted.push_back(false);
-    }
-  }
-  return accepted;
-}
-
 // Runs everywhere: of the runs the GPU test makes, the adapter's own checks (Q gaps, masks,
 // head dims, known library bugs) accept more than half for flash, and more than 40% for efficient,
 // whose known bugs (more queries than keys under causal bottom-right, a sequence with no key in a
@@ -92,17 +75,9 @@ std::vector<bool> probe_runs(Backend& probe, const Case& c, const Inputs& in) {
 TEST(VarlenRefusal, AcceptsMostOfTheTestsRaggedCases) {
   for (const char* name : kVarlenBackends) {
     RefusalProbe probe(op_of(name));
-    int runs = 0, accepted = 0;
-    for (uint64_t seed = 0; seed < kCases; ++seed) {
-      const Case c = varlen_case(seed);
-      for (bool ok : probe_runs(probe, c, generate_inputs(c))) {
-        ++runs;
-        accepted += ok;
-      }
-    }
-    std::cout << "  " << name << ": the adapter accepts " << accepted << " of " << runs << " runs\n";
+    const test::Acceptance a = test::accepted_runs(probe, varlen_case, kCases, "the adapter accepts");
     const int percent = op_of(name) == TorchVarlenOp::flash ? 50 : 40;
-    EXPECT_GT(accepted * 100, runs * percent) << name;
+    EXPECT_GT(a.accepted * 100, a.runs * percent) << name;
   }
 }
 

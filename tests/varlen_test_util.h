@@ -99,6 +99,42 @@ class ZeroProbe : public Backend {
   std::unique_ptr<Backend> real_;
 };
 
+// The runs run_differential makes of a case (the single call, and the case's composition where
+// it has one), each accepted by the probe or not.
+inline std::vector<bool> probe_runs(Backend& probe, const Case& c, const Inputs& in) {
+  std::vector<Composition> comps{Composition{}};
+  if (!(c.composition == Composition{})) comps.push_back(c.composition);
+  std::vector<bool> accepted;
+  for (const Composition& comp : comps) {
+    try {
+      run_composition(probe, c, in, comp);
+      accepted.push_back(true);
+    } catch (const UnsupportedError&) {
+      accepted.push_back(false);
+    }
+  }
+  return accepted;
+}
+
+// Of the runs of the cases `make_case` draws for seeds 0 to n_cases - 1, how many the probe
+// accepts (printed with `what`, e.g. "the adapter accepts").
+struct Acceptance {
+  int runs = 0, accepted = 0;
+};
+inline Acceptance accepted_runs(Backend& probe, const std::function<Case(uint64_t)>& make_case, int n_cases, const std::string& what) {
+  Acceptance a;
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(n_cases); ++seed) {
+    const Case c = make_case(seed);
+    EXPECT_NO_THROW(validate(c)) << write_case(c);
+    for (bool ok : probe_runs(probe, c, generate_inputs(c))) {
+      ++a.runs;
+      a.accepted += ok;
+    }
+  }
+  std::cout << "  " << probe.name() << ": " << what << " " << a.accepted << " of " << a.runs << " runs\n";
+  return a;
+}
+
 // The backend with a planted fault: one output element of a row that sees a key (where the case
 // has one) is moved by 0.5, everything else as the backend returns it; every other answer the
 // differential asks of a backend is the inner backend's.
