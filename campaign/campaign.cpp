@@ -399,7 +399,10 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
     return {d};
   }
   const WorkerReply& reply = call.reply;
-  if (reply.out_of_memory && out_of_memory) *out_of_memory = true;
+  // The host's limit (reply.out_of_memory), or the device's: the oracles' CUDA allocations fail
+  // with "out of memory" when the GPU is full (other processes on it, a case past its budget).
+  const bool no_memory = reply.out_of_memory || (reply.error && reply.error->find("out of memory") != std::string::npos);
+  if (no_memory && out_of_memory) *out_of_memory = true;
   if (runs && !reply.error) *runs = reply.runs;
   if (coverage) {
     if (reply.error)
@@ -610,6 +613,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
       try {
         WorkerProcess proc(o.worker_argv, worker_env(o, w));
         proc.abandon_when(&abandon);
+        int memory_wait_ms = 50;
         while (!stop) {
           if (elapsed() >= o.budget_seconds) break;
           uint64_t k;
@@ -629,13 +633,23 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           // the cost of a case, and a nondeterministic backend shows up on any sizable sample.
           const bool determinism = o.determinism_every <= 1 || g % static_cast<uint64_t>(o.determinism_every) == 0;
           std::map<std::string, uint64_t> case_known;
-          bool abandoned = false;
+          bool abandoned = false, out_of_memory = false;
           std::vector<RunOutcome> runs;
           const std::vector<Reproducer> found =
-              run_case(proc, c, static_cast<int64_t>(g), determinism, per_case, &case_coverage, &abandoned, nullptr, &runs);
+              run_case(proc, c, static_cast<int64_t>(g), determinism, per_case, &case_coverage, &abandoned, &out_of_memory, &runs);
           if (abandoned) {
             ++abandoned_cases;
             break;  // left in flight: not part of the completed prefix
+          }
+          // A case left unjudged for want of memory: the next one would meet the same wall at
+          // once (a campaign sharing its GPU with another spun through 443 820 unjudged cases in
+          // 300 s), so the worker waits before it, longer each time in a row (50 ms, doubling
+          // up to 2 s), and the memory may come back.
+          if (out_of_memory) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(memory_wait_ms));
+            memory_wait_ms = std::min(2 * memory_wait_ms, 2000);
+          } else {
+            memory_wait_ms = 50;
           }
           for (const auto& r : found) {
             if (const KnownDeviation* known = o.known.covering(r))
