@@ -85,7 +85,14 @@ class FlashVarlenBackend final : public Backend {
   std::string version() const override { return dense_.version() + (paged_ ? ", paged K/V forward" : ", varlen"); }
   Device device() const override { return Device::cuda; }
   std::optional<Contract> contract(DType d) const override { return dense_.contract(d); }
-  SupportEnvelope envelope() const override { return dense_.envelope(); }
+  // cuda.flash's, but for the mask: a band per sequence. Campaigns aim at none and causal; the
+  // clause is left to the adapter (flash_varlen_band), so the windows just outside it still run.
+  SupportEnvelope envelope() const override {
+    SupportEnvelope e = dense_.envelope();
+    e.masks = MaskSupport::causal_or_none;
+    e.library_decides |= SupportEnvelope::bit(EnvelopeClause::mask);
+    return e;
+  }
   bool backward_takes_dlse() const override { return true; }
 
   std::optional<std::string> unsupported_reason(const Problem& p) const override {
