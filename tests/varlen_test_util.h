@@ -74,6 +74,23 @@ inline void expect_mask_declined(Backend& be, const Case& c) {
   EXPECT_THROW(run_composition(be, c, in, Composition{}), UnsupportedError);
 }
 
+// On a GPU: the backend takes the case (no refusal of its own), and the differential judges it
+// with no finding; every run skipped fails too where `every_run` (the case is inside what the
+// backend takes).
+inline void expect_taken_without_finding(Backend& be, const Case& c, bool every_run = false) {
+  ASSERT_NO_THROW(validate(c)) << write_case(c);
+  const auto why = be.unsupported_reason(full_problem(c, generate_inputs(c)));
+  EXPECT_FALSE(why) << be.name() << ": " << *why;
+  DiffOptions dopt;
+  dopt.gpu_health = gpu_health;
+  const DiffReport r = run_differential(c, {&be}, default_oracles(), dopt);
+  ASSERT_FALSE(r.gpu_error) << write_case(c);
+  if (every_run) {
+    for (const auto& run : r.runs) EXPECT_FALSE(run.skipped) << run.skip_reason;
+  }
+  for (const auto& f : r.findings) ADD_FAILURE() << f.signature.to_string() << " " << f.detail << "\n" << write_case(c);
+}
+
 // A stand-in with a real backend's contract and envelope whose forward and backward return
 // zeros: with it the composition engine says, without a GPU, which runs a backend's own checks
 // accept. Each test says those checks in its own unsupported_reason.
