@@ -95,18 +95,10 @@ class FlashVarlenBackend final : public Backend {
   }
   bool backward_takes_dlse() const override { return true; }
 
-  std::optional<std::string> unsupported_reason(const Problem& p) const override {
-    if (auto why = dense_.unsupported_reason(p)) return why;
-    if (p.misaligned) return "a misaligned packed buffer: the kernels load 16 bytes at a time from 16-byte aligned rows";
-    FlashBandOrWhy band = flash_varlen_band(p);
-    if (!band.band) return band.why;
-    if (auto why = packed_geometry_refusal(geometry(p, paged_))) return why;
-    return std::nullopt;
-  }
+  std::optional<std::string> unsupported_reason(const Problem& p) const override { return refusal(p, nullptr); }
 
   Forward forward(const Problem& p) override {
-    if (auto why = unsupported_reason(p)) throw std::invalid_argument(name() + ": " + *why);
-    const Call call(p, paged_);
+    const Call call(p, paged_, taken_band(p));
     DeviceArena gpu;
     const PackedGeometry& g = call.g;
     const Shape& s = p.shape;
@@ -134,8 +126,7 @@ class FlashVarlenBackend final : public Backend {
   // Packed K and V (the kernels' backward takes no page table), dQ, dK, dV unpacked with zeros
   // past each sequence's rows and keys.
   Gradients backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) override {
-    if (auto why = unsupported_reason(p)) throw std::invalid_argument(name() + ": " + *why);
-    const Call call(p, false);
+    const Call call(p, false, taken_band(p));
     DeviceArena gpu;
     const PackedGeometry& g = call.g;
     const Shape& s = p.shape;
@@ -170,6 +161,23 @@ class FlashVarlenBackend final : public Backend {
  private:
   static PackedGeometry geometry(const Problem& p, bool paged) { return packed_geometry(p, paged, paged ? kFlashDefaultPageSize : 0); }
 
+  // Why the call is declined, or nothing; where it is taken, *band gets its band (the scan of the
+  // dense mask that decides it, made once per call).
+  std::optional<std::string> refusal(const Problem& p, FlashBand* band) const {
+    if (auto why = dense_.unsupported_reason(p)) return why;
+    if (p.misaligned) return "a misaligned packed buffer: the kernels load 16 bytes at a time from 16-byte aligned rows";
+    FlashBandOrWhy b = flash_varlen_band(p);
+    if (!b.band) return b.why;
+    if (auto why = packed_geometry_refusal(geometry(p, paged_))) return why;
+    if (band) *band = std::move(*b.band);
+    return std::nullopt;
+  }
+  FlashBand taken_band(const Problem& p) const {
+    FlashBand band;
+    if (auto why = refusal(p, &band)) throw std::invalid_argument(name() + ": " + *why);
+    return band;
+  }
+
   // What one call hands the kernels besides the tensors: the geometry, the band, the element type.
   struct Call {
     PackedGeometry g;
@@ -179,9 +187,9 @@ class FlashVarlenBackend final : public Backend {
     flash::Elem elem;
     const Problem& p;
     // Device copies of the int32 arrays, alive as long as the arena.
-    Call(const Problem& p, bool paged)
+    Call(const Problem& p, bool paged, FlashBand taken)
         : g(geometry(p, paged)),
-          band(*flash_varlen_band(p).band),
+          band(std::move(taken)),
           kdim(kernel_dim(p.shape)),
           type(p.dtype == DType::f16 ? ElementType::f16 : ElementType::bf16),
           elem(p.dtype == DType::f16 ? flash::Elem::f16 : flash::Elem::bf16),

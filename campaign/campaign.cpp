@@ -369,7 +369,8 @@ double case_watchdog_seconds(const Case& c, bool check_determinism, const Campai
 
 // One request to a worker: the findings of a case, or the crash/timeout it caused.
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& o,
-                                 Coverage* coverage, bool* abandoned, bool* out_of_memory, std::vector<RunOutcome>* runs) {
+                                 Coverage* coverage, bool* abandoned, bool* out_of_memory, std::vector<RunOutcome>* runs,
+                                 bool* device_out_of_memory) {
   WorkerRequest req;
   req.c = c;
   req.check_determinism = check_determinism;
@@ -399,10 +400,8 @@ std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index,
     return {d};
   }
   const WorkerReply& reply = call.reply;
-  // The host's limit (reply.out_of_memory), or the device's: the oracles' CUDA allocations fail
-  // with "out of memory" when the GPU is full (other processes on it, a case past its budget).
-  const bool no_memory = reply.out_of_memory || (reply.error && reply.error->find("out of memory") != std::string::npos);
-  if (no_memory && out_of_memory) *out_of_memory = true;
+  if (reply.out_of_memory && out_of_memory) *out_of_memory = true;
+  if (reply.device_out_of_memory && device_out_of_memory) *device_out_of_memory = true;
   if (runs && !reply.error) *runs = reply.runs;
   if (coverage) {
     if (reply.error)
@@ -633,10 +632,10 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           // the cost of a case, and a nondeterministic backend shows up on any sizable sample.
           const bool determinism = o.determinism_every <= 1 || g % static_cast<uint64_t>(o.determinism_every) == 0;
           std::map<std::string, uint64_t> case_known;
-          bool abandoned = false, out_of_memory = false;
+          bool abandoned = false, host_short = false, device_short = false;
           std::vector<RunOutcome> runs;
-          const std::vector<Reproducer> found =
-              run_case(proc, c, static_cast<int64_t>(g), determinism, per_case, &case_coverage, &abandoned, &out_of_memory, &runs);
+          const std::vector<Reproducer> found = run_case(proc, c, static_cast<int64_t>(g), determinism, per_case, &case_coverage,
+                                                         &abandoned, &host_short, &runs, &device_short);
           if (abandoned) {
             ++abandoned_cases;
             break;  // left in flight: not part of the completed prefix
@@ -645,7 +644,7 @@ CampaignSummary run_campaign(const CampaignOptions& o) {
           // once (a campaign sharing its GPU with another spun through 443 820 unjudged cases in
           // 300 s), so the worker waits before it, longer each time in a row (50 ms, doubling
           // up to 2 s), and the memory may come back.
-          if (out_of_memory) {
+          if (host_short || device_short) {
             std::this_thread::sleep_for(std::chrono::milliseconds(memory_wait_ms));
             memory_wait_ms = std::min(2 * memory_wait_ms, 2000);
           } else {

@@ -191,7 +191,8 @@ void minimize_findings(const CampaignOptions& opt);
 // `coverage` is given, the case's outcomes per backend are added to it. A request abandoned
 // (WorkerProcess::abandon_when) gives no findings, adds nothing and sets *abandoned. A worker
 // that ran out of memory on the case judged nothing: no findings, the case counted unjudged
-// with the reason, and *out_of_memory set.
+// with the reason, and *out_of_memory set (host memory), or *device_out_of_memory (an oracle's
+// device allocation).
 // `runs`, when given, receives what each backend ran (with its limit ratios), skipped or errored.
 // The watchdog of case c: timeout_seconds, plus for each backend in backend_devices its runs
 // (2 with the determinism check, else 1) times the case's work at its device's slow pace, at
@@ -200,7 +201,7 @@ double case_watchdog_seconds(const Case& c, bool check_determinism, const Campai
 
 std::vector<Reproducer> run_case(WorkerProcess& w, const Case& c, int64_t index, bool check_determinism, const CampaignOptions& opt,
                                  Coverage* coverage = nullptr, bool* abandoned = nullptr, bool* out_of_memory = nullptr,
-                                 std::vector<RunOutcome>* runs = nullptr);
+                                 std::vector<RunOutcome>* runs = nullptr, bool* device_out_of_memory = nullptr);
 // The judge (campaign/minimize.h) that runs each case in the isolated worker `w`, with this watchdog.
 Judge isolated_judge(WorkerProcess& w, const CampaignOptions& opt, bool check_determinism, double timeout_seconds);
 Reproducer minimize_isolated(WorkerProcess& proc, const Reproducer& r, const CampaignOptions& opt, ShrinkReport* report = nullptr,

@@ -79,6 +79,7 @@ std::string encode(const WorkerReply& r) {
   j["runs"] = to_json(r.runs);
   if (r.restart) j["restart"] = true;
   if (r.out_of_memory) j["out_of_memory"] = true;
+  if (r.device_out_of_memory) j["device_out_of_memory"] = true;
   j["environment"] = r.environment;
   return j.dump();
 }
@@ -115,6 +116,7 @@ WorkerReply decode_reply(const std::string& body) {
     if (j.contains("runs")) r.runs = run_outcomes_from_json(j.at("runs"));
     r.restart = j.value("restart", false);
     r.out_of_memory = j.value("out_of_memory", false);
+    r.device_out_of_memory = j.value("device_out_of_memory", false);
     if (j.contains("environment")) r.environment = j.at("environment").get<std::map<std::string, std::string>>();
     return r;
   } catch (const std::exception& e) {
@@ -192,6 +194,9 @@ void serve_worker(WorkerChannel& channel, const std::vector<std::string>& backen
     } catch (const std::exception& e) {
       reply = WorkerReply{};
       reply.error = e.what();
+      // The device's limit: an oracle's CUDA allocation failing when the GPU is full (other
+      // processes on it, a case past its budget). Not a finding either way.
+      reply.device_out_of_memory = reply.error->find("out of memory") != std::string::npos;
     }
     reply.environment = services.environment();
     channel.reply(encode_within_frame(reply));

@@ -7,7 +7,7 @@
 //   request  {"op": "probe"}                                  load every backend, say which
 //            {"op": "run", "case": {...}, "determinism": b}   the differential of one case
 //   reply    {"error"?: "...", "backends"?: [...], "profiles"?: [{"device", "envelope", "host_scores"}, ...],
-//             "findings": [repro, ...], "runs": [...], "restart"?: true, "out_of_memory"?: true, "environment": {...}}
+//             "findings": [repro, ...], "runs": [...], "restart"?: true, "out_of_memory"?: true, "device_out_of_memory"?: true, "environment": {...}}
 //
 // A finding travels as the reproducer's JSON object (campaign/repro.h), encoded once.
 #include <functional>
@@ -52,6 +52,7 @@ struct WorkerReply {
   std::vector<RunOutcome> runs;       // run: what ran, was skipped or errored
   bool restart = false;               // the GPU is unusable after this case: start a fresh worker
   bool out_of_memory = false;         // run: the worker ran out of host memory (error says so); nothing was judged
+  bool device_out_of_memory = false;  // run: an oracle's device allocation failed (error says so); nothing was judged
   std::map<std::string, std::string> environment;
 };
 

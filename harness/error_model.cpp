@@ -262,8 +262,10 @@ Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, cons
 // (1 where one element's variance dominates the row, D for D equal ones): a dK row of a key whose
 // column 0 sums Q rows shifted by 582 errs in that one column.
 namespace {
-double element_participation(double sum_var, double sum_var2) {
-  return sum_var2 > 0 ? sum_var * sum_var / sum_var2 : std::numeric_limits<double>::infinity();
+// A row's dof, capped by that participation (and at least 1).
+double capped_by_participation(double dof, double sum_var, double sum_var2) {
+  const double participation = sum_var2 > 0 ? sum_var * sum_var / sum_var2 : std::numeric_limits<double>::infinity();
+  return std::max(1.0, std::min(dof, participation));
 }
 }  // namespace
 
@@ -327,7 +329,7 @@ ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, cons
       if (sum.storage > 0) denom += sum.storage * sum.storage / storage_sources(row_ref, width, u.store, distinct);
       const double total = sum.total();
       dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
-      dof.data[row] = std::max(1.0, std::min(dof.data[row], element_participation(total, sum_var2)));
+      dof.data[row] = capped_by_participation(dof.data[row], total, sum_var2);
     }
   });
   return m;
@@ -369,7 +371,7 @@ void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tens
       double var2 = 0;
       for (int64_t d = 0; d < width; ++d) var2 += var[d] * var[d];
       const double dof = q > 0 ? std::clamp(v * v / q, 1.0, static_cast<double>(width)) : static_cast<double>(width);
-      row_dof->data[r] = std::max(1.0, std::min(dof, element_participation(v, var2)));
+      row_dof->data[r] = capped_by_participation(dof, v, var2);
     }
   }
   for (double& x : sum_sigma2.data) x = std::sqrt(x);

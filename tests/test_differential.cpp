@@ -1110,11 +1110,11 @@ class MixesBatchEntries final : public Backend {
 };
 
 TEST(NonfiniteInputs, ABackendThatMixesBatchEntriesIsJudgedAcrossTheBatch) {
-  std::unique_ptr<Backend> probe;
+  std::unique_ptr<Backend> math;
   try {
-    probe = make_backend("torch.math");
+    math = make_backend("torch.math");
   } catch (const std::exception& e) {
-    GTEST_SKIP() << e.what();
+    GTEST_SKIP() << e.what();  // a build without LibTorch
   }
   Case c;
   c.seed = 7;
@@ -1125,7 +1125,7 @@ TEST(NonfiniteInputs, ABackendThatMixesBatchEntriesIsJudgedAcrossTheBatch) {
   DiffOptions opt;
   opt.check_determinism = false;
   SCOPED_TRACE(write_case(c));
-  MixesBatchEntries declared(make_backend("torch.math"), true);
+  MixesBatchEntries declared(std::move(math), true);
   const DiffReport ok = run_differential(c, {&declared}, default_oracles(), opt);
   EXPECT_TRUE(ok.findings.empty()) << ok.findings.front().detail;
   MixesBatchEntries undeclared(make_backend("torch.math"), false);
