@@ -22,6 +22,7 @@
 #include "backends/torch_sdpa.h"
 #include "backends/torch_sdpa_cuda.h"
 #include "backends/torch_varlen_cuda.h"
+#include "backends/torch_nested.h"
 #endif
 #if ATTNFUZZ_HAVE_CUDNN
 #include "backends/cudnn_sdpa.h"
@@ -114,13 +115,23 @@ std::vector<Entry> entries() {
   e.push_back({"torch.efficient.varlen",
                "at::_efficient_attention_forward/_backward on packed sequences (cu_seqlens_q/k, seqlen_k where K has gaps), CUDA",
                [] { return make_torch_varlen_backend(TorchVarlenOp::efficient); }, cuda});
+  // SDPA on nested tensors, the ragged batch as a model's torch.nested tensors (backends/torch_nested.h).
+  e.push_back({"torch.nested.math", "at::scaled_dot_product_attention on nested tensors, only the math kernel enabled, CPU (no LSE)",
+               [] { return make_torch_nested_backend(NestedSdpaKernel::math, Device::cpu); }, cpu});
+  e.push_back({"torch.nested.math.cuda", "at::scaled_dot_product_attention on nested tensors, only the math kernel enabled, CUDA (no LSE)",
+               [] { return make_torch_nested_backend(NestedSdpaKernel::math, Device::cuda); }, cuda});
+  e.push_back({"torch.nested.flash", "at::scaled_dot_product_attention on nested tensors, only the flash kernel enabled, CUDA (no LSE)",
+               [] { return make_torch_nested_backend(NestedSdpaKernel::flash, Device::cuda); }, cuda});
+  e.push_back({"torch.nested.cudnn",
+               "at::_scaled_dot_product_cudnn_attention on nested tensors (SDPA's experimental nested cuDNN path), CUDA (no LSE)",
+               [] { return make_torch_nested_backend(NestedSdpaKernel::cudnn, Device::cuda); }, cuda});
 #else
   const std::string no_torch = "this build has no LibTorch (configured with ATTNFUZZ_WITH_TORCH=OFF)";
   for (const char* n :
        {"torch.f64", "torch.math", "torch.sdpa.math", "torch.sdpa.cpu_flash", "torch.f64.cuda", "torch.math.cuda", "torch.sdpa.math.cuda",
         "torch.flash", "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient", "torch.cudnn", "torch.sdpa.cudnn",
         "torch.flash.deterministic", "torch.efficient.deterministic", "torch.cudnn.deterministic", "torch.flash.varlen",
-        "torch.efficient.varlen"})
+        "torch.efficient.varlen", "torch.nested.math", "torch.nested.math.cuda", "torch.nested.flash", "torch.nested.cudnn"})
     e.push_back({n, "LibTorch backend", nullptr, [no_torch](std::string* why) {
                    *why = no_torch;
                    return false;

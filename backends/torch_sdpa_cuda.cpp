@@ -30,33 +30,15 @@ namespace attnfuzz {
 namespace {
 using namespace torch_detail;
 
-// Enables exactly one of LibTorch's SDPA kernels for the lifetime of the guard. The flags
-// are process-wide; campaign workers are single-threaded processes.
+// Enables exactly one of LibTorch's SDPA kernels for the lifetime of the guard (process-wide
+// flags; campaign workers are single-threaded processes).
 class ForceKernel {
  public:
-  explicit ForceKernel(CudaSdpaKernel k) {
-    auto& c = at::globalContext();
-    saved_ = {c.userEnabledFlashSDP(), c.userEnabledMemEfficientSDP(), c.userEnabledCuDNNSDP(), c.userEnabledMathSDP(),
-              c.userEnabledOverrideableSDP()};
-    c.setSDPUseFlash(k == CudaSdpaKernel::flash);
-    c.setSDPUseMemEfficient(k == CudaSdpaKernel::efficient);
-    c.setSDPUseCuDNN(k == CudaSdpaKernel::cudnn);
-    c.setSDPUseMath(false);
-    c.setSDPUseOverrideable(false);
-  }
-  ~ForceKernel() {
-    auto& c = at::globalContext();
-    c.setSDPUseFlash(saved_[0]);
-    c.setSDPUseMemEfficient(saved_[1]);
-    c.setSDPUseCuDNN(saved_[2]);
-    c.setSDPUseMath(saved_[3]);
-    c.setSDPUseOverrideable(saved_[4]);
-  }
-  ForceKernel(const ForceKernel&) = delete;
-  ForceKernel& operator=(const ForceKernel&) = delete;
+  explicit ForceKernel(CudaSdpaKernel k)
+      : enabled_({.flash = k == CudaSdpaKernel::flash, .efficient = k == CudaSdpaKernel::efficient, .cudnn = k == CudaSdpaKernel::cudnn}) {}
 
  private:
-  std::array<bool, 5> saved_{};
+  SdpaKernelsEnabled enabled_;
 };
 
 // LibTorch's deterministic algorithms (torch.use_deterministic_algorithms(True), warn_only
@@ -94,19 +76,6 @@ std::optional<std::string> nondeterministic_refusal(const c10::Error& e) {
   if (const size_t advice = m.find(". You can"); advice != std::string::npos) m.resize(advice);
   return m;
 }
-
-// LibTorch explains why a kernel cannot run through warnings; this keeps them.
-class WarningCollector final : public c10::WarningHandler {
- public:
-  void process(const c10::Warning& w) override {
-    std::string m = w.msg();
-    if (!m.empty() && text_.find(m) == std::string::npos) text_ += (text_.empty() ? "" : " | ") + m;
-  }
-  const std::string& text() const { return text_; }
-
- private:
-  std::string text_;
-};
 
 at::SDPBackend sdp_backend_of(CudaSdpaKernel k) {
   switch (k) {

@@ -78,6 +78,7 @@
 #include <limits>
 
 #include "harness/compose.h"
+#include "backends/torch_packed.h"
 #include "oracles/torch_common.h"
 
 namespace attnfuzz {
@@ -85,60 +86,6 @@ namespace {
 using namespace torch_detail;
 
 constexpr int64_t kFlashMaxHeadDim = 256;
-
-// The mask an op computes for every sequence (the same for every head).
-struct OpMask {
-  enum class Kind { none, causal_bottom_right, causal_top_left, window } kind = Kind::none;
-  int64_t left = -1, right = -1;  // window: reach on either side of the bottom-right diagonal
-};
-
-bool op_sees(const OpMask& m, int64_t i, int64_t j, int64_t lq, int64_t lk) {
-  switch (m.kind) {
-    case OpMask::Kind::none:
-      return true;
-    case OpMask::Kind::causal_bottom_right:
-      return j <= i + lk - lq;
-    case OpMask::Kind::causal_top_left:
-      return j <= i;
-    case OpMask::Kind::window: {
-      const int64_t d = j - (i + lk - lq);
-      return (m.left < 0 || d >= -m.left) && (m.right < 0 || d <= m.right);
-    }
-  }
-  return false;
-}
-
-// Sequence b's rows and keys in this call.
-struct CallLens {
-  std::vector<int64_t> q, kv;
-  bool operator==(const CallLens&) const = default;
-};
-
-CallLens call_lens(const Problem& p) {
-  CallLens l;
-  for (int64_t b = 0; b < p.shape.batch; ++b) {
-    l.q.push_back(p.call_len_q(b));
-    l.kv.push_back(p.call_len_kv(b));
-  }
-  return l;
-}
-
-// Whether the dense mask is m inside every sequence's block, for every head, and invisible outside.
-bool dense_mask_is(const Problem& p, const CallLens& l, const OpMask& m) {
-  const Shape& s = p.shape;
-  for (int64_t b = 0; b < s.batch; ++b) {
-    const int64_t lq = l.q[static_cast<size_t>(b)], lk = l.kv[static_cast<size_t>(b)];
-    for (int64_t h = 0; h < s.heads_q; ++h)
-      for (int64_t i = 0; i < s.seq_q; ++i) {
-        const uint8_t* row = p.mask.data() + static_cast<size_t>(((b * s.heads_q + h) * s.seq_q + i) * s.seq_kv);
-        for (int64_t j = 0; j < s.seq_kv; ++j) {
-          const bool expected = i < lq && j < lk && op_sees(m, i, j, lq, lk);
-          if ((row[j] != 0) != expected) return false;
-        }
-      }
-  }
-  return true;
-}
 
 // The narrowest bottom-right window holding every visible key of head 0 (dense_mask_is then
 // checks it everywhere), or nothing where no key is visible or the diagonal is outside the band
@@ -200,100 +147,6 @@ const char* op_name(TorchVarlenOp op) { return op == TorchVarlenOp::flash ? "tor
 int64_t round_up_8(int64_t d) { return (d + 7) / 8 * 8; }
 // The head dim flash gets Q, K and V in: one, a multiple of 8.
 int64_t flash_head_dim(const Shape& s) { return round_up_8(std::max(s.head_dim_qk, s.head_dim_v)); }
-
-// Where each sequence's rows lie in a packed buffer, and the index maps between it and the dense
-// [B * S] rows.
-struct Packing {
-  std::vector<int64_t> starts;  // B + 1: each sequence's first row, then the end of the last one
-  int64_t total = 0;            // the buffer's rows: the sequences, their gaps, the tail
-  int64_t longest = 0;
-  std::vector<int64_t> b_of, i_of;     // per real token (host)
-  at::Tensor dense_rows, packed_rows;  // per real token, int64 on the device: b * S + i, starts[b] + i
-};
-
-at::Tensor long_tensor(const std::vector<int64_t>& v, at::Device dev) {
-  at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kLong);
-  if (!v.empty()) std::memcpy(t.data_ptr<int64_t>(), v.data(), v.size() * sizeof(int64_t));
-  return t.to(dev);
-}
-
-at::Tensor int_tensor(const std::vector<int64_t>& v, at::Device dev) {
-  at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kInt);
-  int32_t* d = t.data_ptr<int32_t>();
-  for (size_t i = 0; i < v.size(); ++i) d[i] = static_cast<int32_t>(v[i]);
-  return t.to(dev);
-}
-
-// Rows of a buffer laid out so (before the index tensors exist): host only.
-int64_t packed_rows_of(const std::vector<int64_t>& lens, int64_t gap, int64_t tail) {
-  int64_t at = 0;
-  for (size_t b = 0; b < lens.size(); ++b) at += lens[b] + (b + 1 < lens.size() ? gap : 0);
-  return at + tail;
-}
-
-// The maximum length an op is told: the longest of the call, at least 1, plus the case's slack.
-int64_t declared_max(int64_t longest, int64_t max_slack) { return std::max<int64_t>(1, longest) + max_slack; }
-
-Packing plan_packing(int64_t seq, const std::vector<int64_t>& lens, int64_t gap, int64_t tail, at::Device dev) {
-  const size_t batch = lens.size();
-  Packing k;
-  k.starts.assign(batch + 1, 0);
-  std::vector<int64_t> dense, packed;
-  int64_t at = 0;
-  for (size_t b = 0; b < batch; ++b) {
-    k.starts[b] = at;
-    for (int64_t i = 0; i < lens[b]; ++i) {
-      dense.push_back(static_cast<int64_t>(b) * seq + i);
-      packed.push_back(at + i);
-      k.b_of.push_back(static_cast<int64_t>(b));
-      k.i_of.push_back(i);
-    }
-    k.longest = std::max(k.longest, lens[b]);
-    at += lens[b];
-    if (b + 1 < batch) at += gap;
-  }
-  k.starts[batch] = at;
-  k.total = at + tail;
-  k.dense_rows = long_tensor(dense, dev);
-  k.packed_rows = long_tensor(packed, dev);
-  return k;
-}
-
-// A dense [B][H][S][D] tensor as a packed [total][H][d_pad] buffer in `st` on `dev`: the real rows
-// at their offsets (D padded to d_pad with zero columns), NaN in every other row. misaligned
-// (Ragged::misaligned): the buffer a view that starts one element into a larger allocation.
-at::Tensor pack(const Tensor& dense, int64_t d_pad, const Packing& k, at::ScalarType st, at::Device dev, bool misaligned) {
-  const int64_t batch = dense.dim(0), heads = dense.dim(1), seq = dense.dim(2), d = dense.dim(3);
-  at::Tensor rows = to_torch(dense, dev).to(st).permute({0, 2, 1, 3}).reshape({batch * seq, heads, d});
-  if (d_pad > d) rows = at::constant_pad_nd(rows, {0, d_pad - d});
-  const int64_t n = k.total * heads * d_pad, skip = misaligned ? 1 : 0;
-  at::Tensor out = at::full({n + skip}, std::numeric_limits<double>::quiet_NaN(), rows.options()).narrow(0, skip, n).view({k.total, heads, d_pad});
-  out.index_copy_(0, k.packed_rows, rows.index_select(0, k.dense_rows));
-  return out;
-}
-
-// The real rows of a packed [total][H][>= d] buffer as a dense [B][H][S][d] tensor, zero elsewhere.
-Tensor unpack(const at::Tensor& packed, int64_t d, const Packing& k, int64_t batch, int64_t seq) {
-  const int64_t heads = packed.size(1);
-  at::Tensor dense = at::zeros({batch * seq, heads, d}, packed.options());
-  dense.index_copy_(0, k.dense_rows, packed.narrow(2, 0, d).index_select(0, k.packed_rows));
-  return from_torch(dense.view({batch, seq, heads, d}).permute({0, 2, 1, 3}));
-}
-
-// The LSE rows `source_rows` of `rows` ([N][H], one per real token in Packing order) as a dense
-// [B][H][S] tensor, -inf elsewhere.
-Tensor unpack_lse(const at::Tensor& rows, const at::Tensor& source_rows, const Packing& k, int64_t batch, int64_t seq) {
-  const int64_t heads = rows.size(1);
-  at::Tensor dense = at::full({batch * seq, heads}, -std::numeric_limits<double>::infinity(), rows.options());
-  dense.index_copy_(0, k.dense_rows, rows.index_select(0, source_rows));
-  return from_torch(dense.view({batch, seq, heads}).permute({0, 2, 1}));
-}
-
-std::string sizes_of(const at::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
 
 std::optional<at::Tensor> optional_of(const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; }
 
@@ -386,14 +239,14 @@ class TorchVarlenBackend final : public Backend {
       at::Tensor dq, dk, dv;
       if (op_ == TorchVarlenOp::flash) {
         const at::Tensor d_o = pack(d_out, c.d, c.pq, st, dev, p.misaligned);
-        std::tie(dq, dk, dv) = library_call("_flash_attention_backward", [&] {
+        std::tie(dq, dk, dv) = library_call(name(), "_flash_attention_backward", [&] {
           return at::_flash_attention_backward(d_o, c.q, c.k, c.v, c.out, c.lse, c.cu_q, c.cu_k, c.max_q, c.max_k, 0.0, c.is_causal(),
                                                c.rng_a, c.rng_b, p.scale, c.window_left(), c.window_right());
         });
       } else {
         const at::Tensor d_o = pack(d_out, s.head_dim_v, c.pq, st, dev, p.misaligned).unsqueeze(0);
         at::Tensor unused_dbias;
-        std::tie(dq, dk, dv, unused_dbias) = library_call("_efficient_attention_backward", [&] {
+        std::tie(dq, dk, dv, unused_dbias) = library_call(name(), "_efficient_attention_backward", [&] {
           return at::_efficient_attention_backward(d_o, c.q, c.k, c.v, std::nullopt, c.out, c.cu_q, c.cu_k, c.max_q, c.max_k, c.lse, 0.0,
                                                    c.rng_a, c.rng_b, c.custom_mask_type(), false, p.scale, std::nullopt, std::nullopt,
                                                    false);
@@ -414,7 +267,7 @@ class TorchVarlenBackend final : public Backend {
  private:
   // One forward call as the op made it, with what its backward needs.
   struct Call {
-    Packing pq, pk;
+    PackedRows pq, pk;
     at::Tensor cu_q, cu_k, seqused_k;  // seqused_k defined where K and V have gaps
     int64_t max_q = 1, max_k = 1;
     int64_t d = 0;            // flash: the one head dim Q, K and V are passed in
@@ -434,25 +287,6 @@ class TorchVarlenBackend final : public Backend {
       return mask.kind == OpMask::Kind::causal_top_left ? 1 : mask.kind == OpMask::Kind::causal_bottom_right ? 2 : 0;
     }
   };
-
-  // The op's argument checks (TORCH_CHECK) raise a plain c10::Error: a clean refusal, so the call
-  // is declined with LibTorch's message. A CUDA error (c10::AcceleratorError, or a message naming
-  // one) and a device out of memory are not refusals: they pass on, to be errors.
-  template <class F>
-  auto library_call(const char* op, F&& f) const -> decltype(f()) {
-    try {
-      return f();
-    } catch (const c10::AcceleratorError&) {
-      throw;
-    } catch (const c10::OutOfMemoryError&) {
-      throw;
-    } catch (const c10::Error& e) {
-      std::string m = e.what_without_backtrace();
-      if (host_out_of_memory(e) || m.find("CUDA error") != std::string::npos || m.find("CUDA kernel") != std::string::npos) throw;
-      m = m.substr(0, m.find('\n'));
-      throw UnsupportedError(name() + ": LibTorch's " + op + " refused the call: " + message_safe(m, 300));
-    }
-  }
 
   Call call_forward(const Problem& p, int64_t gap_kv) const {
     const Shape& s = p.shape;
@@ -475,7 +309,7 @@ class TorchVarlenBackend final : public Backend {
       c.q = pack(p.q, c.d, c.pq, st, dev, p.misaligned);
       c.k = pack(p.k, c.d, c.pk, st, dev, p.misaligned);
       c.v = pack(p.v, c.d, c.pk, st, dev, p.misaligned);
-      std::tie(c.out, c.lse, c.rng_a, c.rng_b, std::ignore) = library_call("_flash_attention_forward", [&] {
+      std::tie(c.out, c.lse, c.rng_a, c.rng_b, std::ignore) = library_call(name(), "_flash_attention_forward", [&] {
         return at::_flash_attention_forward(c.q, c.k, c.v, c.cu_q, c.cu_k, c.max_q, c.max_k, 0.0, c.is_causal(), false, p.scale,
                                             c.window_left(), c.window_right(), optional_of(c.seqused_k), std::nullopt);
       });
@@ -492,7 +326,7 @@ class TorchVarlenBackend final : public Backend {
       // told more, it refuses the call. The rows are an upper bound too, so the maxima stop there.
       c.max_q = std::clamp<int64_t>(c.q.size(1), 1, c.max_q);
       c.max_k = std::clamp<int64_t>(c.k.size(1), 1, c.max_k);
-      auto r = library_call("_efficient_attention_forward", [&] {
+      auto r = library_call(name(), "_efficient_attention_forward", [&] {
         return at::_efficient_attention_forward(c.q, c.k, c.v, std::nullopt, c.cu_q, c.cu_k, c.max_q, c.max_k, 0.0, c.custom_mask_type(),
                                                 true, p.scale, optional_of(c.seqused_k), std::nullopt);
       });

@@ -1,6 +1,11 @@
 #pragma once
-// Shared by the LibTorch backends (included only by oracles/torch_*.cpp, which see ATen).
+// Shared by the LibTorch oracles and backends (included only by their .cpp files, which see ATen).
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <string>
 
 #include <limits>
 #include <map>
@@ -31,6 +36,55 @@ auto rethrow_plain(F&& f) -> decltype(f()) {
     throw std::runtime_error(e.what_without_backtrace());
   }
 }
+
+// Exactly the SDPA kernels named enabled for the lifetime of the guard, the previous flags restored
+// after it. The flags are process-wide (at::globalContext); campaign workers are single-threaded
+// processes.
+struct SdpaKernels {
+  bool flash = false, efficient = false, cudnn = false, math = false;
+};
+class SdpaKernelsEnabled {
+ public:
+  explicit SdpaKernelsEnabled(SdpaKernels k) {
+    auto& c = at::globalContext();
+    saved_ = {c.userEnabledFlashSDP(), c.userEnabledMemEfficientSDP(), c.userEnabledCuDNNSDP(), c.userEnabledMathSDP(),
+              c.userEnabledOverrideableSDP()};
+    c.setSDPUseFlash(k.flash);
+    c.setSDPUseMemEfficient(k.efficient);
+    c.setSDPUseCuDNN(k.cudnn);
+    c.setSDPUseMath(k.math);
+    c.setSDPUseOverrideable(false);
+  }
+  ~SdpaKernelsEnabled() {
+    auto& c = at::globalContext();
+    c.setSDPUseFlash(saved_[0]);
+    c.setSDPUseMemEfficient(saved_[1]);
+    c.setSDPUseCuDNN(saved_[2]);
+    c.setSDPUseMath(saved_[3]);
+    c.setSDPUseOverrideable(saved_[4]);
+  }
+  SdpaKernelsEnabled(const SdpaKernelsEnabled&) = delete;
+  SdpaKernelsEnabled& operator=(const SdpaKernelsEnabled&) = delete;
+
+ private:
+  std::array<bool, 5> saved_{};
+};
+
+// LibTorch explains why a kernel cannot run through warnings; this keeps them, but for those
+// containing `ignored` (one that is no reason, only noise on stderr).
+class WarningCollector final : public c10::WarningHandler {
+ public:
+  explicit WarningCollector(std::string ignored = {}) : ignored_(std::move(ignored)) {}
+  void process(const c10::Warning& w) override {
+    std::string m = w.msg();
+    if (!ignored_.empty() && m.find(ignored_) != std::string::npos) return;
+    if (!m.empty() && text_.find(m) == std::string::npos) text_ += (text_.empty() ? "" : " | ") + m;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string ignored_, text_;
+};
 
 inline at::ScalarType scalar_type(DType d) {
   switch (d) {
