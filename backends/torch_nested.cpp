@@ -139,6 +139,28 @@ Tensor dense_of(const at::Tensor& nested, ComponentOrder order, int64_t heads, i
   return from_torch(dense);
 }
 
+// A packed [total][H][d] result (what LibTorch 2.11's nested cuDNN backward returns: the
+// gradients' buffers, not nested tensors) as a dense [B][H][seq][d] tensor: sequence b's rows from
+// cum[b] (the op's cumulative offsets), zero past each sequence's length.
+Tensor dense_of_packed(const at::Tensor& rows, const at::Tensor& cum, int64_t heads, int64_t seq, int64_t d, const std::vector<int64_t>& lens,
+                       const std::string& who, const char* what) {
+  if (rows.is_nested()) return dense_of(rows, ComponentOrder::heads_rows, heads, seq, d, lens, who, what);
+  const int64_t batch = static_cast<int64_t>(lens.size());
+  const at::Tensor starts = cum.to(at::kCPU, at::kLong);
+  if (rows.dim() != 3 || rows.size(1) != heads || rows.size(2) != d || starts.numel() != batch + 1)
+    throw std::runtime_error(who + ": " + what + " is " + sizes_of(rows) + " with " + std::to_string(starts.numel()) + " offsets, not [rows, " +
+                             std::to_string(heads) + ", " + std::to_string(d) + "] with " + std::to_string(batch + 1));
+  at::Tensor dense = at::zeros({batch, heads, seq, d}, at::TensorOptions().dtype(rows.scalar_type()).device(rows.device()));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t start = starts[b].item<int64_t>(), len = lens[static_cast<size_t>(b)];
+    if (start < 0 || start + len > rows.size(0))
+      throw std::runtime_error(who + ": " + what + ": sequence " + std::to_string(b) + " at rows " + std::to_string(start) + " + " +
+                               std::to_string(len) + " of " + std::to_string(rows.size(0)));
+    dense.select(0, b).narrow(1, 0, len).copy_(rows.narrow(0, start, len).transpose(0, 1));
+  }
+  return from_torch(dense);
+}
+
 class TorchNestedBackend final : public Backend {
  public:
   TorchNestedBackend(NestedSdpaKernel kernel, Device dev) : kernel_(kernel), dev_(dev) {}
@@ -221,29 +243,44 @@ class TorchNestedBackend final : public Backend {
   Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor&) override {
     return rethrow_plain([&] {
       QuietPrototypeWarning quiet;
-      c10::AutoGradMode grad_mode(true);
-      const Call c = run(p, true);
+      const bool autograd = kernel_ != NestedSdpaKernel::cudnn;
+      c10::AutoGradMode grad_mode(autograd);
+      const Call c = run(p, autograd);
       const Shape& s = p.shape;
       const at::Tensor d_o = seen(nested_of(d_out, c.lens.q, p.gap_q, p.tail, order(), scalar_type(p.dtype), device_of(dev_), p.misaligned));
-      const std::vector<at::Tensor> g = library_call(name(), "autograd backward", [&] {
-        return torch::autograd::grad({c.out}, {c.q, c.k, c.v}, {d_o}, false, false, true);
-      });
+      std::vector<at::Tensor> g;
+      if (autograd) {
+        g = library_call(name(), "autograd backward", [&] { return torch::autograd::grad({c.out}, {c.q, c.k, c.v}, {d_o}, false, false, true); });
+      } else {
+        const auto [dq, dk, dv] = library_call(name(), "_scaled_dot_product_cudnn_attention_backward", [&] {
+          return at::_scaled_dot_product_cudnn_attention_backward(d_o, seen(c.q), seen(c.k), seen(c.v), c.out, c.lse, c.philox_seed,
+                                                                  c.philox_offset, at::Tensor(), c.cum_q, c.cum_k, c.max_q, c.max_k, 0.0,
+                                                                  c.is_causal, p.scale);
+        });
+        g = {dq, dk, dv};
+      }
       // A leaf the output does not depend on (no query anywhere) has no gradient: zero.
-      auto gradient = [&](size_t i, int64_t heads, int64_t seq, int64_t d, const std::vector<int64_t>& lens, const char* what) {
+      auto gradient = [&](size_t i, int64_t heads, int64_t seq, int64_t d, const std::vector<int64_t>& lens, const at::Tensor& cum,
+                          const char* what) {
         if (!g[i].defined()) return Tensor({s.batch, heads, seq, d});
-        return dense_of(g[i], order(), heads, seq, d, lens, name(), what);
+        if (autograd) return dense_of(g[i], order(), heads, seq, d, lens, name(), what);
+        return dense_of_packed(g[i], cum, heads, seq, d, lens, name(), what);
       };
-      return Gradients{gradient(0, s.heads_q, s.seq_q, s.head_dim_qk, c.lens.q, "dQ"),
-                       gradient(1, s.heads_kv, s.seq_kv, s.head_dim_qk, c.lens.kv, "dK"),
-                       gradient(2, s.heads_kv, s.seq_kv, s.head_dim_v, c.lens.kv, "dV")};
+      return Gradients{gradient(0, s.heads_q, s.seq_q, s.head_dim_qk, c.lens.q, c.cum_q, "dQ"),
+                       gradient(1, s.heads_kv, s.seq_kv, s.head_dim_qk, c.lens.kv, c.cum_k, "dK"),
+                       gradient(2, s.heads_kv, s.seq_kv, s.head_dim_v, c.lens.kv, c.cum_k, "dV")};
     });
   }
 
  private:
   struct Call {
     CallLens lens;
+    bool is_causal = false;
     at::Tensor q, k, v;  // the nested leaves, components in order()
     at::Tensor out;      // nested [B][H][L_b][Dv]
+    // cuDNN's op: what its backward takes (the forward's LSE, offsets, maxima and RNG state).
+    at::Tensor lse, cum_q, cum_k, philox_seed, philox_offset;
+    int64_t max_q = 0, max_k = 0;
   };
 
   ComponentOrder order() const { return kernel_ == NestedSdpaKernel::math ? ComponentOrder::heads_rows : ComponentOrder::rows_heads; }
@@ -257,6 +294,7 @@ class TorchNestedBackend final : public Backend {
     const at::Device dev = device_of(dev_);
     const at::ScalarType st = scalar_type(p.dtype);
     Call c;
+    c.is_causal = is_causal;
     c.lens = call_lens(p);
     {
       c10::AutoGradMode no_grad(false);
@@ -268,9 +306,17 @@ class TorchNestedBackend final : public Backend {
     c.k = c.k.detach().set_requires_grad(requires_grad);
     c.v = c.v.detach().set_requires_grad(requires_grad);
     if (kernel_ == NestedSdpaKernel::cudnn) {
-      c.out = std::get<0>(library_call(name(), "_scaled_dot_product_cudnn_attention", [&] {
+      auto r = library_call(name(), "_scaled_dot_product_cudnn_attention", [&] {
         return at::_scaled_dot_product_cudnn_attention(seen(c.q), seen(c.k), seen(c.v), std::nullopt, true, 0.0, is_causal, false, p.scale);
-      }));
+      });
+      c.out = std::get<0>(r);
+      c.lse = std::get<1>(r);
+      c.cum_q = std::get<2>(r);
+      c.cum_k = std::get<3>(r);
+      c.max_q = std::get<4>(r).expect_int();
+      c.max_k = std::get<5>(r).expect_int();
+      c.philox_seed = std::get<6>(r);
+      c.philox_offset = std::get<7>(r);
       return c;
     }
     // The public entry point with one kernel enabled: where it has none for the inputs it warns
@@ -298,10 +344,29 @@ class TorchNestedBackend final : public Backend {
 }  // namespace
 
 std::optional<std::string> torch_nested_refusal(NestedSdpaKernel kernel, const Problem& p) {
-  if (fit_mask(p)) return std::nullopt;
-  return std::string("torch.nested.") + kernel_name(kernel) +
-         " declines the mask: the dense mask is not, in every sequence and head alike, all visible or causal top-left over that "
-         "sequence's queries and keys in this call (what SDPA's is_causal means; nested SDPA takes no mask tensor)";
+  const std::string who = std::string("torch.nested.") + kernel_name(kernel);
+  const std::optional<OpMask> mask = fit_mask(p);
+  if (!mask)
+    return who +
+           " declines the mask: the dense mask is not, in every sequence and head alike, all visible or causal top-left over that "
+           "sequence's queries and keys in this call (what SDPA's is_causal means; nested SDPA takes no mask tensor)";
+  if (kernel == NestedSdpaKernel::math) return std::nullopt;
+  // Known bugs of LibTorch 2.11's nested path to the fused kernels (docs/findings/LEDGER.md).
+  if (p.misaligned)
+    return who + " declines a misaligned case: LibTorch 2.11 hands a nested view whose components start 2 bytes past alignment to "
+                 "the kernel, which faults with a sticky misaligned address (s61-torch-nested-misaligned-fault)";
+  const CallLens l = call_lens(p);
+  if ((p.gap_q > 0 || p.gap_kv > 0) && p.shape.batch > 1)
+    return who + " declines gaps between sequences (gap_q = " + std::to_string(p.gap_q) + ", gap_kv = " + std::to_string(p.gap_kv) +
+           "): LibTorch 2.11's nested preprocessing reads the components as if packed back to back, so a gap's rows reach the "
+           "kernel as the next sequence's (s61-torch-nested-gaps-read-as-rows)";
+  if (kernel == NestedSdpaKernel::flash && mask->kind == OpMask::Kind::causal_top_left)
+    for (size_t b = 0; b < l.q.size(); ++b)
+      if (l.q[b] > 0 && l.kv[b] > 0 && l.q[b] != l.kv[b])
+        return who + " declines is_causal where a sequence has " + std::to_string(l.q[b]) + " queries and " + std::to_string(l.kv[b]) +
+               " keys: LibTorch 2.11's nested flash path aligns each sequence's causal mask bottom-right, not top-left as SDPA "
+               "documents and its nested efficient and cuDNN paths compute (s61-torch-nested-flash-causal-bottom-right)";
+  return std::nullopt;
 }
 
 std::unique_ptr<Backend> make_torch_nested_backend(NestedSdpaKernel kernel, Device device) {

@@ -12,10 +12,12 @@
 //                           the op SDPA calls for nested inputs once its experimental gate is
 //                           open (TORCH_CUDNN_SDPA_NESTED_TENSOR_ENABLED=1), called directly so
 //                           that no environment variable is set for the process
-// Backward: LibTorch's autograd through the call, as a training step gets it (the nested
-// backward ops: _scaled_dot_product_flash_attention_backward and
-// _scaled_dot_product_cudnn_attention_backward for NestedTensorCUDA; the math path's composed
-// nested ops). No LSE is returned (the public entry point returns none), no dLSE taken.
+// Backward: LibTorch's autograd through the call, as a training step gets it (flash: the nested
+// _scaled_dot_product_flash_attention_backward; math: the composed nested ops). cuDNN: its nested
+// backward op called directly with what its forward returned, because autograd rejects the
+// gradients that op returns (packed buffers where nested tensors are expected: docs/findings,
+// s61-torch-nested-cudnn-autograd-gradient). No LSE is returned (the public entry point returns
+// none), no dLSE taken.
 // The memory-efficient kernel has a nested forward but no nested backward in LibTorch 2.11, so it
 // is not a backend here (torch.efficient.varlen tests its varlen forward and backward).
 // What each declines and why: backends/torch_nested.cpp and docs/gpu.md, "Varlen backends".
@@ -34,7 +36,9 @@ std::unique_ptr<Backend> make_torch_nested_backend(NestedSdpaKernel kernel, Devi
 // The adapter's own part of unsupported_reason: the dense mask must be, in every sequence and
 // head alike, all visible or causal with the diagonal top-left over that sequence's queries and
 // keys in this call (what is_causal means for scaled_dot_product_attention; its documentation:
-// "upper left causal bias" where the lengths differ). Host code only: it needs no GPU.
+// "upper left causal bias" where the lengths differ); and the known LibTorch bugs of the fused
+// kernels' nested path (docs/findings/LEDGER.md, s61-torch-nested-*), declined so that campaigns
+// judge the rest. Host code only: it needs no GPU.
 std::optional<std::string> torch_nested_refusal(NestedSdpaKernel kernel, const Problem& p);
 
 }  // namespace attnfuzz

@@ -26,8 +26,7 @@ using test::ragged_of;
 // is_causal: each sequence's top-left diagonal), no softcap, small sizes; head dims that are
 // multiples of 8; the dtype the backend takes (flash and cuDNN fp16/bf16, the math path fp32);
 // GQA, Dqk != Dv, dLSE and a quarter with a composition as random_case draws them, for LibTorch
-// to take or refuse. Misaligned buffers are left to campaigns' isolated workers (a sticky fault
-// would end this process's CUDA context).
+// to take or refuse. No misaligned buffers (declined: a known sticky fault).
 Case nested_case(uint64_t seed, bool sixteen_bit) {
   RandomCaseOptions opt;
   opt.max_seq = 64;
@@ -40,9 +39,18 @@ Case nested_case(uint64_t seed, bool sixteen_bit) {
   c.shape.head_dim_qk = (c.shape.head_dim_qk + 7) / 8 * 8;
   c.shape.head_dim_v = (c.shape.head_dim_v + 7) / 8 * 8;
   c.ragged->misaligned = false;
+  // Half of the causal cases with every sequence square (the nested flash path's causal mask is
+  // then right: its known bug is Lq != Lkv), two thirds without gaps between sequences (the fused
+  // paths' known bug): what the backends take stays most of the test.
+  if (seed % 4 == 1) {
+    c.shape.seq_kv = c.shape.seq_q;
+    c.ragged->lens_kv = c.ragged->lens_q;
+    c.ragged->gap_kv = c.ragged->gap_q;
+  }
+  if (seed % 3 != 0) c.ragged->gap_q = c.ragged->gap_kv = 0;
   return c;
 }
-constexpr int kCases = 200;
+constexpr int kCases = 150;
 
 class GpuNested : public ::testing::TestWithParam<std::string> {
  protected:

@@ -25,29 +25,53 @@ using test::ragged_of;
 
 const char* const kNestedBackends[] = {"torch.nested.math", "torch.nested.math.cuda", "torch.nested.flash", "torch.nested.cudnn"};
 
-void expect_mask_declined(const Problem& p) {
-  const auto why = torch_nested_refusal(NestedSdpaKernel::flash, p);
-  ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("declines the mask"), std::string::npos) << *why;
+void expect_declined(NestedSdpaKernel k, const Problem& p, const std::string& says) {
+  const auto why = torch_nested_refusal(k, p);
+  ASSERT_TRUE(why.has_value()) << says;
+  EXPECT_NE(why->find(says), std::string::npos) << *why;
   EXPECT_EQ(why->find('\n'), std::string::npos) << *why;
 }
+
+constexpr NestedSdpaKernel kKernels[] = {NestedSdpaKernel::math, NestedSdpaKernel::flash, NestedSdpaKernel::cudnn};
 
 // Runs everywhere: is_causal means the top-left diagonal of each sequence's own block (SDPA's
 // documented alignment), so a bottom-right causal mask is taken only where it is the same mask.
 TEST(NestedRefusal, TakesNoMaskAndEachSequencesTopLeftCausal) {
   const Shape s{3, 2, 2, 20, 24, 16, 16};
-  const Ragged lens = ragged_of({20, 0, 7}, {9, 24, 13}, 2, 3, 5);
-  for (NestedSdpaKernel k : {NestedSdpaKernel::math, NestedSdpaKernel::flash, NestedSdpaKernel::cudnn}) {
+  const Ragged lens = ragged_of({20, 0, 7}, {9, 24, 13}, 0, 0, 5);
+  const Ragged square = ragged_of({5, 0, 11}, {5, 0, 11}, 0, 0, 2);
+  for (NestedSdpaKernel k : kKernels) {
     EXPECT_FALSE(torch_nested_refusal(k, problem_of(s, MaskExpr::all_visible(), lens)));
-    EXPECT_FALSE(torch_nested_refusal(k, problem_of(s, MaskExpr::causal_mask(Align::top_left), lens)));
-    EXPECT_FALSE(torch_nested_refusal(k, problem_of(s, MaskExpr::causal_mask(Align::top_left), std::nullopt)));  // a dense batch
+    EXPECT_FALSE(torch_nested_refusal(k, problem_of(s, MaskExpr::causal_mask(Align::top_left), square)));
+    EXPECT_FALSE(torch_nested_refusal(k, problem_of({3, 2, 2, 20, 20, 16, 16}, MaskExpr::causal_mask(Align::top_left), std::nullopt)));  // dense
+    // Every sequence square: the two alignments are one mask.
+    EXPECT_FALSE(torch_nested_refusal(k, problem_of(s, MaskExpr::causal_mask(Align::bottom_right), square)));
+    expect_declined(k, problem_of(s, MaskExpr::causal_mask(Align::bottom_right), lens), "declines the mask");
+    expect_declined(k, problem_of(s, test::random_mask(), lens), "declines the mask");
+    expect_declined(k, problem_of(s, MaskExpr::window(3, 1, Align::top_left), lens), "declines the mask");
   }
-  expect_mask_declined(problem_of(s, MaskExpr::causal_mask(Align::bottom_right), lens));
-  expect_mask_declined(problem_of(s, test::random_mask(), lens));
-  expect_mask_declined(problem_of(s, MaskExpr::window(3, 1, Align::top_left), lens));
-  // Every sequence square: the two alignments are one mask.
+  EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(s, MaskExpr::causal_mask(Align::top_left), lens)));
+  EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::cudnn, problem_of(s, MaskExpr::causal_mask(Align::top_left), lens)));
+}
+
+// Runs everywhere: the fused kernels' known nested-path bugs are declined, with the ledger row;
+// the math path takes those cases (it refuses gaps itself, and was never misread).
+TEST(NestedRefusal, DeclinesTheFusedPathsKnownBugs) {
+  const Shape s{3, 2, 2, 20, 24, 16, 16};
+  const Problem top_left = problem_of(s, MaskExpr::causal_mask(Align::top_left), ragged_of({20, 0, 7}, {9, 24, 13}));
+  expect_declined(NestedSdpaKernel::flash, top_left, "s61-torch-nested-flash-causal-bottom-right");
+  Ragged gaps = ragged_of({20, 0, 7}, {9, 24, 13}, 0, 3);
+  Ragged misaligned = ragged_of({20, 0, 7}, {9, 24, 13});
+  misaligned.misaligned = true;
+  for (NestedSdpaKernel k : {NestedSdpaKernel::flash, NestedSdpaKernel::cudnn}) {
+    expect_declined(k, problem_of(s, MaskExpr::all_visible(), gaps), "s61-torch-nested-gaps-read-as-rows");
+    expect_declined(k, problem_of(s, MaskExpr::all_visible(), misaligned), "s61-torch-nested-misaligned-fault");
+  }
+  EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(s, MaskExpr::all_visible(), gaps)));
+  EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(s, MaskExpr::all_visible(), misaligned)));
+  // One sequence: a tail, no gap between sequences, is read right.
   EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::flash,
-                                    problem_of(s, MaskExpr::causal_mask(Align::bottom_right), ragged_of({5, 0, 11}, {5, 0, 11}, 1, 1, 2))));
+                                    problem_of({1, 2, 2, 20, 24, 16, 16}, MaskExpr::all_visible(), ragged_of({20}, {9}, 4, 4, 7))));
 }
 
 // Runs everywhere: registered, ragged, without dLSE, an LSE or a softcap; the math path held to

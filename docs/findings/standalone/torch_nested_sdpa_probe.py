@@ -1,13 +1,24 @@
-"""LibTorch's SDPA on nested tensors, probed without attnfuzz: what is_causal means per sequence
-where a sequence has more keys than queries (or fewer), for each kernel that takes nested inputs,
-and the math path's failures on sequences with no keys.
+"""LibTorch's SDPA on nested tensors, probed without attnfuzz:
+  causal       what is_causal means per sequence where a sequence has more keys than queries (or
+               fewer), for each kernel that takes nested inputs;
+  gaps         a nested view whose components are not back to back in their buffer (rows of NaN
+               between sequences, as a view made by narrowing a larger buffer has);
+  misaligned   a nested view whose components start 2 bytes past alignment (run alone: a fault
+               ends the process's CUDA context);
+  cudnn_grad   the cuDNN nested op's backward through autograd, and SDPA's experimental gate
+               (TORCH_CUDNN_SDPA_NESTED_TENSOR_ENABLED=1) with inputs that require grad;
+  math         the math path's failures on sequences with no keys (CPU).
 
 SDPA documents is_causal as the top-left aligned causal mask where Lq != Lkv ("the attention
 masking has the form of the upper left causal bias"). Each kernel's nested forward is compared
 with a float64 per-sequence reference under both alignments; the one it matches is printed.
 
-  python3 torch_nested_sdpa_probe.py        (a CUDA GPU for the fused kernels; CPU part anywhere)
+  python3 torch_nested_sdpa_probe.py [causal|gaps|misaligned|cudnn_grad|math ...]
+  (default: all but misaligned; a CUDA GPU for the fused kernels)
 """
+import os
+import sys
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -22,7 +33,7 @@ def reference(q, k, v, align):
     s = (q.double() @ k.double().transpose(-1, -2)) / D**0.5
     i = torch.arange(lq).view(-1, 1)
     j = torch.arange(lk).view(1, -1)
-    visible = j <= i if align == "top_left" else j <= i + lk - lq
+    visible = (j >= 0) if align == "none" else (j <= i if align == "top_left" else j <= i + lk - lq)
     s = s.masked_fill(~visible.to(s.device), float("-inf"))
     p = torch.softmax(s, -1).nan_to_num(0.0)
     return p @ v.double()
@@ -72,9 +83,95 @@ def probe_math_zero_keys():
             print(f"math cpu Lq {lens_q} Lkv {lens_k}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
 
 
+def view_from_buffer(parts, gap, shift, device, dtype):
+    """[L, H, D] components in one flat buffer: `gap` NaN rows after each but the last, every
+    offset `shift` elements on; returned as [B, H, L, D]."""
+    row = H * D
+    offsets, at = [], shift
+    for i, t in enumerate(parts):
+        offsets.append(at)
+        at += t.shape[1] * row + (gap * row if i + 1 < len(parts) else 0)
+    buf = torch.full((at,), float("nan"), device=device, dtype=dtype)
+    for off, t in zip(offsets, parts):
+        buf[off:off + t.numel()] = t.transpose(0, 1).reshape(-1).to(device, dtype)
+    sizes = torch.tensor([[t.shape[1], H, D] for t in parts])
+    strides = torch.tensor([[row, D, 1] for _ in parts])
+    nt = torch._nested_view_from_buffer(buf, sizes, strides, torch.tensor(offsets))
+    return nt.transpose(1, 2)
+
+
+def fused_runs(q, k, v):
+    runs = {}
+    for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
+        try:
+            with sdpa_kernel(backend):
+                runs[name] = F.scaled_dot_product_attention(q, k, v)
+        except Exception as e:  # noqa: BLE001
+            print(f"  {name}: refused: {str(e).splitlines()[0][:160]}")
+    try:
+        runs["cudnn (op)"] = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, False, False)[0]
+    except Exception as e:  # noqa: BLE001
+        print(f"  cudnn (op): refused: {str(e).splitlines()[0][:160]}")
+    return runs
+
+
+def probe_gaps(device):
+    lens_q, lens_k = [9, 14, 5], [12, 7, 20]
+    qs = [torch.randn(H, l, D) for l in lens_q]
+    ks = [torch.randn(H, l, D) for l in lens_k]
+    vs = [torch.randn(H, l, D) for l in lens_k]
+    for gap in (0, 4):
+        q, k, v = (view_from_buffer(x, gap, 0, device, torch.bfloat16) for x in (qs, ks, vs))
+        print(f"gap of {gap} NaN rows between sequences (contiguous: {q.transpose(1, 2).is_contiguous()}):")
+        for name, out in fused_runs(q, k, v).items():
+            for b, (oq, qq, kk, vv) in enumerate(zip(out.unbind(), qs, ks, vs)):
+                got = oq.double().cpu()
+                err = (got - reference(qq, kk, vv, "none")).abs().max().item()
+                print(f"  {name}: sequence {b}: {int(got.isnan().sum())} NaN, max error {err:.3g}")
+
+
+def probe_misaligned(device):
+    qs = [torch.randn(H, l, D) for l in (9, 14)]
+    q = view_from_buffer(qs, 0, 1, device, torch.bfloat16)
+    print(f"misaligned: data_ptr % 16 = {q.transpose(1, 2).values().data_ptr() % 16 if hasattr(q, 'values') else '?'}")
+    for name, backend in [("flash", SDPBackend.FLASH_ATTENTION)]:
+        try:
+            with sdpa_kernel(backend):
+                out = F.scaled_dot_product_attention(q, q, q)
+            torch.cuda.synchronize()
+            print(f"  {name}: ran, {int(torch.cat([t.reshape(-1) for t in out.unbind()]).isnan().sum())} NaN")
+        except Exception as e:  # noqa: BLE001
+            print(f"  {name}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+
+
+def probe_cudnn_grad(device):
+    lens = [7, 12]
+    q = nested([torch.randn(H, l, D) for l in lens], device, torch.bfloat16).detach().requires_grad_()
+    try:
+        out = torch.ops.aten._scaled_dot_product_cudnn_attention(q, q, q, None, True, 0.0, False, False)[0]
+        out.backward(torch.ones_like(out))
+        print("cudnn op backward through autograd: ran")
+    except Exception as e:  # noqa: BLE001
+        print(f"cudnn op backward through autograd: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    env = os.environ.get("TORCH_CUDNN_SDPA_NESTED_TENSOR_ENABLED")
+    try:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            out = F.scaled_dot_product_attention(q, q, q)
+        print(f"SDPA, cuDNN only, inputs requiring grad (TORCH_CUDNN_SDPA_NESTED_TENSOR_ENABLED={env}): chosen")
+        out.backward(torch.ones_like(out))
+        print("  backward ran")
+    except Exception as e:  # noqa: BLE001
+        print(f"SDPA, cuDNN only, inputs requiring grad (TORCH_CUDNN_SDPA_NESTED_TENSOR_ENABLED={env}): "
+              f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+
+
 if __name__ == "__main__":
     print("torch", torch.__version__)
-    probe_math_zero_keys()
+    wanted = sys.argv[1:] or ["math", "causal", "gaps", "cudnn_grad"]
+    if "math" in wanted:
+        probe_math_zero_keys()
     if torch.cuda.is_available():
         print(torch.cuda.get_device_name())
-        probe_causal("cuda")
+        for name in ("causal", "gaps", "misaligned", "cudnn_grad"):
+            if name in wanted:
+                globals()["probe_" + name]("cuda")
