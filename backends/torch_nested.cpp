@@ -66,6 +66,21 @@ struct QuietPrototypeWarning {
   c10::WarningUtils::WarningHandlerGuard guard{&dropped};
 };
 
+// LibTorch's kernel choice warns why each kernel was not used, the disabled ones first ("...
+// has been disabled in the user settings"): the refusal keeps the enabled kernel's reasons.
+std::string reasons_of_enabled_kernel(const std::string& warnings) {
+  std::string kept;
+  size_t at = 0;
+  while (at <= warnings.size()) {
+    const size_t end = std::min(warnings.find(" | ", at), warnings.size());
+    const std::string one = warnings.substr(at, end - at);
+    if (!one.empty() && one.find("disabled") == std::string::npos && one.find("not used because") == std::string::npos)
+      kept += (kept.empty() ? "" : " | ") + one;
+    at = end + 3;
+  }
+  return kept;
+}
+
 // How a component lays out its rows: [H][L][D] (heads outermost) or [L][H][D] (the packed rows).
 enum class ComponentOrder { heads_rows, rows_heads };
 
@@ -331,8 +346,9 @@ class TorchNestedBackend final : public Backend {
                                                 p.shape.group() > 1);
       });
     } catch (const UnsupportedError& e) {
-      if (warnings.text().empty()) throw;
-      throw UnsupportedError(std::string(e.what()) + " (" + message_safe(warnings.text(), 300) + ")");
+      const std::string why = reasons_of_enabled_kernel(warnings.text());
+      if (why.empty()) throw;
+      throw UnsupportedError(std::string(e.what()) + " (" + message_safe(why, 300) + ")");
     }
     return c;
   }
@@ -360,6 +376,20 @@ std::optional<std::string> torch_nested_refusal(NestedSdpaKernel kernel, const P
     return who + " declines gaps between sequences (gap_q = " + std::to_string(p.gap_q) + ", gap_kv = " + std::to_string(p.gap_kv) +
            "): LibTorch 2.11's nested preprocessing reads the components as if packed back to back, so a gap's rows reach the "
            "kernel as the next sequence's (s61-torch-nested-gaps-read-as-rows)";
+  // cuDNN's nested backward op, given what its forward returned: measured wrong on every
+  // sequence after the first (dQ rows at 1e4-1e5 sigma') and, for a sequence with more queries
+  // than keys under is_causal, NaN in the rows a bottom-right diagonal would leave without keys,
+  // while its forward is right (top-left).
+  if (kernel == NestedSdpaKernel::cudnn && p.shape.batch > 1)
+    return who + " declines a batch of " + std::to_string(p.shape.batch) +
+           " sequences: LibTorch 2.11's nested cuDNN backward gets every sequence after the first wrong "
+           "(s61-torch-nested-cudnn-backward-later-sequences)";
+  if (kernel == NestedSdpaKernel::cudnn && mask->kind == OpMask::Kind::causal_top_left)
+    for (size_t b = 0; b < l.q.size(); ++b)
+      if (l.q[b] > 0 && l.kv[b] > 0 && l.q[b] != l.kv[b])
+        return who + " declines is_causal where a sequence has " + std::to_string(l.q[b]) + " queries and " + std::to_string(l.kv[b]) +
+               " keys: LibTorch 2.11's nested cuDNN backward aligns the causal mask bottom-right while its forward aligns it "
+               "top-left (s61-torch-nested-cudnn-backward-causal-bottom-right)";
   if (kernel == NestedSdpaKernel::flash && mask->kind == OpMask::Kind::causal_top_left)
     for (size_t b = 0; b < l.q.size(); ++b)
       if (l.q[b] > 0 && l.kv[b] > 0 && l.q[b] != l.kv[b])

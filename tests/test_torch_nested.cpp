@@ -40,18 +40,18 @@ TEST(NestedRefusal, TakesNoMaskAndEachSequencesTopLeftCausal) {
   const Shape s{3, 2, 2, 20, 24, 16, 16};
   const Ragged lens = ragged_of({20, 0, 7}, {9, 24, 13}, 0, 0, 5);
   const Ragged square = ragged_of({5, 0, 11}, {5, 0, 11}, 0, 0, 2);
+  const Shape one{1, 2, 2, 20, 24, 16, 16};
   for (NestedSdpaKernel k : kKernels) {
-    EXPECT_FALSE(torch_nested_refusal(k, problem_of(s, MaskExpr::all_visible(), lens)));
-    EXPECT_FALSE(torch_nested_refusal(k, problem_of(s, MaskExpr::causal_mask(Align::top_left), square)));
-    EXPECT_FALSE(torch_nested_refusal(k, problem_of({3, 2, 2, 20, 20, 16, 16}, MaskExpr::causal_mask(Align::top_left), std::nullopt)));  // dense
+    EXPECT_FALSE(torch_nested_refusal(k, problem_of(one, MaskExpr::all_visible(), ragged_of({20}, {9}, 0, 0, 5))));
+    EXPECT_FALSE(torch_nested_refusal(k, problem_of(one, MaskExpr::causal_mask(Align::top_left), ragged_of({11}, {11}, 0, 0, 2))));
+    EXPECT_FALSE(torch_nested_refusal(k, problem_of({1, 2, 2, 20, 20, 16, 16}, MaskExpr::causal_mask(Align::top_left), std::nullopt)));
     // Every sequence square: the two alignments are one mask.
-    EXPECT_FALSE(torch_nested_refusal(k, problem_of(s, MaskExpr::causal_mask(Align::bottom_right), square)));
+    EXPECT_FALSE(torch_nested_refusal(k, problem_of(one, MaskExpr::causal_mask(Align::bottom_right), ragged_of({11}, {11}, 0, 0, 2))));
     expect_declined(k, problem_of(s, MaskExpr::causal_mask(Align::bottom_right), lens), "declines the mask");
     expect_declined(k, problem_of(s, test::random_mask(), lens), "declines the mask");
     expect_declined(k, problem_of(s, MaskExpr::window(3, 1, Align::top_left), lens), "declines the mask");
   }
   EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(s, MaskExpr::causal_mask(Align::top_left), lens)));
-  EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::cudnn, problem_of(s, MaskExpr::causal_mask(Align::top_left), lens)));
 }
 
 // Runs everywhere: the fused kernels' known nested-path bugs are declined, with the ledger row;
@@ -60,11 +60,15 @@ TEST(NestedRefusal, DeclinesTheFusedPathsKnownBugs) {
   const Shape s{3, 2, 2, 20, 24, 16, 16};
   const Problem top_left = problem_of(s, MaskExpr::causal_mask(Align::top_left), ragged_of({20, 0, 7}, {9, 24, 13}));
   expect_declined(NestedSdpaKernel::flash, top_left, "s61-torch-nested-flash-causal-bottom-right");
+  expect_declined(NestedSdpaKernel::cudnn, top_left, "s61-torch-nested-cudnn-backward-later-sequences");
+  expect_declined(NestedSdpaKernel::cudnn, problem_of({1, 2, 2, 20, 24, 16, 16}, MaskExpr::causal_mask(Align::top_left), ragged_of({20}, {9})),
+                  "s61-torch-nested-cudnn-backward-causal-bottom-right");
+  EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, top_left));
   Ragged gaps = ragged_of({20, 0, 7}, {9, 24, 13}, 0, 3);
   Ragged misaligned = ragged_of({20, 0, 7}, {9, 24, 13});
   misaligned.misaligned = true;
+  expect_declined(NestedSdpaKernel::flash, problem_of(s, MaskExpr::all_visible(), gaps), "s61-torch-nested-gaps-read-as-rows");
   for (NestedSdpaKernel k : {NestedSdpaKernel::flash, NestedSdpaKernel::cudnn}) {
-    expect_declined(k, problem_of(s, MaskExpr::all_visible(), gaps), "s61-torch-nested-gaps-read-as-rows");
     expect_declined(k, problem_of(s, MaskExpr::all_visible(), misaligned), "s61-torch-nested-misaligned-fault");
   }
   EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(s, MaskExpr::all_visible(), gaps)));

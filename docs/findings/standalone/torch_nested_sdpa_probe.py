@@ -7,6 +7,9 @@
                ends the process's CUDA context);
   cudnn_grad   the cuDNN nested op's backward through autograd, and SDPA's experimental gate
                (TORCH_CUDNN_SDPA_NESTED_TENSOR_ENABLED=1) with inputs that require grad;
+  cudnn_bwd    the cuDNN nested backward op called directly with its forward's outputs, against
+               float64 autograd per sequence: one sequence with more queries than keys under
+               is_causal, two sequences with no mask;
   math         the math path's failures on sequences with no keys (CPU).
 
 SDPA documents is_causal as the top-left aligned causal mask where Lq != Lkv ("the attention
@@ -144,6 +147,39 @@ def probe_misaligned(device):
             print(f"  {name}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
 
 
+def probe_cudnn_bwd(device):
+    dtype = torch.float16
+    for lens_q, lens_k, causal in [([26], [18], True), ([28, 23], [7, 5], False), ([12, 12], [12, 12], True)]:
+        qs = [torch.randn(H, l, D) for l in lens_q]
+        ks = [torch.randn(H, l, D) for l in lens_k]
+        vs = [torch.randn(H, l, D) for l in lens_k]
+        dos = [torch.randn(H, l, D) for l in lens_q]
+        q, k, v, do = (nested(x, device, dtype) for x in (qs, ks, vs, dos))
+        r = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False)
+        out, lse, cum_q, cum_k, max_q, max_k, seed, offset = r[:8]
+        try:
+            dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+                do, q, k, v, out, lse, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, causal)
+        except Exception as e:  # noqa: BLE001
+            print(f"cudnn backward op Lq {lens_q} Lkv {lens_k} causal {causal}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            continue
+        print(f"cudnn backward op Lq {lens_q} Lkv {lens_k} causal {causal}: dq {tuple(dq.shape)} nested {dq.is_nested}, "
+              f"lse {tuple(lse.shape)}, cum_q {cum_q.tolist()}")
+        starts = cum_q.tolist()
+        for b, (qq, kk, vv, dd) in enumerate(zip(qs, ks, vs, dos)):
+            leaves = [t.double().requires_grad_() for t in (qq, kk, vv)]
+            for align in ("top_left", "bottom_right"):
+                for t in leaves:
+                    t.grad = None
+                ref = reference(*leaves, align if causal else "none")
+                ref.backward(dd.double())
+                got = dq.double().cpu()[starts[b]:starts[b] + qq.shape[1]].transpose(0, 1) if not dq.is_nested else dq.unbind()[b].double().cpu()
+                err = (got - leaves[0].grad).abs().max().item()
+                print(f"  sequence {b}: dQ vs float64 ({align if causal else 'no mask'}): {int(got.isnan().sum())} NaN, max error {err:.3g}")
+                if not causal:
+                    break
+
+
 def probe_cudnn_grad(device):
     lens = [7, 12]
     q = nested([torch.randn(H, l, D) for l in lens], device, torch.bfloat16).detach().requires_grad_()
@@ -167,11 +203,11 @@ def probe_cudnn_grad(device):
 
 if __name__ == "__main__":
     print("torch", torch.__version__)
-    wanted = sys.argv[1:] or ["math", "causal", "gaps", "cudnn_grad"]
+    wanted = sys.argv[1:] or ["math", "causal", "gaps", "cudnn_grad", "cudnn_bwd"]
     if "math" in wanted:
         probe_math_zero_keys()
     if torch.cuda.is_available():
         print(torch.cuda.get_device_name())
-        for name in ("causal", "gaps", "misaligned", "cudnn_grad"):
+        for name in ("causal", "gaps", "misaligned", "cudnn_grad", "cudnn_bwd"):
             if name in wanted:
                 globals()["probe_" + name]("cuda")
