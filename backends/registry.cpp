@@ -122,16 +122,13 @@ std::vector<Entry> entries() {
                [] { return make_torch_nested_backend(NestedSdpaKernel::math, Device::cuda); }, cuda});
   e.push_back({"torch.nested.flash", "at::scaled_dot_product_attention on nested tensors, only the flash kernel enabled, CUDA (no LSE)",
                [] { return make_torch_nested_backend(NestedSdpaKernel::flash, Device::cuda); }, cuda});
-  e.push_back({"torch.nested.cudnn",
-               "at::_scaled_dot_product_cudnn_attention on nested tensors (SDPA's experimental nested cuDNN path), CUDA (no LSE)",
-               [] { return make_torch_nested_backend(NestedSdpaKernel::cudnn, Device::cuda); }, cuda});
 #else
   const std::string no_torch = "this build has no LibTorch (configured with ATTNFUZZ_WITH_TORCH=OFF)";
   for (const char* n :
        {"torch.f64", "torch.math", "torch.sdpa.math", "torch.sdpa.cpu_flash", "torch.f64.cuda", "torch.math.cuda", "torch.sdpa.math.cuda",
         "torch.flash", "torch.sdpa.flash", "torch.efficient", "torch.sdpa.efficient", "torch.cudnn", "torch.sdpa.cudnn",
         "torch.flash.deterministic", "torch.efficient.deterministic", "torch.cudnn.deterministic", "torch.flash.varlen",
-        "torch.efficient.varlen", "torch.nested.math", "torch.nested.math.cuda", "torch.nested.flash", "torch.nested.cudnn"})
+        "torch.efficient.varlen", "torch.nested.math", "torch.nested.math.cuda", "torch.nested.flash"})
     e.push_back({n, "LibTorch backend", nullptr, [no_torch](std::string* why) {
                    *why = no_torch;
                    return false;

@@ -2,8 +2,6 @@
 //   _nested_view_from_buffer(buffer, nested_size, nested_strides, offsets) -> nested view
 //   scaled_dot_product_attention(query, key, value, attn_mask?, dropout_p, is_causal, scale?,
 //       enable_gqa) -> output
-//   _scaled_dot_product_cudnn_attention(query, key, value, attn_bias?, compute_log_sumexp,
-//       dropout_p, is_causal, return_debug_mask, scale?) -> (output, logsumexp, ...)
 //
 // Each call builds Q, K, V (and dO) from the Problem's dense float64 tensors, in the case dtype,
 // as one flat buffer per tensor holding every sequence: sequence b's component at its own offset,
@@ -14,7 +12,7 @@
 // (_nested_view_from_buffer) with each component's sizes, strides and offset, so a gap or a tail
 // is a hole the library has to step over, as in a model's nested tensors made by narrow() or
 // from a larger buffer. Component layouts:
-//   - flash, cuDNN: [L_b][H][D] (the packed THD rows: the tensors the nested path of a model
+//   - flash: [L_b][H][D] (the packed THD rows: the tensors the nested path of a model
 //     makes by unbind/view of projections), transposed to [H][L_b][D] for the call. LibTorch's
 //     nested preprocessing reads such a buffer in place where it can and copies it otherwise.
 //   - math: [H][L_b][D], contiguous per component: the math path refuses the transposed view
@@ -52,8 +50,6 @@ const char* kernel_name(NestedSdpaKernel k) {
       return "math";
     case NestedSdpaKernel::flash:
       return "flash";
-    case NestedSdpaKernel::cudnn:
-      return "cudnn";
   }
   return "?";
 }
@@ -154,28 +150,6 @@ Tensor dense_of(const at::Tensor& nested, ComponentOrder order, int64_t heads, i
   return from_torch(dense);
 }
 
-// A packed [total][H][d] result (what LibTorch 2.11's nested cuDNN backward returns: the
-// gradients' buffers, not nested tensors) as a dense [B][H][seq][d] tensor: sequence b's rows from
-// cum[b] (the op's cumulative offsets), zero past each sequence's length.
-Tensor dense_of_packed(const at::Tensor& rows, const at::Tensor& cum, int64_t heads, int64_t seq, int64_t d, const std::vector<int64_t>& lens,
-                       const std::string& who, const char* what) {
-  if (rows.is_nested()) return dense_of(rows, ComponentOrder::heads_rows, heads, seq, d, lens, who, what);
-  const int64_t batch = static_cast<int64_t>(lens.size());
-  const at::Tensor starts = cum.to(at::kCPU, at::kLong);
-  if (rows.dim() != 3 || rows.size(1) != heads || rows.size(2) != d || starts.numel() != batch + 1)
-    throw std::runtime_error(who + ": " + what + " is " + sizes_of(rows) + " with " + std::to_string(starts.numel()) + " offsets, not [rows, " +
-                             std::to_string(heads) + ", " + std::to_string(d) + "] with " + std::to_string(batch + 1));
-  at::Tensor dense = at::zeros({batch, heads, seq, d}, at::TensorOptions().dtype(rows.scalar_type()).device(rows.device()));
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t start = starts[b].item<int64_t>(), len = lens[static_cast<size_t>(b)];
-    if (start < 0 || start + len > rows.size(0))
-      throw std::runtime_error(who + ": " + what + ": sequence " + std::to_string(b) + " at rows " + std::to_string(start) + " + " +
-                               std::to_string(len) + " of " + std::to_string(rows.size(0)));
-    dense.select(0, b).narrow(1, 0, len).copy_(rows.narrow(0, start, len).transpose(0, 1));
-  }
-  return from_torch(dense);
-}
-
 class TorchNestedBackend final : public Backend {
  public:
   TorchNestedBackend(NestedSdpaKernel kernel, Device dev) : kernel_(kernel), dev_(dev) {}
@@ -189,7 +163,7 @@ class TorchNestedBackend final : public Backend {
   HostScores host_scores() const override {
     return kernel_ == NestedSdpaKernel::math && dev_ == Device::cpu ? HostScores::every_head : HostScores::none;
   }
-  // Flash and cuDNN take fp16/bf16 only. The math path keeps 16-bit nested inputs in their dtype
+  // Flash takes fp16/bf16 only. The math path keeps 16-bit nested inputs in their dtype
   // (LibTorch 2.11's _scaled_dot_product_attention_math widens fp16/bf16 to fp32 only where
   // `!query_.is_nested()`), so its scores are rounded to 16 bits before the softmax: coarser than
   // any 16-bit contract (measured on the CPU: fp16 cases judged "computes like bf16", O rows at
@@ -204,8 +178,8 @@ class TorchNestedBackend final : public Backend {
   // The math path gives a row with no visible key (a sequence with no key) O = 0. What the fused
   // kernels make of such rows is not documented: they are left out of the comparison.
   bool masked_rows_zero() const override { return kernel_ == NestedSdpaKernel::math; }
-  // The nested backward ops run FlashAttention-2's and cuDNN's varlen backwards, whose dQ is
-  // accumulated over key blocks in no fixed order (as for the dense ops, docs/findings N-1).
+  // The nested backward op runs FlashAttention-2's varlen backward, whose dQ is accumulated over
+  // key blocks in no fixed order (as for the dense ops, docs/findings N-1).
   std::vector<TensorId> nondeterministic_outputs() const override {
     if (kernel_ == NestedSdpaKernel::math) return {};
     return {TensorId::dQ};
@@ -226,12 +200,12 @@ class TorchNestedBackend final : public Backend {
     e.ragged = true;
     e.masks = MaskSupport::causal_or_none;
     // Grouped heads: the math path fails inside LibTorch on nested K and V with fewer heads
-    // ("NestedTensorImpl doesn't support sizes"), cuDNN's dense path takes none either.
+    // ("NestedTensorImpl doesn't support sizes").
     e.grouped_heads = kernel_ == NestedSdpaKernel::flash;
     if (kernel_ != NestedSdpaKernel::math) {
       e.head_dim_multiple = 8;
       e.distinct_head_dims = false;
-      e.max_head_dim = kernel_ == NestedSdpaKernel::flash ? 256 : 128;
+      e.max_head_dim = 256;
     }
     e.library_decides = SupportEnvelope::library_decides_all_but({EnvelopeClause::dtype, EnvelopeClause::softcap});
     return e;
@@ -258,44 +232,29 @@ class TorchNestedBackend final : public Backend {
   Gradients backward(const Problem& p, const Forward&, const Tensor& d_out, const Tensor&) override {
     return rethrow_plain([&] {
       QuietPrototypeWarning quiet;
-      const bool autograd = kernel_ != NestedSdpaKernel::cudnn;
-      c10::AutoGradMode grad_mode(autograd);
-      const Call c = run(p, autograd);
+      c10::AutoGradMode grad_mode(true);
+      const Call c = run(p, true);
       const Shape& s = p.shape;
       const at::Tensor d_o = seen(nested_of(d_out, c.lens.q, p.gap_q, p.tail, order(), scalar_type(p.dtype), device_of(dev_), p.misaligned));
-      std::vector<at::Tensor> g;
-      if (autograd) {
-        g = library_call(name(), "autograd backward", [&] { return torch::autograd::grad({c.out}, {c.q, c.k, c.v}, {d_o}, false, false, true); });
-      } else {
-        const auto [dq, dk, dv] = library_call(name(), "_scaled_dot_product_cudnn_attention_backward", [&] {
-          return at::_scaled_dot_product_cudnn_attention_backward(d_o, seen(c.q), seen(c.k), seen(c.v), c.out, c.lse, c.philox_seed,
-                                                                  c.philox_offset, at::Tensor(), c.cum_q, c.cum_k, c.max_q, c.max_k, 0.0,
-                                                                  c.is_causal, p.scale);
-        });
-        g = {dq, dk, dv};
-      }
+      const std::vector<at::Tensor> g = library_call(name(), "autograd backward", [&] {
+        return torch::autograd::grad({c.out}, {c.q, c.k, c.v}, {d_o}, false, false, true);
+      });
       // A leaf the output does not depend on (no query anywhere) has no gradient: zero.
-      auto gradient = [&](size_t i, int64_t heads, int64_t seq, int64_t d, const std::vector<int64_t>& lens, const at::Tensor& cum,
-                          const char* what) {
+      auto gradient = [&](size_t i, int64_t heads, int64_t seq, int64_t d, const std::vector<int64_t>& lens, const char* what) {
         if (!g[i].defined()) return Tensor({s.batch, heads, seq, d});
-        if (autograd) return dense_of(g[i], order(), heads, seq, d, lens, name(), what);
-        return dense_of_packed(g[i], cum, heads, seq, d, lens, name(), what);
+        return dense_of(g[i], order(), heads, seq, d, lens, name(), what);
       };
-      return Gradients{gradient(0, s.heads_q, s.seq_q, s.head_dim_qk, c.lens.q, c.cum_q, "dQ"),
-                       gradient(1, s.heads_kv, s.seq_kv, s.head_dim_qk, c.lens.kv, c.cum_k, "dK"),
-                       gradient(2, s.heads_kv, s.seq_kv, s.head_dim_v, c.lens.kv, c.cum_k, "dV")};
+      return Gradients{gradient(0, s.heads_q, s.seq_q, s.head_dim_qk, c.lens.q, "dQ"),
+                       gradient(1, s.heads_kv, s.seq_kv, s.head_dim_qk, c.lens.kv, "dK"),
+                       gradient(2, s.heads_kv, s.seq_kv, s.head_dim_v, c.lens.kv, "dV")};
     });
   }
 
  private:
   struct Call {
     CallLens lens;
-    bool is_causal = false;
     at::Tensor q, k, v;  // the nested leaves, components in order()
     at::Tensor out;      // nested [B][H][L_b][Dv]
-    // cuDNN's op: what its backward takes (the forward's LSE, offsets, maxima and RNG state).
-    at::Tensor lse, cum_q, cum_k, philox_seed, philox_offset;
-    int64_t max_q = 0, max_k = 0;
   };
 
   ComponentOrder order() const { return kernel_ == NestedSdpaKernel::math ? ComponentOrder::heads_rows : ComponentOrder::rows_heads; }
@@ -309,7 +268,6 @@ class TorchNestedBackend final : public Backend {
     const at::Device dev = device_of(dev_);
     const at::ScalarType st = scalar_type(p.dtype);
     Call c;
-    c.is_causal = is_causal;
     c.lens = call_lens(p);
     {
       c10::AutoGradMode no_grad(false);
@@ -320,20 +278,6 @@ class TorchNestedBackend final : public Backend {
     c.q = c.q.detach().set_requires_grad(requires_grad);
     c.k = c.k.detach().set_requires_grad(requires_grad);
     c.v = c.v.detach().set_requires_grad(requires_grad);
-    if (kernel_ == NestedSdpaKernel::cudnn) {
-      auto r = library_call(name(), "_scaled_dot_product_cudnn_attention", [&] {
-        return at::_scaled_dot_product_cudnn_attention(seen(c.q), seen(c.k), seen(c.v), std::nullopt, true, 0.0, is_causal, false, p.scale);
-      });
-      c.out = std::get<0>(r);
-      c.lse = std::get<1>(r);
-      c.cum_q = std::get<2>(r);
-      c.cum_k = std::get<3>(r);
-      c.max_q = std::get<4>(r).expect_int();
-      c.max_k = std::get<5>(r).expect_int();
-      c.philox_seed = std::get<6>(r);
-      c.philox_offset = std::get<7>(r);
-      return c;
-    }
     // The public entry point with one kernel enabled: where it has none for the inputs it warns
     // why and fails; the warnings are the refusal's reason.
     WarningCollector warnings(kPrototypeWarning);
@@ -376,20 +320,6 @@ std::optional<std::string> torch_nested_refusal(NestedSdpaKernel kernel, const P
     return who + " declines gaps between sequences (gap_q = " + std::to_string(p.gap_q) + ", gap_kv = " + std::to_string(p.gap_kv) +
            "): LibTorch 2.11's nested preprocessing reads the components as if packed back to back, so a gap's rows reach the "
            "kernel as the next sequence's (s61-torch-nested-gaps-read-as-rows)";
-  // cuDNN's nested backward op, given what its forward returned: measured wrong on every
-  // sequence after the first (dQ rows at 1e4-1e5 sigma') and, for a sequence with more queries
-  // than keys under is_causal, NaN in the rows a bottom-right diagonal would leave without keys,
-  // while its forward is right (top-left).
-  if (kernel == NestedSdpaKernel::cudnn && p.shape.batch > 1)
-    return who + " declines a batch of " + std::to_string(p.shape.batch) +
-           " sequences: LibTorch 2.11's nested cuDNN backward gets every sequence after the first wrong "
-           "(s61-torch-nested-cudnn-backward-later-sequences)";
-  if (kernel == NestedSdpaKernel::cudnn && mask->kind == OpMask::Kind::causal_top_left)
-    for (size_t b = 0; b < l.q.size(); ++b)
-      if (l.q[b] > 0 && l.kv[b] > 0 && l.q[b] != l.kv[b])
-        return who + " declines is_causal where a sequence has " + std::to_string(l.q[b]) + " queries and " + std::to_string(l.kv[b]) +
-               " keys: LibTorch 2.11's nested cuDNN backward aligns the causal mask bottom-right while its forward aligns it "
-               "top-left (s61-torch-nested-cudnn-backward-causal-bottom-right)";
   if (kernel == NestedSdpaKernel::flash && mask->kind == OpMask::Kind::causal_top_left)
     for (size_t b = 0; b < l.q.size(); ++b)
       if (l.q[b] > 0 && l.kv[b] > 0 && l.q[b] != l.kv[b])

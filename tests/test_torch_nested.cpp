@@ -23,7 +23,7 @@ namespace {
 using test::problem_of;
 using test::ragged_of;
 
-const char* const kNestedBackends[] = {"torch.nested.math", "torch.nested.math.cuda", "torch.nested.flash", "torch.nested.cudnn"};
+const char* const kNestedBackends[] = {"torch.nested.math", "torch.nested.math.cuda", "torch.nested.flash"};
 
 void expect_declined(NestedSdpaKernel k, const Problem& p, const std::string& says) {
   const auto why = torch_nested_refusal(k, p);
@@ -32,7 +32,7 @@ void expect_declined(NestedSdpaKernel k, const Problem& p, const std::string& sa
   EXPECT_EQ(why->find('\n'), std::string::npos) << *why;
 }
 
-constexpr NestedSdpaKernel kKernels[] = {NestedSdpaKernel::math, NestedSdpaKernel::flash, NestedSdpaKernel::cudnn};
+constexpr NestedSdpaKernel kKernels[] = {NestedSdpaKernel::math, NestedSdpaKernel::flash};
 
 // Runs everywhere: is_causal means the top-left diagonal of each sequence's own block (SDPA's
 // documented alignment), so a bottom-right causal mask is taken only where it is the same mask.
@@ -60,17 +60,12 @@ TEST(NestedRefusal, DeclinesTheFusedPathsKnownBugs) {
   const Shape s{3, 2, 2, 20, 24, 16, 16};
   const Problem top_left = problem_of(s, MaskExpr::causal_mask(Align::top_left), ragged_of({20, 0, 7}, {9, 24, 13}));
   expect_declined(NestedSdpaKernel::flash, top_left, "s61-torch-nested-flash-causal-bottom-right");
-  expect_declined(NestedSdpaKernel::cudnn, top_left, "s61-torch-nested-cudnn-backward-later-sequences");
-  expect_declined(NestedSdpaKernel::cudnn, problem_of({1, 2, 2, 20, 24, 16, 16}, MaskExpr::causal_mask(Align::top_left), ragged_of({20}, {9})),
-                  "s61-torch-nested-cudnn-backward-causal-bottom-right");
   EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, top_left));
   Ragged gaps = ragged_of({20, 0, 7}, {9, 24, 13}, 0, 3);
   Ragged misaligned = ragged_of({20, 0, 7}, {9, 24, 13});
   misaligned.misaligned = true;
   expect_declined(NestedSdpaKernel::flash, problem_of(s, MaskExpr::all_visible(), gaps), "s61-torch-nested-gaps-read-as-rows");
-  for (NestedSdpaKernel k : {NestedSdpaKernel::flash, NestedSdpaKernel::cudnn}) {
-    expect_declined(k, problem_of(s, MaskExpr::all_visible(), misaligned), "s61-torch-nested-misaligned-fault");
-  }
+  expect_declined(NestedSdpaKernel::flash, problem_of(s, MaskExpr::all_visible(), misaligned), "s61-torch-nested-misaligned-fault");
   EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(s, MaskExpr::all_visible(), gaps)));
   EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(s, MaskExpr::all_visible(), misaligned)));
   // One sequence: a tail, no gap between sequences, is read right.
@@ -79,16 +74,14 @@ TEST(NestedRefusal, DeclinesTheFusedPathsKnownBugs) {
 }
 
 // Runs everywhere: registered, ragged, without dLSE, an LSE or a softcap; the math path held to
-// fp32 (it keeps 16-bit nested inputs in their dtype), flash and cuDNN to 16-bit inputs.
+// fp32 (it keeps 16-bit nested inputs in their dtype), flash to 16-bit inputs.
 TEST(NestedRefusal, BackendsAreRegistered) {
   const std::vector<BackendInfo> listed = list_backends();
   for (const char* name : kNestedBackends) {
     const auto it = std::find_if(listed.begin(), listed.end(), [&](const BackendInfo& i) { return i.name == name; });
     ASSERT_NE(it, listed.end()) << name;
     const std::string n = name;
-    const NestedSdpaKernel k = n.find("math") != std::string::npos ? NestedSdpaKernel::math
-                               : n == "torch.nested.flash"         ? NestedSdpaKernel::flash
-                                                                   : NestedSdpaKernel::cudnn;
+    const NestedSdpaKernel k = n.find("math") != std::string::npos ? NestedSdpaKernel::math : NestedSdpaKernel::flash;
     const auto be = make_torch_nested_backend(k, n == "torch.nested.math" ? Device::cpu : Device::cuda);
     EXPECT_EQ(be->name(), n);
     EXPECT_TRUE(be->envelope().ragged) << n;

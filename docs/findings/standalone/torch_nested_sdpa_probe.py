@@ -33,7 +33,7 @@ H, D = 2, 64
 def reference(q, k, v, align):
     """q [H, Lq, D], k/v [H, Lkv, D], float64, causal aligned top-left or bottom-right."""
     lq, lk = q.shape[1], k.shape[1]
-    s = (q.double() @ k.double().transpose(-1, -2)) / D**0.5
+    s = (q.double() @ k.double().transpose(-1, -2)) / q.shape[-1] ** 0.5
     i = torch.arange(lq).view(-1, 1)
     j = torch.arange(lk).view(1, -1)
     visible = (j >= 0) if align == "none" else (j <= i if align == "top_left" else j <= i + lk - lq)
@@ -149,11 +149,13 @@ def probe_misaligned(device):
 
 def probe_cudnn_bwd(device):
     dtype = torch.float16
-    for lens_q, lens_k, causal in [([26], [18], True), ([28, 23], [7, 5], False), ([12, 12], [12, 12], True)]:
-        qs = [torch.randn(H, l, D) for l in lens_q]
-        ks = [torch.randn(H, l, D) for l in lens_k]
-        vs = [torch.randn(H, l, D) for l in lens_k]
-        dos = [torch.randn(H, l, D) for l in lens_q]
+    cases = [([26], [18], True, 64), ([28, 23], [7, 5], False, 64), ([12, 12], [12, 12], True, 64)]
+    cases += [([l], [k], False, d) for d in (8, 16, 32) for l, k in ((25, 15), (37, 49))]
+    for lens_q, lens_k, causal, d in cases:
+        qs = [torch.randn(H, l, d) for l in lens_q]
+        ks = [torch.randn(H, l, d) for l in lens_k]
+        vs = [torch.randn(H, l, d) for l in lens_k]
+        dos = [torch.randn(H, l, d) for l in lens_q]
         q, k, v, do = (nested(x, device, dtype) for x in (qs, ks, vs, dos))
         r = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False)
         out, lse, cum_q, cum_k, max_q, max_k, seed, offset = r[:8]
@@ -161,9 +163,9 @@ def probe_cudnn_bwd(device):
             dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
                 do, q, k, v, out, lse, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, causal)
         except Exception as e:  # noqa: BLE001
-            print(f"cudnn backward op Lq {lens_q} Lkv {lens_k} causal {causal}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            print(f"cudnn backward op D {d} Lq {lens_q} Lkv {lens_k} causal {causal}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
             continue
-        print(f"cudnn backward op Lq {lens_q} Lkv {lens_k} causal {causal}: dq {tuple(dq.shape)} nested {dq.is_nested}, "
+        print(f"cudnn backward op D {d} Lq {lens_q} Lkv {lens_k} causal {causal}: dq {tuple(dq.shape)} nested {dq.is_nested}, "
               f"lse {tuple(lse.shape)}, cum_q {cum_q.tolist()}")
         starts = cum_q.tolist()
         for b, (qq, kk, vv, dd) in enumerate(zip(qs, ks, vs, dos)):
