@@ -54,18 +54,7 @@ def probe_causal(device):
     ks = [torch.randn(H, l, D) for l in lens_k]
     vs = [torch.randn(H, l, D) for l in lens_k]
     q, k, v = (nested(x, device, dtype) for x in (qs, ks, vs))
-    runs = {}
-    for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
-        try:
-            with sdpa_kernel(backend):
-                runs[name] = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        except Exception as e:  # noqa: BLE001
-            print(f"{name}: refused: {str(e).splitlines()[0][:160]}")
-    try:
-        runs["cudnn (op)"] = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True, False)[0]
-    except Exception as e:  # noqa: BLE001
-        print(f"cudnn (op): refused: {str(e).splitlines()[0][:160]}")
-    for name, out in runs.items():
+    for name, out in fused_runs(q, k, v, is_causal=True).items():
         for b, (oq, qq, kk, vv) in enumerate(zip(out.unbind(), qs, ks, vs)):
             got = oq.double().cpu()
             errs = {a: (got - reference(qq, kk, vv, a)).abs().max().item() for a in ("top_left", "bottom_right")}
@@ -103,16 +92,17 @@ def view_from_buffer(parts, gap, shift, device, dtype):
     return nt.transpose(1, 2)
 
 
-def fused_runs(q, k, v):
+def fused_runs(q, k, v, is_causal=False):
+    """O of each kernel that takes nested inputs: flash and efficient through SDPA, cuDNN's op."""
     runs = {}
     for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
         try:
             with sdpa_kernel(backend):
-                runs[name] = F.scaled_dot_product_attention(q, k, v)
+                runs[name] = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
         except Exception as e:  # noqa: BLE001
             print(f"  {name}: refused: {str(e).splitlines()[0][:160]}")
     try:
-        runs["cudnn (op)"] = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, False, False)[0]
+        runs["cudnn (op)"] = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, is_causal, False)[0]
     except Exception as e:  # noqa: BLE001
         print(f"  cudnn (op): refused: {str(e).splitlines()[0][:160]}")
     return runs
