@@ -54,6 +54,7 @@ void save_state(const CampaignOptions& o, uint64_t next_k, const Coverage& cover
          {"seconds", seconds}};  // for the report's rate (summary.json has no times: it is reproducible)
   // The known deviations themselves are in their own file, written once (known_path).
   if (!o.known.empty()) j["known_set"] = kKnownSetFile;
+  if (!o.stream_flags.is_null()) j["stream"] = o.stream_flags;
   rundir::write_state(o.out_dir, j);
 }
 
@@ -85,6 +86,10 @@ SavedCampaign saved_campaign_of(const json& j, const std::string& out_dir) {
   if (j.contains("minimize")) {
     if (!j.at("minimize").is_boolean()) throw std::invalid_argument("minimize: expected true or false");
     s.minimize = j.at("minimize").get<bool>();
+  }
+  if (j.contains("stream")) {
+    if (!j.at("stream").is_object()) throw std::invalid_argument("stream: expected an object of the case stream's flags");
+    s.stream_flags = j.at("stream");
   }
   if (j.contains("backends")) {
     try {

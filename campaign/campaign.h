@@ -52,6 +52,9 @@ struct SavedCampaign {
   int shard = 0, shards = 1;
   std::optional<std::vector<std::string>> backends;  // absent in a state that did not record them
   std::optional<bool> minimize;                      // whether it minimizes its findings (absent: older state)
+  // The CLI's flags that drew the case stream besides the seed and shard (CampaignOptions::
+  // stream_flags); absent in a state written before they were recorded.
+  std::optional<nlohmann::json> stream_flags;
   uint64_t next_k = 0;                               // the first case index not completed
   Coverage coverage;                                 // of the cases before next_k
   std::map<std::string, uint64_t> known_counts;      // known findings of the cases before next_k
@@ -115,6 +118,10 @@ struct CampaignOptions {
   std::vector<std::string> backends;
   std::string out_dir = "attnfuzz-out";
   std::optional<SavedCampaign> resume;  // --resume: the state to continue
+  // The flags that drew the case stream besides the seed and shard (tier, case mix, shares,
+  // bounds), as the CLI names them: recorded in state.json so that a --resume draws the same
+  // stream (the CLI continues them, and refuses one named with another value). Null: none.
+  nlohmann::json stream_flags;
   int jobs = 1;                      // worker processes
   std::vector<std::string> devices;  // one worker per entry, CUDA_VISIBLE_DEVICES=<entry>
   double timeout_seconds = 30;       // watchdog per case, before its growth with the case's work

@@ -146,22 +146,90 @@ HostWork host_work_of(const std::vector<BackendProfile>& backends, const Shape& 
   return w;
 }
 
-CampaignOptions to_options(const CampaignArgs& a) {
+nlohmann::json stream_flags_of(const CampaignArgs& a) {
+  auto share = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"tier", a.tier},
+          {"case-mix", a.case_mix},
+          {"edge-share", a.edge_share},
+          {"breaking-share", share(a.breaking_share)},
+          {"bias-share", share(a.bias_share)},
+          {"ragged-share", share(a.ragged_share)},
+          {"mutation-share", a.mutation_share},
+          {"max-seq", a.max_seq},
+          {"max-dim", a.max_dim}};
+}
+
+namespace {
+
+// Sets the stream flag `name` of `a` from its recorded JSON value (stream_flags_of's).
+void set_stream_flag(CampaignArgs& a, const std::string& name, const nlohmann::json& v) {
+  auto share = [&](std::optional<double>& out) {
+    if (v.is_null()) return out.reset();
+    out = v.get<double>();
+  };
+  if (name == "tier") a.tier = v.get<std::string>();
+  else if (name == "case-mix") a.case_mix = v.get<std::string>();
+  else if (name == "edge-share") a.edge_share = v.get<double>();
+  else if (name == "breaking-share") share(a.breaking_share);
+  else if (name == "bias-share") share(a.bias_share);
+  else if (name == "ragged-share") share(a.ragged_share);
+  else if (name == "mutation-share") a.mutation_share = v.get<double>();
+  else if (name == "max-seq") a.max_seq = v.get<int64_t>();
+  else if (name == "max-dim") a.max_dim = v.get<int64_t>();
+  else throw std::invalid_argument("unknown flag '" + message_safe(name, 40) + "'");
+}
+
+// The flags a --resume draws its cases with: the recorded seed and stream flags (state.json
+// "stream"), except those given, each of which must have its recorded value; the rest as given.
+CampaignArgs resumed_args(const CampaignArgs& a, const SavedCampaign& saved, const std::string& out) {
+  CampaignArgs r = a;
+  // The cases are a function of the seed: the recorded one unless --seed is named (and then
+  // run_campaign refuses it if it differs).
+  if (!a.seed_given) r.seed = saved.seed;
+  if (!saved.stream_flags) {
+    fmt::print(stderr, "attnfuzz: note: --resume: {} records no case-stream flags (an older attnfuzz): the cases follow the flags given "
+                       "now (--tier, --case-mix and the shares)\n", message_safe(rundir::state_path(out), 400));
+    return r;
+  }
+  const nlohmann::json given = stream_flags_of(a);
+  for (const auto& [name, value] : saved.stream_flags->items()) {
+    if (!given.contains(name)) continue;  // a flag a newer attnfuzz records: not this one's to draw with
+    if (a.stream_flags_given.count(name)) {
+      if (given.at(name) != value)
+        throw std::invalid_argument("--resume: --" + name + " " + message_safe(given.at(name).dump(), 40) + " differs from the " +
+                                    message_safe(value.dump(), 40) + " " + rundir::state_path(out) +
+                                    " records: the case stream would change; resume without --" + name + ", or use another --out");
+      continue;
+    }
+    try {
+      set_stream_flag(r, name, value);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("--resume: " + rundir::state_path(out) + ": stream: " + name + ": " + message_safe(e.what(), 120));
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+CampaignOptions to_options(const CampaignArgs& args) {
   CampaignOptions o;
+  if (args.resume && args.out.empty()) throw std::invalid_argument("--resume needs --out, the directory of the campaign to continue");
+  if (args.resume && !std::filesystem::exists(rundir::state_path(args.out)))
+    throw std::invalid_argument("--resume: " + args.out + " holds no campaign to continue (no state.json): run without --resume");
+  // The one read of the campaign's state.json, checked whole before any worker starts.
+  if (args.resume) o.resume = read_saved_campaign(args.out);
+  // A --resume draws the cases as the campaign did: the recorded stream flags, unless given.
+  const CampaignArgs a = o.resume ? resumed_args(args, *o.resume, args.out) : args;
+  o.stream_flags = stream_flags_of(a);
   o.seed = a.seed;
   o.budget_seconds = a.seconds;
   o.budget_cases = a.cases;
   parse_shard(a.shard, o.shard, o.shards);
   refuse_repeated_backends(a.backends);
   o.out_dir = a.out;
-  if (a.resume && a.out.empty()) throw std::invalid_argument("--resume needs --out, the directory of the campaign to continue");
-  if (a.resume && !std::filesystem::exists(rundir::state_path(a.out)))
-    throw std::invalid_argument("--resume: " + a.out + " holds no campaign to continue (no state.json): run without --resume");
-  // The one read of the campaign's state.json, checked whole before any worker starts.
-  if (a.resume) o.resume = read_saved_campaign(a.out);
-  // --resume continues the recorded seed and shard unless others are named (and then
-  // run_campaign refuses them if they differ).
-  if (o.resume && !a.seed_given) o.seed = o.resume->seed;
+  // --resume continues the recorded shard unless another is named (and then run_campaign
+  // refuses it if it differs); the seed is resumed_args's.
   if (o.resume && !a.shard_given) {
     o.shard = o.resume->shard;
     o.shards = o.resume->shards;
@@ -226,32 +294,50 @@ void add_campaign_flags(CLI::App* cmd, CampaignArgs& a) {
   cmd->add_option("--jobs", a.jobs, "worker processes")->check(CLI::Range(1, kMaxJobs));
   cmd->add_option("--devices", a.devices, "comma-separated GPU ids: one worker per GPU (CUDA_VISIBLE_DEVICES)");
   add_shared_option(cmd, Flag::timeout, a.timeout, "watchdog per case, seconds (a hang becomes a timeout finding)");
-  add_shared_option(cmd, Flag::tier, a.tier, "toy, small, real, decode (Sq <= 16 against Skv <= 64k), or auto (default: real when a backend under test runs on a GPU, else small)");
+  // The case stream's flags: --resume continues the recorded ones (stream_flags_of).
+  auto given = [&a](const char* name) { return [&a, name](const std::string&) { a.stream_flags_given.insert(name); }; };
+  add_shared_option(cmd, Flag::tier, a.tier, "toy, small, real, decode (Sq <= 16 against Skv <= 64k), or auto (default: real when a backend under test runs on a GPU, else small; --resume: the recorded one)")
+      ->each(given("tier"));
   cmd->add_option("--case-mix", a.case_mix,
                   "blind (random cases of every kind), aimed (inside each backend's support envelope in turn, a share just outside), "
-                  "or auto (default: aimed when a backend under test runs on a GPU)");
-  cmd->add_option("--edge-share", a.edge_share, "share of aimed cases put just outside one clause of an envelope (default 0.12)");
+                  "or auto (default: aimed when a backend under test runs on a GPU)")
+      ->each(given("case-mix"));
+  cmd->add_option("--edge-share", a.edge_share, "share of aimed cases put just outside one clause of an envelope (default 0.12)")
+      ->each(given("edge-share"));
   cmd->add_option_function<double>(
-      "--breaking-share", [&a](double share) { a.breaking_share = share; },
+      "--breaking-share",
+      [&a](double share) {
+        a.breaking_share = share;
+        a.stream_flags_given.insert("breaking-share");
+      },
       "share of cases carrying values that break kernels: rows with LSE far below zero, scores near fp16's overflow, "
       "subnormal inputs, dO zero in rows, large dO or dLSE (docs/fuzzing.md; default 0.25, without scores near fp16's "
       "overflow, and on a GPU without rows far below zero either; a share given draws every kind)");
   cmd->add_option_function<double>(
-      "--bias-share", [&a](double share) { a.bias_share = share; },
+      "--bias-share",
+      [&a](double share) {
+        a.bias_share = share;
+        a.stream_flags_given.insert("bias-share");
+      },
       "share of cases with a score bias: a dense tensor broadcast over some dimensions, ALiBi or a relative-position table "
       "(docs/case-format.md; default 0.2 where every backend computes on the CPU and one of them takes a bias, else 0); "
       "aimed cases keep it only for backends that take one");
   cmd->add_option_function<double>(
-      "--ragged-share", [&a](double share) { a.ragged_share = share; },
+      "--ragged-share",
+      [&a](double share) {
+        a.ragged_share = share;
+        a.stream_flags_given.insert("ragged-share");
+      },
       "share of cases with a ragged batch: each sequence its own query and key lengths (0 to the padded length), "
       "with poisoned gaps between sequences for varlen interfaces (docs/case-format.md; default 0.15 where every "
       "backend under test takes one and runs on the CPU, else 0); aimed cases keep it only for backends that take one");
   cmd->add_option("--mutation-share", a.mutation_share,
                   "share of cases drawn by mutating the corpus of passing cases nearest their limits, with steering toward thin "
-                  "feature cells (docs/campaigns.md, \"Guided campaigns\"; default 0.3 for campaign, 0 for check; 0: blind)");
+                  "feature cells (docs/campaigns.md, \"Guided campaigns\"; default 0.3 for campaign, 0 for check; 0: blind)")
+      ->each(given("mutation-share"));
   // A campaign's cases are judged against the float64 reference: longer rows than 2^16 are refused.
-  add_shared_option(cmd, Flag::max_seq, a.max_seq)->check(CLI::Range(1, 1 << 16));
-  add_shared_option(cmd, Flag::max_dim, a.max_dim);
+  add_shared_option(cmd, Flag::max_seq, a.max_seq)->check(CLI::Range(1, 1 << 16))->each(given("max-seq"));
+  add_shared_option(cmd, Flag::max_dim, a.max_dim)->each(given("max-dim"));
   cmd->add_flag("--no-minimize", a.no_minimize, "record findings without minimizing them (--resume keeps a campaign's recorded --no-minimize)");
   cmd->add_option("--minimize-seconds", a.minimize_seconds,
                   "time for minimizing the findings after the cases, all together (default: max(--seconds, 60); 0: no limit); "

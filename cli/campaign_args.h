@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,7 +49,15 @@ struct CampaignArgs {
   int64_t max_seq = 0;             // 0: the tier's
   int64_t max_dim = 0;             // 0: the tier's
   std::vector<std::string> known;  // reproducers of known deviations (files or directories)
+  // Which of the case stream's flags (stream_flags_of) were given: --resume takes the recorded
+  // value of the others, and refuses one given with another value.
+  std::set<std::string> stream_flags_given;
 };
+
+// The flags above that draw the case stream besides --seed and --shard, keyed by their names
+// without the dashes ("tier", "ragged-share"; a share left to its default is null), as state.json
+// records them.
+nlohmann::json stream_flags_of(const CampaignArgs& a);
 
 // What a worker's run of a case of `shape` through these backends keeps in host memory, for the
 // memory budget of the cases aimed at them: the oracle set a worker would choose

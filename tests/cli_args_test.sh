@@ -80,6 +80,22 @@ check "--resume without --seed or --shard continues the recorded ones (exit 0, g
 check "--resume keeps the recorded --no-minimize" \
   "python3 -c \"import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d['minimize'] is False and d['seed'] == 7 else 1)\" seeded/state.json"
 refused "--resume: seeded/state.json belongs to another campaign" campaign --resume --seed 8 --cases 3 --quiet --no-minimize --out seeded
+# --resume draws the cases with the recorded seed and stream flags (tier, case mix, shares,
+# bounds): a resume without them continues the same stream (unguided, one worker: a guided
+# stream follows its corpus, whose order depends on the workers), one named with another value
+# is refused.
+stream="--seed 9 --tier toy --ragged-share 1 --max-dim 8 --mutation-share 0 --jobs 1"
+"$bin" campaign $stream --cases 6 --backends reference --quiet --no-minimize --out whole >/dev/null 2>&1
+"$bin" campaign $stream --cases 3 --backends reference --quiet --no-minimize --out halves >/dev/null 2>&1
+"$bin" campaign --resume --cases 6 --jobs 1 --quiet --out halves >/dev/null 2>&1
+rc=$?
+check "--resume without the stream flags runs (exit 0, got $rc)" "[ $rc -eq 0 ]"
+check "--resume keeps the recorded stream flags" \
+  "python3 -c \"import json, sys; s = json.load(open(sys.argv[1]))['stream']; sys.exit(0 if s['tier'] == 'toy' and s['ragged-share'] == 1 and s['max-dim'] == 8 else 1)\" halves/state.json"
+check "a resumed campaign judged the cases of the uninterrupted one" \
+  "python3 -c \"import json, sys; c = [json.load(open(f))['coverage'] for f in sys.argv[1:]]; sys.exit(0 if c[0] == c[1] else 1)\" whole/summary.json halves/summary.json"
+refused "--resume: --tier \"small\" differs from the \"toy\" halves/state.json records" campaign --resume --tier small --cases 7 --quiet --out halves
+refused "--resume: --ragged-share 0.5 differs from the 1.0" campaign --resume --ragged-share 0.5 --cases 7 --quiet --out halves
 refused "--out afile: cannot create the directory" campaign --out afile $quick
 refused "--out loop: cannot create the directory" campaign --out loop $quick
 refused "--out afile: cannot create the directory" generate --count 2 --out afile
