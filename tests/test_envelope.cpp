@@ -466,7 +466,11 @@ TEST(Envelope, BreakingValueCountsRoundTripAndMerge) {
 }
 
 // The backends of this build that run here: each refuses exactly what its envelope's enforced
-// clauses refuse (they decide nothing beyond it), on random cases of every kind.
+// clauses refuse (they decide nothing beyond it), on random cases of every kind. One exception,
+// by name: where the mask clause is not enforced (the envelope says "none or causal" only for the
+// aim), an adapter may decline a mask its entry point cannot express, in one line that says so
+// (torch.nested.math: SDPA's is_causal is top-left in each sequence, which the envelope's clause,
+// bottom-right per sequence, does not describe).
 TEST(Envelope, CpuBackendsRefuseWhatTheirEnvelopeRefuses) {
   std::vector<std::string> names;
   for (const BackendInfo& b : list_backends())
@@ -481,7 +485,11 @@ TEST(Envelope, CpuBackendsRefuseWhatTheirEnvelopeRefuses) {
       const Case c = random_case(seed + 91'000, opt);
       const Problem p = full_problem(c, generate_inputs(c));
       const auto why = be->unsupported_reason(p);
-      EXPECT_EQ(why, e.refusal(p)) << name << " seed " << seed;
+      const bool adapter_mask = why && !e.refusal(p) && e.restricts(EnvelopeClause::mask) && e.decided_by_library(EnvelopeClause::mask) &&
+                                why->find(" declines the mask") != std::string::npos && why->find('\n') == std::string::npos;
+      if (!adapter_mask) {
+        EXPECT_EQ(why, e.refusal(p)) << name << " seed " << seed;
+      }
       refused += why.has_value();
       ++checked;
     }
