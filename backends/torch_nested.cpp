@@ -80,12 +80,14 @@ std::string reasons_of_enabled_kernel(const std::string& warnings) {
 // How a component lays out its rows: [H][L][D] (heads outermost) or [L][H][D] (the packed rows).
 enum class ComponentOrder { heads_rows, rows_heads };
 
-// The mask the call passes (none or is_causal), or nothing where the dense mask is neither.
+// The mask the call passes (none or is_causal), or nothing where the dense mask is neither
+// (remembered for a large mask: remembered_fit).
 std::optional<OpMask> fit_mask(const Problem& p) {
-  const CallLens l = call_lens(p);
-  for (const OpMask& m : {OpMask{OpMask::Kind::none}, OpMask{OpMask::Kind::causal_top_left}})
-    if (dense_mask_is(p, l, m)) return m;
-  return std::nullopt;
+  return remembered_fit("torch.nested", p, [](const Problem& q, const CallLens& l) -> std::optional<OpMask> {
+    for (const OpMask& m : {OpMask{OpMask::Kind::none}, OpMask{OpMask::Kind::causal_top_left}})
+      if (dense_mask_is(q, l, m)) return m;
+    return std::nullopt;
+  });
 }
 
 at::Tensor long_matrix(const std::vector<int64_t>& v, int64_t cols) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,28 @@ inline bool dense_mask_is(const Problem& p, const CallLens& l, const OpMask& m) 
       }
   }
   return true;
+}
+
+// The mask `fit` finds for this call (fit(p, call_lens(p)): a scan of the dense mask), or nothing.
+// Every call of a case (the support check, forward, backward, the dLSE term's calls) asks about
+// the same mask: at real size the last large answer of each `who` (a string literal: compared by
+// address) is kept, and a repeated mask costs a memory comparison, not the scan.
+template <class Fit>
+std::optional<OpMask> remembered_fit(const char* who, const Problem& p, Fit&& fit) {
+  const CallLens l = call_lens(p);
+  struct Last {
+    const char* who = nullptr;
+    Shape shape;
+    CallLens lens;
+    std::vector<uint8_t> mask;
+    std::optional<OpMask> fit;
+  };
+  thread_local Last last;
+  const bool large = p.mask.size() >= (size_t{1} << 16);
+  if (large && last.who == who && last.shape == p.shape && last.lens == l && last.mask == p.mask) return last.fit;
+  std::optional<OpMask> found = fit(p, l);
+  if (large) last = {who, p.shape, l, p.mask, found};
+  return found;
 }
 
 // Where each sequence's rows lie in a packed buffer, and the index maps between it and the dense

@@ -121,25 +121,10 @@ std::optional<OpMask> fit_mask_uncached(TorchVarlenOp op, const Problem& p, cons
   return std::nullopt;
 }
 
-// The op's mask for this call, or nothing. Every call of a case (the support check, forward,
-// backward, the dLSE term's calls) asks about the same mask: at real size the last large answer
-// is kept, and a repeated mask costs a memory comparison, not the scan.
+// The op's mask for this call, or nothing (remembered for a large mask: remembered_fit).
 std::optional<OpMask> fit_mask(TorchVarlenOp op, const Problem& p) {
-  const CallLens l = call_lens(p);
-  struct Last {
-    bool valid = false;
-    TorchVarlenOp op = TorchVarlenOp::flash;
-    Shape shape;
-    CallLens lens;
-    std::vector<uint8_t> mask;
-    std::optional<OpMask> fit;
-  };
-  thread_local Last last;
-  const bool large = p.mask.size() >= (size_t{1} << 16);
-  if (large && last.valid && last.op == op && last.shape == p.shape && last.lens == l && last.mask == p.mask) return last.fit;
-  std::optional<OpMask> fit = fit_mask_uncached(op, p, l);
-  if (large) last = {true, op, p.shape, l, p.mask, fit};
-  return fit;
+  return remembered_fit(op == TorchVarlenOp::flash ? "torch.flash.varlen" : "torch.efficient.varlen", p,
+                        [op](const Problem& q, const CallLens& l) { return fit_mask_uncached(op, q, l); });
 }
 
 const char* op_name(TorchVarlenOp op) { return op == TorchVarlenOp::flash ? "torch.flash.varlen" : "torch.efficient.varlen"; }

@@ -54,6 +54,19 @@ TEST(NestedRefusal, TakesNoMaskAndEachSequencesTopLeftCausal) {
   EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(s, MaskExpr::causal_mask(Align::top_left), lens)));
 }
 
+// Runs everywhere: a large mask's answer is remembered for the calls of its case only: the same
+// shape and lengths with another mask get their own answer.
+TEST(NestedRefusal, ALargeMasksAnswerIsItsOwn) {
+  const Shape big{1, 2, 2, 200, 200, 16, 16};  // 80 000 mask elements: remembered
+  const Ragged lens = ragged_of({200}, {200});
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(big, MaskExpr::causal_mask(Align::top_left), lens)));
+    expect_declined(NestedSdpaKernel::math, problem_of(big, test::random_mask(), lens), "declines the mask");
+    expect_declined(NestedSdpaKernel::math, problem_of(big, MaskExpr::window(3, 1, Align::top_left), lens), "declines the mask");
+    EXPECT_FALSE(torch_nested_refusal(NestedSdpaKernel::math, problem_of(big, MaskExpr::all_visible(), lens)));
+  }
+}
+
 // Runs everywhere: the fused kernels' known nested-path bugs are declined, with the ledger row;
 // the math path takes those cases (it refuses gaps itself, and was never misread).
 TEST(NestedRefusal, DeclinesTheFusedPathsKnownBugs) {
