@@ -12,9 +12,10 @@
 // (_nested_view_from_buffer) with each component's sizes, strides and offset, so a gap or a tail
 // is a hole the library has to step over, as in a model's nested tensors made by narrow() or
 // from a larger buffer. Component layouts:
-//   - flash: [L_b][H][D] (the packed THD rows: the tensors the nested path of a model
-//     makes by unbind/view of projections), transposed to [H][L_b][D] for the call. LibTorch's
-//     nested preprocessing reads such a buffer in place where it can and copies it otherwise.
+//   - flash: [L_b][H][D] (the packed THD rows, as a model's projections give them), transposed
+//     to [H][L_b][D] for the call. LibTorch's nested preprocessing decides whether to read the
+//     buffer in place or to copy it; with gaps it reads it in place as if packed back to back
+//     (s61-torch-nested-gaps-read-as-rows, declined below).
 //   - math: [H][L_b][D], contiguous per component: the math path refuses the transposed view
 //     ("If inputs are nested tensors they must be contiguous"), and with gaps any view.
 // Outputs come back as nested tensors; each component is scattered into the dense tensor, with
