@@ -91,12 +91,6 @@ std::optional<OpMask> fit_mask(const Problem& p) {
   });
 }
 
-at::Tensor long_matrix(const std::vector<int64_t>& v, int64_t cols) {
-  at::Tensor t = at::empty({static_cast<int64_t>(v.size()) / cols, cols}, at::kLong);
-  if (!v.empty()) std::memcpy(t.data_ptr<int64_t>(), v.data(), v.size() * sizeof(int64_t));
-  return t;
-}
-
 // A nested view of `dense`'s sequences (lengths `lens`) in a fresh flat buffer of the case dtype:
 // component b at its own offset in `order`, `gap` rows of NaN after each but the last and `tail`
 // after the last; misaligned: every offset one element on.
@@ -130,7 +124,9 @@ at::Tensor nested_of(const Tensor& dense, const std::vector<int64_t>& lens, int6
     else
       part.view({len, heads, d}).copy_(source.transpose(0, 1));
   }
-  return at::_nested_view_from_buffer(buffer, long_matrix(sizes, 3), long_matrix(strides, 3), long_matrix(offsets, 1).view({batch}));
+  const at::Device host(at::kCPU);
+  return at::_nested_view_from_buffer(buffer, long_tensor(sizes, host).view({batch, 3}), long_tensor(strides, host).view({batch, 3}),
+                                      long_tensor(offsets, host));
 }
 
 // A nested [B][H][L_b][d] result (components in `order`) as a dense [B][H][seq][d] tensor, zero

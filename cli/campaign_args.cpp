@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <type_traits>
+#include <variant>
 
 #include "campaign/report.h"
 #include "campaign/run_dir.h"
@@ -146,38 +148,57 @@ HostWork host_work_of(const std::vector<BackendProfile>& backends, const Shape& 
   return w;
 }
 
+namespace {
+
+// The case stream's flags (besides --seed and --shard), one row each: the name state.json and
+// the refusals use (the flag without its dashes) and the field it sets.
+using StreamField = std::variant<std::string CampaignArgs::*, double CampaignArgs::*, std::optional<double> CampaignArgs::*,
+                                 int64_t CampaignArgs::*>;
+const std::pair<const char*, StreamField> kStreamFlags[] = {
+    {"tier", &CampaignArgs::tier},
+    {"case-mix", &CampaignArgs::case_mix},
+    {"edge-share", &CampaignArgs::edge_share},
+    {"breaking-share", &CampaignArgs::breaking_share},
+    {"bias-share", &CampaignArgs::bias_share},
+    {"ragged-share", &CampaignArgs::ragged_share},
+    {"mutation-share", &CampaignArgs::mutation_share},
+    {"max-seq", &CampaignArgs::max_seq},
+    {"max-dim", &CampaignArgs::max_dim},
+};
+
+// Sets the field of `a` from its recorded JSON value (stream_flags_of's; a share left to its
+// default is null).
+void set_stream_flag(CampaignArgs& a, const StreamField& field, const nlohmann::json& v) {
+  std::visit(
+      [&](auto member) {
+        auto& out = a.*member;
+        using T = std::decay_t<decltype(out)>;
+        if constexpr (std::is_same_v<T, std::optional<double>>)
+          out = v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
+        else
+          out = v.get<T>();
+      },
+      field);
+}
+
+}  // namespace
+
 nlohmann::json stream_flags_of(const CampaignArgs& a) {
-  auto share = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-  return {{"tier", a.tier},
-          {"case-mix", a.case_mix},
-          {"edge-share", a.edge_share},
-          {"breaking-share", share(a.breaking_share)},
-          {"bias-share", share(a.bias_share)},
-          {"ragged-share", share(a.ragged_share)},
-          {"mutation-share", a.mutation_share},
-          {"max-seq", a.max_seq},
-          {"max-dim", a.max_dim}};
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, field] : kStreamFlags)
+    std::visit(
+        [&, name = name](auto member) {
+          const auto& v = a.*member;
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::optional<double>>)
+            j[name] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+          else
+            j[name] = v;
+        },
+        field);
+  return j;
 }
 
 namespace {
-
-// Sets the stream flag `name` of `a` from its recorded JSON value (stream_flags_of's).
-void set_stream_flag(CampaignArgs& a, const std::string& name, const nlohmann::json& v) {
-  auto share = [&](std::optional<double>& out) {
-    if (v.is_null()) return out.reset();
-    out = v.get<double>();
-  };
-  if (name == "tier") a.tier = v.get<std::string>();
-  else if (name == "case-mix") a.case_mix = v.get<std::string>();
-  else if (name == "edge-share") a.edge_share = v.get<double>();
-  else if (name == "breaking-share") share(a.breaking_share);
-  else if (name == "bias-share") share(a.bias_share);
-  else if (name == "ragged-share") share(a.ragged_share);
-  else if (name == "mutation-share") a.mutation_share = v.get<double>();
-  else if (name == "max-seq") a.max_seq = v.get<int64_t>();
-  else if (name == "max-dim") a.max_dim = v.get<int64_t>();
-  else throw std::invalid_argument("unknown flag '" + message_safe(name, 40) + "'");
-}
 
 // The flags a --resume draws its cases with: the recorded seed and stream flags (state.json
 // "stream"), except those given, each of which must have its recorded value; the rest as given.
@@ -192,8 +213,11 @@ CampaignArgs resumed_args(const CampaignArgs& a, const SavedCampaign& saved, con
     return r;
   }
   const nlohmann::json given = stream_flags_of(a);
-  for (const auto& [name, value] : saved.stream_flags->items()) {
-    if (!given.contains(name)) continue;  // a flag a newer attnfuzz records: not this one's to draw with
+  for (const auto& [flag, field] : kStreamFlags) {
+    const std::string name = flag;
+    const auto recorded = saved.stream_flags->find(name);
+    if (recorded == saved.stream_flags->end()) continue;  // recorded by an attnfuzz without this flag
+    const nlohmann::json& value = *recorded;
     if (a.stream_flags_given.count(name)) {
       if (given.at(name) != value)
         throw std::invalid_argument("--resume: --" + name + " " + message_safe(given.at(name).dump(), 40) + " differs from the " +
@@ -202,7 +226,7 @@ CampaignArgs resumed_args(const CampaignArgs& a, const SavedCampaign& saved, con
       continue;
     }
     try {
-      set_stream_flag(r, name, value);
+      set_stream_flag(r, field, value);
     } catch (const std::exception& e) {
       throw std::invalid_argument("--resume: " + rundir::state_path(out) + ": stream: " + name + ": " + message_safe(e.what(), 120));
     }
