@@ -12,6 +12,10 @@ baseline's + 1e-5). A case is judged once every kernel ran it.
     python3 bench/plain_loop.py --tier real --seconds 20 --kernels flash
     python3 bench/plain_loop.py --tier toy --seconds 20 --kernels flash,efficient,cudnn
     python3 bench/plain_loop.py --device cpu --kernels math --seconds 5   # a smoke test anywhere
+    python3 bench/plain_loop.py --shape 1,8,1088,128 --causal --dtype bf16 --kernels flash,cudnn --seconds 10
+
+--shape B,H,S,D fixes every case to that shape (bench/real_1088_causal_bf16.json's is 1,8,1088,128),
+with --causal and --dtype fixed too: the same case as `bench_gpu_run` times, drawn afresh each time.
 
 Prints one line of JSON: tier, kernels, cases judged, seconds, judged cases/s, rule failures.
 """
@@ -55,6 +59,9 @@ def main():
     ap.add_argument("--kernels", default="flash")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--shape", help="B,H,S,D: every case this shape (Sq = Skv = S)")
+    ap.add_argument("--causal", action="store_true", help="with --shape: causal (top-left, Sq = Skv)")
+    ap.add_argument("--dtype", default="bf16", choices=["fp16", "bf16"], help="with --shape")
     a = ap.parse_args()
     kernels = a.kernels.split(",")
     if any(k not in KERNELS for k in kernels):
@@ -64,6 +71,14 @@ def main():
         print("plain_loop: no CUDA device", file=sys.stderr)
         return 2
     t = TIERS[a.tier]
+    fixed = None
+    if a.shape:
+        try:
+            fixed = [int(x) for x in a.shape.split(",")]
+            assert len(fixed) == 4 and min(fixed) >= 1
+        except (ValueError, AssertionError):
+            print("plain_loop: --shape takes B,H,S,D (positive integers)", file=sys.stderr)
+            return 2
     rng = random.Random(a.seed)
     gen = torch.Generator(device=a.device).manual_seed(a.seed)
     judged = failures = drawn = 0
@@ -76,6 +91,10 @@ def main():
         d = rng.choice(t["dims"])
         dtype = rng.choice([torch.float16, torch.bfloat16])
         causal = rng.random() < 0.5
+        if fixed:
+            b, h, sq, d = fixed
+            skv, causal = sq, a.causal
+            dtype = torch.float16 if a.dtype == "fp16" else torch.bfloat16
         # Budget as the harness's real tier: B and H halve while the fp64 scores would pass 2 GiB.
         while b * h * sq * skv * 8 > (2 << 30) and b * h > 1:
             if b > 1:
@@ -108,7 +127,7 @@ def main():
     if a.device == "cuda":
         torch.cuda.synchronize()
     secs = time.perf_counter() - start
-    print(json.dumps({"tier": a.tier, "kernels": kernels, "drawn": drawn, "judged": judged, "seconds": round(secs, 2),
+    print(json.dumps({"tier": a.shape or a.tier, "kernels": kernels, "drawn": drawn, "judged": judged, "seconds": round(secs, 2),
                       "judged_per_s": round(judged / secs, 2), "rule_failures": failures}))
     return 0
 
