@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "oracles/exact_transfer.h"
 #include "oracles/gpu_attention.h"
 
 namespace attnfuzz::gpu {
@@ -235,6 +236,114 @@ __global__ void __launch_bounds__(kThreads) tile_gemm(G g, bool reversed) {
 }
 
 int grid_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 1 << 20)); }
+
+// ---- float64 tensors across the bus in their narrowest exact type (oracles/exact_transfer.h) ----
+// Page-locked host staging (a copy from it runs at the bus's speed, where pageable memory is
+// copied through the driver's own buffer first) and device staging, kept from call to call and
+// grown to the largest narrow tensor; float64 tensors skip them.
+struct Staging {
+  void* host = nullptr;
+  size_t host_bytes = 0;
+  DeviceBuffer<uint8_t> device;
+  DeviceBuffer<int> rank{1};
+  Staging() = default;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() {
+    if (host) cudaFreeHost(host);
+  }
+  void* host_at_least(size_t bytes) {
+    if (host_bytes < bytes) {
+      if (host) cudaFreeHost(host);
+      host = nullptr, host_bytes = 0;
+      AF_CUDA(cudaMallocHost(&host, bytes));
+      host_bytes = bytes;
+    }
+    return host;
+  }
+  uint8_t* device_at_least(size_t bytes) {
+    if (device.size() < bytes) {
+      device = DeviceBuffer<uint8_t>();
+      device = DeviceBuffer<uint8_t>(bytes);
+    }
+    return device.get();
+  }
+};
+Staging& staging() {
+  thread_local Staging s;
+  return s;
+}
+
+int stride_grid(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
+
+__global__ void widen_exact(const uint8_t* src, int width, double* dst, int64_t n) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[e] = width == 4 ? static_cast<double>(reinterpret_cast<const float*>(src)[e])
+                        : static_cast<double>(__uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(src)[e]) << 16));
+}
+
+// The width rank every element needs (0 bf16, 1 fp32, 2 float64: exact_transfer.h's rule), the
+// largest into *rank (which starts at 0).
+__global__ void exact_width_rank(const double* src, int64_t n, int* rank) {
+  int r = 0;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double x = src[e];
+    const float f = __double2float_rn(x);
+    if (__double_as_longlong(static_cast<double>(f)) != __double_as_longlong(x))
+      r = 2;
+    else if ((__float_as_uint(f) & 0xffffu) != 0)
+      r = max(r, 1);
+  }
+  for (int off = 16; off > 0; off /= 2) r = max(r, __shfl_xor_sync(0xffffffffu, r, off));
+  if ((threadIdx.x & 31) == 0 && r > 0) atomicMax(rank, r);
+}
+
+__global__ void pack_exact_device(const double* src, int width, uint8_t* dst, int64_t n) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float f = __double2float_rn(src[e]);
+    if (width == 4)
+      reinterpret_cast<float*>(dst)[e] = f;
+    else
+      reinterpret_cast<uint16_t*>(dst)[e] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
+  }
+}
+
+// Host float64 [0, dst.size()) -> device float64, through the narrowest exact type.
+void upload_exact(DeviceBuffer<double>& dst, const double* src) {
+  const size_t n = dst.size();
+  if (n == 0) return;
+  const ExactWidth w = narrowest_exact(src, n);
+  if (w == ExactWidth::f64) return dst.upload(src);
+  const size_t bytes = n * bytes_of(w);
+  void* h = staging().host_at_least(bytes);
+  pack_exact(src, n, w, h);
+  uint8_t* d = staging().device_at_least(bytes);
+  AF_CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  widen_exact<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(d, static_cast<int>(bytes_of(w)), dst.get(), static_cast<int64_t>(n));
+  AF_CUDA(cudaGetLastError());
+}
+
+// Device float64 -> host, through the narrowest exact type the device finds (one small copy of
+// the answer first): for outputs stored in the case dtype.
+void download_exact(const DeviceBuffer<double>& src, double* dst) {
+  const size_t n = src.size();
+  if (n == 0) return;
+  int* rank = staging().rank.get();
+  AF_CUDA(cudaMemset(rank, 0, sizeof(int)));
+  exact_width_rank<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(src.get(), static_cast<int64_t>(n), rank);
+  AF_CUDA(cudaGetLastError());
+  int r = 2;
+  AF_CUDA(cudaMemcpy(&r, rank, sizeof(int), cudaMemcpyDeviceToHost));
+  if (r == 2) return src.download(dst);
+  const ExactWidth w = r == 0 ? ExactWidth::bf16 : ExactWidth::f32;
+  const size_t bytes = n * bytes_of(w);
+  uint8_t* d = staging().device_at_least(bytes);
+  pack_exact_device<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(src.get(), static_cast<int>(bytes_of(w)), d, static_cast<int64_t>(n));
+  AF_CUDA(cudaGetLastError());
+  void* h = staging().host_at_least(bytes);
+  AF_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+  unpack_exact(h, n, w, dst);
+}
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }

@@ -352,11 +352,11 @@ struct DeviceProblem {
   void upload_operand(DeviceBuffer<T>& dst, const double* src, int64_t count, bool as_operand = true) {
     dst = DeviceBuffer<T>(static_cast<size_t>(count));
     if constexpr (std::is_same_v<T, double>) {
-      dst.upload(src);
+      upload_exact(dst, src);
       if (as_operand && !keep()) throw std::logic_error("float64 buffers hold only float64 operands");
     } else {
       DeviceBuffer<double> tmp(static_cast<size_t>(count));
-      tmp.upload(src);
+      upload_exact(tmp, src);
       to_device_type<T><<<grid_for(count, kThreads), kThreads>>>(tmp.get(), dst.get(), count, n.contract, as_operand);
       AF_CUDA(cudaGetLastError());
     }
@@ -425,8 +425,10 @@ void forward_impl(const HostAttention& a, const Numerics& n, double* o, double* 
   AF_CUDA(cudaDeviceSynchronize());
   if (timing) timing->compute_ms = ms_since(t0);
   t0 = Clock::now();
-  out.download(o);
-  lse_d.download(lse_out_host);
+  // The baselines store O in the case dtype and the LSE in fp32: they come back narrow.
+  const auto fetch = [&](const DeviceBuffer<double>& d, double* h) { n.reference64 ? d.download(h) : download_exact(d, h); };
+  fetch(out, o);
+  fetch(lse_d, lse_out_host);
   if (timing) timing->download_ms = ms_since(t0);
 }
 
@@ -478,9 +480,10 @@ void backward_impl(const HostAttention& a, const Numerics& n, const double* o_ho
   AF_CUDA(cudaDeviceSynchronize());
   if (timing) timing->compute_ms = ms_since(t0);
   t0 = Clock::now();
-  dq.download(dq_host);
-  dk.download(dk_host);
-  dv.download(dv_host);
+  const auto fetch = [&](const DeviceBuffer<double>& d, double* h) { n.reference64 ? d.download(h) : download_exact(d, h); };
+  fetch(dq, dq_host);
+  fetch(dk, dk_host);
+  fetch(dv, dv_host);
   if (timing) timing->download_ms = ms_since(t0);
 }
 

@@ -452,7 +452,7 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   DeviceTerms d;
   auto upload = [&](DeviceBuffer<double>& dst, const double* src, int64_t count) {
     dst = DeviceBuffer<double>(n(count));
-    dst.upload(src);
+    upload_exact(dst, src);
   };
   upload(d.q, a.q, rows_q * a.dim_qk);
   upload(d.k, a.k, rows_kv * a.dim_qk);
