@@ -28,15 +28,34 @@ void check(cudaError_t e, const char* what) {
 }
 #define AF_CUDA(x) check((x), #x)
 
+// Device buffers come from the device's stream-ordered pool, on the legacy default stream that
+// every kernel and copy here uses: a call allocates a dozen buffers or more, and cudaMalloc and
+// cudaFree (which waits for the device) each time cost more than small cases' kernels. The pool
+// keeps up to kKeptDeviceBytes of freed memory for the next call instead of returning it.
+constexpr uint64_t kKeptDeviceBytes = uint64_t{1} << 30;
+void keep_freed_device_memory() {
+  static const bool kept = [] {
+    int device = 0;
+    cudaMemPool_t pool;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+      uint64_t keep = kKeptDeviceBytes;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+    return true;
+  }();
+  (void)kept;
+}
+
 template <class T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n_) AF_CUDA(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
+    keep_freed_device_memory();
+    if (n_) AF_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&p_), n_ * sizeof(T), cudaStreamLegacy));
   }
   ~DeviceBuffer() {
-    if (p_) cudaFree(p_);
+    if (p_) cudaFreeAsync(p_, cudaStreamLegacy);
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
