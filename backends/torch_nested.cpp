@@ -97,7 +97,7 @@ std::optional<OpMask> fit_mask(const Problem& p) {
 at::Tensor nested_of(const Tensor& dense, const std::vector<int64_t>& lens, int64_t gap, int64_t tail, ComponentOrder order,
                      at::ScalarType st, at::Device dev, bool misaligned) {
   const int64_t batch = dense.dim(0), heads = dense.dim(1), d = dense.dim(3), row = heads * d;
-  const at::Tensor rows = to_torch(dense, dev).to(st);  // [B][H][S][D]
+  const at::Tensor rows = to_torch(dense, st, dev);  // [B][H][S][D]
   std::vector<int64_t> sizes, strides, offsets;
   int64_t at = misaligned ? 1 : 0;
   for (int64_t b = 0; b < batch; ++b) {

@@ -158,7 +158,7 @@ inline PackedRows plan_packing(int64_t seq, const std::vector<int64_t>& lens, in
 // (Ragged::misaligned): the buffer a view that starts one element into a larger allocation.
 inline at::Tensor pack(const Tensor& dense, int64_t d_pad, const PackedRows& k, at::ScalarType st, at::Device dev, bool misaligned) {
   const int64_t batch = dense.dim(0), heads = dense.dim(1), seq = dense.dim(2), d = dense.dim(3);
-  at::Tensor rows = to_torch(dense, dev).to(st).permute({0, 2, 1, 3}).reshape({batch * seq, heads, d});
+  at::Tensor rows = to_torch(dense, st, dev).permute({0, 2, 1, 3}).reshape({batch * seq, heads, d});
   if (d_pad > d) rows = at::constant_pad_nd(rows, {0, d_pad - d});
   const int64_t n = k.total * heads * d_pad, skip = misaligned ? 1 : 0;
   at::Tensor out = at::full({n + skip}, std::numeric_limits<double>::quiet_NaN(), rows.options()).narrow(0, skip, n).view({k.total, heads, d_pad});

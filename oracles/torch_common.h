@@ -107,6 +107,16 @@ inline at::Tensor to_torch(const Tensor& t, at::Device dev) {
   return dev.is_cpu() ? host.clone() : host.to(dev);
 }
 
+// A copy of `t` in `st` on `dev`. To a GPU it is converted on the host first (over LibTorch's
+// threads), so that a 16-bit tensor crosses the bus in a quarter of float64's bytes: the same
+// rounding (the same conversion code on both sides), and the harness's values are exact in the
+// case dtype anyway.
+inline at::Tensor to_torch(const Tensor& t, at::ScalarType st, at::Device dev) {
+  const at::Tensor host = at::from_blob(const_cast<double*>(t.ptr()), t.shape, at::TensorOptions().dtype(at::kDouble));
+  if (st == at::kDouble) return dev.is_cpu() ? host.clone() : host.to(dev);
+  return host.to(st).to(dev);
+}
+
 // `t` in float64 on the host. A 16- or 32-bit tensor comes to the host in its own type (a
 // quarter or half of float64's bytes) and is widened here, over threads at real size: widening
 // is exact, so the values are those of a conversion anywhere else.
@@ -169,16 +179,16 @@ struct LaidOutInputs {
 inline LaidOutInputs laid_out_inputs(const Problem& p, at::ScalarType st, at::Device dev) {
   using R = TensorId;
   auto views = laid_out_views(p, {R::Q, R::K, R::V}, at::TensorOptions().dtype(st).device(dev));
-  views[R::Q].copy_(to_torch(p.q, dev).to(st));
-  views[R::K].copy_(to_torch(p.k, dev).to(st));
-  views[R::V].copy_(to_torch(p.v, dev).to(st));
+  views[R::Q].copy_(to_torch(p.q, st, dev));
+  views[R::K].copy_(to_torch(p.k, st, dev));
+  views[R::V].copy_(to_torch(p.v, st, dev));
   return {views[R::Q], views[R::K], views[R::V]};
 }
 
 // One tensor with its values at the placement of `role`.
 inline at::Tensor laid_out(const Problem& p, TensorId role, const Tensor& t, at::ScalarType st, at::Device dev) {
   at::Tensor view = laid_out_views(p, {role}, at::TensorOptions().dtype(st).device(dev))[role];
-  view.copy_(to_torch(t, dev).to(st));
+  view.copy_(to_torch(t, st, dev));
   return view;
 }
 
@@ -187,7 +197,7 @@ inline at::Tensor laid_out(const Problem& p, TensorId role, const Tensor& t, at:
 // values are in the case dtype, so `st` holds them exactly.
 inline at::Tensor bias_tensor(const Problem& p, at::ScalarType st, at::Device dev) {
   if (!p.has_bias()) return {};
-  return to_torch(p.bias, dev).to(st);
+  return to_torch(p.bias, st, dev);
 }
 
 // SDPA's float attn_mask for a call with a bias: the bias where `visible`, -inf elsewhere. With
