@@ -47,14 +47,15 @@ struct Region {
 
 struct Node {
   Region region;
-  std::unique_ptr<Problem> leaf;  // set for a single call over a non-empty region
+  std::shared_ptr<const Problem> leaf;  // set for a single call over a non-empty region
   std::vector<Node> parts;
   Forward fwd;
 };
 
 class Engine {
  public:
-  Engine(Backend& be, const Case& c, const Inputs& in, std::vector<CallRecord>* calls) : be_(be), c_(c), in_(in), records_(calls) {
+  Engine(Backend& be, const Case& c, const Inputs& in, std::vector<CallRecord>* calls, LeafProblems* leaves)
+      : be_(be), c_(c), in_(in), records_(calls), leaves_(leaves) {
     const Shape& s = c.shape;
     grads_ = {Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
               Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
@@ -70,7 +71,8 @@ class Engine {
       } else if (r.k1 <= r.k0) {
         n.fwd = empty_forward(r.q1 - r.q0);
       } else {
-        n.leaf = std::make_unique<Problem>(make_leaf(r));
+        n.leaf = leaves_ ? leaves_->get(LeafKey{&in_, r.q0, r.q1, r.k0, r.k1, r.restrictions}, [&] { return make_leaf(r); })
+                         : std::make_shared<const Problem>(make_leaf(r));
         std::optional<std::string> why = be_.unsupported_reason(*n.leaf);
         // The always-enforced clauses hold whatever a backend's own check says (harness/envelope.h):
         // a backend that never reads Problem::bias would compute without it, one that never writes
@@ -285,9 +287,15 @@ class Engine {
     if (p.bias_requires_grad && dlse_on_rows_with_keys(p, d_lse))
       throw UnsupportedError(be_.name() + " ignores dLSE and the case asks dBias: the dLSE term cannot be added to it");
     dlse_added_ = true;
-    Problem pk = p;
-    pk.v = p.k;
-    pk.shape.head_dim_v = p.shape.head_dim_qk;
+    const auto make_pk = [&p] {
+      Problem pk = p;
+      pk.v = p.k;
+      pk.shape.head_dim_v = p.shape.head_dim_qk;
+      return pk;
+    };
+    const LeafKey key{&in_, p.q_offset, p.q_offset + p.shape.seq_q, p.kv_offset, p.kv_offset + p.shape.seq_kv, p.restrictions, true};
+    const std::shared_ptr<const Problem> pk_leaf = leaves_ ? leaves_->get(key, make_pk) : std::make_shared<const Problem>(make_pk());
+    const Problem& pk = *pk_leaf;
     const Forward pk_fwd = be_.forward(pk);  // O' = P K
     const Shape& s = p.shape;
     Tensor g_q(p.q.shape);  // g . Q, the upstream gradient whose dV is P^T (g . Q)
@@ -315,6 +323,7 @@ class Engine {
   const Case& c_;
   const Inputs& in_;
   std::vector<CallRecord>* records_;
+  LeafProblems* leaves_;
   Gradients grads_;
   UnwrittenCounts unwritten_fwd_;
   int calls_ = 0;
@@ -324,9 +333,10 @@ class Engine {
 
 }  // namespace
 
-ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp, bool record_calls) {
+ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp, bool record_calls,
+                               LeafProblems* leaves) {
   ComposedResult res;
-  Engine e(backend, c, in, record_calls ? &res.calls : nullptr);
+  Engine e(backend, c, in, record_calls ? &res.calls : nullptr, leaves);
   const Region whole{0, c.shape.seq_q, 0, c.shape.seq_kv, {}};
   Node root = e.forward(comp, whole);
   e.backward(comp, root, in.d_out, in.d_lse);

@@ -5,8 +5,10 @@
 // comparable with the single call over the whole problem: equality of the two is
 // the metamorphic relation that exposes LSE-gradient bugs (docs/semantics.md,
 // "The metamorphic relation"; the dLSE adapter: "The dLSE adapter").
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/backend.h"
@@ -47,10 +49,38 @@ struct ComposedResult {
 // gradient has (harness/case.h, ScoreBias::requires_grad).
 inline bool case_has_output(const Case& c, TensorId t) { return t != TensorId::dBias || (c.bias && c.bias->requires_grad); }
 
+// The leaf problems of one case's compositions (a leaf: one backend call's Problem, with its
+// slices of Q, K, V and the bias and its materialized mask), each made on its first request and
+// shared by every later run through the same leaf. The backends and the baselines of a case call
+// the same leaves, and making a real-size one costs more than a GPU kernel's call. One case only
+// (the key is the inputs and the leaf's rows, keys and restrictions); one thread.
+struct LeafKey {
+  const Inputs* inputs = nullptr;
+  int64_t q0 = 0, q1 = 0, k0 = 0, k1 = 0;
+  std::vector<BandRestriction> restrictions;
+  bool v_is_k = false;  // the dLSE adapter's call: V := K (harness/compose.cpp, leaf_backward)
+  bool operator==(const LeafKey&) const = default;
+};
+class LeafProblems {
+ public:
+  template <class Make>
+  std::shared_ptr<const Problem> get(const LeafKey& key, Make&& make) {
+    for (const auto& [k, leaf] : leaves_)
+      if (k == key) return leaf;
+    leaves_.emplace_back(key, std::make_shared<const Problem>(make()));
+    return leaves_.back().second;
+  }
+
+ private:
+  std::vector<std::pair<LeafKey, std::shared_ptr<const Problem>>> leaves_;  // a case has a few dozen at most
+};
+
 // Throws UnsupportedError when a leaf is not supported by the backend (with its reason);
 // whatever a backend throws otherwise passes through. `record_calls` keeps every leaf call
 // (the error model of a composition is evaluated per call: harness/error_model.h).
-ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp, bool record_calls = false);
+// `leaves`: where the case's leaf problems are kept between runs (none: made for this run alone).
+ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in, const Composition& comp, bool record_calls = false,
+                               LeafProblems* leaves = nullptr);
 inline ComposedResult run_composition(Backend& backend, const Case& c, const Inputs& in) {
   return run_composition(backend, c, in, c.composition);
 }

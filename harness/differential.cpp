@@ -100,7 +100,7 @@ class DifferentialSession::Impl {
     if (reference_ready_) return;
     const WorkHeartbeat harness_work(kHarnessWorkProgress, "the reference and the error terms");
     const Inputs& in = oracle_inputs();
-    ref_ = run_composition(*oracles_.reference, c_, in, Composition{});
+    ref_ = run_composition(*oracles_.reference, c_, in, Composition{}, false, &leaves_);
     skip_ = masked_rows(ref_);
     // The reach within the batch entry, and, where some input is not finite (else the two are the
     // same), across the batch for the backends that mix its entries (Backend::mixes_batch_entries).
@@ -122,7 +122,10 @@ class DifferentialSession::Impl {
       }
     }
     if (oracles_.error_terms) {
-      const Problem full = full_problem(c_, in);
+      // The whole problem: the reference's leaf, made above.
+      const std::shared_ptr<const Problem> whole =
+          leaves_.get(LeafKey{&in, 0, c_.shape.seq_q, 0, c_.shape.seq_kv, {}}, [&] { return full_problem(c_, in); });
+      const Problem& full = *whole;
       terms_ = oracles_.error_terms(full, ref_.fwd, in.d_out, in.d_lse);
       attach_row_lse(*terms_, ref_.fwd.lse);
       attach_directions(*terms_, full, in.d_out);
@@ -179,7 +182,7 @@ class DifferentialSession::Impl {
     auto it = emul_.find(key);
     if (it == emul_.end()) {
       BaselineAs be(oracles_.emulate(k, reversed), takes_dlse);
-      it = emul_.emplace(key, run_composition(be, c_, oracle_inputs(), comp)).first;
+      it = emul_.emplace(key, run_composition(be, c_, oracle_inputs(), comp, false, &leaves_)).first;
     }
     return it->second;
   }
@@ -231,7 +234,7 @@ class DifferentialSession::Impl {
     auto it = call_terms_.find(describe(comp));
     if (it != call_terms_.end()) return it->second;
     CallTerms ct;
-    ct.records = run_composition(*oracles_.reference, c_, oracle_inputs(), comp, true).calls;
+    ct.records = run_composition(*oracles_.reference, c_, oracle_inputs(), comp, true, &leaves_).calls;
     for (const CallRecord& call : ct.records) {
       ct.terms.push_back(oracles_.error_terms(call.problem, call.fwd, call.d_out, call.d_lse));
       attach_row_lse(ct.terms.back(), call.fwd.lse);
@@ -348,7 +351,7 @@ class DifferentialSession::Impl {
     run.contract = std::string(to_string(*contract));
     ComposedResult r;
     try {
-      r = run_composition(be, c_, in_, comp);
+      r = run_composition(be, c_, in_, comp, false, &leaves_);
     } catch (const UnsupportedError& e) {
       run.skipped = true;
       run.skip_reason = e.what();
@@ -407,7 +410,7 @@ class DifferentialSession::Impl {
   // A second run on identical inputs must give identical bits.
   void check_determinism(Backend& be, const Composition& comp, const ComposedResult& r, const BackendRun& run) {
     try {
-      const ComposedResult again = run_composition(be, c_, in_, comp);
+      const ComposedResult again = run_composition(be, c_, in_, comp, false, &leaves_);
       const std::vector<TensorId> may_differ = be.nondeterministic_outputs();
       for (TensorId t : kOutputs) {
         if (!case_has_output(c_, t) || (t == TensorId::LSE && !be.returns_lse())) continue;
@@ -586,6 +589,7 @@ class DifferentialSession::Impl {
   const OracleSet& oracles_;
   DiffOptions opt_;
   Inputs in_;
+  LeafProblems leaves_;  // every run's leaf problems, of in_ and of finite_in_
   bool reference_ready_ = false;
   ComposedResult ref_;
   std::vector<uint8_t> skip_;
