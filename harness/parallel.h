@@ -3,12 +3,18 @@
 // element is computed on its own (no sums across elements), so the result is the same bits
 // whatever the split. Below kParallelMinElements one thread does it: toy and small cases, which
 // a campaign already runs one per worker process, never start a thread.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <functional>
+#include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -41,29 +47,125 @@ inline size_t parallel_threads() {
   return t ? t : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
 }
 
-// Runs every job, jobs[1..] on threads of their own and jobs[0] on this one, and rethrows the
-// first exception any of them threw once all are done: one that left a thread would end the
-// process (std::terminate), and an out-of-memory there would look like a crash of whatever ran.
-inline void run_jobs(const std::vector<std::function<void()>>& jobs) {
-  std::vector<std::exception_ptr> errors(jobs.size());
-  auto guarded = [&](size_t i) {
-    try {
-      jobs[i]();
-    } catch (...) {
-      errors[i] = std::current_exception();
+// The threads that run_jobs hands work to, started once and kept: a real-size case makes
+// hundreds of parallel loops, and starting 16 threads for each (a stack mapped and unmapped each
+// time) was a fifth of its wall time. The thread that asks runs a share of the jobs itself and,
+// until its jobs are done, any job waiting in the queue. A job run by a pool thread that asks
+// for parallel work runs it itself, in order (no thread then waits on jobs queued behind it).
+// A forked child (harness/isolated_call.cpp) gets a pool of its own: the parent's threads are
+// not in it.
+class ThreadPool {
+ public:
+  static ThreadPool& instance() {
+    static std::atomic<ThreadPool*> current{nullptr};
+    ThreadPool* p = current.load();
+    if (p && p->pid_ == ::getpid()) return *p;
+    auto* fresh = new ThreadPool();  // never deleted: its threads wait until the process ends
+    if (current.compare_exchange_strong(p, fresh)) return *fresh;  // p was null, or a parent's (left as it is)
+    delete fresh;
+    return *current.load();
+  }
+
+  // Runs every job, and rethrows the first exception any of them threw once all are done: one
+  // that left a thread would end the process (std::terminate), and an out-of-memory there would
+  // look like a crash of whatever ran.
+  void run(const std::vector<std::function<void()>>& jobs) {
+    Batch batch(jobs.size());
+    if (jobs.size() <= 1 || in_pool_thread() || !start_threads(std::min(jobs.size(), parallel_threads()) - 1)) {
+      for (size_t i = 0; i < jobs.size(); ++i) batch.run(jobs[i], i);
+    } else {
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        for (size_t i = 1; i < jobs.size(); ++i) queue_.push_back({&jobs[i], &batch, i});
+      }
+      work_.notify_all();
+      batch.run(jobs[0], 0);
+      while (batch.remaining.load() > 0) {  // help with what is still queued, then wait
+        Task t;
+        {
+          std::unique_lock<std::mutex> lock(m_);
+          if (queue_.empty()) {
+            batch_done_.wait(lock, [&] { return batch.remaining.load() == 0 || !queue_.empty(); });
+            continue;
+          }
+          t = queue_.front();
+          queue_.pop_front();
+        }
+        t.batch->run(*t.job, t.index);
+        finished();
+      }
+    }
+    for (const auto& e : batch.errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  struct Batch {
+    explicit Batch(size_t n) : remaining(n), errors(n) {}
+    std::atomic<size_t> remaining;
+    std::vector<std::exception_ptr> errors;
+    void run(const std::function<void()>& job, size_t i) {
+      try {
+        job();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      remaining.fetch_sub(1);
     }
   };
-  std::vector<std::thread> pool;
-  try {
-    for (size_t i = 1; i < jobs.size(); ++i) pool.emplace_back(guarded, i);
-  } catch (...) {  // no thread could start: what did not start runs here
-    for (size_t i = pool.size() + 1; i < jobs.size(); ++i) guarded(i);
+  struct Task {
+    const std::function<void()>* job = nullptr;
+    Batch* batch = nullptr;
+    size_t index = 0;
+  };
+
+  ThreadPool() : pid_(::getpid()) {}
+  static bool& in_pool_thread() {
+    thread_local bool in_pool = false;
+    return in_pool;
   }
-  if (!jobs.empty()) guarded(0);
-  for (auto& t : pool) t.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+  // At least n threads, or false where none could be started (the jobs then run on the caller).
+  bool start_threads(size_t n) {
+    std::lock_guard<std::mutex> lock(m_);
+    try {
+      while (threads_ < n) {
+        std::thread([this] { serve(); }).detach();
+        ++threads_;
+      }
+    } catch (const std::system_error&) {
+    }
+    return threads_ > 0;
+  }
+  void finished() {
+    std::lock_guard<std::mutex> lock(m_);  // so that a waiter cannot miss the notification
+    batch_done_.notify_all();
+  }
+  void serve() {
+    in_pool_thread() = true;
+    for (;;) {
+      Task t;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        work_.wait(lock, [&] { return !queue_.empty(); });
+        t = queue_.front();
+        queue_.pop_front();
+      }
+      t.batch->run(*t.job, t.index);
+      finished();
+    }
+  }
+
+  const pid_t pid_;
+  std::mutex m_;
+  std::condition_variable work_, batch_done_;
+  std::deque<Task> queue_;
+  size_t threads_ = 0;
+};
+
+// Runs every job (over the pool's threads and this one) and rethrows the first exception any
+// of them threw once all are done. The jobs must not wait on each other: any of them may run
+// after another on one thread.
+inline void run_jobs(const std::vector<std::function<void()>>& jobs) { ThreadPool::instance().run(jobs); }
 
 // Calls f(begin, end) over disjoint ranges covering [0, n) of items that each cost about
 // `elements_per_item` elements' work (a row of `width` elements: width), so that only work of

@@ -3,12 +3,16 @@
 // sizes take the threaded paths; here the threshold is lowered so toy cases take them, split
 // over 1, 2, 3 and 7 threads, and every number a verdict reports must be identical.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "generators/random_case.h"
@@ -109,6 +113,43 @@ TEST(ParallelJudging, AnExceptionInAThreadReachesTheCaller) {
     for (size_t i = begin; i < end; ++i) seen[i] += 1;
   });
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 100);  // every element once, whatever the split
+}
+
+// The pool's threads are kept from loop to loop: loops inside loops (a task's own parallel_for)
+// and loops asked by several threads at once each run every item once, and a forked child
+// (harness/isolated_call.cpp forks to isolate a call) gets threads of its own.
+TEST(ParallelJudging, ThePoolRunsNestedConcurrentAndForkedLoops) {
+  ParallelOverride restore;
+  parallel_settings().min_elements = 1;
+  parallel_settings().threads = 4;
+  std::vector<std::atomic<int>> seen(64 * 64);
+  parallel_tasks(64, true, [&](size_t t) {
+    parallel_for(64, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) seen[t * 64 + i] += 1;
+    });
+  });
+  std::vector<std::thread> askers;
+  for (int a = 0; a < 3; ++a)
+    askers.emplace_back([&] {
+      for (int rep = 0; rep < 50; ++rep)
+        parallel_for(seen.size(), [&](size_t begin, size_t end) {
+          for (size_t i = begin; i < end; ++i) seen[i] += 1;
+        });
+    });
+  for (auto& t : askers) t.join();
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](const std::atomic<int>& x) { return x.load() == 151; }));
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::atomic<size_t> sum{0};
+    parallel_for(1000, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) sum += i;
+    });
+    ::_exit(sum.load() == 999 * 1000 / 2 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 TEST(ParallelJudging, ThreadedVerdictsAreTheSameBitsAsOneThread) {
