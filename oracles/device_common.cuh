@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -327,10 +328,21 @@ __global__ void pack_exact_device(const double* src, int width, uint8_t* dst, in
   }
 }
 
+// ATTNFUZZ_ORACLE_TRANSFER=float64 sends every tensor as float64 (for measuring what the
+// narrow transfers save; the values are the same either way).
+bool narrow_transfers() {
+  static const bool narrow = [] {
+    const char* e = std::getenv("ATTNFUZZ_ORACLE_TRANSFER");
+    return !(e && std::string(e) == "float64");
+  }();
+  return narrow;
+}
+
 // Host float64 [0, dst.size()) -> device float64, through the narrowest exact type.
 void upload_exact(DeviceBuffer<double>& dst, const double* src) {
   const size_t n = dst.size();
   if (n == 0) return;
+  if (!narrow_transfers()) return dst.upload(src);
   const ExactWidth w = narrowest_exact(src, n);
   if (w == ExactWidth::f64) return dst.upload(src);
   const size_t bytes = n * bytes_of(w);
@@ -347,6 +359,7 @@ void upload_exact(DeviceBuffer<double>& dst, const double* src) {
 void download_exact(const DeviceBuffer<double>& src, double* dst) {
   const size_t n = src.size();
   if (n == 0) return;
+  if (!narrow_transfers()) return src.download(dst);
   int* rank = staging().rank.get();
   AF_CUDA(cudaMemset(rank, 0, sizeof(int)));
   exact_width_rank<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(src.get(), static_cast<int64_t>(n), rank);
