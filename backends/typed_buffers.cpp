@@ -59,7 +59,7 @@ void store_placed(unsigned char* buffer, const Placement& pl, ElementType t, con
 }
 
 Tensor load_placed(const unsigned char* buffer, const Placement& pl, ElementType t, size_t* unwritten) {
-  Tensor out(std::vector<int64_t>(pl.sizes.begin(), pl.sizes.begin() + pl.ndim));
+  Tensor out(std::vector<int64_t>(pl.sizes.begin(), pl.sizes.begin() + pl.ndim), uninitialized);
   size_t bad = 0;
   pl.for_each([&](size_t i, size_t off) {
     if (t == ElementType::f32) {

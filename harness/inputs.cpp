@@ -71,7 +71,7 @@ double draw_value(const ValueDist& d, uint64_t seed, TensorId id, uint64_t index
 namespace {
 Tensor make(const Case& c, const ValueDist& d, TensorId id, std::vector<int64_t> shape) {
   const uint64_t row_length = static_cast<uint64_t>(shape.back());
-  Tensor t(std::move(shape));
+  Tensor t(std::move(shape), uninitialized);
   // Each element is a pure function of (seed, tensor, index): any split gives the same bits.
   parallel_for(t.numel(), [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) t.data[i] = round_to(c.dtype, draw_value(d, c.seed, id, i, row_length));
@@ -88,7 +88,7 @@ Inputs generate_inputs(const Case& c) {
   in.v = make(c, c.v, TensorId::V, {s.batch, s.heads_kv, s.seq_kv, s.head_dim_v});
   in.d_out = make(c, c.d_out, TensorId::dO, {s.batch, s.heads_q, s.seq_q, s.head_dim_v});
   // dLSE is an upstream gradient in float32 for every dtype (LSE is always fp32).
-  Tensor g({s.batch, s.heads_q, s.seq_q});
+  Tensor g({s.batch, s.heads_q, s.seq_q}, uninitialized);
   parallel_for(g.numel(), [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) g.data[i] = static_cast<float>(draw_value(c.d_lse, c.seed, TensorId::dLSE, i, 1));
   });
@@ -106,7 +106,7 @@ Tensor generate_bias(const Case& c) {
     case ScoreBias::Kind::relative: {
       // table[h][r], r = j - i + Sq - 1 in [0, Sq + Skv - 1)
       const Tensor table = make(c, b.values, TensorId::Bias, {s.heads_q, s.seq_q + s.seq_kv - 1});
-      Tensor t(b.tensor_shape(s));
+      Tensor t(b.tensor_shape(s), uninitialized);
       parallel_for(static_cast<size_t>(s.heads_q * s.seq_q), static_cast<size_t>(s.seq_kv), [&](size_t begin, size_t end) {
         for (size_t row = begin; row < end; ++row) {
           const int64_t h = static_cast<int64_t>(row) / s.seq_q, i = static_cast<int64_t>(row) % s.seq_q;
@@ -117,7 +117,7 @@ Tensor generate_bias(const Case& c) {
       return t;
     }
     case ScoreBias::Kind::alibi: {
-      Tensor t(b.tensor_shape(s));
+      Tensor t(b.tensor_shape(s), uninitialized);
       parallel_for(static_cast<size_t>(s.heads_q * s.seq_q), static_cast<size_t>(s.seq_kv), [&](size_t begin, size_t end) {
         for (size_t row = begin; row < end; ++row) {
           const int64_t h = static_cast<int64_t>(row) / s.seq_q, i = static_cast<int64_t>(row) % s.seq_q;

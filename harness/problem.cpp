@@ -104,7 +104,7 @@ Tensor slice_bias(const Tensor& bias, int64_t q0, int64_t q1, int64_t k0, int64_
   const bool cut_q = n[2] > 1, cut_k = n[3] > 1;
   if ((!cut_q || (q0 == 0 && q1 == n[2])) && (!cut_k || (k0 == 0 && k1 == n[3]))) return bias;
   const int64_t rows = cut_q ? q1 - q0 : 1, cols = cut_k ? k1 - k0 : 1;
-  Tensor out({n[0], n[1], rows, cols});
+  Tensor out({n[0], n[1], rows, cols}, uninitialized);
   double* dst = out.data.data();
   for (int64_t bh = 0; bh < n[0] * n[1]; ++bh)
     for (int64_t i = 0; i < rows; ++i) {

@@ -11,7 +11,7 @@ Tensor slice_seq(const Tensor& t, int64_t s0, int64_t s1) {
   if (t.shape.size() < 3 || s0 < 0 || s1 > t.shape[2] || s0 > s1) throw std::out_of_range("slice_seq: bad range");
   std::vector<int64_t> shape = t.shape;
   shape[2] = s1 - s0;
-  Tensor out(shape);
+  Tensor out(shape, uninitialized);
   const int64_t row = t.shape.size() > 3 ? t.shape[3] : 1, heads = t.shape[1];
   if (s1 <= s0) return out;
   // (b, h) planes over threads at real size (copies: any split gives the same bits).

@@ -6,17 +6,58 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <numeric>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace attnfuzz {
 
+// A std::allocator whose construction without a value default-initializes, so a vector's sized
+// construction and resize leave doubles unset; construction with a value is unchanged.
+// With -DATTNFUZZ_POISON_UNINIT those elements are NaN instead, so a read before a write shows
+// in the verdicts (docs/gpu.md, "Harness speed").
+template <class T, class A = std::allocator<T>>
+struct DefaultInitAllocator : A {
+  using A::A;
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U, typename std::allocator_traits<A>::template rebind_alloc<U>>;
+  };
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+#ifdef ATTNFUZZ_POISON_UNINIT
+    if constexpr (std::numeric_limits<U>::has_quiet_NaN)
+      ::new (static_cast<void*>(p)) U(std::numeric_limits<U>::quiet_NaN());
+    else
+#endif
+      ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    std::allocator_traits<A>::construct(static_cast<A&>(*this), p, std::forward<Args>(args)...);
+  }
+};
+
+using TensorData = std::vector<double, DefaultInitAllocator<double>>;
+
+// The tag of Tensor's constructor that leaves the elements unset.
+struct Uninitialized {
+  explicit Uninitialized() = default;
+};
+inline constexpr Uninitialized uninitialized{};
+
 struct Tensor {
   std::vector<int64_t> shape;
-  std::vector<double> data;
+  TensorData data;
 
   Tensor() = default;
   explicit Tensor(std::vector<int64_t> s, double fill = 0.0) : shape(std::move(s)), data(numel_of(shape), fill) {}
+  // Elements unset, for tensors a download, a copy or a kernel wholly overwrites before any read:
+  // value-initializing them was 16% of a real-size case's wall time.
+  Tensor(std::vector<int64_t> s, Uninitialized) : shape(std::move(s)), data(numel_of(shape)) {}
 
   static size_t numel_of(const std::vector<int64_t>& s) {
     return static_cast<size_t>(std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>()));

@@ -124,7 +124,7 @@ inline Tensor from_torch(const at::Tensor& t) {
   const at::ScalarType st = t.scalar_type();
   const bool narrow = st == at::kBFloat16 || st == at::kHalf || st == at::kFloat;
   at::Tensor c = narrow ? t.detach().to(at::kCPU).contiguous() : t.detach().to(at::kCPU, at::kDouble).contiguous();
-  Tensor out(std::vector<int64_t>(c.sizes().begin(), c.sizes().end()));
+  Tensor out(std::vector<int64_t>(c.sizes().begin(), c.sizes().end()), uninitialized);
   double* dst = out.ptr();
   auto widen = [&](const auto* src) {
     parallel_for(out.numel(), [&](size_t begin, size_t end) {

@@ -46,7 +46,7 @@ int64_t offset(const af_tensor* t, int64_t b, int64_t h, int64_t s, int64_t d) {
 // A strided ABI tensor as a float64 [B][H][S][D] (or [B][H][S]) Tensor.
 Tensor to_tensor(const af_tensor* t) {
   std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
-  Tensor out(shape);
+  Tensor out(shape, uninitialized);
   const int64_t w = t->ndim == 4 ? t->shape[3] : 1;
   size_t i = 0;
   for (int64_t b = 0; b < t->shape[0]; ++b)
