@@ -39,7 +39,8 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 Forward run_forward(const Problem& p, const gpu::Numerics& n, gpu::Timing* t) {
   const auto t0 = Clock::now();
   const Shape& s = p.shape;
-  Forward f{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
+  // Wholly overwritten by the download.
+  Forward f{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}, uninitialized), Tensor({s.batch, s.heads_q, s.seq_q}, uninitialized)};
   const gpu::HostAttention a = host_attention(p);
   const double host_ms = ms_since(t0);
   gpu::forward(a, n, f.o.ptr(), f.lse.ptr(), t);
@@ -52,8 +53,8 @@ Gradients run_backward(const Problem& p, const gpu::Numerics& n, const Forward& 
   if (p.bias_requires_grad) throw UnsupportedError("dBias is not computed on the GPU yet (the kernels return dQ, dK and dV only)");
   const Shape& s = p.shape;
   const auto t0 = Clock::now();
-  Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
-              Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
+  Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, uninitialized), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}, uninitialized),
+              Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}, uninitialized)};  // wholly overwritten by the download
   const gpu::HostAttention a = host_attention(p);
   const double host_ms = ms_since(t0);
   gpu::backward(a, n, fwd.o.ptr(), d_out.ptr(), d_lse.ptr(), g.dq.ptr(), g.dk.ptr(), g.dv.ptr(), t);
