@@ -23,7 +23,7 @@ namespace {
 
 constexpr double kTolerance = 1e-10;
 
-double max_abs(const std::vector<double>& v) {
+double max_abs(const TensorData& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::fabs(x));
   return m;
