@@ -119,12 +119,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: a case, --backends and --oracle-device cpu|cuda are needed\n", argv[0]);
     return 2;
   }
-  const Case c = load_case_file(case_path);
   std::vector<std::unique_ptr<Backend>> owned;
-  std::vector<Backend*> backends;
+  std::vector<Backend*> backends, untimed;
   try {
     for (const auto& n : names) {
       std::shared_ptr<Backend> be(make_backend(n));
+      untimed.push_back(be.get());
       if (null_calls) be = std::make_shared<NullCalls>(be);
       owned.push_back(std::make_unique<Timed>(be, "backends"));
       backends.push_back(owned.back().get());
@@ -133,6 +133,9 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: %s\n", e.what());
     return 0;
   }
+  // The host-memory budget as `attnfuzz run` checks it: with the oracle set this run uses (a
+  // real-size case judged by the GPU set holds no Sq x Skv buffer on the host).
+  const Case c = load_case_file(case_path, Limits{Limits{}.memory_budget_bytes, host_work(untimed, *device_from_string(device))});
   OracleSet base;
   try {
     base = make_oracles(*device_from_string(device));
