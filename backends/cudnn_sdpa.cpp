@@ -354,7 +354,7 @@ class DeviceTensors {
     const Placement pl = placement(p_, r);
     std::vector<uint16_t> h(static_cast<size_t>(pl.extent));
     buffers_.at(pl.buffer).download(h.data(), h.size() * sizeof(uint16_t));
-    Tensor t(std::vector<int64_t>(pl.sizes.begin(), pl.sizes.begin() + pl.ndim), uninitialized);
+    Tensor t(std::vector<int64_t>(pl.sizes.begin(), pl.sizes.begin() + pl.ndim));
     for_each_placed(pl, [&](size_t i, size_t off) { t.data[i] = from_bits(p_.dtype, h[off]); });
     return t;
   }
@@ -442,7 +442,7 @@ Tensor sum_dbias(const Problem& p, const GraphSpec& g, const std::vector<uint16_
     for (int64_t h = 0; h < g.dbias_heads; ++h)
       for (int64_t i = 0; i < g.seq_q; ++i)
         for (int64_t j = 0; j < g.seq_kv; ++j) acc[p.bias_offset(b, h, i, j)] += static_cast<float>(from_bits(p.dtype, raw[idx++]));
-  Tensor out(p.bias.shape, uninitialized);
+  Tensor out(p.bias.shape);
   for (size_t e = 0; e < acc.size(); ++e) out.data[e] = round_to(p.dtype, static_cast<double>(acc[e]));
   return out;
 }
@@ -487,7 +487,7 @@ class DeviceCall {
     const Shape& s = p_.shape;
     Forward f;
     f.o = io_.download(TensorId::O);
-    f.lse = Tensor({s.batch, s.heads_q, s.seq_q}, uninitialized);
+    f.lse = Tensor({s.batch, s.heads_q, s.seq_q});
     std::vector<float> stats(f.lse.numel());
     stats_.download(stats.data(), stats.size() * sizeof(float));
     std::copy(stats.begin(), stats.end(), f.lse.data.begin());

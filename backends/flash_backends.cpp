@@ -101,7 +101,7 @@ struct Placed16 {
   void upload_poison() { dev.upload(host); }
   Tensor download(flash::Elem e, size_t* unwritten) {
     dev.download(host);
-    Tensor out({pl.sizes[0], pl.sizes[1], pl.sizes[2], dim}, uninitialized);
+    Tensor out({pl.sizes[0], pl.sizes[1], pl.sizes[2], dim});
     size_t bad = 0;
     pl.for_each([&](size_t i, size_t off) {
       bad += host[off] == kPoison16;
@@ -136,7 +136,7 @@ struct Placed32 {
   void upload_poison() { dev.upload(host); }
   Tensor download(size_t* unwritten) {
     dev.download(host);
-    Tensor out({pl.sizes[0], pl.sizes[1], pl.sizes[2]}, uninitialized);
+    Tensor out({pl.sizes[0], pl.sizes[1], pl.sizes[2]});
     size_t bad = 0;
     pl.for_each([&](size_t i, size_t off) {
       uint32_t u;
@@ -341,7 +341,7 @@ DeviceMemory on_device(const std::vector<T>& h) {
 
 Forward GpuMerger::forward(const std::vector<Forward>& parts) const {
   const int n = static_cast<int>(parts.size());
-  Forward out{Tensor(parts.at(0).o.shape, uninitialized), Tensor(parts.at(0).lse.shape, uninitialized)};
+  Forward out{Tensor(parts.at(0).o.shape), Tensor(parts.at(0).lse.shape)};
   const int64_t rows = static_cast<int64_t>(out.lse.numel()), dim = rows ? static_cast<int64_t>(out.o.numel()) / rows : 0;
   std::vector<const Tensor*> os, ls;
   for (const auto& f : parts) os.push_back(&f.o), ls.push_back(&f.lse);
@@ -374,7 +374,7 @@ std::vector<PartGrad> GpuMerger::backward(const std::vector<Forward>& parts, con
   d_go.download(g_o), d_gl.download(g_l);
   std::vector<PartGrad> out;
   for (int k = 0; k < n; ++k) {
-    PartGrad g{Tensor(d_out.shape, uninitialized), Tensor(d_lse.shape, uninitialized)};
+    PartGrad g{Tensor(d_out.shape), Tensor(d_lse.shape)};
     into(g.d_out, g_o.data() + static_cast<size_t>(k * rows * dim));
     into(g.d_lse, g_l.data() + static_cast<size_t>(k * rows));
     out.push_back(std::move(g));

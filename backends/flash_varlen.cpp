@@ -62,7 +62,7 @@ Tensor widened(const Tensor& t, int64_t kdim) {
 }
 Tensor narrowed(const Tensor& t, int64_t dim) {
   if (t.dim(3) == dim) return t;
-  Tensor out({t.dim(0), t.dim(1), t.dim(2), dim}, uninitialized);
+  Tensor out({t.dim(0), t.dim(1), t.dim(2), dim});
   for (int64_t b = 0; b < t.dim(0); ++b)
     for (int64_t h = 0; h < t.dim(1); ++h)
       for (int64_t i = 0; i < t.dim(2); ++i) std::copy_n(t.at(b, h, i), dim, out.at(b, h, i));

@@ -131,7 +131,7 @@ void PieceBuffer::store(const Tensor& dense) {
   const int64_t w = rows ? dense.dim(3) : 1;
   for (const Piece& piece : pieces_) {
     const int64_t heads = piece.pl.sizes[1], n = piece.pl.sizes[2];
-    Tensor part(rows ? std::vector<int64_t>{1, heads, n, w} : std::vector<int64_t>{1, heads, n}, uninitialized);
+    Tensor part(rows ? std::vector<int64_t>{1, heads, n, w} : std::vector<int64_t>{1, heads, n});
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < n; ++i) std::copy_n(dense.at(piece.b, h, piece.row0 + i), w, part.at(0, h, i));
     store_placed(mem_.data(), piece.pl, type_, part);

@@ -298,7 +298,7 @@ class Engine {
     const Problem& pk = *pk_leaf;
     const Forward pk_fwd = be_.forward(pk);  // O' = P K
     const Shape& s = p.shape;
-    Tensor g_q(p.q.shape, uninitialized);  // g . Q, the upstream gradient whose dV is P^T (g . Q)
+    Tensor g_q(p.q.shape);  // g . Q, the upstream gradient whose dV is P^T (g . Q)
     // Rows over threads at real size: every element is computed on its own.
     const size_t rows = static_cast<size_t>(s.batch * s.heads_q * s.seq_q);
     parallel_for(rows, static_cast<size_t>(s.head_dim_qk), [&](size_t begin, size_t end) {

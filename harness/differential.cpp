@@ -239,7 +239,7 @@ class DifferentialSession::Impl {
       ct.terms.push_back(oracles_.error_terms(call.problem, call.fwd, call.d_out, call.d_lse));
       attach_row_lse(ct.terms.back(), call.fwd.lse);
       attach_directions(ct.terms.back(), call.problem, call.d_out);
-      Tensor w(call.fwd.lse.shape, uninitialized);
+      Tensor w(call.fwd.lse.shape);
       const auto& s = w.shape;
       for (int64_t b = 0; b < s[0]; ++b)
         for (int64_t h = 0; h < s[1]; ++h)

@@ -213,7 +213,7 @@ void attach_directions(ErrorTerms& terms, const Problem& p, const Tensor& d_out)
   const int64_t group = s.group();
   for (TensorId t : {TensorId::O, TensorId::dQ, TensorId::dK, TensorId::dV}) {
     const bool q_rows = t == TensorId::O || t == TensorId::dQ;
-    Tensor cap({s.batch, q_rows ? s.heads_q : s.heads_kv, q_rows ? s.seq_q : s.seq_kv}, uninitialized);
+    Tensor cap({s.batch, q_rows ? s.heads_q : s.heads_kv, q_rows ? s.seq_q : s.seq_kv});
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t h = 0; h < cap.shape[1]; ++h) {
         double c;
@@ -246,7 +246,7 @@ void check_shapes(const char* who, const TermTensors& terms, const Tensor& ref) 
 
 Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
   check_shapes("model_sigma", terms, ref);
-  Tensor sigma(ref.shape, uninitialized);
+  Tensor sigma(ref.shape);
   const size_t width = ref.shape.empty() || t == TensorId::LSE ? 1 : static_cast<size_t>(ref.shape.back());
   // Each element on its own: any split over threads gives the same bits (harness/parallel.h).
   parallel_for(ref.numel(), [&](size_t begin, size_t end) {
@@ -273,7 +273,7 @@ ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, cons
   if (t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
   check_shapes("model_row_dof", terms, ref);
   const int64_t width = ref.shape[3];
-  ModelOfOutput m{Tensor(ref.shape, uninitialized), Tensor({ref.shape[0], ref.shape[1], ref.shape[2]}, uninitialized)};
+  ModelOfOutput m{Tensor(ref.shape), Tensor({ref.shape[0], ref.shape[1], ref.shape[2]})};
   Tensor &sigma = m.sigma, &dof = m.row_dof;
   // Each row on its own (its sums in the same order whatever the split): rows over threads.
   // One pass gives each element's sigma (as model_sigma computes it) and the row's dof.
@@ -364,7 +364,7 @@ void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, T
 void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tensor& row_var2_dof, Tensor* row_dof) {
   const int64_t width = sum_sigma2.shape.size() > 3 ? sum_sigma2.shape[3] : 1;
   if (row_dof) {
-    *row_dof = Tensor(row_var.shape, uninitialized);
+    *row_dof = Tensor(row_var.shape);
     for (size_t r = 0; r < row_var.numel(); ++r) {
       const double v = row_var.data[r], q = row_var2_dof.data[r];
       const double* var = sum_sigma2.data.data() + r * static_cast<size_t>(width);  // still variances here

@@ -124,7 +124,7 @@ HeadState<Acc> scores(const Problem& pr, const Numerics<Acc>& nx, int64_t b, int
 template <class Acc>
 Forward forward_impl(const Problem& pr, const Numerics<Acc>& nx) {
   const Shape& s = pr.shape;
-  Forward f{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}, uninitialized), Tensor({s.batch, s.heads_q, s.seq_q}, uninitialized)};
+  Forward f{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const HeadState<Acc> st = scores(pr, nx, b, h);
@@ -205,13 +205,13 @@ Gradients backward_impl(const Problem& pr, const Numerics<Acc>& nx, const Forwar
         }
       }
     }
-  Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, uninitialized),
-              Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}, uninitialized), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v}, uninitialized)};
+  Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}),
+              Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
   for (size_t i = 0; i < dq_acc.size(); ++i) g.dq.data[i] = nx.store(dq_acc[i]);
   for (size_t i = 0; i < dk_acc.size(); ++i) g.dk.data[i] = nx.store(dk_acc[i]);
   for (size_t i = 0; i < dv_acc.size(); ++i) g.dv.data[i] = nx.store(dv_acc[i]);
   if (pr.bias_requires_grad) {
-    g.dbias = Tensor(pr.bias.shape, uninitialized);
+    g.dbias = Tensor(pr.bias.shape);
     for (size_t i = 0; i < dbias_acc.size(); ++i) g.dbias.data[i] = nx.store(dbias_acc[i]);
   }
   return g;
@@ -235,7 +235,7 @@ Gradients EmulatedBackend::backward(const Problem& p, const Forward& fwd, const 
 
 Tensor tensor_core_lse(const Problem& p) {
   const Shape& s = p.shape;
-  Tensor lse({s.batch, s.heads_q, s.seq_q}, uninitialized);
+  Tensor lse({s.batch, s.heads_q, s.seq_q});
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const HeadScores hs = head_scores(p, b, h);

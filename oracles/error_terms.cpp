@@ -37,7 +37,7 @@ struct SourceAccumulator {
     Eigen::Map<Eigen::VectorXd>(sum_sq.at(b, h, 0), s.sum.size()) += s.sum_sq;
   }
   Tensor sources() const {
-    Tensor t(sum.shape, uninitialized);
+    Tensor t(sum.shape);
     for (size_t e = 0; e < t.numel(); ++e) t.data[e] = participation(sum.data[e], sum_sq.data[e]);
     return t;
   }
@@ -52,9 +52,9 @@ void finish_dbias_terms(TermTensors& tb) {
   const auto& n = tb.operand.shape;
   const int64_t width = n[3];
   const std::vector<int64_t> rows{n[0], n[1], n[2]};
-  tb.operand_sources = Tensor(rows, uninitialized);
-  tb.score_sources = Tensor(rows, uninitialized);
-  if (!tb.subnormal.data.empty()) tb.subnormal_sources = Tensor(rows, uninitialized);
+  tb.operand_sources = Tensor(rows);
+  tb.score_sources = Tensor(rows);
+  if (!tb.subnormal.data.empty()) tb.subnormal_sources = Tensor(rows);
   for (size_t r = 0; r < tb.operand_sources.numel(); ++r) {
     double op = 0, op2 = 0, sc = 0, sc2 = 0, sub = 0, sub2 = 0;
     for (int64_t j = 0; j < width; ++j) {
@@ -83,7 +83,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   // `assigned`: the operand and score parts are assigned head by head below (O and dQ), not
   // summed over a GQA group (dK and dV). The stored part of O, LSE and dQ stays zero here.
   auto init = [&](TensorId o, const std::vector<int64_t>& shape, double length, bool assigned) {
-    auto part = [&] { return assigned ? Tensor(shape, uninitialized) : Tensor(shape); };
+    auto part = [&] { return assigned ? Tensor(shape) : Tensor(shape); };
     t[o] = TermTensors{part(), Tensor(shape), part(), length};
   };
   init(TensorId::O, oq, reduction_length(TensorId::O, s), true);
@@ -91,14 +91,14 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   init(TensorId::dQ, qq, reduction_length(TensorId::dQ, s), true);
   init(TensorId::dK, kk, reduction_length(TensorId::dK, s), false);
   for (TensorId o : {TensorId::dQ, TensorId::dK}) {
-    auto part = [&] { return o == TensorId::dQ ? Tensor(qq, uninitialized) : Tensor(kk); };
+    auto part = [&] { return o == TensorId::dQ ? Tensor(qq) : Tensor(kk); };
     t[o].via_op = part();
     t[o].via_st = part();
     t[o].via_acc = part();
     t[o].via_sc = part();
   }
   init(TensorId::dV, vv, reduction_length(TensorId::dV, s), false);
-  t[TensorId::LSE].truncation = Tensor(lq, uninitialized);
+  t[TensorId::LSE].truncation = Tensor(lq);
   // The truncation part's weights (harness/error_model.h): w_d = ceil(Dqk / 16) - floor(d / 16).
   Eigen::VectorXd step_weights(s.head_dim_qk);
   for (int64_t d = 0; d < s.head_dim_qk; ++d) step_weights(d) = static_cast<double>((s.head_dim_qk + 15) / 16 - d / 16);
@@ -107,8 +107,8 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   // The subnormal part exists for fp16 operands only (harness/error_model.h).
   const bool fp16 = p.dtype == DType::f16;
   if (fp16) {
-    t[TensorId::O].subnormal = Tensor(oq, uninitialized);
-    t[TensorId::dQ].subnormal = Tensor(qq, uninitialized);
+    t[TensorId::O].subnormal = Tensor(oq);
+    t[TensorId::dQ].subnormal = Tensor(qq);
     t[TensorId::dK].subnormal = Tensor(kk);
     t[TensorId::dV].subnormal = Tensor(vv);
   }

@@ -55,7 +55,7 @@ std::string ReferenceBackend::version() const {
 
 Forward reference_forward(const Problem& p) {
   const Shape& s = p.shape;
-  Forward f{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}, uninitialized), Tensor({s.batch, s.heads_q, s.seq_q}, uninitialized)};
+  Forward f{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_v}), Tensor({s.batch, s.heads_q, s.seq_q})};
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads_q; ++h) {
       const HeadScores hs = head_scores(p, b, h);
@@ -69,7 +69,7 @@ Forward reference_forward(const Problem& p) {
 Gradients reference_backward(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse) {
   const Shape& s = p.shape;
   // dQ is assigned head by head; dK, dV and dBias sum over heads.
-  Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, uninitialized), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
+  Gradients g{Tensor({s.batch, s.heads_q, s.seq_q, s.head_dim_qk}), Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk}),
               Tensor({s.batch, s.heads_kv, s.seq_kv, s.head_dim_v})};
   if (p.bias_requires_grad) g.dbias = Tensor(p.bias.shape);
   for (int64_t b = 0; b < s.batch; ++b)
