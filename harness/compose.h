@@ -5,6 +5,7 @@
 // comparable with the single call over the whole problem: equality of the two is
 // the metamorphic relation that exposes LSE-gradient bugs (docs/semantics.md,
 // "The metamorphic relation"; the dLSE adapter: "The dLSE adapter").
+#include <cstddef>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -63,12 +64,19 @@ struct LeafKey {
 };
 class LeafProblems {
  public:
+  // A leaf of more bytes than this is made for its run alone: a case keeps every leaf of every
+  // composition at once, which at the largest real-tier sizes would be several times the memory a
+  // run holds (the host-memory budget, harness/case.h, counts one run's).
+  static constexpr size_t kMaxKeptLeafBytes = size_t{256} << 20;
+
   template <class Make>
   std::shared_ptr<const Problem> get(const LeafKey& key, Make&& make) {
     for (const auto& [k, leaf] : leaves_)
       if (k == key) return leaf;
-    leaves_.emplace_back(key, std::make_shared<const Problem>(make()));
-    return leaves_.back().second;
+    auto leaf = std::make_shared<const Problem>(make());
+    const size_t bytes = leaf->mask.size() + sizeof(double) * (leaf->q.numel() + leaf->k.numel() + leaf->v.numel() + leaf->bias.numel());
+    if (bytes <= kMaxKeptLeafBytes) leaves_.emplace_back(key, leaf);
+    return leaf;
   }
 
  private:

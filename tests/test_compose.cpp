@@ -176,5 +176,38 @@ TEST(Compose, RowsWithNoVisibleKeyGetNoUpstreamGradientUnderAnotherConvention) {
   EXPECT_TRUE(all_close(got.grads.dv, want.grads.dv, 1e-12));
 }
 
+// A case's leaves are made once and shared (LeafProblems): a second run through the same leaf
+// gets the same Problem, another leaf (its rows, keys, restrictions or V := K) its own, and a run
+// that keeps the leaves computes what one without does.
+TEST(LeafProblems, ALeafIsMadeOnceAndRunsAgreeWithout) {
+  LeafProblems leaves;
+  int made = 0;
+  const Inputs none;
+  auto make = [&] {
+    ++made;
+    return Problem{};
+  };
+  const LeafKey whole{&none, 0, 8, 0, 8, {}}, part{&none, 0, 4, 0, 8, {}}, pk{&none, 0, 8, 0, 8, {}, true};
+  const auto a = leaves.get(whole, make), b = leaves.get(whole, make);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_NE(leaves.get(part, make).get(), a.get());
+  EXPECT_NE(leaves.get(pk, make).get(), a.get());
+  EXPECT_EQ(made, 3);
+
+  ReferenceBackend ref;
+  RandomCaseOptions opt;
+  opt.p_composition = 1.0;
+  const Case c = random_case(62, opt);
+  const Inputs in = generate_inputs(c);
+  LeafProblems kept;
+  const ComposedResult with = run_composition(ref, c, in, c.composition, false, &kept);
+  const ComposedResult again = run_composition(ref, c, in, c.composition, false, &kept);
+  const ComposedResult without = run_composition(ref, c, in, c.composition);
+  for (TensorId t : {TensorId::O, TensorId::LSE, TensorId::dQ, TensorId::dK, TensorId::dV}) {
+    EXPECT_EQ(with[t], without[t]) << name_of(t);
+    EXPECT_EQ(again[t], without[t]) << name_of(t);
+  }
+}
+
 }  // namespace
 }  // namespace attnfuzz
