@@ -18,8 +18,7 @@ enum class ExactWidth : uint8_t { bf16 = 2, f32 = 4, f64 = 8 };
 inline size_t bytes_of(ExactWidth w) { return static_cast<size_t>(w); }
 const char* to_string(ExactWidth w);
 
-// The narrowest width holding every element of src[0, n) exactly (f64 for n == 0 is never
-// needed: an empty tensor is bf16).
+// The narrowest width holding every element of src[0, n) exactly (bf16 for an empty one).
 ExactWidth narrowest_exact(const double* src, size_t n);
 // src's elements in width w into dst (bytes_of(w) * n bytes); w must hold each of them exactly
 // (narrowest_exact), else the packed value is not src's.
