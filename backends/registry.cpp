@@ -417,6 +417,10 @@ OracleSet make_oracles(Device device) {
     o.error_terms = [](const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) {
       return cuda_error_terms(p, f, d_out, d_lse);
     };
+    // The verdict's sums on the device too; ATTNFUZZ_VERDICT_SUMS=host keeps them on the host
+    // (the reference implementation, for comparing; docs/gpu.md, "The verdict on the GPU").
+    const char* sums = std::getenv("ATTNFUZZ_VERDICT_SUMS");
+    if (!(sums && std::string(sums) == "host")) o.verdict_reducer = make_cuda_verdict_reducer;
     return o;
 #else
     throw std::runtime_error("the GPU oracles cannot run here: this build has no CUDA kernels (configure the gpu preset)");

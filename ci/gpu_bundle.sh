@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/gpu}
 out=$root/.carry
 rm -rf "$out" && mkdir -p "$out/bin" "$out/lib" "$out/mutants" "$out/plugins"
-for b in attnfuzz tests/test_gpu_backends tests/test_gpu_varlen tests/test_gpu_nested tests/test_torch_nested tests/test_gpu_cudnn_varlen tests/test_gpu_flash_varlen tests/test_cudnn_backend tests/test_gpu_oracles tests/test_gpu_error_terms tests/test_flash_kernels \
+for b in attnfuzz tests/test_gpu_backends tests/test_gpu_varlen tests/test_gpu_nested tests/test_torch_nested tests/test_gpu_cudnn_varlen tests/test_gpu_flash_varlen tests/test_cudnn_backend tests/test_gpu_oracles tests/test_gpu_error_terms tests/test_gpu_verdict tests/test_flash_kernels \
          bench/bench_gpu_oracles bench/bench_flash bench/bench_gpu_run bench/bench_case_rate bench/bench_sensitivity generators/fuzz/fuzz_differential; do
   [ -f "$build/$b" ] && strip -o "$out/bin/$(basename "$b")" "$build/$b"
 done

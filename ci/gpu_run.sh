@@ -115,7 +115,7 @@ case "$mode" in
   oracles)
     # The GPU oracle set (kernels/): its gpu tests, its benchmark at real sizes, and
     # compute-sanitizer (memcheck, racecheck) over a small run of every kernel.
-    for t in test_gpu_oracles test_gpu_error_terms; do
+    for t in test_gpu_oracles test_gpu_error_terms test_gpu_verdict; do
       "$bin/$t" > "$OUT/$t.log" 2>&1
       echo "$t: exit $?"
       grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) |coverage|cases:|%|Failure|Expected|differs|outside" "$OUT/$t.log" | head -120
@@ -124,6 +124,8 @@ case "$mode" in
     for tool in memcheck racecheck; do
       compute-sanitizer --tool "$tool" "$bin/bench_gpu_oracles" --quick > "$OUT/sanitizer-$tool.log" 2>&1
       echo "compute-sanitizer $tool: exit $?, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)"
+      compute-sanitizer --tool "$tool" "$bin/test_gpu_verdict" --gtest_filter='*SameBitsTwice' > "$OUT/sanitizer-verdict-$tool.log" 2>&1
+      echo "compute-sanitizer $tool (verdict): exit $?, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-verdict-$tool.log" | tail -1)"
     done ;;
   varlen)
     secs=${1:-300} seed=${2:-58} run="$OUT/varlen-$seed" resume=()

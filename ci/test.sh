@@ -44,7 +44,7 @@ stage cpu-test ctest --preset cpu -j "$jobs"
 # Every GPU test, benchmark and plugin, so none that does not build can land (the flash mutant
 # plugins are kernels/flash/ again under a compile definition each: left to the full gpu build).
 stage gpu-build bash -c 'cmake --preset gpu && cmake --build --preset gpu -j "$0" --target attnfuzz test_gpu_backends test_cudnn_backend \
-  test_gpu_oracles test_gpu_error_terms test_flash_kernels test_gpu_cudnn_varlen test_gpu_flash_varlen bench_gpu_oracles bench_gpu_run bench_flash \
+  test_gpu_oracles test_gpu_error_terms test_gpu_verdict test_flash_kernels test_gpu_cudnn_varlen test_gpu_flash_varlen bench_gpu_oracles bench_gpu_run bench_flash \
   attnfuzz_plugin_minimal_cuda attnfuzz_plugin_minimal_cuda_ignores_dlse attnfuzz_plugin_minimal_cuda_faults fuzz_differential' "$jobs"
 stage gpu-test ctest --preset gpu
 if command -v ccache >/dev/null 2>&1; then ccache --show-stats 2>/dev/null | grep -iE "hits|misses" | head -4 || true; fi

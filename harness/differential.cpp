@@ -76,7 +76,8 @@ class BaselineAs final : public Backend {
 
 class DifferentialSession::Impl {
  public:
-  Impl(const Case& c, const OracleSet& o, const DiffOptions& opt) : c_(c), oracles_(o), opt_(opt), in_(generate_inputs(c)) {
+  Impl(const Case& c, const OracleSet& o, const DiffOptions& opt)
+      : c_(c), oracles_(o), opt_(opt), in_(generate_inputs(c)), reducer_(o.verdict_reducer ? o.verdict_reducer() : nullptr) {
     report_.input_checksum = checksum(in_);
     // Non-finite inputs reach the backends as drawn; the oracles compute the finite problem
     // (docs/semantics.md, "Non-finite inputs").
@@ -265,8 +266,12 @@ class DifferentialSession::Impl {
       rung_outputs.push_back(&emulation(k, false, comp, takes_dlse)[t]);  // device calls stay on this thread
       errors.emplace_back(k, ErrorStats{});
     }
-    parallel_tasks(errors.size(), ref_[t].numel() >= parallel_min_elements(),
-                   [&](size_t i) { errors[i].second = error_of(*rung_outputs[i], t); });
+    if (reducer_)  // on the device, from this thread
+      for (size_t i = 0; i < errors.size(); ++i)
+        errors[i].second = reducer_->compare(*rung_outputs[i], ref_[t], unjudged_rows(t), overflow_of(t));
+    else
+      parallel_tasks(errors.size(), ref_[t].numel() >= parallel_min_elements(),
+                     [&](size_t i) { errors[i].second = error_of(*rung_outputs[i], t); });
     return rung_errors_.emplace(key, std::move(errors)).first->second;
   }
 
@@ -545,7 +550,7 @@ class DifferentialSession::Impl {
       in.rungs = &rung_errors(comp, takes_dlse, t);
       in.declared = contract;
       in.coarsest_held = coarser_of(contract, coarsest_declarable(c_.dtype));
-      TensorVerdict v = judge_tensor(t, in, opt_.rule);
+      TensorVerdict v = judge_tensor(t, in, opt_.rule, reducer_.get());
       if (v.err.nonfinite_under_contract)
         run.notes.push_back(std::string(name_of(t)) + ": " + std::to_string(v.err.nonfinite_under_contract) +
                             " NaN/Inf elements not judged: " +
@@ -602,6 +607,8 @@ class DifferentialSession::Impl {
   std::map<std::string, CallTerms> call_terms_;
   std::map<std::tuple<std::string, bool, TensorId>, std::vector<std::pair<Contract, ErrorStats>>> rung_errors_;
   DiffReport report_;
+  // Declared last, so destroyed first: it may keep the tensors above on the device.
+  std::unique_ptr<VerdictReducer> reducer_;
 };
 
 DifferentialSession::DifferentialSession(const Case& c, const OracleSet& oracles, const DiffOptions& opt)

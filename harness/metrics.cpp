@@ -34,6 +34,16 @@ ErrorStats compare(const Tensor& impl, const Tensor& ref, const std::vector<uint
       ++finite;
     }
   }
+  return error_stats_from_sums(diff2, ref2, sum_abs, finite, e.max_abs, e.ref_max_abs, e.nonfinite_mismatch, e.count);
+}
+
+ErrorStats error_stats_from_sums(double diff2, double ref2, double sum_abs, size_t finite, double max_abs, double ref_max_abs,
+                                 size_t nonfinite_mismatch, size_t count) {
+  ErrorStats e;
+  e.count = count;
+  e.max_abs = max_abs;
+  e.ref_max_abs = ref_max_abs;
+  e.nonfinite_mismatch = nonfinite_mismatch;
   e.mean_abs = finite ? sum_abs / static_cast<double>(finite) : 0.0;
   e.rel_fro = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
   e.rms = finite ? std::sqrt(diff2 / static_cast<double>(finite)) : 0.0;

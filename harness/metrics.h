@@ -35,6 +35,10 @@ struct ErrorStats {
 inline constexpr double kOverflowSlack = 0x1p-6;
 ErrorStats compare(const Tensor& impl, const Tensor& ref, const std::vector<uint8_t>* skip_rows = nullptr,
                    double overflow = std::numeric_limits<double>::infinity());
+// The statistics from compare()'s sums over the finite elements (sum |a - r|^2, sum r^2, sum
+// |a - r|, their count, the largest |a - r| and |r|), wherever they were summed.
+ErrorStats error_stats_from_sums(double diff2, double ref2, double sum_abs, size_t finite, double max_abs, double ref_max_abs,
+                                 size_t nonfinite_mismatch, size_t count);
 // Whether `a` is what a type that overflows from `overflow` may store for the float64 value `r`:
 // the infinity of r's sign where |r| reaches overflow (within kOverflowSlack).
 inline bool overflow_stored(double a, double r, double overflow) {

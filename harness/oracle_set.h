@@ -6,6 +6,7 @@
 
 #include "harness/backend.h"
 #include "harness/error_model.h"
+#include "harness/verdict.h"
 
 namespace attnfuzz {
 
@@ -16,6 +17,9 @@ struct OracleSet {
   // The error model's magnitudes (harness/error_model.h) from the float64 problem, its
   // reference forward and the upstream gradients. Without it the rule uses the baselines alone.
   std::function<ErrorTerms(const Problem&, const Forward&, const Tensor& d_out, const Tensor& d_lse)> error_terms;
+  // Where the verdict's sums over elements are computed (harness/verdict.h, VerdictReducer): a
+  // fresh reducer for each case, or none to sum on the host.
+  std::function<std::unique_ptr<VerdictReducer>()> verdict_reducer;
 };
 
 }  // namespace attnfuzz

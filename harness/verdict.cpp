@@ -358,7 +358,95 @@ struct HeadJudgement {
   std::vector<RowDof> head_rows;  // the head's rows that carry errors, for the tensor's dof
 };
 
-HeadJudgement judge_head(const Elementwise& w, const JudgeInput& in, const ToleranceRule& rule, int64_t h, int64_t b_heads) {
+// What judge_head reads of one row: its block, its projection on itself and its largest error.
+struct RowBlocks {
+  BlockSum box, along;
+  double max_err2 = -1, allow2_at_max = 0;
+};
+
+// The blocks of a tensor computed here, from its elements.
+class ElementBlocks {
+ public:
+  ElementBlocks(const Elementwise& w, double row_scale_variance) : w_(w), row_scale_variance_(row_scale_variance) {}
+  int64_t seq() const { return w_.seq; }
+  int64_t width() const { return w_.width; }
+  const Tensor* row_dof() const { return w_.row_dof; }
+  RowBlocks row(int64_t h, int64_t s) const {
+    RowBlocks r;
+    const size_t row = static_cast<size_t>(h * w_.seq + s);
+    for (int64_t d = 0; d < w_.width; ++d) {
+      const size_t e = row * static_cast<size_t>(w_.width) + static_cast<size_t>(d);
+      if (w_.used[e] && w_.err2[e] > r.max_err2) {
+        r.max_err2 = w_.err2[e];
+        r.allow2_at_max = w_.allow2[e];
+      }
+    }
+    r.box = sum_box(w_, h, s, s + 1, 0, w_.width);
+    if (w_.width > 1) r.along = row_projection(w_, row, row_scale_variance_);
+    return r;
+  }
+  BlockSum tile(int64_t h, int64_t s0, int64_t s1, int64_t d0, int64_t d1) const { return sum_box(w_, h, s0, s1, d0, d1); }
+  BlockSum head(int64_t h, std::vector<RowDof>* rows_for_outer) const { return sum_box(w_, h, 0, w_.seq, 0, w_.width, rows_for_outer); }
+
+ private:
+  const Elementwise& w_;
+  double row_scale_variance_;
+};
+
+// The blocks of a tensor from a reducer's sums (VerdictSums): a row's and a tile's as they came,
+// a head's summed over its rows in order, with sum_box's dof rule.
+class ReducedBlocks {
+ public:
+  ReducedBlocks(const VerdictSums& sums, const Tensor& ref, const Tensor* row_dof, int64_t tile)
+      : sums_(sums), row_dof_(row_dof), tile_(tile) {
+    seq_ = ref.shape[2];
+    width_ = ref.shape.size() > 3 ? ref.shape[3] : 1;
+    row_tiles_ = (seq_ + tile - 1) / tile;
+    col_tiles_ = (width_ + tile - 1) / tile;
+  }
+  int64_t seq() const { return seq_; }
+  int64_t width() const { return width_; }
+  const Tensor* row_dof() const { return row_dof_; }
+  RowBlocks row(int64_t h, int64_t s) const {
+    const size_t row = static_cast<size_t>(h * seq_ + s);
+    const RowSums& r = sums_.rows[row];
+    return {{r.err2, r.allow2, r.n, r.can_err == 0 ? 0.0 : dof_of(r, row)},
+            {r.along_err2, r.along_allow2, r.along_n, r.along_dof},
+            r.max_err2,
+            r.allow2_at_max};
+  }
+  BlockSum tile(int64_t h, int64_t s0, int64_t, int64_t d0, int64_t) const {
+    const TileSums& t = sums_.tiles[static_cast<size_t>((h * row_tiles_ + s0 / tile_) * col_tiles_ + d0 / tile_)];
+    return {t.err2, t.allow2, t.n, t.dof};
+  }
+  BlockSum head(int64_t h, std::vector<RowDof>* rows_for_outer) const {
+    BlockSum b;
+    std::unordered_set<uint64_t> seen;
+    for (int64_t s = 0; s < seq_; ++s) {
+      const size_t row = static_cast<size_t>(h * seq_ + s);
+      const RowSums& r = sums_.rows[row];
+      b.err2 += r.err2;
+      b.allow2 += r.allow2;
+      b.n += r.n;
+      if (r.can_err == 0) continue;
+      const double dof = dof_of(r, row);
+      if (seq_ == 1 || seen.insert(r.hash).second) b.dof += dof;
+      if (rows_for_outer) rows_for_outer->push_back({r.hash, dof});
+    }
+    return b;
+  }
+
+ private:
+  double dof_of(const RowSums& r, size_t row) const { return row_dof_ ? std::min(r.can_err, row_dof_->data[row]) : r.can_err; }
+  const VerdictSums& sums_;
+  const Tensor* row_dof_;
+  int64_t tile_, seq_ = 1, width_ = 1, row_tiles_ = 1, col_tiles_ = 1;
+};
+
+// One head's blocks, in the order every pass over them takes: its elements (the largest error,
+// and each element where a row is one), its rows, its tiles, the head.
+template <class Blocks>
+HeadJudgement judge_head(const Blocks& blocks, const ToleranceRule& rule, int64_t h, int64_t b_heads) {
   HeadJudgement j;
   auto head_name = [&] { return "b" + std::to_string(h / b_heads) + " h" + std::to_string(h % b_heads); };
   auto consider = [&](Granularity granularity, const BlockSum& b, const std::function<std::string()>& where) {
@@ -372,35 +460,36 @@ HeadJudgement judge_head(const Elementwise& w, const JudgeInput& in, const Toler
       j.worst = {granularity, where(), ratio, limit, b.n, b.dof};
     }
   };
-  const int64_t tile = std::max<int64_t>(1, rule.tile);
-  for (int64_t s = 0; s < w.seq; ++s)
-    for (int64_t d = 0; d < w.width; ++d) {
-      const size_t e = static_cast<size_t>((h * w.seq + s) * w.width + d);
-      if (!w.used[e]) continue;
-      if (w.err2[e] > j.max_err2) {
-        j.max_err2 = w.err2[e];
-        j.bound_max = rule.limit(w.row_dof ? w.row_dof->data[static_cast<size_t>(h * w.seq + s)] : static_cast<double>(w.width)) *
-                      std::sqrt(w.allow2[e]);
-      }
-      // The finest block is a row: one element of a row is not judged alone (its error
-      // and its sigma' are too noisy), except where a row is one element (LSE, D = 1).
-      if (w.width == 1) consider(Granularity::element, {w.err2[e], w.allow2[e], 1, 1}, [&] { return head_name() + " s" + std::to_string(s); });
+  const int64_t seq = blocks.seq(), width = blocks.width(), tile = std::max<int64_t>(1, rule.tile);
+  std::vector<RowBlocks> rows(static_cast<size_t>(seq));
+  for (int64_t s = 0; s < seq; ++s) {
+    const RowBlocks& r = rows[static_cast<size_t>(s)] = blocks.row(h, s);
+    if (r.max_err2 > j.max_err2) {
+      j.max_err2 = r.max_err2;
+      const Tensor* row_dof = blocks.row_dof();
+      j.bound_max = rule.limit(row_dof ? row_dof->data[static_cast<size_t>(h * seq + s)] : static_cast<double>(width)) *
+                    std::sqrt(r.allow2_at_max);
     }
-  if (w.width > 1)
-    for (int64_t s = 0; s < w.seq; ++s) {
-      consider(Granularity::row, sum_box(w, h, s, s + 1, 0, w.width), [&] { return head_name() + " s" + std::to_string(s); });
-      consider(Granularity::row_along_itself, row_projection(w, static_cast<size_t>(h * w.seq + s), in.row_scale_variance),
-               [&] { return head_name() + " s" + std::to_string(s); });
+    // The finest block is a row: one element of a row is not judged alone (its error
+    // and its sigma' are too noisy), except where a row is one element (LSE, D = 1).
+    if (width == 1 && r.box.n > 0)
+      consider(Granularity::element, {r.box.err2, r.box.allow2, 1, 1}, [&] { return head_name() + " s" + std::to_string(s); });
+  }
+  if (width > 1)
+    for (int64_t s = 0; s < seq; ++s) {
+      const RowBlocks& r = rows[static_cast<size_t>(s)];
+      consider(Granularity::row, r.box, [&] { return head_name() + " s" + std::to_string(s); });
+      consider(Granularity::row_along_itself, r.along, [&] { return head_name() + " s" + std::to_string(s); });
     }
-  for (int64_t s0 = 0; s0 < w.seq; s0 += tile)
-    for (int64_t d0 = 0; d0 < w.width; d0 += tile) {
-      const int64_t s1 = std::min(w.seq, s0 + tile), d1 = std::min(w.width, d0 + tile);
-      consider(Granularity::tile, sum_box(w, h, s0, s1, d0, d1), [&] {
+  for (int64_t s0 = 0; s0 < seq; s0 += tile)
+    for (int64_t d0 = 0; d0 < width; d0 += tile) {
+      const int64_t s1 = std::min(seq, s0 + tile), d1 = std::min(width, d0 + tile);
+      consider(Granularity::tile, blocks.tile(h, s0, s1, d0, d1), [&] {
         return head_name() + " s" + std::to_string(s0) + "-" + std::to_string(s1 - 1) +
-               (w.width > 1 ? " d" + std::to_string(d0) + "-" + std::to_string(d1 - 1) : "");
+               (width > 1 ? " d" + std::to_string(d0) + "-" + std::to_string(d1 - 1) : "");
       });
     }
-  j.head = sum_box(w, h, 0, w.seq, 0, w.width, &j.head_rows);
+  j.head = blocks.head(h, &j.head_rows);
   consider(Granularity::head, j.head, [&] { return head_name(); });
   return j;
 }
@@ -471,33 +560,30 @@ void excuse_nonfinite_under_contract(const JudgeInput& in, ErrorStats& err) {
   err.nonfinite_under_contract = excused;
 }
 
-TensorVerdict judge_tensor(TensorId tensor, const JudgeInput& in, const ToleranceRule& rule) {
-  TensorVerdict v;
-  v.tensor = tensor;
-  // The three comparisons are independent sums (each in its own order): at real size, at once.
-  std::optional<ErrorStats> base_fwd, base_rev;
-  parallel_tasks(3, in.ref->numel() >= parallel_min_elements(), [&](size_t task) {
-    if (task == 0) v.err = compare(*in.impl, *in.ref, in.skip_rows, in.overflow);
-    if (task == 1 && in.baseline_fwd) base_fwd = compare(*in.baseline_fwd, *in.ref, in.skip_rows, in.overflow);
-    if (task == 2 && in.baseline_rev) base_rev = compare(*in.baseline_rev, *in.ref, in.skip_rows, in.overflow);
-  });
-  if (v.err.nonfinite_mismatch) excuse_nonfinite_under_contract(in, v.err);
-  if (base_fwd) v.baseline = *base_fwd;
-  if (base_rev) {
-    const ErrorStats& rev = *base_rev;
-    v.baseline.rms = std::max(v.baseline.rms, rev.rms);
-    v.baseline.max_abs = std::max(v.baseline.max_abs, rev.max_abs);
-    v.baseline.rel_fro = std::max(v.baseline.rel_fro, rev.rel_fro);
-  }
-  const Elementwise w = elementwise(in, rule, &v.kappa, &v.model_rms);
-  const int64_t b_heads = in.ref->shape[1];
+namespace {
 
-  // Each head's blocks on their own (over threads at real size), then merged in head order:
-  // the pass, each granularity's largest margin, the first block of the largest score and the
-  // first element of the largest error, as one pass over the heads in order finds them.
-  std::vector<HeadJudgement> heads(static_cast<size_t>(w.heads));
-  parallel_for(heads.size(), static_cast<size_t>(w.seq * w.width), [&](size_t begin, size_t end) {
-    for (size_t h = begin; h < end; ++h) heads[h] = judge_head(w, in, rule, static_cast<int64_t>(h), b_heads);
+// The baselines' error: the larger of the two orders' (one where only one ran).
+ErrorStats baseline_error(const std::optional<ErrorStats>& fwd, const std::optional<ErrorStats>& rev) {
+  ErrorStats b;
+  if (fwd) b = *fwd;
+  if (rev) {
+    b.rms = std::max(b.rms, rev->rms);
+    b.max_abs = std::max(b.max_abs, rev->max_abs);
+    b.rel_fro = std::max(b.rel_fro, rev->rel_fro);
+  }
+  return b;
+}
+
+// Each head's blocks on their own (over threads at real size), then merged in head order: the
+// pass, each granularity's largest margin, the first block of the largest score and the first
+// element of the largest error, as one pass over the heads in order finds them; then the
+// tensor's block, the fingerprint and the class.
+template <class Blocks>
+void judge_blocks(TensorVerdict& v, const Blocks& blocks, const JudgeInput& in, const ToleranceRule& rule) {
+  const int64_t b_heads = in.ref->shape[1], seq = blocks.seq(), width = blocks.width();
+  std::vector<HeadJudgement> heads(static_cast<size_t>(in.ref->shape[0] * b_heads));
+  parallel_for(heads.size(), static_cast<size_t>(seq * width), [&](size_t begin, size_t end) {
+    for (size_t h = begin; h < end; ++h) heads[h] = judge_head(blocks, rule, static_cast<int64_t>(h), b_heads);
   });
   double worst_score = -1, max_err2 = -1;
   BlockSum all;
@@ -535,6 +621,34 @@ TensorVerdict judge_tensor(TensorId tensor, const JudgeInput& in, const Toleranc
   v.bound_rms = all.n > 0 ? rule.limit(std::max(1.0, all.dof)) * std::sqrt(all.allow2 / all.n) : 0.0;
   if (v.err.nonfinite_mismatch) v.pass = false;
   fingerprint_and_class(v, in, rule);
+}
+
+}  // namespace
+
+TensorVerdict judge_tensor(TensorId tensor, const JudgeInput& in, const ToleranceRule& rule, VerdictReducer* reducer) {
+  TensorVerdict v;
+  v.tensor = tensor;
+  if (reducer)
+    if (std::optional<VerdictSums> sums = reducer->sums(in, rule)) {
+      v.err = sums->err;
+      v.baseline = baseline_error(sums->baseline_fwd, sums->baseline_rev);
+      v.kappa = sums->kappa;
+      v.model_rms = sums->model_rms;
+      const Tensor* row_dof = in.row_dof && !in.row_dof->data.empty() ? in.row_dof : nullptr;
+      judge_blocks(v, ReducedBlocks(*sums, *in.ref, row_dof, std::max<int64_t>(1, rule.tile)), in, rule);
+      return v;
+    }
+  // The three comparisons are independent sums (each in its own order): at real size, at once.
+  std::optional<ErrorStats> base_fwd, base_rev;
+  parallel_tasks(3, in.ref->numel() >= parallel_min_elements(), [&](size_t task) {
+    if (task == 0) v.err = compare(*in.impl, *in.ref, in.skip_rows, in.overflow);
+    if (task == 1 && in.baseline_fwd) base_fwd = compare(*in.baseline_fwd, *in.ref, in.skip_rows, in.overflow);
+    if (task == 2 && in.baseline_rev) base_rev = compare(*in.baseline_rev, *in.ref, in.skip_rows, in.overflow);
+  });
+  if (v.err.nonfinite_mismatch) excuse_nonfinite_under_contract(in, v.err);
+  v.baseline = baseline_error(base_fwd, base_rev);
+  const Elementwise w = elementwise(in, rule, &v.kappa, &v.model_rms);
+  judge_blocks(v, ElementBlocks(w, in.row_scale_variance), in, rule);
   return v;
 }
 

@@ -2,6 +2,7 @@
 // Verdicts: per tensor, the error against float64, the tolerance bound, a precision
 // fingerprint; and the findings, each with its divergence signature (docs/verdicts.md,
 // "Findings and their classes"; docs/semantics.md, "Numerics contracts and precision fingerprints").
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -207,7 +208,58 @@ struct JudgeInput {
 //                            max|err| <= band * that rung's max (coarser rounding spreads its
 //                            error like the rung, a localized bug has a far larger max),
 //             mismatch       otherwise.
-TensorVerdict judge_tensor(TensorId tensor, const JudgeInput& in, const ToleranceRule& rule);
+//
+// `reducer`, where given, computes the sums over elements (VerdictReducer: on the GPU); the blocks,
+// the limits and the class are decided here either way.
+class VerdictReducer;
+TensorVerdict judge_tensor(TensorId tensor, const JudgeInput& in, const ToleranceRule& rule, VerdictReducer* reducer = nullptr);
+
+// ---- the verdict's sums over elements, computed elsewhere (oracles/gpu_verdict.h) ----
+// judge_tensor's blocks are sums over elements of err^2 and sigma'^2 (harness/tolerance.h). A
+// reducer computes them where the tensors are and hands back one record per row and per tile;
+// the blocks above them (a head, the tensor), the dof of copied rows, the limits, the worst
+// block, the fingerprint and the class are then decided by the same code as on the host.
+//
+// A row is one (b, h, s) of a [B][H][S][D] tensor (one element of a [B][H][S] one); the rows are
+// in that order, heads = B * H of S rows each.
+struct RowSums {
+  // The row's block: sum err^2, sum sigma'^2, its judged elements, and those not exact (the
+  // ones that carry an error: verdict.cpp, Elementwise::exact).
+  double err2 = 0, allow2 = 0, n = 0, can_err = 0;
+  // The row projected on itself (verdict.cpp, row_projection), a block of one dof or empty.
+  double along_err2 = 0, along_allow2 = 0, along_n = 0, along_dof = 0;
+  // The row's first element of the largest err^2 (-1: none judged), and its sigma'^2.
+  double max_err2 = -1, allow2_at_max = 0;
+  uint64_t hash = 0;  // FNV-1a over the bits of the reference's row
+};
+// One tile of rule.tile rows x rule.tile columns, its rows' dof counted as judge_tensor does
+// (copies of a row in the tile count once). Tiles in [head][row tile][column tile] order.
+struct TileSums {
+  double err2 = 0, allow2 = 0, n = 0, dof = 0;
+};
+struct VerdictSums {
+  ErrorStats err;                                   // compare(impl, ref, ...)
+  std::optional<ErrorStats> baseline_fwd, baseline_rev;
+  double kappa = 0, model_rms = 0;                  // as TensorVerdict's
+  std::vector<RowSums> rows;
+  std::vector<TileSums> tiles;
+};
+
+// Computes the sums over elements. Every tensor a call names but `impl` (and compare's `a`)
+// may be kept where the reducer computes, found again by its address: it must stay unchanged
+// for the reducer's life (a DifferentialSession's reference, baselines and error model do).
+// Sums in a fixed order: the same inputs give the same bits. They may differ from the host's
+// in rounding (a different order), never in what is summed.
+class VerdictReducer {
+ public:
+  virtual ~VerdictReducer() = default;
+  // As harness/metrics.h's compare.
+  virtual ErrorStats compare(const Tensor& a, const Tensor& ref, const std::vector<uint8_t>* skip_rows, double overflow) = 0;
+  // Nothing where the host must judge the tensor itself: NaN or Inf where the reference is
+  // finite (the host decides, element by element, which the contract excuses), or a tile
+  // larger than the reducer handles.
+  virtual std::optional<VerdictSums> sums(const JudgeInput& in, const ToleranceRule& rule) = 0;
+};
 // A failing tensor's finding: its one-line detail and its metrics (rms, bounds, the worst block).
 std::string failure_detail(const TensorVerdict& v, Contract declared);
 std::map<FindingMetric, double> failure_metrics(const TensorVerdict& v);

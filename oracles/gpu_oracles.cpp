@@ -1,10 +1,15 @@
 #include "oracles/gpu_oracles.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <type_traits>
 
 #include "harness/compose.h"
 #include "oracles/gpu_error_terms.h"
+#include "oracles/gpu_verdict.h"
 
 namespace attnfuzz {
 namespace {
@@ -62,7 +67,110 @@ Gradients run_backward(const Problem& p, const gpu::Numerics& n, const Forward& 
   return g;
 }
 
+// harness/verdict.h's VerdictReducer on oracles/gpu_verdict.cu.
+class CudaVerdictReducer final : public VerdictReducer {
+ public:
+  ErrorStats compare(const Tensor& a, const Tensor& ref, const std::vector<uint8_t>* skip_rows, double overflow) override {
+    if (a.shape != ref.shape) throw std::invalid_argument("compare: shapes differ");
+    if (ref.numel() == 0) return attnfuzz::compare(a, ref, skip_rows, overflow);
+    const gpu::CompareSums c = gpu::compare(kept(a), kept(ref), skip_rows ? &kept(*skip_rows) : nullptr, shape_of(ref), overflow);
+    return stats_of(c, ref.numel());
+  }
+
+  std::optional<VerdictSums> sums(const JudgeInput& in, const ToleranceRule& rule) override {
+    const Tensor& ref = *in.ref;
+    if (ref.numel() == 0 || std::max<int64_t>(1, rule.tile) > gpu::kMaxTileRows) return std::nullopt;
+    if (in.impl->shape != ref.shape) throw std::invalid_argument("compare: shapes differ");
+    const gpu::VerdictShape s = shape_of(ref);
+    const Tensor* row_dof = in.row_dof && !in.row_dof->data.empty() ? in.row_dof : nullptr;
+    if (row_dof && row_dof->numel() != static_cast<size_t>(s.rows)) throw std::invalid_argument("judge_tensor: row_dof is not one per row");
+    const std::shared_ptr<gpu::DeviceArray> impl = gpu::upload_doubles(in.impl->ptr(), in.impl->numel());
+    gpu::VerdictArrays a;
+    a.impl = impl.get();
+    a.ref = &kept(ref);
+    a.baseline_fwd = in.baseline_fwd ? &kept(*in.baseline_fwd) : nullptr;
+    a.baseline_rev = in.baseline_rev ? &kept(*in.baseline_rev) : nullptr;
+    a.sigma = in.sigma ? &kept(*in.sigma) : nullptr;
+    a.row_dof = row_dof ? &kept(*row_dof) : nullptr;
+    a.skip_rows = in.skip_rows ? &kept(*in.skip_rows) : nullptr;
+    a.tiny = in.tiny;
+    a.overflow = in.overflow;
+    const gpu::VerdictTotals t = gpu::totals(a, s);
+    // NaN or Inf where the reference is finite: the host decides which the contract excuses.
+    if (t.impl.nonfinite_mismatch > 0) return std::nullopt;
+    VerdictSums v;
+    v.err = stats_of(t.impl, ref.numel());
+    if (in.baseline_fwd) v.baseline_fwd = stats_of(t.baseline_fwd, ref.numel());
+    if (in.baseline_rev) v.baseline_rev = stats_of(t.baseline_rev, ref.numel());
+    v.kappa = t.model2 > 0 ? std::sqrt(t.base2 / t.model2) : 0.0;
+    v.model_rms = t.used > 0 ? std::sqrt(t.model2 / t.used) : 0.0;
+    const int64_t tile = std::max<int64_t>(1, rule.tile);
+    const gpu::VerdictBlocks b = gpu::blocks(a, s, std::max(v.kappa, rule.kappa_min), in.row_scale_variance, tile);
+    v.rows.resize(static_cast<size_t>(s.rows));
+    for (size_t r = 0; r < v.rows.size(); ++r) {
+      const double* f = &b.rows[r * gpu::kRowFields];
+      v.rows[r] = {f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], b.hashes[r]};
+    }
+    v.tiles.resize(b.tiles.size() / gpu::kTileFields);
+    for (size_t i = 0; i < v.tiles.size(); ++i) {
+      const double* f = &b.tiles[i * gpu::kTileFields];
+      v.tiles[i] = {f[0], f[1], f[2], f[3]};
+    }
+    return v;
+  }
+
+ private:
+  static gpu::VerdictShape shape_of(const Tensor& ref) {
+    gpu::VerdictShape s;
+    s.width = ref.shape.size() > 3 ? ref.shape[3] : 1;
+    s.seq = ref.shape.at(2);
+    s.rows = static_cast<int64_t>(ref.numel()) / s.width;
+    return s;
+  }
+  static ErrorStats stats_of(const gpu::CompareSums& c, size_t count) {
+    return error_stats_from_sums(c.diff2, c.ref2, c.sum_abs, static_cast<size_t>(c.finite), c.max_abs, c.ref_max_abs,
+                                 static_cast<size_t>(c.nonfinite_mismatch), count);
+  }
+  // A tensor's device copy, made on first use and found again by its address. A few of its
+  // elements' bits, sampled, tell a tensor that reused a freed one's address (which the
+  // contract rules out) from the one kept, and it is then uploaded again.
+  struct Kept {
+    size_t n = 0;
+    uint64_t sample = 0;
+    std::shared_ptr<gpu::DeviceArray> device;
+  };
+  template <class T>
+  static uint64_t sample_of(const T* p, size_t n) {
+    uint64_t h = 1469598103934665603ull ^ n;
+    const size_t step = std::max<size_t>(1, n / 61);
+    for (size_t i = 0; i < n; i += step) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, p + i, sizeof(T));
+      h = (h ^ bits) * 1099511628211ull;
+    }
+    return h;
+  }
+  template <class T>
+  const gpu::DeviceArray& keep(const T* p, size_t n) {
+    Kept& k = kept_[p];
+    const uint64_t sample = sample_of(p, n);
+    if (!k.device || k.n != n || k.sample != sample) {
+      if constexpr (std::is_same_v<T, double>)
+        k.device = gpu::upload_doubles(p, n);
+      else
+        k.device = gpu::upload_bytes(p, n);
+      k.n = n, k.sample = sample;
+    }
+    return *k.device;
+  }
+  const gpu::DeviceArray& kept(const Tensor& t) { return keep(t.ptr(), t.numel()); }
+  const gpu::DeviceArray& kept(const std::vector<uint8_t>& rows) { return keep(rows.data(), rows.size()); }
+  std::map<const void*, Kept> kept_;
+};
+
 }  // namespace
+
+std::unique_ptr<VerdictReducer> make_cuda_verdict_reducer() { return std::make_unique<CudaVerdictReducer>(); }
 
 bool cuda_kernels_available(std::string* why) { return gpu::device_available(why); }
 

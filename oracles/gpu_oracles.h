@@ -6,6 +6,7 @@
 
 #include "harness/backend.h"
 #include "harness/error_model.h"
+#include "harness/verdict.h"
 #include "oracles/gpu_attention.h"
 
 namespace attnfuzz {
@@ -17,6 +18,11 @@ bool cuda_kernels_available(std::string* why);
 // as oracles/error_terms.cpp's reference_error_terms, for OracleSet::error_terms. `t` gets
 // where the time went (host: the output tensors and the mask's plane check).
 ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse, gpu::Timing* t = nullptr);
+
+// The verdict's sums over elements on the GPU (oracles/gpu_verdict.h), for
+// OracleSet::verdict_reducer. It keeps every tensor but a judged implementation's output on the
+// device for its life, so one reducer serves one case (one DifferentialSession).
+std::unique_ptr<VerdictReducer> make_cuda_verdict_reducer();
 
 // The float64 reference on the GPU: same semantics as ReferenceBackend (oracles/reference.h),
 // the score bias included; the backward computes no dBias (a problem asking for it is refused).
