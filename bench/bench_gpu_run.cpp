@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   std::string case_path, device = "cuda", sample_path;
   std::vector<std::string> names;
   int reps = 5;
+  uint64_t budget_mib = Limits{}.memory_budget_bytes >> 20;  // as `attnfuzz run`'s default
   bool determinism = true, null_calls = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -108,10 +109,12 @@ int main(int argc, char** argv) {
       null_calls = true;
     else if (a == "--sample" && i + 1 < argc)
       sample_path = argv[++i];
+    else if (a == "--memory-budget-mib" && i + 1 < argc)
+      budget_mib = std::strtoull(argv[++i], nullptr, 10);
     else if (case_path.empty() && a[0] != '-')
       case_path = a;
     else {
-      std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check] [--null-calls] [--sample FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s CASE.json --backends A,B [--oracle-device cpu|cuda] [--reps N] [--no-determinism-check] [--null-calls] [--sample FILE] [--memory-budget-mib N]\n", argv[0]);
       return 2;
     }
   }
@@ -135,7 +138,7 @@ int main(int argc, char** argv) {
   }
   // The host-memory budget as `attnfuzz run` checks it: with the oracle set this run uses (a
   // real-size case judged by the GPU set holds no Sq x Skv buffer on the host).
-  const Case c = load_case_file(case_path, Limits{Limits{}.memory_budget_bytes, host_work(untimed, *device_from_string(device))});
+  const Case c = load_case_file(case_path, Limits{budget_mib << 20, host_work(untimed, *device_from_string(device))});
   OracleSet base;
   try {
     base = make_oracles(*device_from_string(device));
@@ -157,6 +160,8 @@ int main(int argc, char** argv) {
     bench::RoleTimer t("error terms");
     return null_calls ? null_error_terms(p, f) : base.error_terms(p, f, d_out, d_lse);
   };
+  if (base.verdict_reducer)
+    timed.verdict_reducer = [&base] { return std::make_unique<bench::TimedReducer>(base.verdict_reducer()); };
   DiffOptions opt;
   opt.check_determinism = determinism;
   opt.gpu_health = gpu_health;
@@ -178,9 +183,9 @@ int main(int argc, char** argv) {
     for (const auto& [k, v] : ledger()) accounted += v;
     std::printf(
         "%s total %8.1f ms (process CPU %8.1f): inputs %6.1f, reference %6.1f, error terms %6.1f, baselines %6.1f, backends %6.1f, "
-        "other host work %6.1f; %zu finding(s)\n",
+        "verdict sums on the device %6.1f, other host work %6.1f; %zu finding(s)\n",
         r == 0 ? "first" : "warm ", total, cpu, inputs_ms, ledger()["reference"], ledger()["error terms"], ledger()["baselines"],
-        ledger()["backends"], total - accounted, rep.findings.size());
+        ledger()["backends"], ledger()["verdict sums"], total - accounted, rep.findings.size());
   }
   if (!sample_path.empty()) {
     sampler.stop();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "harness/backend.h"
+#include "harness/verdict.h"
 
 namespace attnfuzz::bench {
 
@@ -80,6 +81,24 @@ class Timed final : public Backend {
  private:
   std::shared_ptr<Backend> inner_;
   std::string role_;
+};
+
+// A verdict reducer (harness/verdict.h) whose calls are timed under "verdict sums"; the sums
+// are its inner reducer's.
+class TimedReducer final : public VerdictReducer {
+ public:
+  explicit TimedReducer(std::unique_ptr<VerdictReducer> inner) : inner_(std::move(inner)) {}
+  ErrorStats compare(const Tensor& a, const Tensor& ref, const std::vector<uint8_t>* skip_rows, double overflow) override {
+    RoleTimer t("verdict sums");
+    return inner_->compare(a, ref, skip_rows, overflow);
+  }
+  std::optional<VerdictSums> sums(const JudgeInput& in, const ToleranceRule& rule) override {
+    RoleTimer t("verdict sums");
+    return inner_->sums(in, rule);
+  }
+
+ private:
+  std::unique_ptr<VerdictReducer> inner_;
 };
 
 }  // namespace attnfuzz::bench

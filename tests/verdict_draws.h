@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <limits>
 #include <map>
 #include <random>
@@ -12,7 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "backends/registry.h"
+#include "generators/random_case.h"
+#include "harness/differential.h"
 #include "harness/verdict.h"
+#include "oracles/emulated.h"
 
 namespace attnfuzz::verdict_test {
 
@@ -24,8 +31,10 @@ inline bool near(double a, double b) {
   return std::fabs(a - b) <= kRelative * std::max(std::fabs(a), std::fabs(b));
 }
 
-// Every difference between two verdicts of one tensor, or "" when they agree.
-inline std::string difference(const TensorVerdict& host, const TensorVerdict& device) {
+// Every difference between two verdicts of one tensor, or "" when they agree. Where the two
+// name different worst blocks whose scores (ratio / limit) agree to within kRelative, those are
+// a tie that the last bits of a sum decide: `*tie` is set and the blocks are not compared.
+inline std::string difference(const TensorVerdict& host, const TensorVerdict& device, bool* tie = nullptr) {
   std::string out;
   auto same = [&](const char* what, bool ok) {
     if (!ok) out += std::string(" ") + what;
@@ -33,8 +42,18 @@ inline std::string difference(const TensorVerdict& host, const TensorVerdict& de
   same("pass", host.pass == device.pass);
   same("class", host.failure == device.failure);
   same("fingerprint", host.print.label == device.print.label && host.print.rung == device.print.rung);
-  same("worst granularity", host.worst.granularity == device.worst.granularity);
-  same("worst block", host.worst.where == device.worst.where);
+  const bool same_block = host.worst.granularity == device.worst.granularity && host.worst.where == device.worst.where;
+  const bool tied = !same_block && host.worst.limit > 0 && device.worst.limit > 0 &&
+                    near(host.worst.ratio / host.worst.limit, device.worst.ratio / device.worst.limit);
+  if (tie) *tie = tied;
+  if (!tied) {
+    same("worst granularity", host.worst.granularity == device.worst.granularity);
+    same("worst block", host.worst.where == device.worst.where);
+    same("worst ratio", near(host.worst.ratio, device.worst.ratio));
+    same("worst limit", near(host.worst.limit, device.worst.limit));
+    same("worst n", host.worst.n == device.worst.n);
+    same("worst dof", host.worst.dof == device.worst.dof);
+  }
   same("rms", near(host.err.rms, device.err.rms));
   same("max_abs", host.err.max_abs == device.err.max_abs);
   same("baseline rms", near(host.baseline.rms, device.baseline.rms));
@@ -43,10 +62,6 @@ inline std::string difference(const TensorVerdict& host, const TensorVerdict& de
   same("tensor ratio", near(host.tensor_ratio, device.tensor_ratio));
   same("bound rms", near(host.bound_rms, device.bound_rms));
   same("bound max", near(host.bound_max, device.bound_max));
-  same("worst ratio", near(host.worst.ratio, device.worst.ratio));
-  same("worst limit", near(host.worst.limit, device.worst.limit));
-  same("worst n", host.worst.n == device.worst.n);
-  same("worst dof", host.worst.dof == device.worst.dof);
   bool margins = host.margin.size() == device.margin.size();
   for (const auto& [g, m] : host.margin) margins = margins && device.margin.count(g) && near(m, device.margin.at(g));
   same("margins", margins);
@@ -174,6 +189,65 @@ inline Draw draw(uint64_t seed) {
   d.in.declared = Contract::bf16;
   d.in.coarsest_held = Contract::bf16;
   return d;
+}
+
+// Random cases judged twice, by the CPU oracle set with its own sums and with `reducer`'s: a
+// contract baseline as the backend (which passes) and one that drops dLSE (which fails where a
+// case has one). The findings must be the same, and every run's tensors the same verdicts.
+struct CaseAgreement {
+  int cases = 0, tensors = 0, findings = 0, disagree = 0, ties = 0;
+  std::vector<std::string> failures;  // the first ten differences
+};
+inline CaseAgreement judge_random_cases(const std::function<std::unique_ptr<VerdictReducer>()>& reducer, int count) {
+  struct DropsDlse final : Backend {
+    EmulatedBackend inner{Contract::fp32, false};
+    std::string name() const override { return "drops-dlse"; }
+    std::optional<Contract> contract(DType) const override { return Contract::fp32; }
+    Forward forward(const Problem& p) override { return inner.forward(p); }
+    Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+      return inner.backward(p, f, d_out, Tensor(d_lse.shape));
+    }
+  };
+  RandomCaseOptions opt;
+  opt.max_seq = 96;
+  opt.max_dim = 64;
+  const OracleSet host = default_oracles();
+  OracleSet reduced = host;
+  reduced.verdict_reducer = reducer;
+  CaseAgreement out;
+  auto fail = [&](const std::string& what) {
+    if (out.failures.size() < 10) out.failures.push_back(what);
+  };
+  for (int i = 0; i < count; ++i) {
+    const Case c = random_case(27'500'000 + static_cast<uint64_t>(i), opt);
+    EmulatedBackend baseline(Contract::bf16, true);
+    DropsDlse drops;
+    DiffOptions o;
+    o.check_determinism = false;
+    const DiffReport a = run_differential(c, {&baseline, &drops}, host, o);
+    const DiffReport b = run_differential(c, {&baseline, &drops}, reduced, o);
+    ++out.cases;
+    out.findings += static_cast<int>(a.findings.size());
+    bool same_findings = a.findings.size() == b.findings.size();
+    for (size_t f = 0; same_findings && f < a.findings.size(); ++f) same_findings = a.findings[f].signature == b.findings[f].signature;
+    if (!same_findings) {
+      ++out.disagree;
+      fail("case " + std::to_string(i) + ": other findings");
+      continue;
+    }
+    for (size_t r = 0; r < a.runs.size() && r < b.runs.size(); ++r)
+      for (size_t t = 0; t < a.runs[r].tensors.size() && t < b.runs[r].tensors.size(); ++t) {
+        ++out.tensors;
+        bool tie = false;
+        const std::string diff = difference(a.runs[r].tensors[t], b.runs[r].tensors[t], &tie);
+        out.ties += tie;
+        if (diff.empty()) continue;
+        ++out.disagree;
+        fail("case " + std::to_string(i) + " run " + a.runs[r].backend + " " + a.runs[r].composition + " tensor " +
+             std::string(to_string(a.runs[r].tensors[t].tensor)) + ": differs in" + diff);
+      }
+  }
+  return out;
 }
 
 }  // namespace attnfuzz::verdict_test
