@@ -246,7 +246,7 @@ void check_shapes(const char* who, const TermTensors& terms, const Tensor& ref) 
 
 Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
   check_shapes("model_sigma", terms, ref);
-  Tensor sigma(ref.shape);
+  Tensor sigma(ref.shape, uninitialized);  // every element written below
   const size_t width = ref.shape.empty() || t == TensorId::LSE ? 1 : static_cast<size_t>(ref.shape.back());
   // Each element on its own: any split over threads gives the same bits (harness/parallel.h).
   parallel_for(ref.numel(), [&](size_t begin, size_t end) {
@@ -273,7 +273,7 @@ ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, cons
   if (t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
   check_shapes("model_row_dof", terms, ref);
   const int64_t width = ref.shape[3];
-  ModelOfOutput m{Tensor(ref.shape), Tensor({ref.shape[0], ref.shape[1], ref.shape[2]})};
+  ModelOfOutput m{Tensor(ref.shape, uninitialized), Tensor({ref.shape[0], ref.shape[1], ref.shape[2]}, uninitialized)};  // every element written below
   Tensor &sigma = m.sigma, &dof = m.row_dof;
   // Each row on its own (its sums in the same order whatever the split): rows over threads.
   // One pass gives each element's sigma (as model_sigma computes it) and the row's dof.

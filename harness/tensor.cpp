@@ -7,6 +7,10 @@
 
 namespace attnfuzz {
 
+void fill_elements(TensorData& data, double value) {
+  parallel_for(data.size(), [&](size_t begin, size_t end) { std::fill(data.begin() + static_cast<std::ptrdiff_t>(begin), data.begin() + static_cast<std::ptrdiff_t>(end), value); });
+}
+
 Tensor slice_seq(const Tensor& t, int64_t s0, int64_t s1) {
   if (t.shape.size() < 3 || s0 < 0 || s1 > t.shape[2] || s0 > s1) throw std::out_of_range("slice_seq: bad range");
   std::vector<int64_t> shape = t.shape;

@@ -43,6 +43,9 @@ struct DefaultInitAllocator : A {
 
 using TensorData = std::vector<double, DefaultInitAllocator<double>>;
 
+// Every element := value (over threads from parallel_min_elements(), harness/parallel.h).
+void fill_elements(TensorData& data, double value);
+
 // The tag of Tensor's constructor that leaves the elements unset.
 struct Uninitialized {
   explicit Uninitialized() = default;
@@ -54,7 +57,9 @@ struct Tensor {
   TensorData data;
 
   Tensor() = default;
-  explicit Tensor(std::vector<int64_t> s, double fill = 0.0) : shape(std::move(s)), data(numel_of(shape), fill) {}
+  // Filled over threads at real size (fill_elements): a real-size case makes a hundred such
+  // tensors, and filling them on one thread was a tenth of its wall time.
+  explicit Tensor(std::vector<int64_t> s, double fill = 0.0) : shape(std::move(s)), data(numel_of(shape)) { fill_elements(data, fill); }
   // Elements unset, for tensors a download, a copy or a kernel wholly overwrites before any read:
   // value-initializing them was 16% of a real-size case's wall time.
   Tensor(std::vector<int64_t> s, Uninitialized) : shape(std::move(s)), data(numel_of(shape)) {}

@@ -180,14 +180,18 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
   const std::vector<int64_t> oq{s.batch, s.heads_q, s.seq_q, s.head_dim_v}, lq{s.batch, s.heads_q, s.seq_q},
       qq{s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, kk{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk},
       vv{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
-  // Shapes and lengths as oracles/error_terms.cpp makes them.
+  // Shapes and lengths as oracles/error_terms.cpp makes them. Every tensor the download below
+  // wholly overwrites is left unset (filling them was a twentieth of a real-size case's wall
+  // time); `stored` stays zero where the kernels leave it (O, LSE, dQ, and dK, dV of a group of
+  // one), and so does the LSE's operand part.
   ErrorTerms e;
   const double kv = reduction_length(TensorId::O, s), q_group = reduction_length(TensorId::dK, s);
-  e[TensorId::O] = TermTensors{Tensor(oq), Tensor(oq), Tensor(oq), kv};
-  e[TensorId::LSE] = TermTensors{Tensor(lq), Tensor(lq), Tensor(lq), kv};
-  e[TensorId::dQ] = TermTensors{Tensor(qq), Tensor(qq), Tensor(qq), kv, Tensor(qq), Tensor(qq), Tensor(qq), Tensor(qq)};
-  e[TensorId::dK] = TermTensors{Tensor(kk), Tensor(kk), Tensor(kk), q_group, Tensor(kk), Tensor(kk), Tensor(kk), Tensor(kk)};
-  e[TensorId::dV] = TermTensors{Tensor(vv), Tensor(vv), Tensor(vv), q_group};
+  auto unset = [](const std::vector<int64_t>& shape) { return Tensor(shape, uninitialized); };
+  e[TensorId::O] = TermTensors{unset(oq), Tensor(oq), unset(oq), kv};
+  e[TensorId::LSE] = TermTensors{Tensor(lq), Tensor(lq), unset(lq), kv};  // the LSE has no operand part
+  e[TensorId::dQ] = TermTensors{unset(qq), Tensor(qq), unset(qq), kv, unset(qq), unset(qq), unset(qq), unset(qq)};
+  e[TensorId::dK] = TermTensors{unset(kk), Tensor(kk), unset(kk), q_group, unset(kk), unset(kk), unset(kk), unset(kk)};
+  e[TensorId::dV] = TermTensors{unset(vv), Tensor(vv), unset(vv), q_group};
   gpu::HostErrorTerms out;
   // The kernels' five outputs (dBias is not computed on the GPU: a case that asks it is judged by the CPU set).
   for (TensorId o : {TensorId::O, TensorId::LSE, TensorId::dQ, TensorId::dK, TensorId::dV}) {
@@ -198,22 +202,22 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
   for (TensorId o : {TensorId::O, TensorId::dQ, TensorId::dK, TensorId::dV}) {
     const auto i = output_index(o);
     const std::vector<int64_t> rows(e[o].operand.shape.begin(), e[o].operand.shape.begin() + 3);
-    e[o].operand_sources = Tensor(rows);
-    e[o].score_sources = Tensor(rows);
+    e[o].operand_sources = unset(rows);
+    e[o].score_sources = unset(rows);
     out.operand_sources[i] = e[o].operand_sources.ptr();
     out.score_sources[i] = e[o].score_sources.ptr();
   }
-  e[TensorId::LSE].truncation = Tensor(lq);
+  e[TensorId::LSE].truncation = unset(lq);
   out.truncation_lse = e[TensorId::LSE].truncation.ptr();
-  e[TensorId::dK].underflow = Tensor(kk);
-  e[TensorId::dV].underflow = Tensor(vv);
+  e[TensorId::dK].underflow = unset(kk);
+  e[TensorId::dV].underflow = unset(vv);
   out.underflow_dk = e[TensorId::dK].underflow.ptr();
   out.underflow_dv = e[TensorId::dV].underflow.ptr();
   if (p.dtype == DType::f16)  // the subnormal part (harness/error_model.h)
     for (TensorId o : {TensorId::O, TensorId::dQ, TensorId::dK, TensorId::dV}) {
       const auto i = output_index(o);
-      e[o].subnormal = Tensor(e[o].operand.shape);
-      e[o].subnormal_sources = Tensor(e[o].operand_sources.shape);
+      e[o].subnormal = unset(e[o].operand.shape);
+      e[o].subnormal_sources = unset(e[o].operand_sources.shape);
       out.subnormal[i] = e[o].subnormal.ptr();
       out.subnormal_sources[i] = e[o].subnormal_sources.ptr();
     }
