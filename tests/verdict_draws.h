@@ -2,10 +2,13 @@
 // Random judged tensors with planted errors, and the comparison of two verdicts of one tensor:
 // what tests/test_verdict_sums.cpp (a reducer on the host) and tests/test_gpu_verdict.cpp (the
 // GPU's) hold against harness/verdict.cpp's own sums.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <limits>
@@ -248,6 +251,15 @@ inline CaseAgreement judge_random_cases(const std::function<std::unique_ptr<Verd
       }
   }
   return out;
+}
+
+// What both tests hold of judge_random_cases: no difference but ties, and findings to compare.
+inline void expect_cases_agree(const CaseAgreement& a) {
+  for (const std::string& f : a.failures) ADD_FAILURE() << f;
+  std::cout << "  " << a.cases << " cases, " << a.tensors << " judged tensors, " << a.findings << " findings, " << a.disagree
+            << " disagreeing, " << a.ties << " worst blocks tied\n";
+  EXPECT_EQ(a.disagree, 0);
+  EXPECT_GE(a.findings, 5);
 }
 
 }  // namespace attnfuzz::verdict_test
