@@ -6,20 +6,20 @@ namespace attnfuzz::gpu {
 
 class DeviceArray {
  public:
-  explicit DeviceArray(size_t n) : doubles(n) {}
-  explicit DeviceArray(size_t n, bool) : bytes(n) {}
-  DeviceBuffer<double> doubles;
-  DeviceBuffer<uint8_t> bytes;
+  DeviceBuffer<double> doubles;  // a float64 tensor,
+  DeviceBuffer<uint8_t> bytes;   // or one byte per row
 };
 
 std::shared_ptr<DeviceArray> upload_doubles(const double* host, size_t n) {
-  auto a = std::make_shared<DeviceArray>(n);
+  auto a = std::make_shared<DeviceArray>();
+  a->doubles = DeviceBuffer<double>(n);
   upload_exact(a->doubles, host);
   return a;
 }
 
 std::shared_ptr<DeviceArray> upload_bytes(const uint8_t* host, size_t n) {
-  auto a = std::make_shared<DeviceArray>(n, true);
+  auto a = std::make_shared<DeviceArray>();
+  a->bytes = DeviceBuffer<uint8_t>(n);
   a->bytes.upload(host);
   return a;
 }
