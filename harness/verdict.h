@@ -245,9 +245,9 @@ struct VerdictSums {
   std::vector<TileSums> tiles;
 };
 
-// Computes the sums over elements. Every tensor a call names but `impl` (and compare's `a`)
-// may be kept where the reducer computes, found again by its address: it must stay unchanged
-// for the reducer's life (a DifferentialSession's reference, baselines and error model do).
+// Computes the sums over elements. Every tensor a call names but sums()'s `impl` may be kept
+// where the reducer computes, found again by its address: it must stay unchanged for the
+// reducer's life (a DifferentialSession's reference, baselines, ladder rungs and error model do).
 // Sums in a fixed order: the same inputs give the same bits. They may differ from the host's
 // in rounding (a different order), never in what is summed.
 class VerdictReducer {
