@@ -80,16 +80,15 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       qq{s.batch, s.heads_q, s.seq_q, s.head_dim_qk}, kk{s.batch, s.heads_kv, s.seq_kv, s.head_dim_qk},
       vv{s.batch, s.heads_kv, s.seq_kv, s.head_dim_v};
   ErrorTerms t;
-  // `assigned`: the operand and score parts are assigned head by head below (O and dQ), not
-  // summed over a GQA group (dK and dV). The stored part of O, LSE and dQ stays zero here.
-  auto init = [&](TensorId o, const std::vector<int64_t>& shape, double length, bool assigned) {
-    auto part = [&] { return assigned ? Tensor(shape) : Tensor(shape); };
-    t[o] = TermTensors{part(), Tensor(shape), part(), length};
+  // Zeroed: dK and dV sum their parts over a GQA group, and the stored part of O, LSE and dQ
+  // stays zero here.
+  auto init = [&](TensorId o, const std::vector<int64_t>& shape, double length) {
+    t[o] = TermTensors{Tensor(shape), Tensor(shape), Tensor(shape), length};
   };
-  init(TensorId::O, oq, reduction_length(TensorId::O, s), true);
-  init(TensorId::LSE, lq, reduction_length(TensorId::LSE, s), false);
-  init(TensorId::dQ, qq, reduction_length(TensorId::dQ, s), true);
-  init(TensorId::dK, kk, reduction_length(TensorId::dK, s), false);
+  init(TensorId::O, oq, reduction_length(TensorId::O, s));
+  init(TensorId::LSE, lq, reduction_length(TensorId::LSE, s));
+  init(TensorId::dQ, qq, reduction_length(TensorId::dQ, s));
+  init(TensorId::dK, kk, reduction_length(TensorId::dK, s));
   for (TensorId o : {TensorId::dQ, TensorId::dK}) {
     auto part = [&] { return o == TensorId::dQ ? Tensor(qq) : Tensor(kk); };
     t[o].via_op = part();
@@ -97,7 +96,7 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
     t[o].via_acc = part();
     t[o].via_sc = part();
   }
-  init(TensorId::dV, vv, reduction_length(TensorId::dV, s), false);
+  init(TensorId::dV, vv, reduction_length(TensorId::dV, s));
   t[TensorId::LSE].truncation = Tensor(lq);
   // The truncation part's weights (harness/error_model.h): w_d = ceil(Dqk / 16) - floor(d / 16).
   Eigen::VectorXd step_weights(s.head_dim_qk);
