@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "oracles/device_mirror.h"
 #include "oracles/exact_transfer.h"
 #include "oracles/gpu_attention.h"
 
@@ -128,17 +129,18 @@ __global__ void classify_tiles(MaskView m) {
         v == 0 ? kTileEmpty : (full == static_cast<int>(blockDim.x) ? kTileFull : kTilePartial);
 }
 
-// The dense mask on the device (one plane when every (b, h) shares it) and its tile map.
+// The dense mask on the device (one plane when every (b, h) shares it; the mirror's copy,
+// oracles/device_mirror.h) and its tile map.
 struct DeviceMask {
-  DeviceBuffer<uint8_t> dense, tiles;
+  SharedCopy dense;
+  DeviceBuffer<uint8_t> tiles;
   MaskView v;
   explicit DeviceMask(const HostAttention& a) {
     const int64_t planes = a.mask_one_plane ? 1 : a.batch * a.heads_q;
     const int64_t tiles_q = (a.seq_q + kTile - 1) / kTile, tiles_kv = (a.seq_kv + kTile - 1) / kTile;
-    dense = DeviceBuffer<uint8_t>(static_cast<size_t>(planes * a.seq_q * a.seq_kv));
-    dense.upload(a.mask);
+    dense = device_copy(a.mask, static_cast<size_t>(planes * a.seq_q * a.seq_kv));
     tiles = DeviceBuffer<uint8_t>(static_cast<size_t>(planes * tiles_q * tiles_kv));
-    v = {dense.get(), tiles.get(), a.mask_one_plane, a.seq_q, a.seq_kv, tiles_q, tiles_kv};
+    v = {dense->bytes_data(), tiles.get(), a.mask_one_plane, a.seq_q, a.seq_kv, tiles_q, tiles_kv};
     classify_tiles<<<dim3(static_cast<unsigned>(tiles_kv), static_cast<unsigned>(tiles_q), static_cast<unsigned>(planes)), kThreads>>>(v);
     AF_CUDA(cudaGetLastError());
   }
@@ -158,9 +160,10 @@ struct BiasView {
   }
 };
 
-// The bias on the device, as the host holds it (float64: exact for every case dtype).
+// The bias on the device, as the host holds it (float64: exact for every case dtype; the
+// mirror's copy).
 struct DeviceBias {
-  DeviceBuffer<double> values;
+  SharedCopy values;
   BiasView v{};
   explicit DeviceBias(const HostAttention& a) {
     v.heads_q = a.heads_q;
@@ -171,9 +174,8 @@ struct DeviceBias {
       if (a.bias_extent[d] != 1 && a.bias_extent[d] != full[d])
         throw std::invalid_argument("bias extent " + std::to_string(a.bias_extent[d]) + " in dimension " + std::to_string(d) +
                                     " is neither 1 nor " + std::to_string(full[d]));
-    values = DeviceBuffer<double>(static_cast<size_t>(a.bias_extent[0] * a.bias_extent[1] * a.bias_extent[2] * a.bias_extent[3]));
-    values.upload(a.bias);
-    v.values = values.get();
+    values = device_copy(a.bias, static_cast<size_t>(a.bias_extent[0] * a.bias_extent[1] * a.bias_extent[2] * a.bias_extent[3]));
+    v.values = values->doubles();
   }
   BiasView view() const { return v; }
 };
@@ -339,43 +341,46 @@ bool narrow_transfers() {
 }
 
 // Host float64 [0, dst.size()) -> device float64, through the narrowest exact type.
-void upload_exact(DeviceBuffer<double>& dst, const double* src) {
-  const size_t n = dst.size();
+void upload_exact(double* dst, const double* src, size_t n) {
   if (n == 0) return;
-  if (!narrow_transfers()) return dst.upload(src);
-  const ExactWidth w = narrowest_exact(src, n);
-  if (w == ExactWidth::f64) return dst.upload(src);
+  const ExactWidth w = narrow_transfers() ? narrowest_exact(src, n) : ExactWidth::f64;
+  if (w == ExactWidth::f64) {
+    AF_CUDA(cudaMemcpy(dst, src, n * sizeof(double), cudaMemcpyHostToDevice));
+    return;
+  }
   const size_t bytes = n * bytes_of(w);
   void* h = staging().host_at_least(bytes);
   pack_exact(src, n, w, h);
   uint8_t* d = staging().device_at_least(bytes);
   AF_CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-  widen_exact<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(d, static_cast<int>(bytes_of(w)), dst.get(), static_cast<int64_t>(n));
+  widen_exact<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(d, static_cast<int>(bytes_of(w)), dst, static_cast<int64_t>(n));
   AF_CUDA(cudaGetLastError());
 }
+void upload_exact(DeviceBuffer<double>& dst, const double* src) { upload_exact(dst.get(), src, dst.size()); }
 
 // Device float64 -> host, through the narrowest exact type the device finds (one small copy of
 // the answer first): for outputs stored in the case dtype.
-void download_exact(const DeviceBuffer<double>& src, double* dst) {
-  const size_t n = src.size();
+void download_exact(const double* src, size_t n, double* dst) {
   if (n == 0) return;
-  if (!narrow_transfers()) return src.download(dst);
+  const auto whole = [&] { AF_CUDA(cudaMemcpy(dst, src, n * sizeof(double), cudaMemcpyDeviceToHost)); };
+  if (!narrow_transfers()) return whole();
   int* rank = staging().rank.get();
   AF_CUDA(cudaMemset(rank, 0, sizeof(int)));
-  exact_width_rank<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(src.get(), static_cast<int64_t>(n), rank);
+  exact_width_rank<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(src, static_cast<int64_t>(n), rank);
   AF_CUDA(cudaGetLastError());
   int r = 2;
   AF_CUDA(cudaMemcpy(&r, rank, sizeof(int), cudaMemcpyDeviceToHost));
-  if (r == 2) return src.download(dst);
+  if (r == 2) return whole();
   const ExactWidth w = r == 0 ? ExactWidth::bf16 : ExactWidth::f32;
   const size_t bytes = n * bytes_of(w);
   uint8_t* d = staging().device_at_least(bytes);
-  pack_exact_device<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(src.get(), static_cast<int>(bytes_of(w)), d, static_cast<int64_t>(n));
+  pack_exact_device<<<stride_grid(static_cast<int64_t>(n)), kThreads>>>(src, static_cast<int>(bytes_of(w)), d, static_cast<int64_t>(n));
   AF_CUDA(cudaGetLastError());
   void* h = staging().host_at_least(bytes);
   AF_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
   unpack_exact(h, n, w, dst);
 }
+void download_exact(const DeviceBuffer<double>& src, double* dst) { download_exact(src.get(), src.size(), dst); }
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }

@@ -26,4 +26,11 @@ void pack_exact(const double* src, size_t n, ExactWidth w, void* dst);
 // The inverse: dst[i] = the element i of src, widened (exact).
 void unpack_exact(const void* src, size_t n, ExactWidth w, double* dst);
 
+// A 64-bit digest of bytes [p, p + n), by which a device copy of host memory is found again
+// (oracles/device_mirror.h): each 64 KiB chunk hashed in four lanes of
+//   acc = rotl(acc + w P2, 31) P1   (xxHash64's round, w the chunk's 64-bit words in order),
+// and the chunks' hashes folded in order with n. The chunks run over threads; the digest does
+// not depend on how many.
+uint64_t content_digest(const void* p, size_t n);
+
 }  // namespace attnfuzz

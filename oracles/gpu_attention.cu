@@ -326,6 +326,18 @@ __global__ void lse_out(const T* lse, double* out, int64_t n) {
   if (e < n) out[e] = static_cast<double>(lse[e]);  // fp32 LSE under a contract, float64 otherwise
 }
 
+// An input in the working type: the float64 device copy itself (oracles/device_mirror.h), or
+// converted from it (rounded as a matmul operand of the contract where asked).
+template <class T>
+struct DeviceInput {
+  SharedCopy source;
+  DeviceBuffer<T> converted;
+  const T* get() const {
+    if constexpr (std::is_same_v<T, double>) return source->doubles();
+    return converted.get();
+  }
+};
+
 // Everything one call keeps on the device: inputs in the working type, the mask and its tiles,
 // the score bias.
 template <class T>
@@ -333,7 +345,7 @@ struct DeviceProblem {
   const HostAttention& a;
   Numerics n;
   int64_t group, rows_q;
-  DeviceBuffer<T> q, k, v;
+  DeviceInput<T> q, k, v;
   DeviceMask mask;
   DeviceBias bias;
 
@@ -349,15 +361,13 @@ struct DeviceProblem {
   bool keep() const { return n.reference64 || n.contract == Contract::fp64; }
 
   // Host float64 -> device T; `operand` rounds as the contract's matmul operand.
-  void upload_operand(DeviceBuffer<T>& dst, const double* src, int64_t count, bool as_operand = true) {
-    dst = DeviceBuffer<T>(static_cast<size_t>(count));
+  void upload_operand(DeviceInput<T>& dst, const double* src, int64_t count, bool as_operand = true) {
+    dst.source = device_copy(src, static_cast<size_t>(count));
     if constexpr (std::is_same_v<T, double>) {
-      upload_exact(dst, src);
       if (as_operand && !keep()) throw std::logic_error("float64 buffers hold only float64 operands");
     } else {
-      DeviceBuffer<double> tmp(static_cast<size_t>(count));
-      upload_exact(tmp, src);
-      to_device_type<T><<<grid_for(count, kThreads), kThreads>>>(tmp.get(), dst.get(), count, n.contract, as_operand);
+      dst.converted = DeviceBuffer<T>(static_cast<size_t>(count));
+      to_device_type<T><<<grid_for(count, kThreads), kThreads>>>(dst.source->doubles(), dst.converted.get(), count, n.contract, as_operand);
       AF_CUDA(cudaGetLastError());
     }
   }
@@ -399,12 +409,31 @@ struct DeviceProblem {
   }
 };
 
+// An output's device memory: written by the kernels, then kept by the mirror once downloaded.
+struct FreshDoubles {
+  std::shared_ptr<DeviceCopy> copy;
+  double* get() const { return static_cast<double*>(copy->data()); }
+  size_t size() const { return copy->bytes() / sizeof(double); }
+};
+FreshDoubles fresh_doubles(int64_t n) { return {std::make_shared<DeviceCopy>(static_cast<size_t>(n) * sizeof(double))}; }
+
+// The reference's outputs come back whole; the baselines' in the narrowest exact type. Either way
+// the host then holds the device's bytes, and a later call that sends them finds this copy.
+void fetch_and_remember(const FreshDoubles& d, double* host, const Numerics& n) {
+  if (n.reference64) {
+    if (d.size()) AF_CUDA(cudaMemcpy(host, d.get(), d.size() * sizeof(double), cudaMemcpyDeviceToHost));
+  } else {
+    download_exact(d.get(), d.size(), host);
+  }
+  remember_copy(host, d.size(), d.copy);
+}
+
 template <class T>
 void forward_impl(const HostAttention& a, const Numerics& n, double* o, double* lse_out_host, Timing* timing) {
   auto t0 = Clock::now();
   DeviceProblem<T> dp(a, n);
   DeviceBuffer<T> lse(static_cast<size_t>(dp.rows_q));
-  DeviceBuffer<double> out(static_cast<size_t>(dp.rows_q * a.dim_v)), lse_d(static_cast<size_t>(dp.rows_q));
+  const auto out = fresh_doubles(dp.rows_q * a.dim_v), lse_d = fresh_doubles(dp.rows_q);
   AF_CUDA(cudaDeviceSynchronize());
   if (timing) timing->upload_ms = ms_since(t0);
   t0 = Clock::now();
@@ -426,9 +455,8 @@ void forward_impl(const HostAttention& a, const Numerics& n, double* o, double* 
   if (timing) timing->compute_ms = ms_since(t0);
   t0 = Clock::now();
   // The baselines store O in the case dtype and the LSE in fp32: they come back narrow.
-  const auto fetch = [&](const DeviceBuffer<double>& d, double* h) { n.reference64 ? d.download(h) : download_exact(d, h); };
-  fetch(out, o);
-  fetch(lse_d, lse_out_host);
+  fetch_and_remember(out, o, n);
+  fetch_and_remember(lse_d, lse_out_host, n);
   if (timing) timing->download_ms = ms_since(t0);
 }
 
@@ -438,7 +466,7 @@ void backward_impl(const HostAttention& a, const Numerics& n, const double* o_ho
   auto t0 = Clock::now();
   DeviceProblem<T> dp(a, n);
   const int64_t rows_q = dp.rows_q, rows_kv = a.batch * a.heads_kv * a.seq_kv;
-  DeviceBuffer<T> d_out_op, d_out_raw, o_raw, d_lse;
+  DeviceInput<T> d_out_op, d_out_raw, o_raw, d_lse;
   dp.upload_operand(d_out_op, d_out_host, rows_q * a.dim_v);
   // In float64 the operand is the value itself: one copy serves both.
   constexpr bool wide = std::is_same_v<T, double>;
@@ -447,8 +475,7 @@ void backward_impl(const HostAttention& a, const Numerics& n, const double* o_ho
   dp.upload_operand(o_raw, o_host, rows_q * a.dim_v, false);
   dp.upload_operand(d_lse, d_lse_host, rows_q, false);
   DeviceBuffer<T> lse(static_cast<size_t>(rows_q)), delta(static_cast<size_t>(rows_q));
-  DeviceBuffer<double> dq(static_cast<size_t>(rows_q * a.dim_qk)), dk(static_cast<size_t>(rows_kv * a.dim_qk)),
-      dv(static_cast<size_t>(rows_kv * a.dim_v));
+  const auto dq = fresh_doubles(rows_q * a.dim_qk), dk = fresh_doubles(rows_kv * a.dim_qk), dv = fresh_doubles(rows_kv * a.dim_v);
   AF_CUDA(cudaDeviceSynchronize());
   if (timing) timing->upload_ms = ms_since(t0);
   t0 = Clock::now();
@@ -480,10 +507,9 @@ void backward_impl(const HostAttention& a, const Numerics& n, const double* o_ho
   AF_CUDA(cudaDeviceSynchronize());
   if (timing) timing->compute_ms = ms_since(t0);
   t0 = Clock::now();
-  const auto fetch = [&](const DeviceBuffer<double>& d, double* h) { n.reference64 ? d.download(h) : download_exact(d, h); };
-  fetch(dq, dq_host);
-  fetch(dk, dk_host);
-  fetch(dv, dv_host);
+  fetch_and_remember(dq, dq_host, n);
+  fetch_and_remember(dk, dk_host, n);
+  fetch_and_remember(dv, dv_host, n);
   if (timing) timing->download_ms = ms_since(t0);
 }
 

@@ -428,9 +428,15 @@ void product(const G& g, int64_t z_count) {
   launch_product<double, FusedMac>(g, z_count, false);
 }
 
+// An input: the mirror's float64 copy (oracles/device_mirror.h).
+struct DeviceInput {
+  SharedCopy copy;
+  const double* get() const { return copy->doubles(); }
+};
+
 // Device arrays of the inputs and the results.
 struct DeviceTerms {
-  DeviceBuffer<double> q, k, v, o, lse, d_out, d_lse;
+  DeviceInput q, k, v, o, lse, d_out, d_lse;
   DeviceBuffer<double> operand[5], score[5], stored_dk, stored_dv, underflow_dk, underflow_dv, via_dq[4], via_dk[4];
   DeviceBuffer<double> d_minus_g, d_err, d_err_dq;  // d_err_dq: dQ's, with the tied keys' part (tied_key_errors)
   DeviceBuffer<uint8_t> tied;
@@ -450,10 +456,7 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
   const int64_t rows_q = heads_total * a.seq_q, rows_kv = a.batch * a.heads_kv * a.seq_kv;
   const auto n = [](int64_t x) { return static_cast<size_t>(x); };
   DeviceTerms d;
-  auto upload = [&](DeviceBuffer<double>& dst, const double* src, int64_t count) {
-    dst = DeviceBuffer<double>(n(count));
-    upload_exact(dst, src);
-  };
+  auto upload = [&](DeviceInput& dst, const double* src, int64_t count) { dst.copy = device_copy(src, n(count)); };
   upload(d.q, a.q, rows_q * a.dim_qk);
   upload(d.k, a.k, rows_kv * a.dim_qk);
   upload(d.v, a.v, rows_kv * a.dim_v);

@@ -84,7 +84,7 @@ class CudaVerdictReducer final : public VerdictReducer {
     const gpu::VerdictShape s = shape_of(ref);
     const Tensor* row_dof = in.row_dof && !in.row_dof->data.empty() ? in.row_dof : nullptr;
     if (row_dof && row_dof->numel() != static_cast<size_t>(s.rows)) throw std::invalid_argument("judge_tensor: row_dof is not one per row");
-    const std::shared_ptr<gpu::DeviceArray> impl = gpu::upload_doubles(in.impl->ptr(), in.impl->numel());
+    const gpu::SharedCopy impl = gpu::device_copy(in.impl->ptr(), in.impl->numel());
     gpu::VerdictArrays a;
     a.impl = impl.get();
     a.ref = &kept(ref);
@@ -131,13 +131,15 @@ class CudaVerdictReducer final : public VerdictReducer {
     return error_stats_from_sums(c.diff2, c.ref2, c.sum_abs, static_cast<size_t>(c.finite), c.max_abs, c.ref_max_abs,
                                  static_cast<size_t>(c.nonfinite_mismatch), count);
   }
-  // A tensor's device copy, made on first use and found again by its address. A few of its
-  // elements' bits, sampled, tell a tensor that reused a freed one's address (which the
-  // contract rules out) from the one kept, and it is then uploaded again.
+  // A tensor's device copy (the mirror's: a reference or a baseline the oracles downloaded is
+  // found there, not uploaded), found again by its address for the rest of the case without
+  // digesting it each time. A few of its elements' bits, sampled, tell a tensor that reused a
+  // freed one's address (which the contract rules out) from the one kept, and it is then looked
+  // up again.
   struct Kept {
     size_t n = 0;
     uint64_t sample = 0;
-    std::shared_ptr<gpu::DeviceArray> device;
+    gpu::SharedCopy device;
   };
   template <class T>
   static uint64_t sample_of(const T* p, size_t n) {
@@ -151,20 +153,17 @@ class CudaVerdictReducer final : public VerdictReducer {
     return h;
   }
   template <class T>
-  const gpu::DeviceArray& keep(const T* p, size_t n) {
+  const gpu::DeviceCopy& keep(const T* p, size_t n) {
     Kept& k = kept_[p];
     const uint64_t sample = sample_of(p, n);
     if (!k.device || k.n != n || k.sample != sample) {
-      if constexpr (std::is_same_v<T, double>)
-        k.device = gpu::upload_doubles(p, n);
-      else
-        k.device = gpu::upload_bytes(p, n);
+      k.device = gpu::device_copy(p, n);
       k.n = n, k.sample = sample;
     }
     return *k.device;
   }
-  const gpu::DeviceArray& kept(const Tensor& t) { return keep(t.ptr(), t.numel()); }
-  const gpu::DeviceArray& kept(const std::vector<uint8_t>& rows) { return keep(rows.data(), rows.size()); }
+  const gpu::DeviceCopy& kept(const Tensor& t) { return keep(t.ptr(), t.numel()); }
+  const gpu::DeviceCopy& kept(const std::vector<uint8_t>& rows) { return keep(rows.data(), rows.size()); }
   std::map<const void*, Kept> kept_;
 };
 

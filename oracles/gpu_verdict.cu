@@ -4,30 +4,10 @@
 
 namespace attnfuzz::gpu {
 
-class DeviceArray {
- public:
-  DeviceBuffer<double> doubles;  // a float64 tensor,
-  DeviceBuffer<uint8_t> bytes;   // or one byte per row
-};
-
-std::shared_ptr<DeviceArray> upload_doubles(const double* host, size_t n) {
-  auto a = std::make_shared<DeviceArray>();
-  a->doubles = DeviceBuffer<double>(n);
-  upload_exact(a->doubles, host);
-  return a;
-}
-
-std::shared_ptr<DeviceArray> upload_bytes(const uint8_t* host, size_t n) {
-  auto a = std::make_shared<DeviceArray>();
-  a->bytes = DeviceBuffer<uint8_t>(n);
-  a->bytes.upload(host);
-  return a;
-}
-
 namespace {
 
-const double* doubles_of(const DeviceArray* a) { return a ? a->doubles.get() : nullptr; }
-const uint8_t* bytes_of(const DeviceArray* a) { return a ? a->bytes.get() : nullptr; }
+const double* doubles_of(const DeviceCopy* a) { return a ? a->doubles() : nullptr; }
+const uint8_t* bytes_of(const DeviceCopy* a) { return a ? a->bytes_data() : nullptr; }
 
 // The arrays as a kernel reads them.
 struct Elements {
@@ -272,9 +252,9 @@ VerdictTotals totals(const VerdictArrays& a, const VerdictShape& s) {
   return t;
 }
 
-CompareSums compare(const DeviceArray& a, const DeviceArray& ref, const DeviceArray* skip_rows, const VerdictShape& s, double overflow) {
+CompareSums compare(const DeviceCopy& a, const DeviceCopy& ref, const DeviceCopy* skip_rows, const VerdictShape& s, double overflow) {
   DeviceBuffer<double> cols(static_cast<size_t>(kCompareCols * s.rows));
-  compare_rows<<<stride_grid(s.rows), kThreads>>>(a.doubles.get(), ref.doubles.get(), bytes_of(skip_rows), s.rows, s.width, overflow,
+  compare_rows<<<stride_grid(s.rows), kThreads>>>(a.doubles(), ref.doubles(), bytes_of(skip_rows), s.rows, s.width, overflow,
                                                    cols.get(), 0);
   AF_CUDA(cudaGetLastError());
   return compare_sums(reduce(cols, s.rows, kCompareCols, kCompareCols).data());

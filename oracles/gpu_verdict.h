@@ -27,13 +27,12 @@
 #include <memory>
 #include <vector>
 
+#include "oracles/device_mirror.h"
+
 namespace attnfuzz::gpu {
 
-// A tensor in device memory: float64 elements, or one byte per row (the rows left out).
-class DeviceArray;
-// Host float64 -> device, through the narrowest exact type (oracles/exact_transfer.h).
-std::shared_ptr<DeviceArray> upload_doubles(const double* host, size_t n);
-std::shared_ptr<DeviceArray> upload_bytes(const uint8_t* host, size_t n);
+// The tensors are device copies (oracles/device_mirror.h): float64 elements, or one byte per
+// row (the rows left out).
 
 struct VerdictShape {
   int64_t rows = 0, width = 1, seq = 1;  // heads = rows / seq
@@ -42,8 +41,8 @@ struct VerdictShape {
 // What one judged tensor's sums read; null where absent (no baseline, no model, every row
 // judged, every row's dof its width).
 struct VerdictArrays {
-  const DeviceArray *impl = nullptr, *ref = nullptr, *baseline_fwd = nullptr, *baseline_rev = nullptr, *sigma = nullptr;
-  const DeviceArray *row_dof = nullptr, *skip_rows = nullptr;
+  const DeviceCopy *impl = nullptr, *ref = nullptr, *baseline_fwd = nullptr, *baseline_rev = nullptr, *sigma = nullptr;
+  const DeviceCopy *row_dof = nullptr, *skip_rows = nullptr;
   double tiny = 0, overflow = 0;
 };
 
@@ -56,7 +55,7 @@ struct VerdictTotals {
   double base2 = 0, model2 = 0, used = 0;
 };
 VerdictTotals totals(const VerdictArrays& a, const VerdictShape& s);
-CompareSums compare(const DeviceArray& a, const DeviceArray& ref, const DeviceArray* skip_rows, const VerdictShape& s, double overflow);
+CompareSums compare(const DeviceCopy& a, const DeviceCopy& ref, const DeviceCopy* skip_rows, const VerdictShape& s, double overflow);
 
 // The largest tile edge blocks() takes.
 inline constexpr int64_t kMaxTileRows = 64;

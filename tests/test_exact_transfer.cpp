@@ -1,6 +1,7 @@
 // oracles/exact_transfer.h: the width chosen for a tensor is the narrowest that holds every
 // element bit for bit, and packing then unpacking in it gives back the same bits, on one thread
-// and over several.
+// and over several; the content digest that finds a device copy again (oracles/device_mirror.h)
+// depends on the bytes alone and tells apart bytes that differ anywhere.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -84,6 +85,50 @@ TEST(ExactTransfer, ATooNarrowWidthLosesBits) {
   std::vector<double> out(in.size());
   unpack_exact(bytes.data(), in.size(), ExactWidth::bf16, out.data());
   EXPECT_NE(std::memcmp(in.data(), out.data(), in.size() * sizeof(double)), 0);
+}
+
+TEST(ContentDigest, TheSameBytesGiveTheSameDigestOnOneThreadAndMany) {
+  const std::vector<double> v = draw(300007, ExactWidth::f64, 11);  // 2.4 MB: 37 chunks, a short last one
+  const size_t saved = parallel_settings().min_elements.load();
+  parallel_settings().min_elements = size_t{1} << 30;
+  const uint64_t one = content_digest(v.data(), v.size() * sizeof(double));
+  parallel_settings().min_elements = 1;
+  const uint64_t many = content_digest(v.data(), v.size() * sizeof(double));
+  parallel_settings().min_elements = saved;
+  EXPECT_EQ(one, many);
+  const std::vector<double> copy = v;  // another address
+  EXPECT_EQ(content_digest(copy.data(), copy.size() * sizeof(double)), one);
+}
+
+TEST(ContentDigest, AnyChangedBitOrLengthChangesTheDigest) {
+  std::vector<double> v = draw(200003, ExactWidth::bf16, 5);
+  const size_t bytes = v.size() * sizeof(double);
+  const uint64_t d0 = content_digest(v.data(), bytes);
+  auto* raw = reinterpret_cast<unsigned char*>(v.data());
+  std::mt19937_64 gen(9);
+  // Every byte of the first words, the chunk edges and the tail, and random ones: a flipped bit
+  // anywhere is seen.
+  std::vector<size_t> at;
+  for (size_t i = 0; i < 64; ++i) at.push_back(i);
+  for (size_t edge = size_t{1} << 16; edge < bytes; edge += size_t{1} << 16)
+    for (size_t i = edge - 8; i < edge + 8; ++i) at.push_back(i);
+  for (size_t i = bytes - 24; i < bytes; ++i) at.push_back(i);
+  for (int i = 0; i < 300; ++i) at.push_back(static_cast<size_t>(gen() % bytes));
+  for (size_t i : at) {
+    const unsigned char bit = static_cast<unsigned char>(1u << (gen() % 8));
+    raw[i] ^= bit;
+    EXPECT_NE(content_digest(v.data(), bytes), d0) << "byte " << i;
+    raw[i] ^= bit;
+  }
+  EXPECT_EQ(content_digest(v.data(), bytes), d0);
+  // Two elements swapped, a prefix, and zeros of different lengths.
+  std::swap(v[10], v[100000]);
+  EXPECT_NE(content_digest(v.data(), bytes), d0);
+  std::swap(v[10], v[100000]);
+  EXPECT_NE(content_digest(v.data(), bytes - 8), d0);
+  const std::vector<double> zeros(1000, 0.0);
+  EXPECT_NE(content_digest(zeros.data(), 999 * sizeof(double)), content_digest(zeros.data(), 1000 * sizeof(double)));
+  EXPECT_NE(content_digest(zeros.data(), 3), content_digest(zeros.data(), 4));
 }
 
 }  // namespace

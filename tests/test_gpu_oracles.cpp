@@ -18,6 +18,7 @@
 #include "harness/compose.h"
 #include "harness/differential.h"
 #include "harness/inputs.h"
+#include "oracles/device_mirror.h"
 #include "oracles/gpu_oracles.h"
 #include "tests/gpu_test_util.h"
 #include "oracles/emulated.h"
@@ -395,6 +396,49 @@ void expect_agreement(const std::vector<Case>& cases) {
     // change most elements; rare transcendental differences change few.
     EXPECT_GE(share(plain), 0.5) << tag << ": too few elements bit-identical to the CPU emulation";
   }
+}
+
+// oracles/device_mirror.h: a device copy is found by the bytes it holds, wherever they live, and
+// never stands in for bytes that changed.
+TEST(DeviceMirror, FindsACopyByItsBytesWhereverTheyLive) {
+  REQUIRE_GPU();
+  if (gpu::mirror_counts().budget_bytes == 0) GTEST_SKIP() << "ATTNFUZZ_DEVICE_MIRROR_MIB=0: the mirror keeps nothing";
+  std::vector<double> x(5003);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(static_cast<double>(i % 97) - 48.0, -static_cast<int>(i % 11));
+  const gpu::MirrorCounts before = gpu::mirror_counts();
+  const gpu::SharedCopy a = gpu::device_copy(x.data(), x.size());
+  EXPECT_EQ(gpu::device_copy(x.data(), x.size())->data(), a->data());
+  std::vector<double> y = x;  // the same bytes at another address
+  EXPECT_EQ(gpu::device_copy(y.data(), y.size())->data(), a->data());
+  y[4001] = std::nextafter(y[4001], 1e300);  // one bit
+  EXPECT_NE(gpu::device_copy(y.data(), y.size())->data(), a->data());
+  EXPECT_NE(gpu::device_copy(x.data(), x.size() - 1)->data(), a->data());  // a prefix: other bytes
+  const gpu::MirrorCounts after = gpu::mirror_counts();
+  EXPECT_EQ(after.hits - before.hits, 2u);
+  EXPECT_EQ(after.uploads - before.uploads, 3u);
+}
+
+TEST(DeviceMirror, FindsAnOracleOutputAndSendsAChangedInputAgain) {
+  REQUIRE_GPU();
+  if (gpu::mirror_counts().budget_bytes == 0) GTEST_SKIP() << "ATTNFUZZ_DEVICE_MIRROR_MIB=0: the mirror keeps nothing";
+  const Case c = edge_cases()[1];  // GQA, softcap, Dqk != Dv
+  const Inputs in = generate_inputs(c);
+  Problem p = full_problem(c, in);
+  CudaReference64Backend gpu;
+  const Forward f = gpu.forward(p);
+  // The forward's output came down from the device: sending it back finds that copy.
+  const gpu::MirrorCounts before = gpu::mirror_counts();
+  const gpu::SharedCopy o = gpu::device_copy(f.o.ptr(), f.o.numel());
+  EXPECT_EQ(gpu::mirror_counts().hits - before.hits, 1u);
+  EXPECT_EQ(gpu::mirror_counts().uploads, before.uploads);
+  // K changed in place, at the same address: the next call's answer is the new K's.
+  p.k.data[17] += 0.25;
+  const Forward f2 = gpu.forward(p);
+  const Forward want = reference_forward(p);
+  std::string problem;
+  EXPECT_LE(relative_difference(f2.o, want.o, nullptr, &problem), 1e-12);
+  EXPECT_TRUE(problem.empty()) << problem;
+  EXPECT_NE(f2.o, f.o);
 }
 
 TEST(GpuEmulated, AgreesWithTheCpuEmulation) {
