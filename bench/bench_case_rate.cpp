@@ -195,6 +195,11 @@ int main(int argc, char** argv) {
       };
     if (base.verdict_reducer)
       timed.verdict_reducer = [&base] { return std::make_unique<bench::TimedReducer>(base.verdict_reducer()); };
+    if (base.output_model)
+      timed.output_model = [&base](TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+        RoleTimer r("error model");
+        return base.output_model(t, terms, ref, u);
+      };
     DiffOptions opt;  // as serve_worker sets it (campaign/worker_protocol.cpp)
     opt.check_determinism = determinism && k % 4 == 0;
     opt.gpu_health = gpu_health;
@@ -242,12 +247,13 @@ int main(int argc, char** argv) {
   // The judging's own work: its time less the oracle and backend calls inside it.
   for (auto* l : {&ledger(), &cpu_ledger()}) {
     auto& m = *l;
-    const double own = m["judge"] - m["reference"] - m["error terms"] - m["baselines"] - m["backends"] - m["verdict sums"];
+    const double own =
+        m["judge"] - m["reference"] - m["error terms"] - m["baselines"] - m["backends"] - m["error model"] - m["verdict sums"];
     std::printf(
-        "per case, %s ms: generate %.3f, reference %.3f, error terms %.3f, baselines %.3f, backends %.3f, verdict sums on the device "
-        "%.3f, other judging %.3f, reply %.3f\n",
+        "per case, %s ms: generate %.3f, reference %.3f, error terms %.3f, baselines %.3f, backends %.3f, error model on the device "
+        "%.3f, verdict sums on the device %.3f, other judging %.3f, reply %.3f\n",
         l == &ledger() ? "wall" : "CPU", m["generate"] / n, m["reference"] / n, m["error terms"] / n, m["baselines"] / n, m["backends"] / n,
-        m["verdict sums"] / n, own / n, m["reply"] / n);
+        m["error model"] / n, m["verdict sums"] / n, own / n, m["reply"] / n);
   }
   return 0;
 }

@@ -162,6 +162,11 @@ int main(int argc, char** argv) {
   };
   if (base.verdict_reducer)
     timed.verdict_reducer = [&base] { return std::make_unique<bench::TimedReducer>(base.verdict_reducer()); };
+  if (base.output_model)
+    timed.output_model = [&base](TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+      bench::RoleTimer r("error model");
+      return base.output_model(t, terms, ref, u);
+    };
   DiffOptions opt;
   opt.check_determinism = determinism;
   opt.gpu_health = gpu_health;
@@ -183,9 +188,9 @@ int main(int argc, char** argv) {
     for (const auto& [k, v] : ledger()) accounted += v;
     std::printf(
         "%s total %8.1f ms (process CPU %8.1f): inputs %6.1f, reference %6.1f, error terms %6.1f, baselines %6.1f, backends %6.1f, "
-        "verdict sums on the device %6.1f, other host work %6.1f; %zu finding(s)\n",
+        "error model on the device %6.1f, verdict sums on the device %6.1f, other host work %6.1f; %zu finding(s)\n",
         r == 0 ? "first" : "warm ", total, cpu, inputs_ms, ledger()["reference"], ledger()["error terms"], ledger()["baselines"],
-        ledger()["backends"], ledger()["verdict sums"], total - accounted, rep.findings.size());
+        ledger()["backends"], ledger()["error model"], ledger()["verdict sums"], total - accounted, rep.findings.size());
   }
   if (!sample_path.empty()) {
     sampler.stop();

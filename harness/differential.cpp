@@ -199,7 +199,7 @@ class DifferentialSession::Impl {
       const RoundingUnits u = rounding_units(k, c_.dtype, lse_unit, tensor_cores);
       const OutputTensors ref = outputs_of(ref_);
       if (comp == Composition{}) {
-        it = models_.emplace(key, model_of_call(*terms_, ref, u)).first;
+        it = models_.emplace(key, model_of_call(*terms_, ref, u, oracles_.output_model)).first;
       } else {
         const OutputsModel& whole = *model(k, lse_unit, tensor_cores, Composition{});  // cached: the single call's
         const CallTerms& calls = call_terms(comp);
@@ -212,7 +212,7 @@ class DifferentialSession::Impl {
                            call.problem.q_offset,
                            call.problem.kv_offset});
         }
-        it = models_.emplace(key, composed_model(parts, ref, whole, u)).first;
+        it = models_.emplace(key, composed_model(parts, ref, whole, u, oracles_.output_model)).first;
       }
     }
     return &it->second;

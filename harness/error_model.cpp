@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness/case.h"
+#include "harness/model_row.h"
 #include "harness/parallel.h"
 #include "harness/problem.h"
 
@@ -58,134 +59,52 @@ double reduction_length(TensorId t, const Shape& s) {
   return t == TensorId::dK || t == TensorId::dV ? static_cast<double>(s.seq_q * s.group()) : static_cast<double>(s.seq_kv);
 }
 
-double storage_variance(TensorId t, double ref, const RoundingUnits& u) {
-  return t == TensorId::LSE ? u.lse * u.lse * (1.0 + ref * ref) / 3.0 : u.store * u.store * ref * ref / 3.0;
-}
+double storage_variance(TensorId t, double ref, const RoundingUnits& u) { return model_row::storage_variance(t, ref, u); }
 
 namespace {
 
-// One element's variance, by how its errors are shared along the row (model_row_dof).
-struct VarianceParts {
-  double operand = 0, score = 0, via = 0, normalizer = 0, storage = 0, independent = 0, subnormal = 0;
-  double total() const { return operand + score + via + normalizer + storage + independent + subnormal; }
-};
-
-// The LSE's accumulation error, u_acc^2 L / 6: the log of a sum of L terms at u_acc. The O and dQ
-// normalizers err by it too.
-double lse_accumulation_variance(const TermTensors& terms, const RoundingUnits& u) {
-  return u.accumulate * u.accumulate * terms.length / 6.0;
-}
-
-// The relative variance of the row's normalizer (harness/error_model.h, "normalizer"); 0 for
-// outputs without one.
-double normalizer_variance(TensorId t, const TermTensors& terms, const RoundingUnits& u, size_t row) {
-  const double accumulated = lse_accumulation_variance(terms, u);
-  if (t == TensorId::O) return accumulated;
-  if (t != TensorId::dQ) return 0.0;
-  const double lse = terms.row_lse.data.empty() ? 0.0 : terms.row_lse.data[row];
-  return (std::isfinite(lse) ? storage_variance(TensorId::LSE, lse, u) : 0.0) + accumulated;
-}
-
-VarianceParts element_variance(TensorId t, const TermTensors& terms, double ref, const RoundingUnits& u, size_t e, size_t row) {
-  const double u_score2 = u.accumulate * u.accumulate + u.input * u.input;
-  const double acc2 = u.accumulate * u.accumulate * terms.length / 3.0;
-  const double r = std::isfinite(ref) ? ref : 0.0;
-  const double op = terms.operand.data[e], st = terms.stored.data[e], sc = terms.score.data[e];
-  VarianceParts v;
-  if (t == TensorId::LSE) {
-    v.independent = storage_variance(t, r, u) + lse_accumulation_variance(terms, u);
-    v.score = u_score2 * sc * sc;
-    if (!terms.truncation.data.empty()) v.score += u.truncate * u.truncate * terms.truncation.data[e] * terms.truncation.data[e];
-    return v;
-  }
-  v.operand = u.operand * u.operand * op * op / 3.0;
-  v.storage = storage_variance(t, r, u);
-  v.independent = u.store * u.store * st * st / 3.0 + acc2 * (r * r / 3.0 + op * op / 2.0);
-  v.score = u_score2 * sc * sc;
-  v.normalizer = normalizer_variance(t, terms, u, row) * r * r;
-  if (!terms.normalizer_lse.data.empty()) {
-    const double nl = terms.normalizer_lse.data[e], na = terms.normalizer_acc.data[e];
-    v.normalizer += u.lse * u.lse * nl * nl / 3.0 + u.accumulate * u.accumulate * na * na / 6.0;
-  }
-  // Lost whole where the kernel flushes (a one-source part of the row, like the operand's).
-  if (!terms.underflow.data.empty()) v.operand += terms.underflow.data[e] * terms.underflow.data[e];
-  if (u.fp16_operands && !terms.subnormal.data.empty()) v.subnormal = terms.subnormal.data[e] * terms.subnormal.data[e] / 3.0;
-  if (!terms.via_op.data.empty()) {
-    const double a = terms.via_op.data[e], b = terms.via_st.data[e], c = terms.via_acc.data[e], d = terms.via_sc.data[e];
-    v.via = (u.operand * u.operand * a * a + u.store * u.store * b * b) / 3.0 + u.accumulate * u.accumulate * c * c + u_score2 * d * d;
-  }
-  return v;
-}
-
-// How many different values a row holds (exactly equal float64 references count once); `v`
-// is scratch space, kept by the caller across rows.
+// How many different values a row holds: exactly equal float64 references count once, each NaN
+// apart (as model_row's callers on the device count them); `v` is scratch space, kept by the
+// caller across rows.
 double distinct_values(const double* x, int64_t n, std::vector<double>& v) {
-  v.assign(x, x + n);
+  v.clear();
+  size_t nans = 0;
+  for (int64_t d = 0; d < n; ++d) std::isnan(x[d]) ? static_cast<void>(++nans) : v.push_back(x[d]);
   std::sort(v.begin(), v.end());
-  return static_cast<double>(std::max<ptrdiff_t>(1, std::unique(v.begin(), v.end()) - v.begin()));
+  const size_t kept = static_cast<size_t>(std::unique(v.begin(), v.end()) - v.begin());
+  return static_cast<double>(std::max<size_t>(1, kept + nans));
 }
 
 }  // namespace
 
+const double* model_row::phase_table() {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(size_t{2} << model_row::kPhaseBits);
+    for (size_t i = 0; i < t.size() / 2; ++i) {
+      const double angle = 6.283185307179586 * (static_cast<double>(i) + 0.5) / static_cast<double>(t.size() / 2);
+      t[2 * i] = std::cos(angle);
+      t[2 * i + 1] = std::sin(angle);
+    }
+    return t;
+  }();
+  return table.data();
+}
+
 double storage_sources(const double* ref, int64_t n, double unit_store, double distinct) {
-  // The storage keeps p bits (unit_store = 2^-p), p - 1 of them explicit; t's fractional part is
-  // the double's dropped significand bits, read exactly. A double storage drops none.
-  const int dropped = 52 - (-std::ilogb(unit_store) - 1);
-  if (distinct <= 1.0 || unit_store <= 0.0 || dropped <= 0 || dropped > 52) return std::max(1.0, distinct);
-  constexpr int kHarmonics = 4, kPhaseBits = 12;
-  // exp(2 pi i f) at 2^12 phases: 8e-4 of a turn at most, far below what the sums resolve.
-  static const std::array<std::array<double, 2>, size_t{1} << kPhaseBits> phasor = [] {
-    std::array<std::array<double, 2>, size_t{1} << kPhaseBits> table{};
-    for (size_t i = 0; i < table.size(); ++i) {
-      const double angle = 6.283185307179586 * (static_cast<double>(i) + 0.5) / static_cast<double>(table.size());
-      table[i] = {std::cos(angle), std::sin(angle)};
-    }
-    return table;
-  }();
-  const uint64_t fraction_mask = (uint64_t{1} << dropped) - 1;
-  double sum_a = 0, sum_a2 = 0;
-  std::array<double, kHarmonics> re{}, im{};
-  for (int64_t d = 0; d < n; ++d) {
-    const double x = ref[d];
-    if (x == 0.0 || !std::isfinite(x)) continue;  // stored exactly, or not judged by the rule
-    const uint64_t f = std::bit_cast<uint64_t>(x) & fraction_mask;
-    const uint64_t index = dropped >= kPhaseBits ? f >> (dropped - kPhaseBits) : f << (kPhaseBits - dropped);
-    const double a = unit_store * std::fabs(x);
-    // t = x / step is negative for negative x: its fractional part is 1 - f, the phase's conjugate.
-    const double c1 = phasor[index][0], s1 = x < 0 ? -phasor[index][1] : phasor[index][1];
-    double c = c1, s = s1;  // exp(2 pi i k t) by powers of the first harmonic
-    for (int k = 0; k < kHarmonics; ++k) {
-      re[static_cast<size_t>(k)] += a * c;
-      im[static_cast<size_t>(k)] += a * s;
-      const double next_c = c * c1 - s * s1;
-      s = s * c1 + c * s1;
-      c = next_c;
-    }
-    sum_a += a;
-    sum_a2 += a * a;
-  }
-  if (sum_a <= 0.0) return distinct;
-  const double p = sum_a2 / (sum_a * sum_a);
-  if (p >= 1.0) return distinct;
-  // The weights 6 / (pi^2 k^2), normalized over the harmonics kept, and the spread of their sum
-  // over unrelated values in units of p (sqrt of the sum of the squared weights).
-  static const auto [weight, weight_spread] = [] {
-    std::array<double, kHarmonics> w{};
-    double sum = 0, sum2 = 0;
-    for (int k = 1; k <= kHarmonics; ++k) sum += 1.0 / (k * k);
-    for (int k = 1; k <= kHarmonics; ++k) {
-      w[static_cast<size_t>(k - 1)] = 1.0 / (k * k) / sum;
-      sum2 += w[static_cast<size_t>(k - 1)] * w[static_cast<size_t>(k - 1)];
-    }
-    return std::pair{w, std::sqrt(sum2)};
-  }();
-  double mean_correlation = 0;
-  for (size_t i = 0; i < kHarmonics; ++i)
-    mean_correlation += weight[i] * ((re[i] * re[i] + im[i] * im[i]) / (sum_a * sum_a) - p) / (1.0 - p);
-  // Unrelated values give rho_k of about p times an exponential draw (spread p): five spreads of
-  // the weighted sum are taken as noise (0.2% of unrelated rows keep some correlation).
-  const double c = std::clamp(mean_correlation - 5.0 * p * weight_spread, 0.0, 1.0);
-  return std::max(1.0, distinct / (1.0 + (distinct - 1.0) * c));
+  return model_row::storage_sources(ref, n, unit_store, distinct, model_row::phase_table());
+}
+
+model_row::TermArrays model_row::term_arrays(const TermTensors& t) {
+  const auto at = [](const Tensor& x) { return x.data.empty() ? nullptr : x.ptr(); };
+  model_row::TermArrays a;
+  a.operand = at(t.operand), a.stored = at(t.stored), a.score = at(t.score);
+  a.via_op = at(t.via_op), a.via_st = at(t.via_st), a.via_acc = at(t.via_acc), a.via_sc = at(t.via_sc);
+  a.underflow = at(t.underflow), a.subnormal = at(t.subnormal), a.subnormal_sources = at(t.subnormal_sources);
+  a.operand_sources = at(t.operand_sources), a.score_sources = at(t.score_sources), a.row_lse = at(t.row_lse);
+  a.direction_sources = at(t.direction_sources), a.normalizer_lse = at(t.normalizer_lse), a.normalizer_acc = at(t.normalizer_acc);
+  a.truncation = at(t.truncation);
+  a.length = t.length;
+  return a;
 }
 
 void attach_row_lse(ErrorTerms& terms, const Tensor& lse) {
@@ -248,88 +167,27 @@ Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, cons
   check_shapes("model_sigma", terms, ref);
   Tensor sigma(ref.shape, uninitialized);  // every element written below
   const size_t width = ref.shape.empty() || t == TensorId::LSE ? 1 : static_cast<size_t>(ref.shape.back());
+  const model_row::TermArrays a = model_row::term_arrays(terms);
   // Each element on its own: any split over threads gives the same bits (harness/parallel.h).
   parallel_for(ref.numel(), [&](size_t begin, size_t end) {
-    for (size_t e = begin; e < end; ++e) sigma.data[e] = std::sqrt(element_variance(t, terms, ref.data[e], u, e, e / width).total());
+    for (size_t e = begin; e < end; ++e) sigma.data[e] = std::sqrt(model_row::element_variance(t, a, ref.data[e], u, e, e / width).total());
   });
   return sigma;
 }
-
-// However a row's errors are shared, its statistic sum_d err_d^2 cannot carry more independent
-// errors than its elements' variances spread over: for errors of covariance C the statistic has
-// (tr C)^2 / tr(C^2) of them, and tr(C^2) >= sum_d C_dd^2, so at most
-//   (sum_d var_d)^2 / sum_d var_d^2
-// (1 where one element's variance dominates the row, D for D equal ones): a dK row of a key whose
-// column 0 sums Q rows shifted by 582 errs in that one column.
-namespace {
-// A row's dof, capped by that participation (and at least 1).
-double capped_by_participation(double dof, double sum_var, double sum_var2) {
-  const double participation = sum_var2 > 0 ? sum_var * sum_var / sum_var2 : std::numeric_limits<double>::infinity();
-  return std::max(1.0, std::min(dof, participation));
-}
-}  // namespace
 
 ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
   if (t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
   check_shapes("model_row_dof", terms, ref);
   const int64_t width = ref.shape[3];
   ModelOfOutput m{Tensor(ref.shape, uninitialized), Tensor({ref.shape[0], ref.shape[1], ref.shape[2]}, uninitialized)};  // every element written below
-  Tensor &sigma = m.sigma, &dof = m.row_dof;
+  const model_row::TermArrays a = model_row::term_arrays(terms);
+  const double* phasor = model_row::phase_table();
   // Each row on its own (its sums in the same order whatever the split): rows over threads.
-  // One pass gives each element's sigma (as model_sigma computes it) and the row's dof.
-  parallel_for(dof.numel(), static_cast<size_t>(width), [&](size_t row_begin, size_t row_end) {
+  parallel_for(m.row_dof.numel(), static_cast<size_t>(width), [&](size_t row_begin, size_t row_end) {
     std::vector<double> scratch;
     for (size_t row = row_begin; row < row_end; ++row) {
-      VarianceParts sum;
-      double sum_var2 = 0;  // sum over the row's elements of their variance squared
-      for (int64_t d = 0; d < width; ++d) {
-        const size_t e = row * static_cast<size_t>(width) + static_cast<size_t>(d);
-        const VarianceParts v = element_variance(t, terms, ref.data[e], u, e, row);
-        sigma.data[e] = std::sqrt(v.total());
-        sum_var2 += v.total() * v.total();
-        sum.operand += v.operand;
-        sum.score += v.score;
-        sum.via += v.via;
-        sum.normalizer += v.normalizer;
-        sum.storage += v.storage;
-        sum.independent += v.independent;
-        sum.subnormal += v.subnormal;
-      }
-      // dQ receives D's error through the one number D_i; dK's via parts sum over the queries
-      // that see the key, as its operand does.
-      double op_sources = terms.operand_sources.data[row], sc_sources = terms.score_sources.data[row];
-      if (!terms.direction_sources.data.empty()) {
-        op_sources = std::min(op_sources, terms.direction_sources.data[row]);
-        sc_sources = std::min(sc_sources, terms.direction_sources.data[row]);
-      }
-      double correlated = sum.operand, via = sum.via;
-      if (t == TensorId::dK) correlated += std::exchange(via, 0.0);
-      double shared_denom = via * via + sum.normalizer * sum.normalizer;
-      if (correlated > 0) shared_denom += correlated * correlated / std::max(1.0, op_sources);
-      if (sum.score > 0) shared_denom += sum.score * sum.score / std::max(1.0, sc_sources);
-      if (sum.subnormal > 0) {
-        double sub_sources = terms.subnormal_sources.data.empty() ? op_sources : terms.subnormal_sources.data[row];
-        if (!terms.direction_sources.data.empty()) sub_sources = std::min(sub_sources, terms.direction_sources.data[row]);
-        shared_denom += sum.subnormal * sum.subnormal / std::max(1.0, sub_sources);
-      }
-      // Every shared part moves the row inside the span of the same vectors (the normalizer along
-      // the row, D's error along sum_j P_ij K_j for dQ), so together they cannot have more sources
-      // than those vectors have directions: a query that sees one key errs along that key, however
-      // its error splits into parts (torch.efficient's fp32 dQ row at 8.97 sigma' against the 7.66
-      // of a 3.74-source row, Skv = 1: docs/findings/README.md).
-      const double shared = sum.operand + sum.score + sum.via + sum.normalizer + sum.subnormal;
-      if (!terms.direction_sources.data.empty() && shared_denom > 0)
-        shared_denom = std::max(shared_denom, shared * shared / std::max(1.0, terms.direction_sources.data[row]));
-      // Elements with the same value are computed alike and round alike (a row of an exactly
-      // constant V): they are one source of the independent part, not one each; and elements
-      // close together on the storage grid store one rounding (storage_sources).
-      const double* row_ref = ref.data.data() + row * static_cast<size_t>(width);
-      const double distinct = distinct_values(row_ref, width, scratch);
-      double denom = sum.independent * sum.independent / distinct + shared_denom;
-      if (sum.storage > 0) denom += sum.storage * sum.storage / storage_sources(row_ref, width, u.store, distinct);
-      const double total = sum.total();
-      dof.data[row] = denom > 0 ? std::clamp(total * total / denom, 1.0, static_cast<double>(width)) : static_cast<double>(width);
-      dof.data[row] = capped_by_participation(dof.data[row], total, sum_var2);
+      const double distinct = distinct_values(ref.ptr() + row * static_cast<size_t>(width), width, scratch);
+      m.row_dof.data[row] = model_row::model_row(t, a, ref.ptr(), u, row, width, distinct, phasor, m.sigma.ptr() + row * static_cast<size_t>(width));
     }
   });
   return m;
@@ -371,18 +229,24 @@ void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tens
       double var2 = 0;
       for (int64_t d = 0; d < width; ++d) var2 += var[d] * var[d];
       const double dof = q > 0 ? std::clamp(v * v / q, 1.0, static_cast<double>(width)) : static_cast<double>(width);
-      row_dof->data[r] = capped_by_participation(dof, v, var2);
+      row_dof->data[r] = model_row::capped_by_participation(dof, v, var2);
     }
   }
   for (double& x : sum_sigma2.data) x = std::sqrt(x);
 }
 
-OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u) {
+namespace {
+ModelOfOutput model_of_output(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u, const OutputModel& where) {
+  return where ? where(t, terms, ref, u) : model_sigma_and_row_dof(t, terms, ref, u);
+}
+}  // namespace
+
+OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u, const OutputModel& where) {
   OutputsModel m;
   for (TensorId t : kOutputs) {
     const size_t i = output_index(t);
     if (!ref[i] || ref[i]->data.empty()) continue;  // an output the case does not have (dBias)
-    ModelOfOutput o = model_sigma_and_row_dof(t, terms[t], *ref[i], u);
+    ModelOfOutput o = model_of_output(t, terms[t], *ref[i], u, where);
     m.sigma[i] = std::move(o.sigma);
     m.row_dof[i] = std::move(o.row_dof);
   }
@@ -425,7 +289,7 @@ void combine_dbias_calls(const std::vector<CallOfComposition>& calls, const Tens
 
 // The composition's model of output t before the whole problem's bounds it (composed_model).
 void combine_calls(TensorId t, const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const RoundingUnits& u,
-                   Tensor& sigma, Tensor& row_dof) {
+                   const OutputModel& where, Tensor& sigma, Tensor& row_dof) {
   const Tensor& whole = *ref[output_index(t)];
   const std::vector<int64_t> row_shape = indexed_by_queries(t) ? ref[output_index(TensorId::LSE)]->shape
                                                                : std::vector<int64_t>{whole.shape[0], whole.shape[1], whole.shape[2]};
@@ -434,7 +298,7 @@ void combine_calls(TensorId t, const std::vector<CallOfComposition>& calls, cons
     combine_dbias_calls(calls, whole, u, sum_sigma2, row_var, row_var2_dof);
   } else {
     for (const CallOfComposition& call : calls) {
-      ModelOfOutput o = model_sigma_and_row_dof(t, (*call.terms)[t], *call.outputs[output_index(t)], u);
+      ModelOfOutput o = model_of_output(t, (*call.terms)[t], *call.outputs[output_index(t)], u, where);
       add_call_model({t, std::move(o.sigma), std::move(o.row_dof), t == TensorId::O || t == TensorId::LSE ? call.weight : nullptr,
                       indexed_by_queries(t) ? call.q_offset : call.kv_offset},
                      sum_sigma2, row_var, row_var2_dof);
@@ -455,12 +319,12 @@ void combine_calls(TensorId t, const std::vector<CallOfComposition>& calls, cons
 }  // namespace
 
 OutputsModel composed_model(const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const OutputsModel& whole,
-                            const RoundingUnits& u) {
+                            const RoundingUnits& u, const OutputModel& where) {
   OutputsModel m;
   for (TensorId t : kOutputs) {
     const size_t i = output_index(t);
     if (!ref[i] || ref[i]->data.empty()) continue;  // an output the case does not have (dBias)
-    combine_calls(t, calls, ref, u, m.sigma[i], m.row_dof[i]);
+    combine_calls(t, calls, ref, u, where, m.sigma[i], m.row_dof[i]);
     for (size_t e = 0; e < whole.sigma[i].numel(); ++e) m.sigma[i].data[e] = std::max(m.sigma[i].data[e], whole.sigma[i].data[e]);
     if (m.row_dof[i].data.empty() || whole.row_dof[i].data.empty()) continue;
     for (size_t r = 0; r < whole.row_dof[i].numel(); ++r) m.row_dof[i].data[r] = std::min(m.row_dof[i].data[r], whole.row_dof[i].data[r]);

@@ -165,12 +165,14 @@
 //            tensor_core_accumulation_bias.py, H100). Only the LSE: O and the gradients see the
 //            scores through exp(S - LSE), where a row's common error cancels.
 #include <array>
+#include <functional>
 #include <optional>
 #include <string_view>
 
 #include "harness/contract.h"
 #include "harness/dtype.h"
 #include "harness/tensor.h"
+#include "harness/model_row.h"
 #include "harness/tensors.h"
 
 namespace attnfuzz {
@@ -220,16 +222,7 @@ void attach_directions(ErrorTerms& terms, const Problem& p, const Tensor& d_out)
 // directions(X) above, of n vectors of `dim` values stored one after another.
 double directions(const double* x, int64_t n, int64_t dim);
 
-// The contract's rounding units for inputs of dtype `d`.
-struct RoundingUnits {
-  double operand = 0;     // u_op: P, dS and the matmul operands
-  double store = 0;       // u_st: the stored outputs (the case dtype)
-  double accumulate = 0;  // u_acc: accumulation (fp32 below fp64)
-  double input = 0;       // u_in: extra rounding of Q, K, V, dO (tf32)
-  double lse = 0;         // u_lse: the LSE's declared accuracy
-  double truncate = 0;    // u_tr: the tensor cores' truncating accumulation (the LSE's truncation part)
-  bool fp16_operands = false;  // the subnormal part applies (its eta is fp16's)
-};
+// The contract's rounding units for inputs of dtype `d` (RoundingUnits: harness/model_row.h).
 // tensor_cores: the backend accumulates its scores on tensor cores (Backend::accumulates_on_tensor_cores),
 // which truncate only under the contracts with 16-bit or tf32 operands.
 RoundingUnits rounding_units(Contract c, DType d, double lse_unit_roundoff, bool tensor_cores = false);
@@ -255,6 +248,9 @@ double storage_sources(const double* ref, int64_t n, double unit_store, double d
 struct ModelOfOutput {
   Tensor sigma, row_dof;
 };
+// Where model_sigma_and_row_dof runs when not here: on the device (oracles/gpu_oracles.h,
+// cuda_output_model), the same bits. Empty: on the host.
+using OutputModel = std::function<ModelOfOutput(TensorId, const TermTensors&, const Tensor& ref, const RoundingUnits&)>;
 ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
 
 // Through a composition every call is a problem of its own (its P, its D, its upstream
@@ -283,7 +279,7 @@ struct OutputsModel {
 using OutputTensors = std::array<const Tensor*, kOutputs.size()>;  // one tensor per output, indexed by output_index
 
 // The whole problem run as one call: model_sigma_and_row_dof of each output.
-OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u);
+OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, const RoundingUnits& u, const OutputModel& where = {});
 
 // One call of a composition as its model needs it: its terms and float64 outputs, the weight
 // w_k = exp(LSE_k - LSE) with which its O and LSE reach the whole output, and where its query
@@ -303,7 +299,7 @@ struct CallOfComposition {
 // merged O through w_k, the merged forward's errors reaching the parts' upstream gradients);
 // `whole`, the whole problem's model (model_of_call), covers them through its score and via terms.
 OutputsModel composed_model(const std::vector<CallOfComposition>& calls, const OutputTensors& ref, const OutputsModel& whole,
-                            const RoundingUnits& u);
+                            const RoundingUnits& u, const OutputModel& where = {});
 
 // e(x)^2 of the subnormal part (above): what rounding x to fp16 adds, in the subnormal range, to
 // its relative rounding u_op |x| (2^-14 is fp16's smallest normal, 2^-25 half its subnormal step).

@@ -20,6 +20,9 @@ struct OracleSet {
   // Where the verdict's sums over elements are computed (harness/verdict.h, VerdictReducer): a
   // fresh reducer for each case, or none to sum on the host.
   std::function<std::unique_ptr<VerdictReducer>()> verdict_reducer;
+  // Where the error model's sigma and row dof are computed from the terms (error_model.h,
+  // OutputModel): empty to compute them on the host.
+  OutputModel output_model;
 };
 
 }  // namespace attnfuzz

@@ -382,6 +382,23 @@ void download_exact(const double* src, size_t n, double* dst) {
 }
 void download_exact(const DeviceBuffer<double>& src, double* dst) { download_exact(src.get(), src.size(), dst); }
 
+// An output's device memory: written by the kernels, then kept by the mirror once downloaded.
+struct FreshDoubles {
+  std::shared_ptr<DeviceCopy> copy;
+  double* get() const { return static_cast<double*>(copy->data()); }
+  size_t size() const { return copy->bytes() / sizeof(double); }
+  // To the host, whole or in the narrowest exact type (download_exact); the host then holds the
+  // device's bytes, and whoever sends them next finds this copy.
+  void download_to(double* host, bool narrow = false) const {
+    if (narrow)
+      download_exact(get(), size(), host);
+    else if (size())
+      AF_CUDA(cudaMemcpy(host, get(), size() * sizeof(double), cudaMemcpyDeviceToHost));
+    remember_copy(host, size(), copy);
+  }
+};
+FreshDoubles fresh_doubles(int64_t n) { return {std::make_shared<DeviceCopy>(static_cast<size_t>(n) * sizeof(double))}; }
+
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 

@@ -409,24 +409,9 @@ struct DeviceProblem {
   }
 };
 
-// An output's device memory: written by the kernels, then kept by the mirror once downloaded.
-struct FreshDoubles {
-  std::shared_ptr<DeviceCopy> copy;
-  double* get() const { return static_cast<double*>(copy->data()); }
-  size_t size() const { return copy->bytes() / sizeof(double); }
-};
-FreshDoubles fresh_doubles(int64_t n) { return {std::make_shared<DeviceCopy>(static_cast<size_t>(n) * sizeof(double))}; }
-
-// The reference's outputs come back whole; the baselines' in the narrowest exact type. Either way
-// the host then holds the device's bytes, and a later call that sends them finds this copy.
-void fetch_and_remember(const FreshDoubles& d, double* host, const Numerics& n) {
-  if (n.reference64) {
-    if (d.size()) AF_CUDA(cudaMemcpy(host, d.get(), d.size() * sizeof(double), cudaMemcpyDeviceToHost));
-  } else {
-    download_exact(d.get(), d.size(), host);
-  }
-  remember_copy(host, d.size(), d.copy);
-}
+// The reference's outputs come back whole; the baselines' (stored in the case dtype) in the
+// narrowest exact type.
+void fetch_and_remember(const FreshDoubles& d, double* host, const Numerics& n) { d.download_to(host, !n.reference64); }
 
 template <class T>
 void forward_impl(const HostAttention& a, const Numerics& n, double* o, double* lse_out_host, Timing* timing) {

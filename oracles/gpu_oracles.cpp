@@ -9,6 +9,7 @@
 
 #include "harness/compose.h"
 #include "oracles/gpu_error_terms.h"
+#include "oracles/gpu_model.h"
 #include "oracles/gpu_verdict.h"
 
 namespace attnfuzz {
@@ -172,6 +173,33 @@ class CudaVerdictReducer final : public VerdictReducer {
 std::unique_ptr<VerdictReducer> make_cuda_verdict_reducer() { return std::make_unique<CudaVerdictReducer>(); }
 
 bool cuda_kernels_available(std::string* why) { return gpu::device_available(why); }
+
+ModelOfOutput cuda_output_model(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
+  // As model_sigma_and_row_dof: rows with a dof where the terms have sources, else each element.
+  const bool rows = !(t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4);
+  const int64_t width = rows ? ref.shape[3] : ref.shape.empty() || t == TensorId::LSE ? 1 : ref.shape.back();
+  const size_t n = ref.numel(), row_count = width > 0 ? n / static_cast<size_t>(width) : 0;
+  // Every term of the element's shape, every source one per row; anything else (and the shape
+  // errors model_sigma_and_row_dof reports) goes to the host.
+  bool fits = width > 0 && terms.operand.shape == ref.shape;
+  for (const Tensor* x : {&terms.stored, &terms.score, &terms.via_op, &terms.via_st, &terms.via_acc, &terms.via_sc, &terms.underflow,
+                          &terms.subnormal, &terms.normalizer_lse, &terms.normalizer_acc, &terms.truncation})
+    fits = fits && (x->data.empty() || x->numel() == n);
+  for (const Tensor* x : {&terms.operand_sources, &terms.score_sources, &terms.subnormal_sources, &terms.row_lse, &terms.direction_sources})
+    fits = fits && (x->data.empty() || x->numel() == row_count);
+  if (!fits || n == 0) return model_sigma_and_row_dof(t, terms, ref, u);
+  gpu::ModelInput in;
+  in.output = t;
+  in.u = u;
+  in.terms = model_row::term_arrays(terms);
+  in.ref = ref.ptr();
+  in.rows = static_cast<int64_t>(row_count);
+  in.width = width;
+  in.row_dof = rows;
+  ModelOfOutput m{Tensor(ref.shape, uninitialized), rows ? Tensor({ref.shape[0], ref.shape[1], ref.shape[2]}, uninitialized) : Tensor()};
+  gpu::output_model(in, m.sigma.ptr(), rows ? m.row_dof.ptr() : nullptr);
+  return m;
+}
 
 ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse, gpu::Timing* t) {
   const auto t0 = Clock::now();

@@ -19,6 +19,11 @@ bool cuda_kernels_available(std::string* why);
 // where the time went (host: the output tensors and the mask's plane check).
 ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse, gpu::Timing* t = nullptr);
 
+// The error model's sigma and row dof of one output on the GPU (oracles/gpu_model.h), the same
+// bits as model_sigma_and_row_dof (harness/error_model.h), for OracleSet::output_model. Terms
+// whose shapes the device path does not take are modelled on the host.
+ModelOfOutput cuda_output_model(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+
 // The verdict's sums over elements on the GPU (oracles/gpu_verdict.h), for
 // OracleSet::verdict_reducer. It keeps every tensor but a judged implementation's output on the
 // device for its life, so one reducer serves one case (one DifferentialSession).

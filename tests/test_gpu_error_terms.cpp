@@ -1,10 +1,12 @@
 // The error model's magnitudes on the GPU (oracles/gpu_error_terms.cu, label gpu) against
 // oracles/error_terms.cpp on random cases, with and without a score bias: every TermTensors
-// tensor within 1e-10 of the CPU one, relative to the tensor's largest element. Without a
-// usable GPU the tests report themselves skipped, with the reason.
+// tensor within 1e-10 of the CPU one, relative to the tensor's largest element. The model's
+// sigma and row dof from those terms on the GPU (oracles/gpu_model.cu) against the host's: the
+// same bits. Without a usable GPU the tests report themselves skipped, with the reason.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -246,6 +248,75 @@ TEST(GpuErrorTerms, MatchTheCpuTermsWhereKeysAreTied) {
     compare(c, cov);
   }
   print(cov);
+}
+
+// cuda_output_model against model_sigma_and_row_dof: the same bits, element for element, for
+// every output of `c` under each contract, with the terms as the session attaches them; and once
+// more with a reference row of repeated values and NaN (the distinct values' count) and with the
+// sources left out (each element's sigma alone).
+struct ModelCoverage {
+  int outputs = 0, rows_with_dof = 0, elementwise = 0, dbias = 0;
+};
+void expect_same_model(const Case& c, ModelCoverage& cov) {
+  const Inputs in = generate_inputs(c);
+  const Problem p = full_problem(c, in);
+  const Forward fwd = reference_forward(p);
+  const Gradients grads = reference_backward(p, fwd, in.d_out, in.d_lse);
+  ErrorTerms terms = reference_error_terms(p, fwd, in.d_out, in.d_lse);
+  attach_row_lse(terms, fwd.lse);
+  attach_directions(terms, p, in.d_out);
+  const Tensor* outputs[] = {&fwd.o, &fwd.lse, &grads.dq, &grads.dk, &grads.dv, &grads.dbias};
+  auto same = [&](TensorId t, const TermTensors& tt, const Tensor& ref, const RoundingUnits& u, const char* what) {
+    const ModelOfOutput want = model_sigma_and_row_dof(t, tt, ref, u);
+    const ModelOfOutput got = cuda_output_model(t, tt, ref, u);
+    const std::string where = std::string(to_string(t)) + " " + what;
+    ASSERT_EQ(got.sigma.shape, want.sigma.shape) << where;
+    ASSERT_EQ(got.row_dof.shape, want.row_dof.shape) << where;
+    EXPECT_EQ(std::memcmp(got.sigma.ptr(), want.sigma.ptr(), want.sigma.numel() * sizeof(double)), 0) << where << "\n" << write_case(c);
+    EXPECT_EQ(std::memcmp(got.row_dof.ptr(), want.row_dof.ptr(), want.row_dof.numel() * sizeof(double)), 0) << where << "\n" << write_case(c);
+    ++cov.outputs;
+    cov.rows_with_dof += !want.row_dof.data.empty();
+    cov.elementwise += want.row_dof.data.empty();
+    cov.dbias += t == TensorId::dBias;
+  };
+  for (const Contract k : {Contract::fp32, Contract::bf16, Contract::fp16, Contract::tf32})
+    for (TensorId t : kOutputs) {
+      const Tensor& ref = *outputs[output_index(t)];
+      if (ref.data.empty()) continue;
+      same(t, terms[t], ref, rounding_units(k, c.dtype, k == Contract::fp32 ? 0x1p-24 : 0x1p-20, k != Contract::fp32), "as judged");
+    }
+  const RoundingUnits u = rounding_units(Contract::bf16, c.dtype, 0x1p-20, true);
+  for (TensorId t : {TensorId::O, TensorId::dK}) {
+    Tensor ref = *outputs[output_index(t)];
+    const size_t width = static_cast<size_t>(ref.shape.back());
+    for (size_t d = 0; d + 1 < width; d += 2) ref.data[d + 1] = ref.data[d];  // row 0: pairs of equal values,
+    ref.data[width] = std::nan("");                                            // row 1: NaN twice
+    ref.data[width + 1 < ref.numel() ? width + 1 : 0] = std::nan("");
+    same(t, terms[t], ref, u, "with repeated values and NaN");
+    TermTensors without_sources = terms[t];
+    without_sources.operand_sources = Tensor();
+    same(t, without_sources, ref, u, "without sources");
+  }
+}
+
+TEST(GpuErrorModel, GivesTheHostsBitsOnRandomCases) {
+  REQUIRE_GPU();
+  RandomCaseOptions opt;
+  opt.max_seq = 160;
+  opt.max_dim = 80;
+  opt.max_group = 4;
+  opt.p_bias = 0.3;
+  ModelCoverage cov;
+  for (uint64_t i = 0; i < 40; ++i) expect_same_model(random_case(9'400'000 + i, opt), cov);
+  Case tied;  // tied keys and values, fp16 (the subnormal part)
+  tied.dtype = DType::f16;
+  tied.shape = {2, 8, 2, 33, 63, 80, 80};
+  tied.d_lse = ValueDist{};
+  tied.k = tied.v = ValueDist{ValueDist::Kind::near_constant, 0.1, 0.0};
+  expect_same_model(tied, cov);
+  std::cout << "  " << cov.outputs << " outputs: " << cov.rows_with_dof << " with row dof, " << cov.elementwise << " element by element, "
+            << cov.dbias << " dBias\n";
+  EXPECT_GE(cov.dbias, 4) << "the draw must reach dBias";
 }
 
 }  // namespace
