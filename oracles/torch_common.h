@@ -102,16 +102,31 @@ inline at::Device device_of(Device d) { return d == Device::cuda ? at::Device(at
 
 // A copy of `t` on `dev` (never a view of the harness's memory). To a GPU the upload is that
 // copy: the host copy first (clone) only for the CPU.
+// The float64 copy of host tensor `t` that a CUDA device already holds, where the build keeps
+// such copies (oracles/device_mirror.h: the GPU oracles have sent the case's Q, K, V, dO and bias
+// before any backend runs); read only. Set once by backends/torch_sdpa_cuda.cpp in the gpu build;
+// null, or an undefined tensor back: the host converts and sends.
+using DeviceCopyOf = at::Tensor (*)(const Tensor& t, at::Device dev);
+inline DeviceCopyOf& device_copy_of() {
+  static DeviceCopyOf f = nullptr;
+  return f;
+}
+inline at::Tensor kept_on(const Tensor& t, at::Device dev) {
+  return dev.is_cuda() && !t.data.empty() && device_copy_of() ? device_copy_of()(t, dev) : at::Tensor();
+}
+
 inline at::Tensor to_torch(const Tensor& t, at::Device dev) {
+  if (const at::Tensor kept = kept_on(t, dev); kept.defined()) return kept.clone();
   const at::Tensor host = at::from_blob(const_cast<double*>(t.ptr()), t.shape, at::TensorOptions().dtype(at::kDouble));
   return dev.is_cpu() ? host.clone() : host.to(dev);
 }
 
-// A copy of `t` in `st` on `dev`. To a GPU it is converted on the host first (over LibTorch's
-// threads), so that a 16-bit tensor crosses the bus in a quarter of float64's bytes: the same
-// rounding (the same conversion code on both sides), and the harness's values are exact in the
-// case dtype anyway.
+// A copy of `t` in `st` on `dev`. To a GPU it is converted on the device from the copy kept
+// there, or else on the host first (over LibTorch's threads), so that a 16-bit tensor crosses
+// the bus in a quarter of float64's bytes: the same rounding (the same conversion code on both
+// sides), and the harness's values are exact in the case dtype anyway.
 inline at::Tensor to_torch(const Tensor& t, at::ScalarType st, at::Device dev) {
+  if (const at::Tensor kept = kept_on(t, dev); kept.defined()) return st == at::kDouble ? kept.clone() : kept.to(st);
   const at::Tensor host = at::from_blob(const_cast<double*>(t.ptr()), t.shape, at::TensorOptions().dtype(at::kDouble));
   if (st == at::kDouble) return dev.is_cpu() ? host.clone() : host.to(dev);
   return host.to(st).to(dev);
