@@ -115,8 +115,9 @@ case "$mode" in
   oracles)
     # The GPU oracle set (kernels/): its gpu tests, its benchmark at real sizes, and
     # compute-sanitizer (memcheck, racecheck) over a small run of every kernel.
+    # The device mirror keeps copies here (its tests skip where it keeps none).
     for t in test_gpu_oracles test_gpu_error_terms test_gpu_verdict; do
-      "$bin/$t" > "$OUT/$t.log" 2>&1
+      ATTNFUZZ_DEVICE_MIRROR_MIB=4096 "$bin/$t" > "$OUT/$t.log" 2>&1
       echo "$t: exit $?"
       grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) |coverage|cases:|%|Failure|Expected|differs|outside" "$OUT/$t.log" | head -120
     done

@@ -33,7 +33,7 @@ struct Key {
 
 size_t budget_from_environment() {
   const char* e = std::getenv("ATTNFUZZ_DEVICE_MIRROR_MIB");
-  const size_t mib = e && *e ? std::strtoull(e, nullptr, 10) : 4096;
+  const size_t mib = e && *e ? std::strtoull(e, nullptr, 10) : 0;
   return mib << 20;
 }
 

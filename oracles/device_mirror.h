@@ -11,7 +11,8 @@
 // depends on a caller keeping a tensor unchanged.
 //
 // Copies are kept, least recently used first out, within a budget of device memory:
-// ATTNFUZZ_DEVICE_MIRROR_MIB (default 4096; 0 keeps nothing, every call uploads as before). A copy
+// ATTNFUZZ_DEVICE_MIRROR_MIB (default 0: nothing is kept and every call uploads as before, until
+// the mirror has run on a GPU; docs/gpu.md, "The device mirror"). A copy
 // handed out lives as long as its holder does, whether or not the mirror still keeps it. Copies
 // are read only: a kernel writes its outputs to fresh memory (DeviceCopy's constructor), which
 // remember_copy then keeps once the host holds the same bytes.

@@ -21,7 +21,8 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
 
 // The error model's sigma and row dof of one output on the GPU (oracles/gpu_model.h), the same
 // bits as model_sigma_and_row_dof (harness/error_model.h), for OracleSet::output_model. Terms
-// whose shapes the device path does not take are modelled on the host.
+// whose shapes the device path does not take are modelled on the host. backends/registry.cpp
+// installs it with ATTNFUZZ_ERROR_MODEL=device.
 ModelOfOutput cuda_output_model(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
 
 // The verdict's sums over elements on the GPU (oracles/gpu_verdict.h), for
