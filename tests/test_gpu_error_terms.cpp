@@ -123,6 +123,17 @@ void compare(const Case& c, Coverage& cov) {
   cov.nonzero_subnormal += subnormal;
 }
 
+// The draw of these tests: small cases (Sq, Skv up to 160, D up to 80, groups up to 4), a share
+// p_bias of them with a score bias.
+RandomCaseOptions small_cases(double p_bias = 0.0) {
+  RandomCaseOptions opt;
+  opt.max_seq = 160;
+  opt.max_dim = 80;
+  opt.max_group = 4;
+  opt.p_bias = p_bias;
+  return opt;
+}
+
 void print(const Coverage& cov) {
   std::cout << "  " << cov.cases << " cases: softcap " << cov.softcap << ", GQA/MQA " << cov.gqa << ", Dqk != Dv " << cov.dims_differ
             << ", dLSE " << cov.dlse << ", masked " << cov.masked << ", bias " << cov.bias << "; worst " << cov.worst << " ("
@@ -131,10 +142,7 @@ void print(const Coverage& cov) {
 
 TEST(GpuErrorTerms, MatchTheCpuTermsOnRandomCases) {
   REQUIRE_GPU();
-  RandomCaseOptions opt;
-  opt.max_seq = 160;
-  opt.max_dim = 80;
-  opt.max_group = 4;
+  const RandomCaseOptions opt = small_cases();
   Coverage cov;
   for (uint64_t i = 0; i < 80; ++i) compare(random_case(9'300'000 + i, opt), cov);
   print(cov);
@@ -159,11 +167,7 @@ TEST(GpuErrorTerms, MatchTheCpuTermsWithEveryKindOfBias) {
 
 TEST(GpuErrorTerms, MatchTheCpuTermsOnRandomCasesWithABias) {
   REQUIRE_GPU();
-  RandomCaseOptions opt;
-  opt.max_seq = 160;
-  opt.max_dim = 80;
-  opt.max_group = 4;
-  opt.p_bias = 1.0;
+  const RandomCaseOptions opt = small_cases(1.0);
   Coverage cov;
   for (uint64_t i = 0; i < 40; ++i) compare(random_case(9'350'000 + i, opt), cov);
   print(cov);
@@ -301,11 +305,7 @@ void expect_same_model(const Case& c, ModelCoverage& cov) {
 
 TEST(GpuErrorModel, GivesTheHostsBitsOnRandomCases) {
   REQUIRE_GPU();
-  RandomCaseOptions opt;
-  opt.max_seq = 160;
-  opt.max_dim = 80;
-  opt.max_group = 4;
-  opt.p_bias = 0.3;
+  const RandomCaseOptions opt = small_cases(0.3);
   ModelCoverage cov;
   for (uint64_t i = 0; i < 40; ++i) expect_same_model(random_case(9'400'000 + i, opt), cov);
   Case tied;  // tied keys and values, fp16 (the subnormal part)
