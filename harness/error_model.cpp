@@ -69,7 +69,12 @@ namespace {
 double distinct_values(const double* x, int64_t n, std::vector<double>& v) {
   v.clear();
   size_t nans = 0;
-  for (int64_t d = 0; d < n; ++d) std::isnan(x[d]) ? static_cast<void>(++nans) : v.push_back(x[d]);
+  for (int64_t d = 0; d < n; ++d) {
+    if (std::isnan(x[d]))
+      ++nans;
+    else
+      v.push_back(x[d]);
+  }
   std::sort(v.begin(), v.end());
   const size_t kept = static_cast<size_t>(std::unique(v.begin(), v.end()) - v.begin());
   return static_cast<double>(std::max<size_t>(1, kept + nans));
