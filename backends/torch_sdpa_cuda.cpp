@@ -38,7 +38,7 @@ using namespace torch_detail;
 // device_copy_of) where it keeps copies: found there, or sent once and kept for the case's next
 // call. The mirror's memory is on the process's current device, which a worker's device 0 is.
 at::Tensor mirrored(const Tensor& t, at::Device dev) {
-  if ((dev.has_index() && dev.index() != 0) || gpu::mirror_counts().budget_bytes == 0) return {};
+  if ((dev.has_index() && dev.index() != 0) || !gpu::mirror_keeps_copies()) return {};
   gpu::SharedCopy c = gpu::device_copy(t.ptr(), t.numel());
   void* data = const_cast<void*>(c->data());
   return at::from_blob(data, t.shape, [c](void*) {}, at::TensorOptions().dtype(at::kDouble).device(dev));

@@ -1,4 +1,5 @@
 // Device copies of host tensors, found again by their contents: oracles/device_mirror.h.
+#include <atomic>
 #include <cstdlib>
 #include <list>
 #include <map>
@@ -44,7 +45,13 @@ class Mirror {
     static Mirror* m = new Mirror;
     return *m;
   }
-  bool on() const { return budget_ > 0; }
+  bool on() const { return budget_.load() > 0; }
+
+  void set_budget(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    budget_ = bytes;
+    evict_to_budget();
+  }
 
   SharedCopy find(const Key& k) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -58,11 +65,24 @@ class Mirror {
   void keep(const Key& k, SharedCopy c, bool uploaded) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++(uploaded ? counts_.uploads : counts_.remembered);
-    if (c->bytes() > budget_ || kept_.count(k)) return;
+    if (c->bytes() > budget_.load() || kept_.count(k)) return;
     lru_.push_front(k);
     kept_.emplace(k, Entry{std::move(c), lru_.begin()});
     counts_.kept_bytes += k.bytes;
-    while (counts_.kept_bytes > budget_) {
+    evict_to_budget();
+  }
+
+  MirrorCounts counts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    MirrorCounts c = counts_;
+    c.budget_bytes = budget_.load();
+    return c;
+  }
+
+ private:
+  // Least recently used first out, under the lock.
+  void evict_to_budget() {
+    while (counts_.kept_bytes > budget_.load()) {
       const Key last = lru_.back();
       lru_.pop_back();
       kept_.erase(last);
@@ -71,19 +91,11 @@ class Mirror {
     }
   }
 
-  MirrorCounts counts() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    MirrorCounts c = counts_;
-    c.budget_bytes = budget_;
-    return c;
-  }
-
- private:
   struct Entry {
     SharedCopy copy;
     std::list<Key>::iterator lru;
   };
-  const size_t budget_ = budget_from_environment();
+  std::atomic<size_t> budget_{budget_from_environment()};
   std::mutex mutex_;
   std::map<Key, Entry> kept_;
   std::list<Key> lru_;  // most recently used first
@@ -121,5 +133,9 @@ void remember_copy(const double* host, size_t n, SharedCopy device) {
 }
 
 MirrorCounts mirror_counts() { return Mirror::get().counts(); }
+
+bool mirror_keeps_copies() { return Mirror::get().on(); }
+
+void set_mirror_budget(size_t bytes) { Mirror::get().set_budget(bytes); }
 
 }  // namespace attnfuzz::gpu

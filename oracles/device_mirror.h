@@ -52,5 +52,10 @@ struct MirrorCounts {
   size_t kept_bytes = 0, budget_bytes = 0;
 };
 MirrorCounts mirror_counts();
+// Whether the budget lets the mirror keep anything.
+bool mirror_keeps_copies();
+// The budget from now on (ATTNFUZZ_DEVICE_MIRROR_MIB sets the first); past it, copies go least
+// recently used first.
+void set_mirror_budget(size_t bytes);
 
 }  // namespace attnfuzz::gpu
