@@ -168,10 +168,15 @@ void check_shapes(const char* who, const TermTensors& terms, const Tensor& ref) 
   }
 }
 
+ModelShape model_shape(TensorId t, const TermTensors& terms, const Tensor& ref) {
+  return {t != TensorId::LSE && !terms.operand_sources.data.empty() && ref.shape.size() == 4,
+          ref.shape.empty() || t == TensorId::LSE ? 1 : ref.shape.back()};
+}
+
 Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
   check_shapes("model_sigma", terms, ref);
   Tensor sigma(ref.shape, uninitialized);  // every element written below
-  const size_t width = ref.shape.empty() || t == TensorId::LSE ? 1 : static_cast<size_t>(ref.shape.back());
+  const size_t width = static_cast<size_t>(model_shape(t, terms, ref).width);
   const model_row::TermArrays a = model_row::term_arrays(terms);
   // Each element on its own: any split over threads gives the same bits (harness/parallel.h).
   parallel_for(ref.numel(), [&](size_t begin, size_t end) {
@@ -181,9 +186,10 @@ Tensor model_sigma(TensorId t, const TermTensors& terms, const Tensor& ref, cons
 }
 
 ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
-  if (t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {model_sigma(t, terms, ref, u), {}};
+  const ModelShape shape = model_shape(t, terms, ref);
+  if (!shape.row_dof) return {model_sigma(t, terms, ref, u), {}};
   check_shapes("model_row_dof", terms, ref);
-  const int64_t width = ref.shape[3];
+  const int64_t width = shape.width;
   ModelOfOutput m{Tensor(ref.shape, uninitialized), Tensor({ref.shape[0], ref.shape[1], ref.shape[2]}, uninitialized)};  // every element written below
   const model_row::TermArrays a = model_row::term_arrays(terms);
   const double* phasor = model_row::phase_table();
@@ -199,7 +205,7 @@ ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, cons
 }
 
 Tensor model_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
-  if (t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4) return {};
+  if (!model_shape(t, terms, ref).row_dof) return {};
   return model_sigma_and_row_dof(t, terms, ref, u).row_dof;
 }
 

@@ -252,6 +252,14 @@ struct ModelOfOutput {
 // cuda_output_model), the same bits. Empty: on the host.
 using OutputModel = std::function<ModelOfOutput(TensorId, const TermTensors&, const Tensor& ref, const RoundingUnits&)>;
 ModelOfOutput model_sigma_and_row_dof(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u);
+// How output t is modelled, wherever it runs: by rows with a dof (a [B][H][S][D] output other than
+// the LSE whose terms carry sources) or element by element, and the row width the elements'
+// row index divides by (1 for the LSE).
+struct ModelShape {
+  bool row_dof = false;
+  int64_t width = 1;
+};
+ModelShape model_shape(TensorId t, const TermTensors& terms, const Tensor& ref);
 
 // Through a composition every call is a problem of its own (its P, its D, its upstream
 // gradients dO_k = w_k dO and dLSE_k: harness/merge.h), so the model is evaluated per call

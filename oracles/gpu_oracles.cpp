@@ -175,9 +175,7 @@ std::unique_ptr<VerdictReducer> make_cuda_verdict_reducer() { return std::make_u
 bool cuda_kernels_available(std::string* why) { return gpu::device_available(why); }
 
 ModelOfOutput cuda_output_model(TensorId t, const TermTensors& terms, const Tensor& ref, const RoundingUnits& u) {
-  // As model_sigma_and_row_dof: rows with a dof where the terms have sources, else each element.
-  const bool rows = !(t == TensorId::LSE || terms.operand_sources.data.empty() || ref.shape.size() != 4);
-  const int64_t width = rows ? ref.shape[3] : ref.shape.empty() || t == TensorId::LSE ? 1 : ref.shape.back();
+  const auto [rows, width] = model_shape(t, terms, ref);
   const size_t n = ref.numel(), row_count = width > 0 ? n / static_cast<size_t>(width) : 0;
   // Every term of the element's shape, every source one per row; anything else (and the shape
   // errors model_sigma_and_row_dof reports) goes to the host.
