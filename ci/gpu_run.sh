@@ -115,7 +115,7 @@ case "$mode" in
   oracles)
     # The GPU oracle set (kernels/): its gpu tests, its benchmark at real sizes, and
     # compute-sanitizer (memcheck, racecheck) over a small run of every kernel.
-    # The device mirror keeps copies here (its tests skip where it keeps none).
+    # The device mirror keeps copies in every test here, not only in its own (which set a budget).
     for t in test_gpu_oracles test_gpu_error_terms test_gpu_verdict; do
       ATTNFUZZ_DEVICE_MIRROR_MIB=4096 "$bin/$t" > "$OUT/$t.log" 2>&1
       echo "$t: exit $?"
