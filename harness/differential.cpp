@@ -534,6 +534,7 @@ class DifferentialSession::Impl {
       in.baseline_rev = &base_rev[t];
       in.sigma = error_model ? &error_model->sigma[i] : nullptr;
       in.row_dof = error_model ? &error_model->row_dof[i] : nullptr;
+      in.shared = error_model ? &error_model->shared[i] : nullptr;
       in.skip_rows = unjudged_rows(t, be.mixes_batch_entries());
       // A product below fp32's smallest normal is flushed (FTZ kernels, tensor cores), so each
       // of the L terms of an element's reduction may lose up to 2^-126: a floor on the allowance

@@ -260,8 +260,70 @@ OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, co
     ModelOfOutput o = model_of_output(t, terms[t], *ref[i], u, where);
     m.sigma[i] = std::move(o.sigma);
     m.row_dof[i] = std::move(o.row_dof);
+    m.shared[i] = shared_across_rows(terms[t], m.sigma[i], u);
   }
   return m;
+}
+
+double dof_with_shared_part(double dof, double share, double sources) {
+  if (!(share > 0) || !(sources > 0) || !(dof > 0)) return dof;
+  const double rest = 1.0 - std::min(share, 1.0);
+  return std::min(dof, 1.0 / (share * share / sources + rest * rest / dof));
+}
+
+SharedAcrossRows shared_across_rows(const TermTensors& terms, const Tensor& sigma, const RoundingUnits& u) {
+  SharedAcrossRows sh;
+  if (terms.via_head_sum.empty() || sigma.shape.size() != 4) return sh;
+  const int64_t heads = sigma.shape[0] * sigma.shape[1], seq = sigma.shape[2], width = sigma.shape[3], tile = terms.via_block_tile;
+  if (tile < 1 || terms.via_head_sum.size() != static_cast<size_t>(heads) * 4) return sh;
+  sh.tile = tile;
+  sh.row_tiles = (seq + tile - 1) / tile;
+  sh.col_tiles = (width + tile - 1) / tile;
+  const size_t tiles = static_cast<size_t>(heads * sh.row_tiles * sh.col_tiles);
+  if (terms.via_tile_sum.size() != tiles * 4) return sh;
+  // Each rounding unit's weight in sigma^2, as model_row::element_variance weighs the via parts.
+  const double u_score2 = u.accumulate * u.accumulate + u.input * u.input;
+  const double w[4] = {u.operand * u.operand / 3.0, u.store * u.store / 3.0, u.accumulate * u.accumulate, u_score2};
+  struct Part {
+    double via = 0, via2_per_source = 0;  // sum_units w sum_i v_i, sum_units w^2 sum_i v_i^2
+  };
+  auto part_of = [&](const std::vector<double>& sum, const std::vector<double>& sum_sq, size_t at) {
+    Part p;
+    for (size_t k = 0; k < 4; ++k) p.via += w[k] * sum[at * 4 + k], p.via2_per_source += w[k] * w[k] * sum_sq[at * 4 + k];
+    return p;
+  };
+  auto share_and_sources = [](const Part& p, double total, double& share, double& sources) {
+    share = total > 0 ? std::min(1.0, p.via / total) : 0.0;
+    sources = p.via2_per_source > 0 ? p.via * p.via / p.via2_per_source : 0.0;
+  };
+  // The model's variance per tile and per head, summed in one pass over the elements.
+  std::vector<double> tile_var(tiles, 0.0), head_var(static_cast<size_t>(heads), 0.0);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t r = 0; r < seq; ++r)
+      for (int64_t d = 0; d < width; ++d) {
+        const double x = sigma.data[static_cast<size_t>((h * seq + r) * width + d)];
+        const double x2 = std::isfinite(x) ? x * x : 0.0;
+        tile_var[static_cast<size_t>((h * sh.row_tiles + r / tile) * sh.col_tiles + d / tile)] += x2;
+        head_var[static_cast<size_t>(h)] += x2;
+      }
+  sh.tile_share.resize(tiles);
+  sh.tile_sources.resize(tiles);
+  for (size_t i = 0; i < tiles; ++i)
+    share_and_sources(part_of(terms.via_tile_sum, terms.via_tile_sum_sq, i), tile_var[i], sh.tile_share[i], sh.tile_sources[i]);
+  sh.head_share.resize(static_cast<size_t>(heads));
+  sh.head_sources.resize(static_cast<size_t>(heads));
+  Part all;
+  double all_var = 0;
+  for (size_t h = 0; h < static_cast<size_t>(heads); ++h) {
+    const Part p = part_of(terms.via_head_sum, terms.via_head_sum_sq, h);
+    share_and_sources(p, head_var[h], sh.head_share[h], sh.head_sources[h]);
+    // Different heads' queries are different sources: the tensor's sums add theirs.
+    all.via += p.via;
+    all.via2_per_source += p.via2_per_source;
+    all_var += head_var[h];
+  }
+  share_and_sources(all, all_var, sh.tensor_share, sh.tensor_sources);
+  return sh;
 }
 
 namespace {

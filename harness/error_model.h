@@ -110,6 +110,32 @@
 // together too: their combined sources, (sum V)^2 / sum V^2 / sources, are at most
 // directions. A query that sees one key errs along that key however its error splits into parts.
 //
+// D's error across key rows. A block's statistic (a tile, a head, the tensor: harness/verdict.cpp)
+// counts its rows' dof as independent, which they are for every part whose sources are one row's
+// own. D's error is not: query i's dD_i moves dS_ij of every key j it sees, so dK_jd gets
+// scale P_ij Q_id dD_i in every row j of the block, the same draw. Where few queries reach a block
+// (sparse dO rows, a decode call of one query, a saturated softmax whose keys each see one query),
+// the block's via part is that few draws spread over many rows. Its sources in a block B are the
+// participation over queries of their variances there, per rounding unit (units are independent):
+//
+//   v_i(B) = scale^2 d_err(i)^2 (sum_{j in B} P_ij^2) (sum_{d in B} Q_id^2)    (sum_i v_i(B) is the
+//            block's via variance in that unit, as the elements' via terms sum it)
+//   V_via(B) = sum_units w sum_i v_i,  sources(B) = V_via(B)^2 / sum_units w^2 sum_i v_i^2
+//
+// (w the unit's weight in sigma^2: u_op^2/3, u_st^2/3, u_acc^2, u_sc^2), and the block's dof is
+// that of the two parts, the via part's share f = V_via(B) / sum_{e in B} sigma_e^2 with those
+// sources and the rest with the dof counted as before (dof_with_shared_part, at most that dof):
+//
+//   dof(B) = min(dof, 1 / (f^2 / sources + (1 - f)^2 / dof))
+//
+// Stop 65 (docs/findings, s60): a decode dK tile whose via error came from one query (6 to 12 of a
+// KV head's 180 queries have a dO), counted as 130 independent errors: our own tiled kernel and
+// LibTorch's CPU flash read 3.96 sigma' against 3.79, cuda.flash and cuDNN on the H100 alike.
+// Rows (one row of key j) need no such part: the via part is one source of the row already. The
+// normalizer of query i reaches dK and dV rows alike but sits in their score part with the
+// per-(i, j) score errors, and is not split out. Only the CPU oracle set supplies the blocks (the
+// GPU set's dK via terms are summed on the device), and a composition's model carries none.
+//
 // Storage rounding is a sawtooth of the value: x rounds to x + delta s(x / delta), delta the
 // storage step at x, s(t) = round(t) - t. Elements whose values lie within a small part of a
 // step of each other round alike (a row of O where V is near constant: every element about 0.1,
@@ -179,6 +205,9 @@ namespace attnfuzz {
 
 struct Shape;
 
+// The tile of the via blocks the CPU oracle set supplies (TermTensors::via_block_tile): the
+// verdict's tile (ToleranceRule::tile by default).
+inline constexpr int64_t kSharedTile = 16;
 struct TermTensors {
   Tensor operand, stored, score;  // shaped like the output
   double length = 1;              // L
@@ -205,6 +234,14 @@ struct TermTensors {
   Tensor normalizer_lse, normalizer_acc;
   // LSE only, per row: the tensor cores' truncation (above, steps of 16 products); empty: none.
   Tensor truncation;
+  // dK only: D's error per block of key rows ("D's error across key rows" above), per rounding
+  // unit (the order of via_op, via_st, via_acc, via_sc): over the queries i whose D reaches the
+  // block, sum_i v_i and sum_i v_i^2 of each query's part of the block's via variance,
+  //   v_i = scale^2 d_err(i)^2 (sum_{j in block} P_ij^2) (sum_{d in block} Q_id^2),
+  // per tile of via_block_tile keys x via_block_tile columns ([B][Hkv][key tiles][column tiles][4])
+  // and per head ([B][Hkv][4]). Empty where the oracle does not supply them (the GPU oracle set).
+  int64_t via_block_tile = 0;
+  std::vector<double> via_tile_sum, via_tile_sum_sq, via_head_sum, via_head_sum_sq;
 };
 struct ErrorTerms {
   std::array<TermTensors, kOutputs.size()> by_output;  // indexed by output_index
@@ -279,10 +316,29 @@ void add_call_model(const ModelOfCall& m, Tensor& sum_sigma2, Tensor& row_var, T
 // The whole output's sigma and row dof from those sums (dof clamped to [1, width]).
 void finish_combined_model(Tensor& sum_sigma2, const Tensor& row_var, const Tensor& row_var2_dof, Tensor* row_dof);
 
-// The model of every output of one run: sigma per element and the dof of each row, indexed by
-// output_index (row_dof empty where every element counts as independent).
+// How much of a block's modelled variance comes from sources that reach several of its rows
+// ("D's error across key rows" above): the share of the block's variance and the number of
+// independent sources it has, per tile of `tile` rows x `tile` columns ([heads][row tiles][column
+// tiles]), per head and for the whole tensor. Empty (no heads): no such part.
+struct SharedAcrossRows {
+  int64_t tile = 0, row_tiles = 0, col_tiles = 0;
+  std::vector<double> tile_share, tile_sources, head_share, head_sources;
+  double tensor_share = 0, tensor_sources = 0;
+  bool empty() const { return head_share.empty(); }
+};
+// A block of `dof` independent errors, a `share` of whose variance comes from `sources` shared
+// ones: the Satterthwaite dof of the two parts, 1 / (share^2 / sources + (1 - share)^2 / dof), at
+// most dof.
+double dof_with_shared_part(double dof, double share, double sources);
+// The shares of dK from its terms' via blocks and its model (sigma); empty without via blocks.
+SharedAcrossRows shared_across_rows(const TermTensors& terms, const Tensor& sigma, const RoundingUnits& u);
+
+// The model of every output of one run: sigma per element, the dof of each row and the blocks'
+// parts shared across rows, indexed by output_index (row_dof empty where every element counts as
+// independent).
 struct OutputsModel {
   std::array<Tensor, kOutputs.size()> sigma, row_dof;
+  std::array<SharedAcrossRows, kOutputs.size()> shared;
 };
 using OutputTensors = std::array<const Tensor*, kOutputs.size()>;  // one tensor per output, indexed by output_index
 

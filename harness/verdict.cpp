@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/dtype.h"
+#include "harness/error_model.h"
 #include "harness/parallel.h"
 
 namespace attnfuzz {
@@ -446,7 +447,7 @@ class ReducedBlocks {
 // One head's blocks, in the order every pass over them takes: its elements (the largest error,
 // and each element where a row is one), its rows, its tiles, the head.
 template <class Blocks>
-HeadJudgement judge_head(const Blocks& blocks, const ToleranceRule& rule, int64_t h, int64_t b_heads) {
+HeadJudgement judge_head(const Blocks& blocks, const ToleranceRule& rule, int64_t h, int64_t b_heads, const SharedAcrossRows* shared) {
   HeadJudgement j;
   auto head_name = [&] { return "b" + std::to_string(h / b_heads) + " h" + std::to_string(h % b_heads); };
   auto consider = [&](Granularity granularity, const BlockSum& b, const std::function<std::string()>& where) {
@@ -481,15 +482,22 @@ HeadJudgement judge_head(const Blocks& blocks, const ToleranceRule& rule, int64_
       consider(Granularity::row, r.box, [&] { return head_name() + " s" + std::to_string(s); });
       consider(Granularity::row_along_itself, r.along, [&] { return head_name() + " s" + std::to_string(s); });
     }
+  const bool shared_tiles = shared && shared->tile == tile;
   for (int64_t s0 = 0; s0 < seq; s0 += tile)
     for (int64_t d0 = 0; d0 < width; d0 += tile) {
       const int64_t s1 = std::min(seq, s0 + tile), d1 = std::min(width, d0 + tile);
-      consider(Granularity::tile, blocks.tile(h, s0, s1, d0, d1), [&] {
+      BlockSum box = blocks.tile(h, s0, s1, d0, d1);
+      if (shared_tiles) {
+        const size_t at = static_cast<size_t>((h * shared->row_tiles + s0 / tile) * shared->col_tiles + d0 / tile);
+        box.dof = dof_with_shared_part(box.dof, shared->tile_share[at], shared->tile_sources[at]);
+      }
+      consider(Granularity::tile, box, [&] {
         return head_name() + " s" + std::to_string(s0) + "-" + std::to_string(s1 - 1) +
                (width > 1 ? " d" + std::to_string(d0) + "-" + std::to_string(d1 - 1) : "");
       });
     }
   j.head = blocks.head(h, &j.head_rows);
+  if (shared) j.head.dof = dof_with_shared_part(j.head.dof, shared->head_share[static_cast<size_t>(h)], shared->head_sources[static_cast<size_t>(h)]);
   consider(Granularity::head, j.head, [&] { return head_name(); });
   return j;
 }
@@ -582,8 +590,9 @@ template <class Blocks>
 void judge_blocks(TensorVerdict& v, const Blocks& blocks, const JudgeInput& in, const ToleranceRule& rule) {
   const int64_t b_heads = in.ref->shape[1], seq = blocks.seq(), width = blocks.width();
   std::vector<HeadJudgement> heads(static_cast<size_t>(in.ref->shape[0] * b_heads));
+  const SharedAcrossRows* shared = in.shared && !in.shared->empty() && in.shared->head_share.size() == heads.size() ? in.shared : nullptr;
   parallel_for(heads.size(), static_cast<size_t>(seq * width), [&](size_t begin, size_t end) {
-    for (size_t h = begin; h < end; ++h) heads[h] = judge_head(blocks, rule, static_cast<int64_t>(h), b_heads);
+    for (size_t h = begin; h < end; ++h) heads[h] = judge_head(blocks, rule, static_cast<int64_t>(h), b_heads, shared);
   });
   double worst_score = -1, max_err2 = -1;
   BlockSum all;
@@ -610,6 +619,7 @@ void judge_blocks(TensorVerdict& v, const Blocks& blocks, const JudgeInput& in, 
     all.n += j.head.n;
     all.dof += dof_in_outer;
   }
+  if (shared) all.dof = dof_with_shared_part(all.dof, shared->tensor_share, shared->tensor_sources);
   if (all.n > 0) {
     const double ratio = ratio_of(all), limit = rule.limit(std::max(1.0, all.dof));
     if (ratio > limit) v.pass = false;

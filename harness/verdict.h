@@ -171,6 +171,7 @@ struct TensorVerdict {
 };
 
 // What judging one tensor needs, all shaped alike ([B][H][S][D] or [B][H][S]).
+struct SharedAcrossRows;  // harness/error_model.h
 struct JudgeInput {
   const Tensor* impl = nullptr;
   const Tensor* ref = nullptr;                      // float64
@@ -179,6 +180,10 @@ struct JudgeInput {
   const Tensor* sigma = nullptr;                    // the error model (may be null: baselines only)
   const std::vector<uint8_t>* skip_rows = nullptr;  // rows left out (fully masked)
   const Tensor* row_dof = nullptr;                  // per row: its independent errors (may be null: every element)
+  // The share of each tile's, head's and the tensor's variance whose sources reach several of its
+  // rows, and their number (error_model.h, "D's error across key rows"): the block's dof is that
+  // of both parts (dof_with_shared_part). Null or empty: the rows' dof alone.
+  const SharedAcrossRows* shared = nullptr;
   double tiny = 0;                                  // the storage type's smallest subnormal
   // Where the storage type rounds to infinity (harness/metrics.h, compare): an infinity of the
   // reference's sign there is the correctly stored value, judged equal and left out of the blocks.

@@ -97,6 +97,17 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
     t[o].via_sc = part();
   }
   init(TensorId::dV, vv, reduction_length(TensorId::dV, s));
+  // D's error per block of dK's key rows (TermTensors::via_block_tile), summed over the group's queries.
+  const int64_t block = kSharedTile, key_tiles = (s.seq_kv + block - 1) / block, col_tiles = (s.head_dim_qk + block - 1) / block;
+  {
+    TermTensors& tk = t[TensorId::dK];
+    tk.via_block_tile = block;
+    const size_t heads_kv = static_cast<size_t>(s.batch * s.heads_kv);
+    tk.via_tile_sum.assign(heads_kv * static_cast<size_t>(key_tiles * col_tiles) * 4, 0.0);
+    tk.via_tile_sum_sq = tk.via_tile_sum;
+    tk.via_head_sum.assign(heads_kv * 4, 0.0);
+    tk.via_head_sum_sq = tk.via_head_sum;
+  }
   t[TensorId::LSE].truncation = Tensor(lq);
   // The truncation part's weights (harness/error_model.h): w_d = ceil(Dqk / 16) - floor(d / 16).
   Eigen::VectorXd step_weights(s.head_dim_qk);
@@ -234,6 +245,34 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
         MMap(dq_via[part]->at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (dq_err[part].asDiagonal() * pk);
         MMap(dk_via[part]->at(b, hk, 0), s.seq_kv, s.head_dim_qk) +=
             sc2 * (squared(pc).transpose() * (d_err[part].cwiseProduct(d_err[part]).asDiagonal() * q2));
+      }
+      {
+        // Each query's part of dK's via variance per block: v_i = scale^2 d_err(i)^2 (sum over the
+        // block's keys of P_ij^2) (sum over its columns of Q_id^2); the sums over i of v_i and v_i^2.
+        const Mat pc2 = squared(pc);
+        Mat key_sums = Mat::Zero(s.seq_q, key_tiles), col_sums = Mat::Zero(s.seq_q, col_tiles);
+        for (int64_t i = 0; i < s.seq_q; ++i) {
+          for (int64_t j = 0; j < s.seq_kv; ++j) key_sums(i, j / block) += pc2(i, j);
+          for (int64_t d = 0; d < s.head_dim_qk; ++d) col_sums(i, d / block) += q2(i, d);
+        }
+        const Eigen::VectorXd key_all = pc2.rowwise().sum();
+        TermTensors& tk = t[TensorId::dK];
+        const size_t head = static_cast<size_t>(b * s.heads_kv + hk);
+        for (size_t part = 0; part < 4; ++part) {
+          const Eigen::VectorXd a = sc2 * d_err[part].cwiseAbs2(), a2 = a.cwiseAbs2();
+          const Mat sum = key_sums.transpose() * a.asDiagonal() * col_sums;
+          const Mat sum_sq = key_sums.cwiseAbs2().transpose() * a2.asDiagonal() * col_sums.cwiseAbs2();
+          for (int64_t kt = 0; kt < key_tiles; ++kt)
+            for (int64_t ct = 0; ct < col_tiles; ++ct) {
+              const size_t at = ((head * static_cast<size_t>(key_tiles) + static_cast<size_t>(kt)) * static_cast<size_t>(col_tiles) +
+                                 static_cast<size_t>(ct)) * 4 + part;
+              tk.via_tile_sum[at] += sum(kt, ct);
+              tk.via_tile_sum_sq[at] += sum_sq(kt, ct);
+            }
+          const Eigen::VectorXd v = a.cwiseProduct(key_all).cwiseProduct(q_norm2);
+          tk.via_head_sum[head * 4 + part] += v.sum();
+          tk.via_head_sum_sq[head * 4 + part] += v.squaredNorm();
+        }
       }
 
       sources_of(op_sources, TensorId::dQ).add(b, h, source_sums(ds2, k_norm2));

@@ -1209,6 +1209,119 @@ TEST(Verdict, Fp16SubnormalProbabilitiesAreNoFalseAlarmAndCoarserOnesAreFound) {
   EXPECT_GE(found, 3) << "a P that keeps 4 bits fewer below 2^-14 must be found";
 }
 
+// A bf16 kernel whose backward takes D = rowsum(dO O) from its stored O, as fused kernels do, that
+// O's elements further rounded to `bits` significant bits (8: bf16's own, a correct kernel); every
+// other step in float64, the gradients stored in bf16.
+class DFromStoredO final : public Backend {
+ public:
+  DFromStoredO(std::string name, int bits) : name_(std::move(name)), bits_(bits), impl_(Contract::bf16, false) {}
+  std::string name() const override { return name_; }
+  std::optional<Contract> contract(DType) const override { return Contract::bf16; }
+  Forward forward(const Problem& p) override { return impl_.forward(p); }
+  Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
+    const Shape& s = p.shape;
+    Gradients g{Tensor(p.q.shape), Tensor(p.k.shape), Tensor(p.v.shape), {}};
+    auto coarse = [&](double x) {
+      if (x == 0 || !std::isfinite(x)) return x;
+      int e = 0;
+      const double m = std::frexp(x, &e);
+      return std::ldexp(std::nearbyint(std::ldexp(m, bits_)), e - bits_);
+    };
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < s.heads_q; ++h) {
+        const int64_t hk = h / s.group();
+        const HeadScores hs = head_scores(p, b, h);
+        const CMap q(p.q.at(b, h, 0), s.seq_q, s.head_dim_qk), k(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk),
+            v(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v), o(f.o.at(b, h, 0), s.seq_q, s.head_dim_v),
+            d_o(d_out.at(b, h, 0), s.seq_q, s.head_dim_v);
+        const Mat dp = d_o * v.transpose();
+        Mat ds(s.seq_q, s.seq_kv);
+        for (int64_t i = 0; i < s.seq_q; ++i) {
+          double delta = -*d_lse.at(b, h, i);
+          for (int64_t d = 0; d < s.head_dim_v; ++d) delta += d_o(i, d) * coarse(o(i, d));
+          for (int64_t j = 0; j < s.seq_kv; ++j) ds(i, j) = hs.p(i, j) * (dp(i, j) - delta);
+        }
+        MMap(g.dq.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (ds * k);
+        MMap(g.dk.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += p.scale * (ds.transpose() * q);
+        MMap(g.dv.at(b, hk, 0), s.seq_kv, s.head_dim_v) += hs.p.transpose() * d_o;
+      }
+    for (Tensor* t : {&g.dq, &g.dk, &g.dv})
+      for (double& x : t->data) x = round_to(DType::bf16, x);
+    return g;
+  }
+
+ private:
+  std::string name_;
+  int bits_;
+  EmulatedBackend impl_;
+};
+
+// A block's dof with a part of `share` of its variance from `sources` shared ones
+// (harness/error_model.h, "D's error across key rows"): the rows' count where nothing is shared,
+// the sources where everything is, never above the rows' count.
+TEST(BlockDof, ASharedPartCountsByItsSources) {
+  EXPECT_DOUBLE_EQ(dof_with_shared_part(130, 0.0, 1), 130);
+  EXPECT_DOUBLE_EQ(dof_with_shared_part(130, 1.0, 1), 1);
+  EXPECT_DOUBLE_EQ(dof_with_shared_part(130, 1.0, 7), 7);
+  EXPECT_NEAR(dof_with_shared_part(130, 0.5, 1), 1 / (0.25 + 0.25 / 130), 1e-12);
+  EXPECT_DOUBLE_EQ(dof_with_shared_part(16, 0.5, 1000), 16);
+}
+
+// With one query a head (Sq = 1), every key row's via part is that query's D error, one draw per
+// rounding unit: the same few sources for every tile and head of dK, whatever their rows; with
+// many queries of comparable weight, many.
+TEST(BlockDof, OneQueryIsOneSourceOfEveryKeyBlock) {
+  for (const int64_t sq : {int64_t{1}, int64_t{48}}) {
+    Case c;
+    c.shape = {1, 2, 2, sq, 40, 32, 32};
+    c.dtype = DType::bf16;
+    c.seed = 5;
+    const Inputs in = generate_inputs(c);
+    const Problem p = full_problem(c, in);
+    const Forward f = reference_forward(p);
+    const ErrorTerms terms = reference_error_terms(p, f, in.d_out, in.d_lse);
+    const RoundingUnits u = rounding_units(Contract::bf16, DType::bf16, 0x1p-24);
+    const Gradients g = reference_backward(p, f, in.d_out, in.d_lse);
+    const Tensor sigma = model_sigma(TensorId::dK, terms[TensorId::dK], g.dk, u);
+    const SharedAcrossRows sh = shared_across_rows(terms[TensorId::dK], sigma, u);
+    ASSERT_EQ(sh.head_sources.size(), 2u);
+    ASSERT_EQ(sh.tile_sources.size(), 2u * 3u * 2u);  // 40 keys in tiles of 16, 32 columns
+    for (size_t i = 0; i < sh.tile_sources.size(); ++i) {
+      const double x = sh.tile_sources[i], head = sh.head_sources[i / 6];
+      if (sq == 1)  // one draw per rounding unit, whichever rows: the head's count for every tile
+        EXPECT_TRUE(x >= 1 && x <= 4 && std::fabs(x - head) <= 1e-9 * x) << x << " against " << head;
+      else
+        EXPECT_GT(x, 4.0) << "tile " << i << ": no more sources than one query gives";
+    }
+    for (double x : sh.head_sources) EXPECT_GT(x, sq == 1 ? 1.0 : 4.0);
+    for (double x : sh.tile_share) EXPECT_TRUE(x > 0 && x <= 1) << x;
+  }
+}
+
+// s60 (docs/findings, LEDGER): a decode call (bf16, Sq = 15, groups of 12 query heads, dO in sparse
+// rows, K large logits) whose dK tile took its error from one query's D, the rounding of the stored
+// O that D is summed from: our own tiled kernel (mutant_ok) read 3.96 sigma' against 3.79 with the
+// tile's rows counted as 130 independent errors, LibTorch's CPU flash and, on the H100, cuda.flash
+// and cuDNN alike. The block's dof now counts D's error by the queries that reach it
+// (harness/error_model.h, "D's error across key rows"). A D from an O of two bits fewer is found.
+TEST(Verdict, OneQuerysDErrorAcrossKeyRowsIsNoFalseAlarm) {
+  const Case c =
+      load_case_file(std::string(ATTNFUZZ_SOURCE_DIR) + "/docs/findings/open/s60-decode-dK-tile-bf16-q-outliers-cuda-flash-cudnn.min.json");
+  std::unique_ptr<Backend> ok = make_backend(std::string("plugin:") + ATTNFUZZ_MUTANT_DIR + "/libattnfuzz_mutant_ok.so");
+  DFromStoredO stored("d-from-stored-o", 8), coarse("d-from-o-of-6-bits", 6);
+  DiffOptions opt;
+  opt.check_determinism = false;
+  const DiffReport r = run_differential(c, {ok.get(), &stored, &coarse}, default_oracles(), opt);
+  std::set<std::string> coarse_flagged;
+  for (const auto& f : r.findings) {
+    if (f.signature.backend == coarse.name())
+      coarse_flagged.insert(f.signature.tensor_name());
+    else
+      ADD_FAILURE() << f.signature.to_string() << " " << f.detail;
+  }
+  EXPECT_TRUE(coarse_flagged.count("dK")) << "D from an O of 6 significant bits must be found in dK";
+}
+
 }  // namespace
 }  // namespace attnfuzz
 

@@ -5,12 +5,12 @@
 //                                     [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask]
 //                                     [--outliers MAGNITUDE] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]]
 //                                     [--shifted A] [--tensor-cores] [--near-constant-v SIGMA]
-//                                     [--ragged [--page-size P] [--seq-q N]]
+//                                     [--seq-q N] [--ragged [--page-size P]]
 //
 // --ragged: a ragged batch of two sequences (sensitivity.h), the plants inside the first; needs a
 // backend that takes one (--backend torch.math; on a GPU cuda.flash.varlen, cudnn.varlen, ...).
 // --page-size P: K and V in pages of P keys, for a paged backend (cuda.flash.paged, cudnn.paged).
-// --seq-q N: the decode step, N queries (1 to 16) against each --seq keys.
+// --seq-q N: the decode step, N queries (1 to 16) against --seq keys (each sequence's, with --ragged).
 // --near-constant-v SIGMA: V near constant (mean 0.1, that sigma), so O's rows are near-equal
 // elements whose stored rounding errs as one number (harness/error_model.h, storage_sources).
 // --shifted A: rows whose scores all sit far below zero (Q's column 0 at -A in half the rows, K's
@@ -166,12 +166,12 @@ int run(int argc, char** argv) {
       if (*kind == ScoreBias::Kind::tensor) bias->spans = {false, true, true, true};  // one bias per head, as a learned one
     } else {
       std::fprintf(
-          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]] [--shifted A] [--tensor-cores] [--near-constant-v SIGMA] [--ragged [--page-size P] [--seq-q N]]\n");
+          stderr, "usage: bench_sensitivity [--dtype fp32,fp16,bf16] [--seq 16,64] [--dim 16,64] [--csv FILE] [--plugin SO | --backend NAME] [--oracle-device cpu|cuda] [--no-mask] [--outliers M] [--tied k|v|kv] [--group G] [--bias tensor|alibi|relative [--dbias]] [--shifted A] [--tensor-cores] [--near-constant-v SIGMA] [--seq-q N] [--ragged [--page-size P]]\n");
       return 2;
     }
   }
   if (dbias && !bias) throw std::invalid_argument("--dbias needs --bias");
-  if ((page_size || seq_q) && !ragged) throw std::invalid_argument("--page-size and --seq-q need --ragged");
+  if (page_size && !ragged) throw std::invalid_argument("--page-size needs --ragged");
   if (bias) bias->requires_grad = dbias;
   std::unique_ptr<Backend> correct = make_backend(backend.empty() ? "plugin:" + plugin : backend);
   if (tensor_cores) correct = std::make_unique<TensorCoreLse>(std::move(correct));
