@@ -265,6 +265,16 @@ OutputsModel model_of_call(const ErrorTerms& terms, const OutputTensors& ref, co
   return m;
 }
 
+void size_via_blocks(TermTensors& dk, const Shape& s) {
+  const int64_t tile = kSharedTile, key_tiles = (s.seq_kv + tile - 1) / tile, col_tiles = (s.head_dim_qk + tile - 1) / tile;
+  const size_t heads = static_cast<size_t>(s.batch * s.heads_kv);
+  dk.via_block_tile = tile;
+  dk.via_tile_sum.assign(heads * static_cast<size_t>(key_tiles * col_tiles) * 4, 0.0);
+  dk.via_tile_sum_sq = dk.via_tile_sum;
+  dk.via_head_sum.assign(heads * 4, 0.0);
+  dk.via_head_sum_sq = dk.via_head_sum;
+}
+
 double dof_with_shared_part(double dof, double share, double sources) {
   if (!(share > 0) || !(sources > 0) || !(dof > 0)) return dof;
   const double rest = 1.0 - std::min(share, 1.0);

@@ -133,8 +133,9 @@
 // LibTorch's CPU flash read 3.96 sigma' against 3.79, cuda.flash and cuDNN on the H100 alike.
 // Rows (one row of key j) need no such part: the via part is one source of the row already. The
 // normalizer of query i reaches dK and dV rows alike but sits in their score part with the
-// per-(i, j) score errors, and is not split out. Only the CPU oracle set supplies the blocks (the
-// GPU set's dK via terms are summed on the device), and a composition's model carries none.
+// per-(i, j) score errors, and is not split out. The CPU oracle set supplies the blocks; the GPU
+// set on request (ATTNFUZZ_GPU_VIA_BLOCKS=1, oracles/gpu_oracles.h) until its kernels have run on
+// a GPU. A composition's model carries none.
 //
 // Storage rounding is a sawtooth of the value: x rounds to x + delta s(x / delta), delta the
 // storage step at x, s(t) = round(t) - t. Elements whose values lie within a small part of a
@@ -248,6 +249,10 @@ struct ErrorTerms {
   const TermTensors& operator[](TensorId t) const { return by_output[output_index(t)]; }
   TermTensors& operator[](TensorId t) { return by_output[output_index(t)]; }
 };
+
+// Sizes dK's via blocks for shape `s` (TermTensors::via_block_tile = kSharedTile, every sum 0):
+// the one layout both oracle sets fill.
+void size_via_blocks(TermTensors& dk, const Shape& s);
 
 // Gives O's and dQ's terms the reference LSE their normalizer part needs.
 void attach_row_lse(ErrorTerms& terms, const Tensor& lse);

@@ -98,16 +98,9 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
   }
   init(TensorId::dV, vv, reduction_length(TensorId::dV, s));
   // D's error per block of dK's key rows (TermTensors::via_block_tile), summed over the group's queries.
-  const int64_t block = kSharedTile, key_tiles = (s.seq_kv + block - 1) / block, col_tiles = (s.head_dim_qk + block - 1) / block;
-  {
-    TermTensors& tk = t[TensorId::dK];
-    tk.via_block_tile = block;
-    const size_t heads_kv = static_cast<size_t>(s.batch * s.heads_kv);
-    tk.via_tile_sum.assign(heads_kv * static_cast<size_t>(key_tiles * col_tiles) * 4, 0.0);
-    tk.via_tile_sum_sq = tk.via_tile_sum;
-    tk.via_head_sum.assign(heads_kv * 4, 0.0);
-    tk.via_head_sum_sq = tk.via_head_sum;
-  }
+  size_via_blocks(t[TensorId::dK], s);
+  const int64_t block = t[TensorId::dK].via_block_tile, key_tiles = (s.seq_kv + block - 1) / block,
+                col_tiles = (s.head_dim_qk + block - 1) / block;
   t[TensorId::LSE].truncation = Tensor(lq);
   // The truncation part's weights (harness/error_model.h): w_d = ceil(Dqk / 16) - floor(d / 16).
   Eigen::VectorXd step_weights(s.head_dim_qk);

@@ -423,6 +423,75 @@ __global__ void key_row_sources(ScoreBuffers s, Factor f, const double* q_norm2,
   out[(h.first_q / h.group) * skv + r] = participation(sum, sum_sq);
 }
 
+// dK's via blocks (oracles/gpu_error_terms.h, HostErrorTerms::via_tile_sum): per query row of
+// the chunk and key tile, the sum over the tile's keys of P_c^2 (keys in order, without
+// contraction), into key_sums[chunk row][tile].
+__global__ void key_tile_sums(ScoreBuffers s, double* key_sums, int64_t rows, int64_t skv, int64_t tile, int64_t tiles) {
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < rows * tiles; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = t / tiles, kt = t % tiles, j1 = min(skv, (kt + 1) * tile);
+    double acc = 0;
+    for (int64_t j = kt * tile; j < j1; ++j) acc = __dadd_rn(acc, __dmul_rn(s.pc[row * skv + j], s.pc[row * skv + j]));
+    key_sums[t] = acc;
+  }
+}
+
+// Per query row (every row of the problem) and column tile: the sum over the tile's columns of Q^2.
+__global__ void col_tile_sums(const double* q, double* col_sums, int64_t rows, int64_t dim, int64_t tile, int64_t tiles) {
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < rows * tiles; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = t / tiles, ct = t % tiles, d1 = min(dim, (ct + 1) * tile);
+    double acc = 0;
+    for (int64_t d = ct * tile; d < d1; ++d) acc = __dadd_rn(acc, __dmul_rn(q[row * dim + d], q[row * dim + d]));
+    col_sums[t] = acc;
+  }
+}
+
+// One thread per (key-value head of the chunk, key tile, column tile): over the group's queries i,
+// v_i = scale^2 d_err_k(i)^2 key_sums(i, kt) col_sums(i, ct) per rounding unit k, and the sums of
+// v_i and v_i^2 into [kv head][kt][ct][k] (the CPU's order of the indices, oracles/error_terms.cpp).
+__global__ void via_tile_blocks(const double* key_sums, const double* col_sums, const double* d_err, double* sum, double* sum_sq, Heads h,
+                                int64_t kv_heads, int64_t sq, int64_t key_tiles, int64_t col_tiles, int64_t rows_total, double scale2) {
+  const int64_t n = kv_heads * key_tiles * col_tiles;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < n; t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t zk = t / (key_tiles * col_tiles), kt = t / col_tiles % key_tiles, ct = t % col_tiles;
+    double s1[4] = {0, 0, 0, 0}, s2[4] = {0, 0, 0, 0};
+    for (int64_t o = 0; o < h.group; ++o)
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t row = (zk * h.group + o) * sq + i, global = h.first_q * sq + row;
+        const double block = key_sums[row * key_tiles + kt] * col_sums[global * col_tiles + ct];
+        for (int k = 0; k < 4; ++k) {
+          const double e = d_err[k * rows_total + global], v = scale2 * (e * e) * block;
+          s1[k] += v;
+          s2[k] += v * v;
+        }
+      }
+    const int64_t at = ((h.first_q / h.group + zk) * key_tiles + kt) * col_tiles + ct;
+    for (int k = 0; k < 4; ++k) sum[at * 4 + k] = s1[k], sum_sq[at * 4 + k] = s2[k];
+  }
+}
+
+// One thread per key-value head of the chunk: the same over the whole head, v_i = scale^2
+// d_err_k(i)^2 (sum_j P_c,ij^2) |Q_i|^2, into [kv head][k].
+__global__ void via_head_blocks(const double* key_sums, const double* q_norm2, const double* d_err, double* sum, double* sum_sq, Heads h,
+                                int64_t kv_heads, int64_t sq, int64_t key_tiles, int64_t rows_total, double scale2) {
+  const int64_t zk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (zk >= kv_heads) return;
+  double s1[4] = {0, 0, 0, 0}, s2[4] = {0, 0, 0, 0};
+  for (int64_t o = 0; o < h.group; ++o)
+    for (int64_t i = 0; i < sq; ++i) {
+      const int64_t row = (zk * h.group + o) * sq + i, global = h.first_q * sq + row;
+      double keys = 0;
+      for (int64_t kt = 0; kt < key_tiles; ++kt) keys += key_sums[row * key_tiles + kt];
+      const double block = keys * q_norm2[global];
+      for (int k = 0; k < 4; ++k) {
+        const double e = d_err[k * rows_total + global], v = scale2 * (e * e) * block;
+        s1[k] += v;
+        s2[k] += v * v;
+      }
+    }
+  const int64_t at = h.first_q / h.group + zk;
+  for (int k = 0; k < 4; ++k) sum[at * 4 + k] = s1[k], sum_sq[at * 4 + k] = s2[k];
+}
+
 template <class G>
 void product(const G& g, int64_t z_count) {
   launch_product<double, FusedMac>(g, z_count, false);
@@ -444,6 +513,8 @@ struct DeviceTerms {
   DeviceBuffer<double> subnormal[5], subnormal_sources[5];
   DeviceBuffer<double> q_norm2, k_norm2, v_norm2, d_out_norm2;
   DeviceBuffer<double> q_weighted, truncation_lse;  // the LSE's truncation part: Q by step weights, and the part
+  // dK's via blocks: the chunk's key tile sums, every query row's column tile sums, the results.
+  DeviceBuffer<double> key_sums, col_sums, via_tile_sum, via_tile_sum_sq, via_head_sum, via_head_sum_sq;
 };
 
 }  // namespace
@@ -533,6 +604,19 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
                                         (!bias_varies_along_keys && rows_tied(a.k + x * a.seq_kv * a.dim_qk, a.seq_kv, a.dim_qk) ? 2 : 0));
     d.tied = DeviceBuffer<uint8_t>(tied.size());
     d.tied.upload(tied.data());
+  }
+  // dK's via blocks, where the caller asks for them.
+  const bool via_blocks = out.via_tile_sum != nullptr && out.via_block_tile > 0;
+  const int64_t block = std::max<int64_t>(1, out.via_block_tile), key_tiles = (a.seq_kv + block - 1) / block,
+                col_tiles = (a.dim_qk + block - 1) / block, kv_heads_total = a.batch * a.heads_kv;
+  if (via_blocks) {
+    d.col_sums = DeviceBuffer<double>(n(rows_q * col_tiles));
+    col_tile_sums<<<grid_for(rows_q * col_tiles, 128), 128>>>(d.q.get(), d.col_sums.get(), rows_q, a.dim_qk, block, col_tiles);
+    AF_CUDA(cudaGetLastError());
+    d.via_tile_sum = DeviceBuffer<double>(n(kv_heads_total * key_tiles * col_tiles * 4));
+    d.via_tile_sum_sq = DeviceBuffer<double>(n(kv_heads_total * key_tiles * col_tiles * 4));
+    d.via_head_sum = DeviceBuffer<double>(n(kv_heads_total * 4));
+    d.via_head_sum_sq = DeviceBuffer<double>(n(kv_heads_total * 4));
   }
   double* via_dq[4] = {d.via_dq[0].get(), d.via_dq[1].get(), d.via_dq[2].get(), d.via_dq[3].get()};
   double* via_dk[4] = {d.via_dk[0].get(), d.via_dk[1].get(), d.via_dk[2].get(), d.via_dk[3].get()};
@@ -628,6 +712,18 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
     column(Factor::ds2, d.q.get(), ColRhs::squared, a.dim_qk, false, scale2, outs + 0);
     column(Factor::wd2, d.q.get(), ColRhs::squared, a.dim_qk, false, scale2, outs + 1);
     column(Factor::pc2, d.q.get(), ColRhs::row_errors_squared, a.dim_qk, false, scale2, via_dk_d.get());
+    if (via_blocks) {
+      if (d.key_sums.size() < n(rows * key_tiles)) d.key_sums = DeviceBuffer<double>(n(per_chunk * a.seq_q * key_tiles));
+      key_tile_sums<<<grid_for(rows * key_tiles, 128), 128>>>(s, d.key_sums.get(), rows, a.seq_kv, block, key_tiles);
+      AF_CUDA(cudaGetLastError());
+      via_tile_blocks<<<grid_for(kv_heads * key_tiles * col_tiles, 128), 128>>>(d.key_sums.get(), d.col_sums.get(), d.d_err.get(),
+                                                                              d.via_tile_sum.get(), d.via_tile_sum_sq.get(), h, kv_heads,
+                                                                              a.seq_q, key_tiles, col_tiles, rows_q, scale2);
+      AF_CUDA(cudaGetLastError());
+      via_head_blocks<<<grid_for(kv_heads, 64), 64>>>(d.key_sums.get(), d.q_norm2.get(), d.d_err.get(), d.via_head_sum.get(),
+                                                      d.via_head_sum_sq.get(), h, kv_heads, a.seq_q, key_tiles, rows_q, scale2);
+      AF_CUDA(cudaGetLastError());
+    }
     column(Factor::p2, d.d_out.get(), ColRhs::squared, a.dim_v, false, 1.0, outs + 2);
     column(Factor::w2, d.d_out.get(), ColRhs::squared, a.dim_v, false, 1.0, outs + 3);
     column(Factor::abs_ds_flushed, d.q.get(), ColRhs::absolute, a.dim_qk, false, scale, outs + 6);
@@ -690,6 +786,12 @@ void error_terms(const HostAttention& a, const double* o_host, const double* lse
       if (out.subnormal[x] && d.subnormal[x].size()) d.subnormal[x].download(out.subnormal[x]);
       if (out.subnormal_sources[x] && d.subnormal_sources[x].size()) d.subnormal_sources[x].download(out.subnormal_sources[x]);
     }
+  if (via_blocks) {
+    d.via_tile_sum.download(out.via_tile_sum);
+    d.via_tile_sum_sq.download(out.via_tile_sum_sq);
+    d.via_head_sum.download(out.via_head_sum);
+    d.via_head_sum_sq.download(out.via_head_sum_sq);
+  }
   if (out.truncation_lse) d.truncation_lse.download(out.truncation_lse);
   if (out.underflow_dk) d.underflow_dk.download(out.underflow_dk);
   if (out.underflow_dv) d.underflow_dv.download(out.underflow_dv);

@@ -56,6 +56,12 @@ struct HostErrorTerms {
   // The subnormal part and its sources (O, dQ, dK, dV): computed when subnormal[0] is set.
   double* subnormal[5] = {};
   double* subnormal_sources[5] = {};
+  // dK's via blocks (harness/error_model.h, TermTensors::via_tile_sum and the others): computed
+  // when via_tile_sum is set, per tile of via_block_tile keys x columns and per head; with
+  // v_i = scale^2 e_k(i)^2 (sum over the block's keys of P_c^2) (sum over its columns of Q^2),
+  // the sums over the group's queries of v_i and v_i^2, [B*Hkv][key tiles][column tiles][4] and [B*Hkv][4].
+  int64_t via_block_tile = 0;
+  double *via_tile_sum = nullptr, *via_tile_sum_sq = nullptr, *via_head_sum = nullptr, *via_head_sum_sq = nullptr;
 };
 
 // o, lse: the float64 reference forward of `a`; d_out: [B][Hq][Sq][Dv]; d_lse: [B][Hq][Sq].

@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 #include "harness/compose.h"
@@ -199,6 +201,11 @@ ModelOfOutput cuda_output_model(TensorId t, const TermTensors& terms, const Tens
   return m;
 }
 
+bool gpu_via_blocks() {
+  const char* e = std::getenv("ATTNFUZZ_GPU_VIA_BLOCKS");
+  return e && std::string(e) == "1";
+}
+
 ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse, gpu::Timing* t) {
   const auto t0 = Clock::now();
   const Shape& s = p.shape;
@@ -252,6 +259,16 @@ ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& 
     double** via = o == TensorId::dQ ? out.via_dq : out.via_dk;
     TermTensors& tt = e[o];
     via[0] = tt.via_op.ptr(), via[1] = tt.via_st.ptr(), via[2] = tt.via_acc.ptr(), via[3] = tt.via_sc.ptr();
+  }
+  // dK's via blocks (harness/error_model.h, "D's error across key rows"): asked for with
+  // ATTNFUZZ_GPU_VIA_BLOCKS=1 until they have run on a GPU (docs/gpu.md); without them the
+  // verdict counts a block's rows as independent, as before.
+  if (gpu_via_blocks()) {
+    TermTensors& tk = e[TensorId::dK];
+    size_via_blocks(tk, s);
+    out.via_block_tile = tk.via_block_tile;
+    out.via_tile_sum = tk.via_tile_sum.data(), out.via_tile_sum_sq = tk.via_tile_sum_sq.data();
+    out.via_head_sum = tk.via_head_sum.data(), out.via_head_sum_sq = tk.via_head_sum_sq.data();
   }
   const gpu::HostAttention a = host_attention(p);
   const double host_ms = ms_since(t0);

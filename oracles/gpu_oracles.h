@@ -18,6 +18,10 @@ bool cuda_kernels_available(std::string* why);
 // as oracles/error_terms.cpp's reference_error_terms, for OracleSet::error_terms. `t` gets
 // where the time went (host: the output tensors and the mask's plane check).
 ErrorTerms cuda_error_terms(const Problem& p, const Forward& fwd, const Tensor& d_out, const Tensor& d_lse, gpu::Timing* t = nullptr);
+// Whether cuda_error_terms also computes dK's via blocks (TermTensors::via_tile_sum and the
+// others; harness/error_model.h, "D's error across key rows"): ATTNFUZZ_GPU_VIA_BLOCKS=1, off
+// until they have run on a GPU (docs/gpu.md).
+bool gpu_via_blocks();
 
 // The error model's sigma and row dof of one output on the GPU (oracles/gpu_model.h), the same
 // bits as model_sigma_and_row_dof (harness/error_model.h), for OracleSet::output_model. Terms

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <cmath>
 #include <iostream>
@@ -66,7 +67,7 @@ Tensor where_part_matters(const Tensor& sources, const Tensor& part, const Tenso
 
 struct Coverage {
   int cases = 0, softcap = 0, gqa = 0, dims_differ = 0, dlse = 0, masked = 0, nonzero_stored = 0, nonzero_underflow = 0,
-      nonzero_subnormal = 0, bias = 0;
+      nonzero_subnormal = 0, bias = 0, via_blocks = 0;
   double worst = 0;
   std::string worst_where;
 };
@@ -108,6 +109,27 @@ void compare(const Case& c, Coverage& cov) {
       EXPECT_LE(rel, kTolerance) << where << " differs from oracles/error_terms.cpp\n" << write_case(c);
       if (rel > cov.worst) cov.worst = rel, cov.worst_where = where;
     }
+  }
+  // dK's via blocks, where the GPU was asked for them (ATTNFUZZ_GPU_VIA_BLOCKS=1): each sum within
+  // the tolerance of the largest of its kind.
+  const TermTensors &gk = got[TensorId::dK], &wk = want[TensorId::dK];
+  if (!gk.via_tile_sum.empty()) {
+    EXPECT_EQ(gk.via_block_tile, wk.via_block_tile);
+    const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> blocks[] = {
+        {"via_tile_sum", {&gk.via_tile_sum, &wk.via_tile_sum}},
+        {"via_tile_sum_sq", {&gk.via_tile_sum_sq, &wk.via_tile_sum_sq}},
+        {"via_head_sum", {&gk.via_head_sum, &wk.via_head_sum}},
+        {"via_head_sum_sq", {&gk.via_head_sum_sq, &wk.via_head_sum_sq}}};
+    for (const auto& [name, v] : blocks) {
+      ASSERT_EQ(v.first->size(), v.second->size()) << name;
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < v.second->size(); ++i)
+        worst = std::max(worst, std::fabs((*v.first)[i] - (*v.second)[i])), scale = std::max(scale, std::fabs((*v.second)[i]));
+      const double rel = scale == 0 ? (worst == 0 ? 0 : INFINITY) : worst / scale;
+      EXPECT_LE(rel, kTolerance) << "dK." << name << " differs from oracles/error_terms.cpp\n" << write_case(c);
+      if (rel > cov.worst) cov.worst = rel, cov.worst_where = std::string("dK.") + name;
+    }
+    ++cov.via_blocks;
   }
   ++cov.cases;
   cov.softcap += c.softcap.has_value();
@@ -153,6 +175,28 @@ TEST(GpuErrorTerms, MatchTheCpuTermsOnRandomCases) {
   EXPECT_GE(cov.dlse, 10);
   EXPECT_GE(cov.masked, 20);
   EXPECT_GE(cov.nonzero_stored, 10);
+}
+
+// dK's via blocks (harness/error_model.h, "D's error across key rows"), which the GPU computes on
+// request (ATTNFUZZ_GPU_VIA_BLOCKS=1): random cases, and a decode case of H-17's kind (docs/findings).
+TEST(GpuErrorTerms, MatchTheCpuViaBlocks) {
+  REQUIRE_GPU();
+  ::setenv("ATTNFUZZ_GPU_VIA_BLOCKS", "1", 1);
+  const RandomCaseOptions opt = small_cases();
+  Coverage cov;
+  for (uint64_t i = 0; i < 30; ++i) compare(random_case(9'400'000 + i, opt), cov);
+  Case decode;  // H-17's kind: a decode step, dO in sparse rows, Q outliers, K large logits
+  decode.shape = {2, 12, 2, 15, 300, 64, 64};
+  decode.dtype = DType::bf16;
+  decode.q = ValueDist{ValueDist::Kind::outliers, 0.0, 1.0, 0.05, 100.0};
+  decode.k = ValueDist{ValueDist::Kind::large_logit, 0.0, 7.0};
+  decode.d_out = ValueDist{ValueDist::Kind::sparse_rows, 0.0, 1.0, 0.05};
+  decode.seed = 17;
+  compare(decode, cov);
+  ::unsetenv("ATTNFUZZ_GPU_VIA_BLOCKS");
+  print(cov);
+  EXPECT_EQ(cov.via_blocks, cov.cases);
+  EXPECT_GE(cov.gqa, 5);
 }
 
 // |S| in the score sensitivity is the biased score's: every kind of bias and every broadcast

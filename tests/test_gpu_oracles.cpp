@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -506,14 +507,21 @@ void expect_same_verdicts(const std::vector<Case>& random) {
   EXPECT_GE(planted_found, cases / 2) << "the planted error went unnoticed too often to compare verdicts";
 }
 
+// With dK's via blocks on the GPU too (ATTNFUZZ_GPU_VIA_BLOCKS=1): without them the GPU set counts a
+// dK block's rows as independent where the CPU set does not (harness/error_model.h, "D's error
+// across key rows").
 TEST(GpuOracleSet, JudgesLikeTheCpuSet) {
   REQUIRE_GPU();
+  ::setenv("ATTNFUZZ_GPU_VIA_BLOCKS", "1", 1);
   expect_same_verdicts(random_cases(20, 9'200'000));
+  ::unsetenv("ATTNFUZZ_GPU_VIA_BLOCKS");
 }
 
 TEST(GpuOracleSet, JudgesLikeTheCpuSetWithABias) {
   REQUIRE_GPU();
+  ::setenv("ATTNFUZZ_GPU_VIA_BLOCKS", "1", 1);
   expect_same_verdicts(random_cases(20, 9'250'000, 1.0));
+  ::unsetenv("ATTNFUZZ_GPU_VIA_BLOCKS");
 }
 
 }  // namespace
