@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -1145,6 +1146,38 @@ namespace {
 // dV = round(P)^T dO. Below fp16's smallest normal 2^-14 rounding P (and dS) errs absolutely,
 // by half a subnormal step: `subnormal_step` is that step, 2^-24 for fp16 itself and coarser for
 // a kernel that loses bits there.
+// The float64 backward of `p` given its forward `f`, with the steps a kernel rounds: P (for dS and
+// dV) by round_p, dS by round_ds, O (where D = rowsum(dO O) - dLSE reads it) by round_o, and the
+// gradients stored in `store`.
+Gradients rounded_backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse,
+                           const std::function<double(double)>& round_p, const std::function<double(double)>& round_ds,
+                           const std::function<double(double)>& round_o, DType store) {
+  const Shape& s = p.shape;
+  Gradients g{Tensor(p.q.shape), Tensor(p.k.shape), Tensor(p.v.shape), {}};
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads_q; ++h) {
+      const int64_t hk = h / s.group();
+      const HeadScores hs = head_scores(p, b, h);
+      const CMap q(p.q.at(b, h, 0), s.seq_q, s.head_dim_qk), k(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk),
+          v(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v), o(f.o.at(b, h, 0), s.seq_q, s.head_dim_v),
+          d_o(d_out.at(b, h, 0), s.seq_q, s.head_dim_v);
+      const Mat pr = hs.p.unaryExpr(round_p);
+      const Mat dp = d_o * v.transpose();
+      Mat ds(s.seq_q, s.seq_kv);
+      for (int64_t i = 0; i < s.seq_q; ++i) {
+        double delta = -*d_lse.at(b, h, i);
+        for (int64_t d = 0; d < s.head_dim_v; ++d) delta += d_o(i, d) * round_o(o(i, d));
+        for (int64_t j = 0; j < s.seq_kv; ++j) ds(i, j) = round_ds(pr(i, j) * (dp(i, j) - delta));
+      }
+      MMap(g.dq.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (ds * k);
+      MMap(g.dk.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += p.scale * (ds.transpose() * q);
+      MMap(g.dv.at(b, hk, 0), s.seq_kv, s.head_dim_v) += pr.transpose() * d_o;
+    }
+  for (Tensor* t : {&g.dq, &g.dk, &g.dv})
+    for (double& x : t->data) x = round_to(store, x);
+  return g;
+}
+
 class RoundsPBeforeDs final : public Backend {
  public:
   RoundsPBeforeDs(std::string name, double subnormal_step) : name_(std::move(name)), step_(subnormal_step), impl_(Contract::fp16, false) {}
@@ -1152,32 +1185,10 @@ class RoundsPBeforeDs final : public Backend {
   std::optional<Contract> contract(DType) const override { return Contract::fp16; }
   Forward forward(const Problem& p) override { return impl_.forward(p); }
   Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
-    const Shape& s = p.shape;
-    Gradients g{Tensor(p.q.shape), Tensor(p.k.shape), Tensor(p.v.shape), {}};
     auto round_fp16 = [&](double x) {
       return std::fabs(x) < std::ldexp(1.0, -14) ? std::nearbyint(x / step_) * step_ : round_to(DType::f16, x);
     };
-    for (int64_t b = 0; b < s.batch; ++b)
-      for (int64_t h = 0; h < s.heads_q; ++h) {
-        const int64_t hk = h / s.group();
-        const HeadScores hs = head_scores(p, b, h);
-        const CMap q(p.q.at(b, h, 0), s.seq_q, s.head_dim_qk), k(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk),
-            v(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v), o(f.o.at(b, h, 0), s.seq_q, s.head_dim_v),
-            d_o(d_out.at(b, h, 0), s.seq_q, s.head_dim_v);
-        const Mat p16 = hs.p.unaryExpr(round_fp16);
-        const Mat dp = d_o * v.transpose();
-        Mat ds(s.seq_q, s.seq_kv);
-        for (int64_t i = 0; i < s.seq_q; ++i) {
-          const double delta = d_o.row(i).dot(o.row(i)) - *d_lse.at(b, h, i);
-          for (int64_t j = 0; j < s.seq_kv; ++j) ds(i, j) = round_fp16(p16(i, j) * (dp(i, j) - delta));
-        }
-        MMap(g.dq.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (ds * k);
-        MMap(g.dk.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += p.scale * (ds.transpose() * q);
-        MMap(g.dv.at(b, hk, 0), s.seq_kv, s.head_dim_v) += p16.transpose() * d_o;
-      }
-    for (Tensor* t : {&g.dq, &g.dk, &g.dv})
-      for (double& x : t->data) x = round_to(DType::f16, x);
-    return g;
+    return rounded_backward(p, f, d_out, d_lse, round_fp16, round_fp16, [](double x) { return x; }, DType::f16);
   }
 
  private:
@@ -1219,35 +1230,14 @@ class DFromStoredO final : public Backend {
   std::optional<Contract> contract(DType) const override { return Contract::bf16; }
   Forward forward(const Problem& p) override { return impl_.forward(p); }
   Gradients backward(const Problem& p, const Forward& f, const Tensor& d_out, const Tensor& d_lse) override {
-    const Shape& s = p.shape;
-    Gradients g{Tensor(p.q.shape), Tensor(p.k.shape), Tensor(p.v.shape), {}};
     auto coarse = [&](double x) {
       if (x == 0 || !std::isfinite(x)) return x;
       int e = 0;
       const double m = std::frexp(x, &e);
       return std::ldexp(std::nearbyint(std::ldexp(m, bits_)), e - bits_);
     };
-    for (int64_t b = 0; b < s.batch; ++b)
-      for (int64_t h = 0; h < s.heads_q; ++h) {
-        const int64_t hk = h / s.group();
-        const HeadScores hs = head_scores(p, b, h);
-        const CMap q(p.q.at(b, h, 0), s.seq_q, s.head_dim_qk), k(p.k.at(b, hk, 0), s.seq_kv, s.head_dim_qk),
-            v(p.v.at(b, hk, 0), s.seq_kv, s.head_dim_v), o(f.o.at(b, h, 0), s.seq_q, s.head_dim_v),
-            d_o(d_out.at(b, h, 0), s.seq_q, s.head_dim_v);
-        const Mat dp = d_o * v.transpose();
-        Mat ds(s.seq_q, s.seq_kv);
-        for (int64_t i = 0; i < s.seq_q; ++i) {
-          double delta = -*d_lse.at(b, h, i);
-          for (int64_t d = 0; d < s.head_dim_v; ++d) delta += d_o(i, d) * coarse(o(i, d));
-          for (int64_t j = 0; j < s.seq_kv; ++j) ds(i, j) = hs.p(i, j) * (dp(i, j) - delta);
-        }
-        MMap(g.dq.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (ds * k);
-        MMap(g.dk.at(b, hk, 0), s.seq_kv, s.head_dim_qk) += p.scale * (ds.transpose() * q);
-        MMap(g.dv.at(b, hk, 0), s.seq_kv, s.head_dim_v) += hs.p.transpose() * d_o;
-      }
-    for (Tensor* t : {&g.dq, &g.dk, &g.dv})
-      for (double& x : t->data) x = round_to(DType::bf16, x);
-    return g;
+    auto exact = [](double x) { return x; };
+    return rounded_backward(p, f, d_out, d_lse, exact, exact, coarse, DType::bf16);
   }
 
  private:
