@@ -58,6 +58,12 @@
 #                                            returns few): varlen-summary.txt, varlen-logs.tgz, varlen-SEED.tgz
 #                                            (the run directory) and the plugin test's own tarball; with
 #                                            VARLEN_RESUME=path/to/varlen-SEED.tgz (carried) the campaign resumes it
+#   ci/gpu_run.sh unverified                 what compiles in CI but has not run on a GPU, in one call (docs/gpu.md,
+#                                            "Stop 65"): the gpu tests with the device mirror, the error model on the
+#                                            device and dK's via blocks on; the real-tier and toy digests with each
+#                                            piece off and on; S = 1088 off and on beside the plain loop; a sampled
+#                                            profile of the 'on' case ($OUT/samples-1088-on.txt); memcheck and racecheck
+#                                            of the new kernels. $OUT/unverified.txt, the logs in $OUT/unverified-logs.tgz
 #   ci/gpu_run.sh zoo SECONDS [PARALLEL] [MUTANTS...]
 #                                            a real-tier campaign per GPU mutant (.carry/mutants/
 #                                            libattnfuzz_mutant_flash_*.so; default all), PARALLEL at a
@@ -206,6 +212,49 @@ case "$mode" in
     echo "corpus $(ls "$OUT/fuzz/corpus" | wc -l) inputs; artifacts $(ls "$OUT/fuzz/artifacts" | wc -l); findings: $(ls "$OUT/fuzz/findings" 2>/dev/null | wc -l)"
     ls "$OUT/fuzz/findings" 2>/dev/null | sed 's/-[0-9a-f]*\.json$//' | sort | uniq -c
     (cd "$OUT" && tar czf fuzz.tgz fuzz && rm -rf fuzz) ;;  # the device tool brings back a few files, not a tree
+  unverified)
+    L="$OUT/unverified-logs"; S="$OUT/unverified.txt"; mkdir -p "$L"
+    say() { echo "$*" | tee -a "$S"; }
+    on=(env ATTNFUZZ_DEVICE_MIRROR_MIB=4096 ATTNFUZZ_ERROR_MODEL=device ATTNFUZZ_GPU_VIA_BLOCKS=1)
+    say "harness $(cat "$root/.carry/commit"); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+    # The gpu tests with every piece on, two lanes side by side.
+    ( for t in test_gpu_oracles test_gpu_error_terms test_gpu_verdict; do
+        "${on[@]}" timeout 300 "$bin/$t" > "$L/$t.log" 2>&1; echo "$t: exit $? $(grep -E '^\[  (PASSED|FAILED) ' "$L/$t.log" | tr '\n' ' ')" >> "$L/tests.txt"; done ) &
+    ( for t in test_gpu_backends test_cudnn_backend; do
+        "${on[@]}" timeout 300 "$bin/$t" > "$L/$t.log" 2>&1; echo "$t: exit $? $(grep -E '^\[  (PASSED|FAILED) ' "$L/$t.log" | tr '\n' ' ')" >> "$L/tests.txt"; done ) &
+    wait
+    cat "$L/tests.txt" >> "$S"; grep -h -E "^\[  FAILED|Failure|Expected|Which is" "$L"/test_*.log | head -40 >> "$S"
+    # The digests: the real tier's (torch.math.cuda) and the toy stream's (torch.flash), each piece off and on.
+    for mode in host-sums default mirror model via all; do
+      case $mode in
+        host-sums) pre=(env ATTNFUZZ_VERDICT_SUMS=host) ;;
+        default) pre=(env) ;;
+        mirror) pre=(env ATTNFUZZ_DEVICE_MIRROR_MIB=4096) ;;
+        model) pre=(env ATTNFUZZ_ERROR_MODEL=device) ;;
+        via) pre=(env ATTNFUZZ_GPU_VIA_BLOCKS=1) ;;
+        all) pre=("${on[@]}") ;;
+      esac
+      say "$mode: real $("${pre[@]}" timeout 120 "$bin/bench_case_rate" --tier real --cases 3 --seed 3 --backends torch.math.cuda 2>&1 | grep -o 'digest [0-9a-f]*'); toy $("${pre[@]}" timeout 120 "$bin/bench_case_rate" --tier toy --cases 400 --seed 7 --backends torch.flash 2>&1 | grep -oE '[0-9.]+ cases/s|digest [0-9a-f]*' | tr '\n' ' ')"
+    done
+    # S = 1088 off and on, the plain loop between; a sampled profile of 'on'.
+    run1088() { "$@" timeout 150 "$bin/bench_gpu_run" "$root/bench/real_1088_causal_bf16.json" --backends torch.flash,cudnn --oracle-device cuda --reps 5 --no-determinism-check; }
+    run1088 env > "$L/s1088-off.log" 2>&1
+    timeout 60 python3 "$root/bench/plain_loop.py" --shape 1,8,1088,128 --causal --dtype bf16 --kernels flash,cudnn --seconds 8 > "$L/plain-1088.log" 2>&1
+    run1088 "${on[@]}" > "$L/s1088-on.log" 2>&1
+    for f in off on; do say "== S = 1088 $f"; tail -n 14 "$L/s1088-$f.log" >> "$S"; done
+    tail -n 3 "$L/plain-1088.log" >> "$S"
+    "${on[@]}" timeout 120 "$bin/bench_gpu_run" "$root/bench/real_1088_causal_bf16.json" --backends torch.flash,cudnn --oracle-device cuda --reps 5 \
+      --no-determinism-check --sample "$OUT/samples-1088-on.txt" > "$L/s1088-sample.log" 2>&1
+    # compute-sanitizer over the new kernels at small sizes.
+    for tool in memcheck racecheck; do
+      for f in 'GpuErrorModel*' 'GpuErrorTerms.MatchTheCpuViaBlocks'; do
+        "${on[@]}" timeout 300 compute-sanitizer --tool "$tool" "$bin/test_gpu_error_terms" --gtest_filter="$f" > "$L/san.log" 2>&1
+        say "$tool $f: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/san.log" | tail -1)"
+      done
+      "${on[@]}" timeout 300 compute-sanitizer --tool "$tool" "$bin/test_gpu_oracles" --gtest_filter='DeviceMirror*' > "$L/san.log" 2>&1
+      say "$tool DeviceMirror*: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/san.log" | tail -1)"
+    done
+    (cd "$OUT" && tar czf unverified-logs.tgz unverified-logs && rm -rf unverified-logs) ;;
   zoo)
     secs=$1 parallel=${2:-4}; shift; shift || true
     mutants=("$@")
@@ -326,5 +375,5 @@ case "$mode" in
     grep -c "^===" "$OUT/breaking-runs.log"
     python3 "$root/docs/findings/standalone/lse_extreme_rows.py" > "$OUT/lse_extreme_rows.log" 2>&1; echo "lse probe: exit $?"
     (cd "$OUT" && tar czf "breaking-$seed.tgz" --exclude='*.html' "breaking-$seed" && rm -rf "breaking-$seed") ;;
-  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]|seeds|thirdparty [smoke|run|campaign|all] [SECONDS] [fa4|flashinfer]|pycampaign [SECONDS] [JOBS]|pyeach [SECONDS] [JOBS] [NAMES...]|zoo SECONDS [PARALLEL] [MUTANTS...]|breaking [SECONDS] [SEED] [campaign args]" >&2; exit 2 ;;
+  *) echo "usage: $0 env|tests|oracles|campaign SECONDS SEED BACKENDS|cuda-plugins [DEVICES]|replay FILES...|ledger|minimize SECONDS FILES...|aimed [SECONDS]|seeds|thirdparty [smoke|run|campaign|all] [SECONDS] [fa4|flashinfer]|pycampaign [SECONDS] [JOBS]|pyeach [SECONDS] [JOBS] [NAMES...]|zoo SECONDS [PARALLEL] [MUTANTS...]|breaking [SECONDS] [SEED] [campaign args]|unverified" >&2; exit 2 ;;
 esac
