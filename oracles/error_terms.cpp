@@ -231,18 +231,17 @@ ErrorTerms reference_error_terms(const Problem& p, const Forward& fwd, const Ten
       const double sc2 = p.scale * p.scale;
       MMap(t[TensorId::dQ].operand.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(ds2 * k2);
       MMap(t[TensorId::dQ].score.at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * root(wd2 * k2);
-      const Mat pk = (pc * k).cwiseAbs();
+      const Mat pk = (pc * k).cwiseAbs(), pc2 = squared(pc);
       Tensor* dq_via[4] = {&t[TensorId::dQ].via_op, &t[TensorId::dQ].via_st, &t[TensorId::dQ].via_acc, &t[TensorId::dQ].via_sc};
       Tensor* dk_via[4] = {&t[TensorId::dK].via_op, &t[TensorId::dK].via_st, &t[TensorId::dK].via_acc, &t[TensorId::dK].via_sc};
       for (size_t part = 0; part < 4; ++part) {
         MMap(dq_via[part]->at(b, h, 0), s.seq_q, s.head_dim_qk) = p.scale * (dq_err[part].asDiagonal() * pk);
         MMap(dk_via[part]->at(b, hk, 0), s.seq_kv, s.head_dim_qk) +=
-            sc2 * (squared(pc).transpose() * (d_err[part].cwiseProduct(d_err[part]).asDiagonal() * q2));
+            sc2 * (pc2.transpose() * (d_err[part].cwiseProduct(d_err[part]).asDiagonal() * q2));
       }
       {
         // Each query's part of dK's via variance per block: v_i = scale^2 d_err(i)^2 (sum over the
         // block's keys of P_ij^2) (sum over its columns of Q_id^2); the sums over i of v_i and v_i^2.
-        const Mat pc2 = squared(pc);
         Mat key_sums = Mat::Zero(s.seq_q, key_tiles), col_sums = Mat::Zero(s.seq_q, col_tiles);
         for (int64_t i = 0; i < s.seq_q; ++i) {
           for (int64_t j = 0; j < s.seq_kv; ++j) key_sums(i, j / block) += pc2(i, j);
